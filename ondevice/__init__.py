@@ -1,0 +1,61 @@
+"""ondevice: run quantized GGUF models locally and know why they are as fast as they are.
+
+    import ondevice
+    eng = ondevice.load()                       # the default model
+    g = eng.generate("The capital of France is", max_tokens=32)
+    g.timings.ttft_s, g.timings.tpot_s, g.predicted_tok_s
+
+Attributes are imported lazily: `import ondevice` loads neither llama.cpp nor numpy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "load",
+    "Engine",
+    "Chat",
+    "inspect",
+    "ModelSpec",
+    "probe",
+    "predict",
+    "Generation",
+    "TokenEvent",
+    "Timings",
+    "resolve_model",
+    "errors",
+]
+
+# public name -> module that defines it
+_LAZY = {
+    "load": "ondevice.engine",
+    "Engine": "ondevice.engine",
+    "Chat": "ondevice.engine",
+    "inspect": "ondevice.modelspec",
+    "ModelSpec": "ondevice.modelspec",
+    "probe": "ondevice.probing",
+    "predict": "ondevice.roofline",
+    "Generation": "ondevice.results",
+    "TokenEvent": "ondevice.results",
+    "Timings": "ondevice.results",
+    "resolve_model": "ondevice.materialize",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "errors":
+        return importlib.import_module("ondevice.errors")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ondevice' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,1 @@
+"""The `ondevice` command line: thin wrappers over the library that render results."""

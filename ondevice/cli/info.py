@@ -1,0 +1,64 @@
+"""`ondevice info [MODEL] [--json]`: a GGUF file inspected, without loading it."""
+
+from __future__ import annotations
+
+from ondevice.cli.fmt import dump_json, human_bytes, human_count, layer_ranges, table
+from ondevice.materialize import resolve_model
+from ondevice.modelspec import ModelSpec, inspect
+
+
+def register(sub) -> None:
+    p = sub.add_parser("info", help="inspect a GGUF model (default: the built-in model)")
+    p.add_argument("model", nargs="?", help="registry name or path to a .gguf file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    spec = inspect(resolve_model(args.model))
+    if args.json:
+        dump_json(spec.to_dict())
+    else:
+        print(render(spec))
+    return 0
+
+
+def render(s: ModelSpec) -> str:
+    lines = [f"{s.path}" + (f"  ({s.name})" if s.name else "")]
+
+    def row(label: str, value: object) -> None:
+        lines.append(f"  {label:<16}{value}")
+
+    row("architecture", s.arch or "unknown")
+    if not s.has_weights:
+        row("weights", "none: this file holds no tensors (vocab-only)")
+        row("tokenizer", f"{s.tokenizer_model or 'unknown'}, {s.n_vocab or '?'} tokens")
+        lines += [f"  note: {w}" for w in s.warnings]
+        return "\n".join(lines)
+    row("quant", f"{s.quant or 'unknown'}, {s.bits_per_weight:.2f} bits per weight")
+    active = f" ({human_count(s.n_params_active)} active)" if s.n_params_active != s.n_params else ""
+    row("parameters", human_count(s.n_params) + active)
+    row("layers", s.n_layer or "unknown")
+    row("d_model", s.d_model or "unknown")
+    row("heads", f"{s.n_head or '?'} query, {s.n_head_kv or '?'} KV; head dim K {s.head_dim_k or '?'}, V {s.head_dim_v or '?'}")
+    row("context", f"{s.n_ctx_train or '?'} tokens trained")
+    row("vocabulary", f"{s.n_vocab or '?'} tokens ({s.tokenizer_model or 'unknown'} tokenizer)")
+    if s.sliding_window:
+        row("sliding window", f"{s.sliding_window} tokens on {len(s.swa_layers)} of {s.n_layer} layers ({layer_ranges(s.swa_layers)})")
+    else:
+        row("sliding window", "none")
+    row("experts", f"{s.n_expert} ({s.n_expert_used} used per token)" if s.n_expert else "none (dense)")
+    row("output head", "tied to token_embd" if s.tied_output else "separate output.weight")
+    row("chat template", "yes" if s.has_chat_template else "none")
+    row("file", f"{human_bytes(s.file_bytes)} ({s.file_bytes} B = header {s.header_bytes} + tensors {s.weight_bytes} + padding {s.padding_bytes})")
+    row("weights", f"{human_bytes(s.weight_bytes)} ({s.n_tensors} tensors)")
+    row("decode reads", f"{human_bytes(s.decode_weight_bytes)} of weights per token")
+    row("KV cache", f"{s.kv_bytes_per_token} B per token (f16); {human_bytes(s.kv_read_bytes(s.n_ctx_train or 0))} at the full trained context")
+    lines += [f"  note: {w}" for w in s.warnings]
+    lines.append("")
+    rows = [
+        [t, b, f"{100 * b / s.weight_bytes:.1f}%", s.decode_bytes_by_type.get(t, 0)]
+        for t, b in s.bytes_by_type.items()
+    ]
+    lines.append(table(["type", "bytes", "share", "decode bytes"], rows, align="lrrr"))
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""Typed errors. The CLI turns each into one line and exit status 2."""
+
+from __future__ import annotations
+
+__all__ = [
+    "OndeviceError",
+    "RegistryError",
+    "ModelNotFoundError",
+    "GGUFFormatError",
+    "DefaultModelError",
+    "EngineError",
+    "EngineBusyError",
+    "ContextOverflowError",
+    "InvalidParameterError",
+    "ModelLoadError",
+    "ProbeError",
+    "SpecError",
+    "QuantError",
+    "BenchError",
+]
+
+
+class OndeviceError(Exception):
+    """Base class: every error the library raises on bad input or state."""
+
+
+class RegistryError(OndeviceError):
+    """models.toml (built-in or user) is malformed."""
+
+
+class ModelNotFoundError(OndeviceError):
+    """A model reference names no registry entry and no file."""
+
+
+class GGUFFormatError(OndeviceError):
+    """A file is not a well-formed GGUF (bad magic, truncated, out-of-range offsets)."""
+
+
+class DefaultModelError(OndeviceError):
+    """The default model's package is missing or its chunks do not assemble to the right hash."""
+
+
+class EngineError(OndeviceError):
+    """Generic engine failure (llama.cpp returned an error code)."""
+
+
+class ModelLoadError(EngineError):
+    """llama.cpp could not load the model or create a context."""
+
+
+class EngineBusyError(EngineError):
+    """A second generation was started while one is running on the same engine."""
+
+
+class ContextOverflowError(EngineError):
+    """prompt tokens + max_tokens exceed the context window."""
+
+
+class InvalidParameterError(OndeviceError, ValueError):
+    """A parameter is out of its valid range; the message names it."""
+
+
+class ProbeError(OndeviceError):
+    """A bandwidth/compute/kernel probe could not run."""
+
+
+class SpecError(OndeviceError, ValueError):
+    """A model spec for prediction is incomplete or inconsistent."""
+
+
+class QuantError(OndeviceError):
+    """Quantization or quality evaluation failed on bad input."""
+
+
+class BenchError(OndeviceError):
+    """A benchmark configuration or result file is invalid."""

