@@ -1,0 +1,33 @@
+"""Shared fixtures: tiny synthetic models (built once per session) and the default model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quant.synth import SynthConfig, build_synthetic_model
+
+
+@pytest.fixture(scope="session")
+def synth_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("synth")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(synth_dir) -> Path:
+    """A 2-layer F16 llama (d_model 64, vocab 512): loads and generates in milliseconds."""
+    return build_synthetic_model(SynthConfig(), synth_dir / "tiny-f16.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_f32(synth_dir) -> Path:
+    return build_synthetic_model(SynthConfig(dtype="F32", seed=1), synth_dir / "tiny-f32.gguf")
+
+
+@pytest.fixture(scope="session")
+def default_model() -> Path:
+    """The real default model (Gemma 3 270M Q4_K_M), materialised from its PyPI package."""
+    from ondevice.materialize import resolve_model
+
+    return resolve_model(None)
