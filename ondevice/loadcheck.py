@@ -1,0 +1,61 @@
+"""Semantic checks run before llama.cpp opens a file.
+
+gguf_file.read_gguf guarantees the header is well-formed; this guarantees the
+hyperparameters agree with the tensors, so that nonsense metadata (a layer count with no
+layers behind it, a zero head count, token ids beyond the vocabulary) is refused with a
+typed error instead of reaching llama.cpp's C++ code.
+"""
+
+from __future__ import annotations
+
+from ondevice.errors import GGUFFormatError
+from ondevice.gguf_file import GGUFFile
+from ondevice.modelspec import ModelSpec, spec_from_gguf
+
+__all__ = ["check_loadable", "inspect_for_load"]
+
+_TOKEN_ID_KEYS = ("bos", "eos", "unknown", "padding", "eot", "sep")
+
+
+def inspect_for_load(path) -> ModelSpec:
+    """read_gguf + spec + check_loadable: what the engine runs before llama.cpp sees the file."""
+    from ondevice.gguf_file import read_gguf
+
+    g = read_gguf(path)
+    spec = spec_from_gguf(g)
+    check_loadable(g, spec)
+    return spec
+
+
+def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
+    where = str(g.path)
+    if not g.tensors:
+        raise GGUFFormatError(f"{where}: holds no weights (vocab-only GGUF); nothing to load")
+    if not spec.arch:
+        raise GGUFFormatError(f"{where}: no general.architecture; cannot load")
+    for key in ("n_layer", "d_model", "n_head", "n_head_kv", "n_vocab"):
+        if not getattr(spec, key):
+            raise GGUFFormatError(f"{where}: missing or zero {key} for architecture {spec.arch!r}; cannot load")
+    if spec.n_head % spec.n_head_kv:
+        raise GGUFFormatError(f"{where}: head count {spec.n_head} is not a multiple of KV head count {spec.n_head_kv}")
+    if spec.n_layer > 4096 or spec.n_ctx_train is None or spec.n_ctx_train <= 0:
+        raise GGUFFormatError(f"{where}: implausible layer count {spec.n_layer} or context {spec.n_ctx_train}")
+    by_name = {t.name: t for t in g.tensors}
+    layers = {int(n.split(".")[1]) for n in by_name if n.startswith("blk.") and n.split(".")[1].isdigit()}
+    if layers != set(range(spec.n_layer)):
+        raise GGUFFormatError(f"{where}: metadata says {spec.n_layer} layers but the file has tensors for {len(layers)}")
+    embd = by_name.get("token_embd.weight")
+    if embd is None or len(embd.shape) != 2:
+        raise GGUFFormatError(f"{where}: no 2-D token_embd.weight tensor")
+    if embd.shape[0] != spec.d_model or embd.shape[1] != spec.n_vocab:
+        raise GGUFFormatError(
+            f"{where}: token_embd.weight is {embd.shape[0]}x{embd.shape[1]} but metadata says "
+            f"d_model {spec.d_model} and vocabulary {spec.n_vocab}"
+        )
+    q = by_name.get("blk.0.attn_q.weight")
+    if q is not None and spec.head_dim_k and q.shape[-1] != spec.n_head * spec.head_dim_k:
+        raise GGUFFormatError(f"{where}: blk.0.attn_q.weight has {q.shape[-1]} outputs, expected n_head x head_dim = {spec.n_head * spec.head_dim_k}")
+    for name in _TOKEN_ID_KEYS:
+        token = g.get(f"tokenizer.ggml.{name}_token_id")
+        if isinstance(token, int) and not 0 <= token < spec.n_vocab:
+            raise GGUFFormatError(f"{where}: {name} token id {token} is outside the vocabulary of {spec.n_vocab}")
