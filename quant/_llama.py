@@ -1,0 +1,187 @@
+"""Thin helpers over llama-cpp-python's low-level API, for quant's own use.
+
+- `route_llama_log()`: send llama.cpp's log to the `logging` logger "ondevice.llama_cpp"
+  (llama-cpp-python's own callback prints to stderr) and let a caller listen to the lines.
+- `LogitsModel`: a model + context that scores token windows and returns their logits
+  (quality evaluation; copying logits is fine here, this is not the decode hot path).
+
+llama_cpp is imported inside functions: importing quant stays cheap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ondevice.errors import ModelLoadError, QuantError
+
+__all__ = ["route_llama_log", "log_listener", "LogitsModel"]
+
+_LOG = logging.getLogger("ondevice.llama_cpp")
+# enum ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continue the previous line)
+_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+
+
+class _LogRouter:
+    """The ctypes callback llama.cpp calls for each log fragment (from any thread)."""
+
+    def __init__(self) -> None:
+        import llama_cpp
+
+        self.listeners: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+        self._last = logging.INFO
+        self.c_callback = llama_cpp.llama_log_callback(self._on_log)  # keep a reference
+
+    def _on_log(self, level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+        line = text.decode("utf-8", "replace") if text else ""
+        self._last = _LEVELS.get(level, self._last)  # 5 = continue the previous level
+        if line.strip():
+            _LOG.log(self._last, "%s", line.rstrip("\n"))
+        with self._lock:
+            listeners = list(self.listeners)
+        for listen in listeners:
+            listen(line)
+
+
+_router: _LogRouter | None = None  # created on first use; the C side keeps a pointer to it
+_router_lock = threading.Lock()
+
+
+def route_llama_log() -> _LogRouter:
+    """Install (once) the callback that sends llama.cpp's log to `logging`."""
+    global _router
+    import llama_cpp
+
+    with _router_lock:
+        if _router is None:
+            _router = _LogRouter()
+        llama_cpp.llama_log_set(_router.c_callback, ctypes.c_void_p(0))
+        return _router
+
+
+class log_listener:
+    """Context manager: call `fn(text)` for each llama.cpp log fragment while inside."""
+
+    def __init__(self, fn: Callable[[str], None]):
+        self.fn = fn
+
+    def __enter__(self) -> "log_listener":
+        router = route_llama_log()
+        with router._lock:
+            router.listeners.append(self.fn)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        router = route_llama_log()
+        with router._lock:
+            router.listeners.remove(self.fn)
+
+
+def gpu_layers(n_gpu_layers: int | str | None) -> int:
+    """"auto"/None: offload everything when this build has a GPU backend, else 0."""
+    import llama_cpp
+
+    if n_gpu_layers in (None, "auto"):
+        return 999 if llama_cpp.llama_supports_gpu_offload() else 0
+    return int(n_gpu_layers)
+
+
+class LogitsModel:
+    """A model and one context of `n_ctx` tokens; evaluates windows from an empty cache."""
+
+    def __init__(self, path: str | Path, *, n_ctx: int, n_threads: int | None = None, n_gpu_layers: int | str | None = "auto"):
+        import llama_cpp
+
+        self._ll = llama_cpp
+        route_llama_log()
+        llama_cpp.llama_backend_init()
+        self.path = Path(path)
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = gpu_layers(n_gpu_layers)
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            raise ModelLoadError(f"{self.path}: llama.cpp could not load the model (see --log-level INFO)")
+        self._ctx = None
+        try:
+            self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+            self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+            self.n_ctx = int(n_ctx)
+            self._ctx = self._new_context(n_threads)
+        except BaseException:
+            self.close()
+            raise
+
+    def _new_context(self, n_threads: int | None):
+        ll = self._ll
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = self.n_ctx
+        cparams.n_batch = self.n_ctx  # one llama_decode call per window
+        cparams.n_ubatch = min(self.n_ctx, 512)
+        cparams.n_seq_max = 1
+        if n_threads:
+            cparams.n_threads = cparams.n_threads_batch = int(n_threads)
+        ctx = ll.llama_init_from_model(self._model, cparams)
+        if not ctx:
+            raise ModelLoadError(f"{self.path}: llama.cpp could not create a context of {self.n_ctx} tokens")
+        return ctx
+
+    def tokenize(self, text: str, *, add_bos: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (self._ll.llama_token * cap)()
+        n = self._ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, False)
+        if n < 0:
+            raise QuantError(f"{self.path}: tokenizing the text failed ({n})")
+        return list(buf[:n])
+
+    @property
+    def bos(self) -> int | None:
+        tok = int(self._ll.llama_vocab_bos(self._vocab))
+        return tok if tok >= 0 else None
+
+    def window_logits(self, tokens: Sequence[int], first_scored: int) -> np.ndarray:
+        """Evaluate `tokens` from an empty cache; return float32 logits (n_scored, n_vocab) where
+        row k predicts tokens[first_scored + k]."""
+        ll, n = self._ll, len(tokens)
+        if not 1 <= first_scored < n <= self.n_ctx:
+            raise QuantError(f"window of {n} tokens, scoring from {first_scored}: does not fit a context of {self.n_ctx}")
+        ll.llama_memory_clear(ll.llama_get_memory(self._ctx), True)
+        batch = ll.llama_batch_init(n, 0, 1)
+        try:
+            for i, tok in enumerate(tokens):
+                batch.token[i] = int(tok)
+                batch.pos[i] = i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = first_scored - 1 <= i < n - 1
+            batch.n_tokens = n
+            rc = ll.llama_decode(self._ctx, batch)
+            if rc != 0:
+                raise QuantError(f"{self.path}: llama_decode failed with code {rc}")
+            out = np.empty((n - first_scored, self.n_vocab), dtype=np.float32)
+            for k in range(n - first_scored):
+                ptr = ll.llama_get_logits_ith(self._ctx, first_scored - 1 + k)
+                out[k] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+            return out
+        finally:
+            ll.llama_batch_free(batch)
+
+    def close(self) -> None:
+        if self._ctx:
+            self._ll.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            self._ll.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "LogitsModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,201 @@
+"""Quantize a GGUF file through llama.cpp's own quantizer (llama_model_quantize).
+
+The output is written to a hidden temporary name beside the destination and renamed only
+once llama.cpp has finished and the result reads back as a complete GGUF: an interrupted or
+failed run (disk full included) leaves nothing that looks like a model. An existing
+destination is never overwritten without `force`; an already-quantized source needs
+`allow_requantize` (the precision it lost cannot come back).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from typing import Callable
+
+from gguf import GGMLQuantizationType, LlamaFileType
+
+from ondevice import paths
+from ondevice.errors import GGUFFormatError, InvalidParameterError, QuantError
+from ondevice.gguf_file import GGUFFile, read_gguf
+from quant.formats import block_format
+
+__all__ = ["quantize", "file_types", "file_type", "main_tensor_type", "is_quantized", "estimate_bytes", "Progress"]
+
+_log = logging.getLogger(__name__)
+
+# llama.cpp refuses these file types without an importance matrix, which this tool does not make.
+_NEEDS_IMATRIX = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "Q2_K_S"}
+_TENSOR_LINE = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
+
+# progress(tensors_done, tensors_total): called from the thread that called quantize()
+Progress = Callable[[int, int], None]
+
+
+def _label(member: LlamaFileType) -> str:
+    return member.name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def file_types() -> dict[str, LlamaFileType]:
+    """Quantization targets by name ("Q4_K_M", "Q8_0", "F16", ...), from gguf's LlamaFileType."""
+    return {_label(m): m for m in LlamaFileType if m is not LlamaFileType.GUESSED and _label(m) not in _NEEDS_IMATRIX}
+
+
+def file_type(name: str) -> LlamaFileType:
+    """The llama.cpp file type for a name (case-insensitive); QuantError lists the valid ones."""
+    types = file_types()
+    member = types.get(str(name).strip().upper())
+    if member is None:
+        raise QuantError(f"unknown quantization type {name!r}; valid types: {', '.join(types)}")
+    return member
+
+
+def main_tensor_type(ftype: LlamaFileType) -> GGMLQuantizationType:
+    """The tensor type most weights get for a file type (Q4_K_M -> Q4_K, Q8_0 -> Q8_0)."""
+    label = _label(ftype)
+    while label:
+        if label in GGMLQuantizationType.__members__:
+            return GGMLQuantizationType[label]
+        label = label.rpartition("_")[0]
+    raise QuantError(f"no tensor type known for file type {ftype.name}")
+
+
+def is_quantized(g: GGUFFile) -> list[str]:
+    """Names of the quantized (block) types among a file's tensors; [] for F32/F16/BF16 files."""
+    return sorted({t.type_name for t in g.tensors if block_format(t.ggml_type).is_quantized})
+
+
+def estimate_bytes(g: GGUFFile, ftype: LlamaFileType) -> int:
+    """Rough size of the output: matrices at the file type's main tensor type, the rest as is."""
+    fmt = block_format(main_tensor_type(ftype))
+    total = g.data_offset
+    for t in g.tensors:
+        if len(t.shape) >= 2 and t.shape[0] % fmt.block_elements == 0:
+            total += fmt.tensor_bytes(t.shape)
+        else:
+            total += t.n_bytes
+    return total
+
+
+def quantize(
+    src: str | Path,
+    dst: str | Path,
+    qtype: str,
+    *,
+    threads: int | None = None,
+    allow_requantize: bool = False,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> Path:
+    """Write `src` quantized to `qtype` at `dst`; return `dst`. Raises QuantError (and
+    GGUFFormatError / ModelNotFoundError for a source that is not a readable GGUF)."""
+    ftype = file_type(qtype)
+    if threads is not None and int(threads) < 1:
+        raise InvalidParameterError(f"threads must be at least 1, not {threads}")
+    src, dst = Path(src), Path(dst)
+    source = read_gguf(src)
+    if not source.tensors:
+        raise QuantError(f"{src}: has no tensors (vocab-only GGUF); nothing to quantize")
+    already = is_quantized(source)
+    if already and not allow_requantize:
+        raise QuantError(
+            f"{src} is already quantized ({', '.join(already)}); requantizing cannot bring back the precision "
+            "it lost: pass --allow-requantize to do it anyway"
+        )
+    if already:
+        _log.warning("requantizing %s (%s): quality lost in the first quantization cannot come back", src, ", ".join(already))
+    _check_destination(src, dst, force)
+    _check_space(dst, estimate_bytes(source, ftype))
+    with paths.atomic_path(dst) as tmp:
+        _run_llama_quantize(src, tmp, ftype, threads=threads, allow_requantize=allow_requantize, progress=progress)
+        _verify_output(tmp, dst, len(source.tensors))
+    return dst
+
+
+def _check_destination(src: Path, dst: Path, force: bool) -> None:
+    folder = dst.parent
+    if not folder.exists():
+        raise QuantError(f"destination folder {folder} does not exist")
+    if not folder.is_dir():
+        raise QuantError(f"destination folder {folder} is not a directory")
+    if dst.is_dir():
+        raise QuantError(f"destination {dst} is a directory")
+    if dst.exists() and src.resolve() == dst.resolve():
+        raise QuantError(f"destination {dst} is the source file")
+    if dst.exists() and not force:
+        raise QuantError(f"{dst} already exists; pass --force to overwrite it")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise QuantError(f"destination folder {folder} is not writable")
+
+
+def _check_space(dst: Path, need_bytes: int) -> None:
+    try:
+        free = shutil.disk_usage(dst.parent).free
+    except OSError:
+        return
+    if free < need_bytes:
+        raise QuantError(f"not enough disk space in {dst.parent}: about {need_bytes / 1e6:.1f} MB needed, {free / 1e6:.1f} MB free")
+
+
+def _run_llama_quantize(src: Path, tmp: Path, ftype: LlamaFileType, *, threads, allow_requantize, progress) -> None:
+    import llama_cpp
+
+    from quant._llama import log_listener
+
+    if getattr(llama_cpp, f"LLAMA_FTYPE_{ftype.name}", None) != ftype.value:
+        raise QuantError(f"this llama.cpp build does not support {_label(ftype)}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype.value
+    params.nthread = int(threads or 0)  # 0: llama.cpp uses every hardware thread
+    params.allow_requantize = bool(allow_requantize)
+    state = {"done": 0, "total": 0, "rc": None, "error": None, "errors": []}
+
+    def on_log(text: str) -> None:
+        match = _TENSOR_LINE.search(text)
+        if match:
+            state["done"], state["total"] = int(match.group(1)), int(match.group(2))
+        if "failed" in text or "error" in text.lower():
+            state["errors"].append(text.strip())
+
+    def work() -> None:
+        try:
+            state["rc"] = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), llama_cpp.byref(params))
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+            state["error"] = exc
+
+    with log_listener(on_log):
+        worker = threading.Thread(target=work, name="llama-quantize", daemon=True)
+        worker.start()
+        _wait(worker, state, progress)
+    if state["error"] is not None:
+        raise QuantError(f"quantizing {src} failed: {state['error']}")
+    if state["rc"] != 0:
+        detail = state["errors"][-1] if state["errors"] else f"llama_model_quantize returned {state['rc']}"
+        raise QuantError(f"quantizing {src} to {_label(ftype)} failed: {detail}")
+
+
+def _wait(worker: threading.Thread, state: dict, progress: Progress | None) -> None:
+    """Join the worker, reporting progress from this thread; Ctrl+C still reaches the caller."""
+    shown = (-1, -1)
+    while worker.is_alive():
+        worker.join(0.1)
+        now = (state["done"], state["total"])
+        if progress and now != shown and now[1]:
+            progress(*now)
+            shown = now
+    if progress and state["rc"] == 0 and state["total"]:
+        progress(state["total"], state["total"])
+
+
+def _verify_output(tmp: Path, dst: Path, n_tensors: int) -> None:
+    """The temporary file must read back as a complete GGUF with every tensor."""
+    try:
+        out = read_gguf(tmp)
+    except GGUFFormatError as exc:
+        raise QuantError(f"writing {dst} failed: the output is incomplete ({exc})") from None
+    if len(out.tensors) != n_tensors:
+        raise QuantError(f"writing {dst} failed: {len(out.tensors)} of {n_tensors} tensors written")
