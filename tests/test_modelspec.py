@@ -181,14 +181,10 @@ def test_bad_files_give_one_line_and_exit_2(tmp_path, tiny_model, case):
     assert "Traceback" not in out.stderr
 
 
-def test_random_header_mutations_never_crash(tiny_model):
-    """Seeded header fuzzing: every mutant gives a typed error or a valid spec."""
-    original = tiny_model.read_bytes()
-    header_end = read_gguf(tiny_model).data_offset
-    rng = np.random.default_rng(1234)
-    outcomes = {"error": 0, "valid": 0}
-    path = tiny_model.parent / "fuzz.gguf"
-    for case in range(300):
+def header_mutants(original: bytes, header_end: int, n: int, seed: int):
+    """Seeded mutants of a GGUF: flipped header bytes, extreme 64-bit values, truncations."""
+    rng = np.random.default_rng(seed)
+    for case in range(n):
         data = bytearray(original)
         kind = case % 3
         if kind == 0:  # flip a few random header bytes
@@ -199,7 +195,16 @@ def test_random_header_mutations_never_crash(tiny_model):
             data[pos : pos + 8] = [0, 1, 2**31, 2**63, 2**64 - 1][int(rng.integers(0, 5))].to_bytes(8, "little")
         else:  # truncate anywhere
             data = data[: int(rng.integers(0, len(data)))]
-        path.write_bytes(bytes(data))
+        yield bytes(data)
+
+
+def test_random_header_mutations_never_crash(tiny_model):
+    """Every mutant gives a typed error or a valid spec whose bytes add up."""
+    header_end = read_gguf(tiny_model).data_offset
+    outcomes = {"error": 0, "valid": 0}
+    path = tiny_model.parent / "fuzz.gguf"
+    for data in header_mutants(tiny_model.read_bytes(), header_end, 300, seed=1234):
+        path.write_bytes(data)
         try:
             spec = inspect(path)
         except GGUFFormatError:
@@ -208,3 +213,41 @@ def test_random_header_mutations_never_crash(tiny_model):
             assert spec.weight_bytes + spec.header_bytes + spec.padding_bytes == spec.file_bytes
             outcomes["valid"] += 1
     assert outcomes["error"] > 50 and outcomes["valid"] > 10, outcomes
+
+
+_LOADER = """
+import ctypes, sys, llama_cpp
+_cb = llama_cpp.llama_log_callback(lambda level, text, data: None)
+llama_cpp.llama_log_set(_cb, ctypes.c_void_p(0))
+llama_cpp.llama_backend_init()
+for line in sys.stdin:
+    params = llama_cpp.llama_model_default_params()
+    model = llama_cpp.llama_model_load_from_file(line.strip().encode(), params)
+    if model:
+        llama_cpp.llama_model_free(model)
+    print("loaded" if model else "refused", flush=True)
+"""
+
+
+def test_mutants_that_pass_the_load_check_do_not_crash_llama_cpp(tiny_model, tmp_path):
+    """What inspect_for_load lets through, llama.cpp opens (or refuses) without dying."""
+    from ondevice.loadcheck import inspect_for_load
+
+    header_end = read_gguf(tiny_model).data_offset
+    passed = []
+    for i, data in enumerate(header_mutants(tiny_model.read_bytes(), header_end, 300, seed=99)):
+        path = tmp_path / f"m{i}.gguf"
+        path.write_bytes(data)
+        try:
+            inspect_for_load(path)
+        except GGUFFormatError:
+            path.unlink()
+        else:
+            passed.append(path)
+    assert passed, "no mutant passed the load check: the test checks nothing"
+    out = subprocess.run([sys.executable, "-c", _LOADER], input="\n".join(map(str, passed)) + "\n",
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"llama.cpp died (rc {out.returncode}) after {out.stdout.count(chr(10))} files: {out.stderr[-500:]}"
+    words = out.stdout.split()
+    assert words.count("loaded") + words.count("refused") == len(passed)
+    print(f"{len(passed)} mutants passed the check: {words.count('loaded')} loaded, {words.count('refused')} refused")
