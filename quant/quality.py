@@ -1,0 +1,258 @@
+"""Quality of a model, and how far a quantized model is from another: perplexity on a shipped
+public-domain text, mean KL divergence of next-token distributions, top-1 agreement.
+
+Method (as llama.cpp's perplexity tool): the text is tokenized once, cut into windows of
+`n_ctx` tokens (each starting with BOS when the model has one), every window evaluated from an
+empty cache; only the second half of each window is scored, so each scored token has at least
+n_ctx/2 tokens of context. Two models are run window by window in lockstep, so their logits
+never need to be held for the whole text.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ondevice.errors import InvalidParameterError, QuantError
+from ondevice.gguf_file import ArrayRef, GGUFFile, read_gguf
+from quant._llama import LogitsModel
+
+__all__ = ["Perplexity", "Comparison", "default_text", "perplexity", "compare", "check_same_vocabulary", "DEFAULT_TEXT", "DEFAULT_N_CTX"]
+
+DEFAULT_TEXT = ("alice_ch1.txt", "pride_ch1.txt")  # quant/data, joined in this order
+DEFAULT_N_CTX = 512  # window length, tokens (capped at the model's trained context)
+_ROWS = 32  # logit rows turned into probabilities at a time (bounds memory on big vocabularies)
+
+Progress = Callable[[int, int], None]  # (windows done, windows total)
+
+
+@dataclass(frozen=True)
+class Perplexity:
+    """Perplexity of one model on one text."""
+
+    model_path: str  # the GGUF file
+    text_name: str  # which text was scored
+    n_ctx: int  # window length, tokens
+    n_windows: int  # windows evaluated
+    n_text_tokens: int  # tokens of the text (model's tokenizer), before windowing
+    n_scored: int  # tokens scored (second half of each window)
+    nll: float  # mean negative log-likelihood of the scored tokens, nats per token
+    nll_stderr: float  # standard error of that mean, nats
+    ppl: float  # exp(nll)
+    eval_s: float  # wall time evaluating this model, seconds
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`other` measured against `base` on the same tokens (shared tokenizer)."""
+
+    base: Perplexity  # perplexity of the reference model
+    other: Perplexity  # perplexity of the compared model
+    kl_mean: float  # mean KL(base || other) over scored positions, nats
+    kl_median: float  # median KL, nats
+    kl_p99: float  # 99th percentile KL, nats
+    kl_max: float  # largest KL at one position, nats
+    top1_agreement: float  # share of positions where both models' most likely token is the same, 0..1
+
+    @property
+    def ppl_ratio(self) -> float:
+        return self.other.ppl / self.base.ppl
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ppl_ratio"] = self.ppl_ratio
+        return d
+
+
+def default_text() -> str:
+    """The shipped evaluation text (public domain; see quant/data/README.md)."""
+    folder = resources.files("quant") / "data"
+    return "\n\n".join(folder.joinpath(name).read_text(encoding="utf-8") for name in DEFAULT_TEXT)
+
+
+def _read_text(text: str | Path | None) -> tuple[str, str]:
+    if text is None:
+        return default_text(), "+".join(DEFAULT_TEXT)
+    path = Path(text)
+    try:
+        return path.read_text(encoding="utf-8"), path.name
+    except (OSError, UnicodeDecodeError) as exc:
+        raise QuantError(f"cannot read text file {path}: {exc}") from None
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    x -= x.max(axis=1, keepdims=True)
+    x -= np.log(np.exp(x).sum(axis=1, keepdims=True))
+    return x
+
+
+def _window_len(g: GGUFFile, n_ctx: int | None) -> int:
+    arch = g.get("general.architecture")
+    trained = g.get(f"{arch}.context_length")
+    n = int(n_ctx or DEFAULT_N_CTX)
+    if isinstance(trained, int) and trained > 0:
+        n = min(n, trained)
+    if n < 8:
+        raise InvalidParameterError(f"n_ctx must be at least 8 tokens, not {n}")
+    return n
+
+
+def _windows(tokens: list[int], n_ctx: int, bos: int | None) -> list[tuple[list[int], int]]:
+    """(window tokens, first scored index) for each window; only windows with something to score."""
+    body = n_ctx - 1 if bos is not None else n_ctx
+    first = n_ctx // 2
+    out = []
+    for start in range(0, len(tokens), body):
+        window = ([bos] if bos is not None else []) + tokens[start : start + body]
+        if len(window) > first + 1 or (not out and len(window) >= 2):
+            out.append((window, min(first, len(window) - 1)))
+    return out
+
+
+class _Scorer:
+    """Accumulates per-position NLL (and, for a pair, KL and top-1 agreement)."""
+
+    def __init__(self) -> None:
+        self.nll: list[np.ndarray] = []
+        self.kl: list[np.ndarray] = []
+        self.agree = 0
+        self.n = 0
+
+    def add(self, targets: np.ndarray, logits: np.ndarray, base_logits: np.ndarray | None = None) -> None:
+        for r in range(0, len(targets), _ROWS):
+            lp = _log_softmax(logits[r : r + _ROWS])
+            tgt = targets[r : r + _ROWS]
+            self.nll.append(-lp[np.arange(len(tgt)), tgt])
+            if base_logits is not None:
+                lb = _log_softmax(base_logits[r : r + _ROWS])
+                self.kl.append(np.maximum((np.exp(lb) * (lb - lp)).sum(axis=1), 0.0))
+                self.agree += int((lb.argmax(axis=1) == lp.argmax(axis=1)).sum())
+            self.n += len(tgt)
+
+    def perplexity(self, path: Path, text_name: str, n_ctx: int, n_windows: int, n_text: int, eval_s: float) -> Perplexity:
+        nll = np.concatenate(self.nll) if self.nll else np.zeros(0)
+        if not nll.size:
+            raise QuantError("the text is too short to score: no window has tokens past its first half")
+        mean = float(nll.mean())
+        stderr = float(nll.std(ddof=1) / math.sqrt(nll.size)) if nll.size > 1 else 0.0
+        return Perplexity(str(path), text_name, n_ctx, n_windows, n_text, int(nll.size), mean, stderr, math.exp(mean), eval_s)
+
+
+def _prepare(path: Path, text: str, n_ctx: int, max_tokens: int | None, n_threads: int | None, n_gpu_layers):
+    model = LogitsModel(path, n_ctx=n_ctx, n_threads=n_threads or os.cpu_count(), n_gpu_layers=n_gpu_layers)
+    try:
+        tokens = model.tokenize(text, add_bos=False)
+        if max_tokens is not None:
+            if max_tokens < 2:
+                raise InvalidParameterError(f"max_tokens must be at least 2, not {max_tokens}")
+            tokens = tokens[:max_tokens]
+        return model, tokens, _windows(tokens, n_ctx, model.bos)
+    except BaseException:
+        model.close()
+        raise
+
+
+def perplexity(
+    model: str | Path,
+    *,
+    text: str | Path | None = None,
+    n_ctx: int | None = None,
+    max_tokens: int | None = None,
+    n_threads: int | None = None,
+    n_gpu_layers: int | str | None = "auto",
+    progress: Progress | None = None,
+) -> Perplexity:
+    """Perplexity of `model` on `text` (a file; default: the shipped text)."""
+    path = Path(model)
+    g = read_gguf(path)
+    body, name = _read_text(text)
+    n = _window_len(g, n_ctx)
+    lm, tokens, windows = _prepare(path, body, n, max_tokens, n_threads, n_gpu_layers)
+    scorer, t0 = _Scorer(), time.perf_counter()
+    with lm:
+        for i, (window, first) in enumerate(windows):
+            scorer.add(np.asarray(window[first:]), lm.window_logits(window, first))
+            if progress:
+                progress(i + 1, len(windows))
+    return scorer.perplexity(path, name, n, len(windows), len(tokens), time.perf_counter() - t0)
+
+
+def compare(
+    base: str | Path,
+    other: str | Path,
+    *,
+    text: str | Path | None = None,
+    n_ctx: int | None = None,
+    max_tokens: int | None = None,
+    n_threads: int | None = None,
+    n_gpu_layers: int | str | None = "auto",
+    progress: Progress | None = None,
+) -> Comparison:
+    """Perplexity of both models and KL(base || other), top-1 agreement, on the same windows."""
+    base_path, other_path = Path(base), Path(other)
+    gb, go = read_gguf(base_path), read_gguf(other_path)
+    check_same_vocabulary(gb, go)
+    body, name = _read_text(text)
+    n = min(_window_len(gb, n_ctx), _window_len(go, n_ctx))
+    lb, tokens, windows = _prepare(base_path, body, n, max_tokens, n_threads, n_gpu_layers)
+    with lb:
+        lo = LogitsModel(other_path, n_ctx=n, n_threads=n_threads or os.cpu_count(), n_gpu_layers=n_gpu_layers)
+        with lo:
+            if lo.n_vocab != lb.n_vocab:
+                raise QuantError(f"different vocabularies: {lb.n_vocab} tokens in {base_path}, {lo.n_vocab} in {other_path}")
+            sb, so, times = _Scorer(), _Scorer(), [0.0, 0.0]
+            for i, (window, first) in enumerate(windows):
+                targets = np.asarray(window[first:])
+                t0 = time.perf_counter()
+                logits_b = lb.window_logits(window, first)
+                t1 = time.perf_counter()
+                logits_o = lo.window_logits(window, first)
+                times[0] += t1 - t0
+                times[1] += time.perf_counter() - t1
+                sb.add(targets, logits_b)
+                so.add(targets, logits_o, base_logits=logits_b)
+                if progress:
+                    progress(i + 1, len(windows))
+    kl = np.concatenate(so.kl)
+    return Comparison(
+        base=sb.perplexity(base_path, name, n, len(windows), len(tokens), times[0]),
+        other=so.perplexity(other_path, name, n, len(windows), len(tokens), times[1]),
+        kl_mean=float(kl.mean()),
+        kl_median=float(np.median(kl)),
+        kl_p99=float(np.percentile(kl, 99)),
+        kl_max=float(kl.max()),
+        top1_agreement=so.agree / so.n,
+    )
+
+
+def _vocab_bytes(g: GGUFFile) -> Iterator[bytes | str]:
+    tokens = g.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, ArrayRef):
+        with open(g.path, "rb") as f:
+            f.seek(tokens.offset)
+            yield f.read(tokens.nbytes)
+    else:
+        yield repr(tokens)
+
+
+def check_same_vocabulary(a: GGUFFile, b: GGUFFile) -> None:
+    """Raise QuantError unless both files carry the same token list (KL needs one tokenizer)."""
+    ta, tb = a.get("tokenizer.ggml.tokens"), b.get("tokenizer.ggml.tokens")
+    if ta is None or tb is None:
+        missing = a.path if ta is None else b.path
+        raise QuantError(f"{missing} has no tokenizer.ggml.tokens: cannot check that the vocabularies match")
+    if len(ta) != len(tb):
+        raise QuantError(f"different vocabularies: {len(ta)} tokens in {a.path}, {len(tb)} in {b.path}")
+    if list(_vocab_bytes(a)) != list(_vocab_bytes(b)):
+        raise QuantError(f"different vocabularies: {a.path} and {b.path} have the same size but different tokens")
