@@ -1,0 +1,14 @@
+"""The timed engine: load a GGUF, stream timed tokens, chat with prefix reuse.
+
+    eng = load()                                    # the default model
+    g = eng.generate("The capital of France is", max_tokens=32, temperature=0)
+    for ev in eng.stream("Tell me a story"): ...    # TokenEvent(index, token_id, text, t_s, ...)
+    chat = eng.chat(system="You are terse."); chat.send("Hi")
+"""
+
+from ondevice.engine.chat import Chat
+from ondevice.engine.engine import Engine, load
+from ondevice.engine.loader import EngineInfo
+from ondevice.engine.loop import TokenStream
+
+__all__ = ["load", "Engine", "Chat", "TokenStream", "EngineInfo"]

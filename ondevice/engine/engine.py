@@ -1,0 +1,289 @@
+"""`load()` and the Engine: tokenize, stream, generate, chat, cancel, one request at a time."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any, Sequence
+
+from ondevice.engine.loader import EngineInfo, LlamaHandle, open_model
+from ondevice.engine.loop import KVCache, Request, TokenStream, _piece_reader, run_request
+from ondevice.engine.sampling import make_params
+from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
+from ondevice.results import Generation
+
+__all__ = ["load", "Engine"]
+
+_SEED_MOD = 2**32
+
+
+def load(
+    model: str | Path | None = None,
+    *,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    n_batch: int = 512,
+    n_gpu_layers: int | str = "auto",
+    flash_attn: bool | str = False,
+    seed: int = 0,
+    predictor: Any = "auto",
+) -> Engine:
+    """Load a model (None = the default model, a registry name, or a GGUF path) into an Engine.
+
+    n_ctx 0 means the model's trained context. n_gpu_layers "auto" offloads every layer
+    when this llama.cpp build can offload, else none. predictor "auto" uses the roofline
+    prediction from the cached probe (None when no probe is cached); pass an object with
+    step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s), or None for no prediction.
+    """
+    from ondevice.loadcheck import inspect_for_load
+    from ondevice.materialize import resolve_model
+
+    path = resolve_model(model)
+    spec = inspect_for_load(path)  # GGUFFormatError for a malformed or inconsistent file, before llama.cpp sees it
+    handle, info = open_model(
+        path, spec, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
+        n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, seed=seed,
+    )
+    try:
+        pred = _resolve_predictor(predictor, spec, info.backend)
+    except BaseException:
+        handle.free()
+        raise
+    return Engine(handle, info, pred)
+
+
+def _resolve_predictor(predictor: Any, spec: Any, backend: str) -> Any:
+    if predictor is None:
+        return None
+    if isinstance(predictor, str):
+        if predictor != "auto":
+            raise InvalidParameterError(f"predictor must be 'auto', None or an object with step_s(n_ctx), not {predictor!r}")
+        from ondevice.roofline import default_predictor  # lazy: written by the roofline area
+
+        return default_predictor(spec, backend)
+    if not callable(getattr(predictor, "step_s", None)):
+        raise InvalidParameterError("predictor must have a step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s) method")
+    return predictor
+
+
+class Engine:
+    """A loaded model and its context. One generation at a time; a second one concurrently raises EngineBusyError."""
+
+    def __init__(self, handle: LlamaHandle, info: EngineInfo, predictor: Any = None):
+        self._h = handle
+        self.info = info
+        self.predictor = predictor
+        self._kv = KVCache(handle)
+        self._piece = _piece_reader(handle)
+        self._busy = threading.Lock()
+        self._cancel: threading.Event | None = None
+        self._requests = 0  # requests started: the default draw seed is info.seed + this
+        self._closed = False
+        self._template: Any = None  # chat template, built on first chat()
+
+    # ---- state -------------------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self.info.n_ctx
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """Tokens whose keys/values the cache holds now."""
+        return len(self._kv.tokens)
+
+    @property
+    def n_vocab(self) -> int:
+        return self._h.n_vocab
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("this engine is closed")
+
+    # ---- text <-> tokens ---------------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Text -> token ids. add_bos: add the model's BOS when its vocabulary asks for one; special: parse special-token text."""
+        if not isinstance(text, str):
+            raise InvalidParameterError(f"text must be a string, not {type(text).__name__}")
+        self._check_open()
+        lib, raw = self._h.lib, text.encode("utf-8")
+        cap = len(raw) + 8
+        buf = (ctypes.c_int32 * cap)()
+        n = lib.llama_tokenize(self._h.vocab, raw, len(raw), buf, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (ctypes.c_int32 * cap)()
+            n = lib.llama_tokenize(self._h.vocab, raw, len(raw), buf, cap, add_bos, special)
+        if n < 0:
+            raise EngineError(f"llama_tokenize failed (code {n})")
+        return list(buf[:n])
+
+    def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
+        """Token ids -> text (invalid UTF-8 becomes U+FFFD)."""
+        self._check_open()
+        ids = self._check_ids(ids, allow_empty=True)
+        if not ids:
+            return ""
+        lib = self._h.lib
+        arr = (ctypes.c_int32 * len(ids))(*ids)
+        cap = 8 * len(ids) + 16
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(cap)
+            n = lib.llama_detokenize(self._h.vocab, arr, len(ids), buf, cap, False, special)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", "replace")
+            cap = -n
+        raise EngineError(f"llama_detokenize failed (code {n})")
+
+    def _check_ids(self, ids: Any, *, allow_empty: bool = False) -> list[int]:
+        try:
+            out = [int(t) for t in ids]
+            bad = any(isinstance(t, bool) or int(t) != t for t in ids)
+        except (TypeError, ValueError):
+            raise InvalidParameterError("prompt token ids must be a sequence of integers") from None
+        if bad:
+            raise InvalidParameterError("prompt token ids must be a sequence of integers")
+        if not out and not allow_empty:
+            raise InvalidParameterError("prompt is empty: no tokens to process")
+        for t in out:
+            if not 0 <= t < self._h.n_vocab:
+                raise InvalidParameterError(f"token id {t} is outside the vocabulary [0, {self._h.n_vocab})")
+        return out
+
+    # ---- generation --------------------------------------------------------------------
+    def stream(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.8,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        repeat_penalty: float = 1.0,
+        seed: int | None = None,
+        stop: str | Sequence[str] = (),
+        ignore_eos: bool = False,
+        cancel: threading.Event | None = None,
+        reuse_prefix: bool = True,
+    ) -> TokenStream:
+        """Start a generation; iterate the returned TokenStream for timed TokenEvents.
+
+        A prompt given as text is tokenized (BOS added when the model wants it); token ids
+        are used as they are. Raises ContextOverflowError before any work when prompt +
+        max_tokens exceed n_ctx, EngineBusyError when a generation is already running.
+        """
+        start_ns = perf_counter_ns()
+        params = make_params(
+            max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            repeat_penalty=repeat_penalty, seed=seed, stop=stop, ignore_eos=ignore_eos,
+        )
+        if not isinstance(reuse_prefix, bool):
+            raise InvalidParameterError(f"reuse_prefix must be True or False, not {reuse_prefix!r}")
+        if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+            raise InvalidParameterError("cancel must be a threading.Event (or have is_set())")
+        self._check_open()
+        if isinstance(prompt, str):
+            ids = self.tokenize(prompt, add_bos=True, special=False)
+            if not ids:
+                raise InvalidParameterError("prompt is empty: no tokens to process")
+        else:
+            ids = self._check_ids(prompt)
+        return self._start(ids, start_ns, perf_counter_ns(), params, cancel, reuse_prefix)
+
+    def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> Generation:
+        """Run a generation to its end and return the Generation (same arguments as stream())."""
+        ts = self.stream(prompt, **kwargs)
+        for _ in ts:
+            pass
+        assert ts.generation is not None
+        return ts.generation
+
+    def _start(self, ids: list[int], start_ns: int, tokenized_ns: int, params: Any, cancel: Any, reuse_prefix: bool,
+               on_done: Any = None) -> TokenStream:
+        self._check_open()
+        if len(ids) + params.max_tokens > self.n_ctx:
+            raise ContextOverflowError(
+                f"prompt of {len(ids)} tokens + max_tokens {params.max_tokens} = {len(ids) + params.max_tokens}"
+                f" tokens exceeds the context window of {self.n_ctx} tokens"
+            )
+        if not self._busy.acquire(blocking=False):
+            raise EngineBusyError("the engine is already generating; wait for it, cancel it, or use another engine")
+        try:
+            own = threading.Event()
+            self._cancel = own
+            external = cancel
+            is_cancelled = (lambda: own.is_set() or external.is_set()) if external is not None else own.is_set
+            seed = params.seed if params.seed is not None else (self.info.seed + self._requests) % _SEED_MOD
+            self._requests += 1
+            req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix)
+            gen = run_request(self._h, self._kv, req, self.info.n_batch, self.predictor, self._piece)
+        except BaseException:
+            self._cancel = None
+            self._busy.release()
+            raise
+
+        def on_end(generation: Generation | None) -> None:
+            self._cancel = None
+            self._busy.release()
+            if on_done is not None:
+                on_done(generation)
+
+        return TokenStream(gen, own, on_end)
+
+    # ---- control -----------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop the running generation at its next step (finish_reason "cancelled"); thread-safe, no-op when idle."""
+        ev = self._cancel
+        if ev is not None:
+            ev.set()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.locked()
+
+    def reset(self) -> None:
+        """Empty the KV cache (the next request prefills its whole prompt)."""
+        self._check_open()
+        if not self._busy.acquire(blocking=False):
+            raise EngineBusyError("cannot reset the cache while a generation is running")
+        try:
+            self._kv.clear()
+        finally:
+            self._busy.release()
+
+    def chat(self, system: str | None = None, **sampling_defaults: Any):
+        """A multi-turn conversation on this engine (see ondevice.engine.chat.Chat)."""
+        from ondevice.engine.chat import Chat
+
+        return Chat(self, system=system, **sampling_defaults)
+
+    def close(self) -> None:
+        """Free the model and context. Raises EngineBusyError while a generation runs."""
+        if self._closed:
+            return
+        if not self._busy.acquire(blocking=False):
+            raise EngineBusyError("cannot close the engine while a generation is running; cancel it first")
+        try:
+            self._closed = True
+            self._h.free()
+        finally:
+            self._busy.release()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and not self._busy.locked():
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        i = self.info
+        return f"Engine({i.spec.name or i.model_path!r}, backend={i.backend}, n_ctx={i.n_ctx}, load_s={i.load_s:.3f})"

@@ -1,0 +1,223 @@
+"""Open a GGUF with llama.cpp's low-level API: validate, load, time, detect the backend.
+
+The file is checked with `ondevice.modelspec.inspect` first (a malformed file raises
+GGUFFormatError and never reaches llama.cpp). llama.cpp's log goes to the `logging`
+logger "ondevice.llama_cpp", never to the terminal.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ondevice.errors import InvalidParameterError, ModelLoadError
+from ondevice.modelspec import ModelSpec
+
+__all__ = ["EngineInfo", "LlamaHandle", "open_model", "route_llama_log", "default_threads", "LOG_NAME"]
+
+LOG_NAME = "ondevice.llama_cpp"
+_log = logging.getLogger(LOG_NAME)
+# ggml log levels -> logging levels (5 = continuation of the previous message)
+_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+_log_state: dict[str, Any] = {}  # keeps the C callback alive for the process (llama.cpp holds a raw pointer)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """How an engine was loaded. Request timings are on each Generation, not here."""
+
+    model_path: str  # the GGUF file llama.cpp opened
+    spec: ModelSpec  # the model's shape and byte arithmetic, from its header
+    backend: str  # where the layers run: "CPU", "CUDA", "Metal", "Vulkan", ...
+    n_gpu_layers: int  # layers actually offloaded (0 on a CPU-only build; n_layer + 1 = all, output included)
+    n_threads: int  # CPU threads for decode and prefill
+    n_batch: int  # prefill chunk, tokens per llama_decode
+    n_ctx: int  # context window, tokens
+    flash_attn: bool | str  # as requested: True, False or "auto"
+    load_s: float  # seconds from opening the file to the engine being ready
+    llama_cpp_version: str  # llama-cpp-python version (and llama.cpp's, when it reports one)
+    seed: int  # base seed; request k without a seed of its own draws with seed + k
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "spec"}
+        d["model"] = self.spec.name
+        d["quant"] = self.spec.quant
+        return d
+
+
+def route_llama_log(lib: Any) -> None:
+    """Send llama.cpp/ggml log lines to logging (once per process; the callback must outlive every model)."""
+    if "callback" in _log_state:
+        return
+
+    def forward(level: int, text: bytes, _user: Any) -> None:
+        if level == 5:
+            level = _log_state.get("last", 1)
+        else:
+            _log_state["last"] = level
+        py_level = _LEVELS.get(level, logging.INFO)
+        if text and _log.isEnabledFor(py_level):
+            line = text.decode("utf-8", "replace").rstrip("\n")
+            if line.strip(" ."):
+                _log.log(py_level, "%s", line)
+
+    callback = lib.llama_log_callback(forward)
+    _log_state["callback"] = callback
+    lib.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+def default_threads() -> int:
+    """Physical cores this process may use (llama.cpp's own default is all physical cores)."""
+    try:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    except Exception:  # pragma: no cover - psutil is a dependency; stay usable without it
+        physical = os.cpu_count() or 1
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        usable = os.cpu_count() or physical
+    return max(1, min(physical, usable))
+
+
+def detect_backends(lib: Any) -> list[str]:
+    """Names of the ggml backends this llama.cpp build registered, e.g. ['CUDA', 'CPU']."""
+    try:
+        info = (lib.llama_print_system_info() or b"").decode("utf-8", "replace")
+    except Exception:  # pragma: no cover - defensive: the function exists in every 0.3.x
+        return ["CPU"]
+    names = re.findall(r"(?:^|\|)\s*([A-Za-z][A-Za-z0-9_-]*) : ", info)
+    out = [n for n in dict.fromkeys(names)]
+    return out or ["CPU"]
+
+
+class LlamaHandle:
+    """The raw llama.cpp objects of one engine: model, context, vocabulary, memory."""
+
+    def __init__(self, lib: Any, model: Any, ctx: Any):
+        self.lib = lib
+        self.model = model
+        self.ctx = ctx
+        self.vocab = lib.llama_model_get_vocab(model)
+        self.memory = lib.llama_get_memory(ctx)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx = int(lib.llama_n_ctx(ctx))
+        self.n_swa = int(lib.llama_model_n_swa(model))
+
+    def free(self) -> None:
+        if self.ctx:
+            self.lib.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            self.lib.llama_model_free(self.model)
+            self.model = None
+
+
+def _gpu_layers(lib: Any, n_gpu_layers: Any, spec: ModelSpec) -> tuple[int, int]:
+    """(value passed to llama.cpp, layers actually offloaded)."""
+    all_layers = (spec.n_layer or 0) + 1  # blocks + output layer
+    if n_gpu_layers == "auto":
+        requested = -1
+    elif isinstance(n_gpu_layers, int) and not isinstance(n_gpu_layers, bool) and n_gpu_layers >= -1:
+        requested = n_gpu_layers
+    else:
+        raise InvalidParameterError(f"n_gpu_layers must be 'auto', -1 (all) or a count >= 0, not {n_gpu_layers!r}")
+    if not lib.llama_supports_gpu_offload():
+        return 0, 0
+    effective = all_layers if requested < 0 else min(requested, all_layers)
+    return requested, effective
+
+
+def _flash_attn_type(lib: Any, flash_attn: Any) -> int:
+    if flash_attn == "auto":
+        return lib.LLAMA_FLASH_ATTN_TYPE_AUTO
+    if isinstance(flash_attn, bool):
+        return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    raise InvalidParameterError(f"flash_attn must be True, False or 'auto', not {flash_attn!r}")
+
+
+def _positive(name: str, value: Any, *, allow_zero: bool = False) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and (value > 0 or (allow_zero and value == 0))
+    if not ok:
+        raise InvalidParameterError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, not {value!r}")
+    return value
+
+
+def open_model(
+    path: Path, spec: ModelSpec, *, n_ctx: Any, n_threads: Any, n_batch: Any, n_gpu_layers: Any, flash_attn: Any, seed: Any
+) -> tuple[LlamaHandle, EngineInfo]:
+    """Load `path` (already validated into `spec`) and create a one-sequence context."""
+    n_ctx = _positive("n_ctx", n_ctx, allow_zero=True) or (spec.n_ctx_train or 4096)
+    n_threads = default_threads() if n_threads is None else _positive("n_threads", n_threads)
+    n_batch = _positive("n_batch", n_batch)
+    seed = _positive("seed", seed, allow_zero=True)
+    if seed > 2**32 - 1:
+        raise InvalidParameterError(f"seed must be in [0, {2**32 - 1}], not {seed}")
+    import llama_cpp as lib  # lazy: importing ondevice must not load llama.cpp
+
+    fa_type = _flash_attn_type(lib, flash_attn)
+    requested_layers, offloaded = _gpu_layers(lib, n_gpu_layers, spec)
+    route_llama_log(lib)
+    lib.llama_backend_init()
+    errors = _ErrorCollector()
+    _log.addHandler(errors)
+    try:
+        t0 = time.perf_counter_ns()
+        mparams = lib.llama_model_default_params()
+        mparams.n_gpu_layers = requested_layers
+        model = lib.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"{path}: llama.cpp could not load the model{errors.detail()}")
+        ctx = lib.llama_init_from_model(model, _context_params(lib, n_ctx, n_batch, n_threads, fa_type))
+        if not ctx:
+            lib.llama_model_free(model)
+            raise ModelLoadError(f"{path}: llama.cpp could not create a context of {n_ctx} tokens{errors.detail()}")
+        handle = LlamaHandle(lib, model, ctx)
+        load_s = (time.perf_counter_ns() - t0) * 1e-9
+    finally:
+        _log.removeHandler(errors)
+    backends = detect_backends(lib)
+    gpu = [b for b in backends if b.upper() not in ("CPU", "BLAS", "RPC")]
+    backend = gpu[0] if (offloaded and gpu) else "CPU"
+    version = getattr(lib, "__version__", "unknown")
+    info = EngineInfo(
+        model_path=str(path), spec=spec, backend=backend, n_gpu_layers=offloaded if backend != "CPU" else 0,
+        n_threads=n_threads, n_batch=n_batch, n_ctx=handle.n_ctx, flash_attn=flash_attn, load_s=load_s,
+        llama_cpp_version=version, seed=seed,
+    )
+    return handle, info
+
+
+def _context_params(lib: Any, n_ctx: int, n_batch: int, n_threads: int, fa_type: int) -> Any:
+    cparams = lib.llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_batch = n_batch
+    cparams.n_ubatch = n_batch
+    cparams.n_seq_max = 1
+    cparams.n_threads = n_threads
+    cparams.n_threads_batch = n_threads
+    cparams.flash_attn_type = fa_type
+    cparams.no_perf = True
+    return cparams
+
+
+class _ErrorCollector(logging.Handler):
+    """Keeps llama.cpp's error lines during a load, for the ModelLoadError message."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.lines) < 5:
+            self.lines.append(record.getMessage().strip())
+
+    def detail(self) -> str:
+        return f": {self.lines[-1]}" if self.lines else ""

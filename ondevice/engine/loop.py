@@ -1,0 +1,263 @@
+"""The decode loop: prefill in n_batch chunks, then one llama_decode per token, every token timed.
+
+Timing marks are `time.perf_counter_ns()` (DESIGN.md section 4): the request starts when
+the caller handed in text, a token is "available" the moment the native sampler returns
+it. Logits never leave llama.cpp: sampling is `llama_sampler_sample` on the context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any, Callable, Generator, Sequence
+
+from ondevice.engine.loader import LlamaHandle
+from ondevice.engine.sampling import SamplerChain, SamplingParams
+from ondevice.engine.text import TextAssembler
+from ondevice.errors import EngineError
+from ondevice.metrics import timings_from_marks
+from ondevice.results import FinishReason, Generation, TokenEvent
+
+__all__ = ["KVCache", "Request", "run_request", "TokenStream"]
+
+_NS = 1e-9
+
+
+class KVCache:
+    """What sequence 0 of the context holds: token ids at positions 0..n-1."""
+
+    def __init__(self, handle: LlamaHandle):
+        self._h = handle
+        self.tokens: list[int] = []  # ids whose K/V are in the cache, in position order
+
+    def clear(self) -> None:
+        self._h.lib.llama_memory_clear(self._h.memory, True)
+        self.tokens.clear()
+
+    def reuse(self, ids: Sequence[int], allow: bool) -> int:
+        """Keep the longest common prefix with `ids` (at least one token left to compute); return its length."""
+        if not allow:
+            self.clear()
+            return 0
+        cached = self.tokens
+        n = 0
+        limit = min(len(cached), len(ids) - 1)
+        while n < limit and cached[n] == ids[n]:
+            n += 1
+        lib, mem = self._h.lib, self._h.memory
+        if n < len(cached):
+            if not lib.llama_memory_seq_rm(mem, 0, n, -1):
+                self.clear()
+                return 0
+            del cached[n:]
+        if n and self._h.n_swa > 0:
+            # A sliding-window cache that already dropped old positions cannot resume at n.
+            pos_min = int(lib.llama_memory_seq_pos_min(mem, 0))
+            if pos_min > max(0, n - self._h.n_swa):
+                self.clear()
+                return 0
+        return n
+
+
+@dataclass
+class Request:
+    """One generation, validated and tokenized (internal)."""
+
+    ids: list[int]  # prompt token ids
+    start_ns: int  # perf_counter_ns() when the request was made
+    tokenized_ns: int  # perf_counter_ns() when the ids were ready
+    params: SamplingParams
+    seed: int  # draw seed (ignored when greedy)
+    cancelled: Callable[[], bool]  # polled before each step
+    reuse_prefix: bool  # keep the KV cache's common prefix
+
+
+def _piece_reader(handle: LlamaHandle) -> Callable[[int], bytes]:
+    """token id -> its bytes (cached per token; a byte-fallback token is one raw byte)."""
+    lib, vocab, cache = handle.lib, handle.vocab, {}
+    buf = ctypes.create_string_buffer(64)
+
+    def piece(token: int) -> bytes:
+        out = cache.get(token)
+        if out is None:
+            n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+            if n < 0:
+                big = ctypes.create_string_buffer(-n)
+                n = lib.llama_token_to_piece(vocab, token, big, len(big), 0, False)
+                out = big.raw[:n]
+            else:
+                out = buf.raw[:n]
+            cache[token] = out
+        return out
+
+    return piece
+
+
+def _prefill(handle: LlamaHandle, kv: KVCache, ids: list[int], n_batch: int, cancelled: Callable[[], bool]) -> bool:
+    """Decode ids into the cache in chunks of n_batch; False when cancelled between chunks."""
+    lib = handle.lib
+    arr = (ctypes.c_int32 * len(ids))(*ids)
+    base = ctypes.addressof(arr)
+    for lo in range(0, len(ids), n_batch):
+        if lo and cancelled():
+            return False
+        n = min(n_batch, len(ids) - lo)
+        ptr = ctypes.cast(base + 4 * lo, ctypes.POINTER(ctypes.c_int32))
+        rc = lib.llama_decode(handle.ctx, lib.llama_batch_get_one(ptr, n))
+        if rc != 0:
+            kv.clear()
+            raise EngineError(f"llama_decode failed on the prompt (code {rc}) at token {lo} of {len(ids)}")
+        kv.tokens.extend(ids[lo : lo + n])
+    return True
+
+
+def run_request(
+    handle: LlamaHandle, kv: KVCache, req: Request, n_batch: int, predictor: Any, piece: Callable[[int], bytes]
+) -> Generator[TokenEvent, None, Generation]:
+    """Prefill, then sample/decode token by token, yielding a TokenEvent per output token."""
+    lib, p = handle.lib, req.params
+    n_prompt = len(req.ids)
+    n_cached = kv.reuse(req.ids, req.reuse_prefix)
+    cancelled = req.cancelled
+    prefill_start = perf_counter_ns()
+    done = (not cancelled()) and _prefill(handle, kv, req.ids[n_cached:], n_batch, cancelled)
+    prefill_end = perf_counter_ns()
+    n_computed = len(kv.tokens) - n_cached
+    token_ns: list[int] = []
+    ids_out: list[int] = []
+    texts: list[str] = []
+    steps: list[tuple[float, float]] = []
+    finish: FinishReason = "cancelled"
+    if done and p.max_tokens and not cancelled():
+        finish = yield from _decode(handle, kv, req, predictor, piece, token_ns, ids_out, texts, steps)
+    elif done:
+        finish = "length" if not p.max_tokens else "cancelled"
+    timings = timings_from_marks(req.start_ns, req.tokenized_ns, prefill_start, prefill_end, token_ns, n_computed)
+    ceiling, predicted = _rates(steps)
+    return Generation(
+        text="".join(texts),
+        token_ids=tuple(ids_out),
+        finish_reason=finish,
+        prompt_tokens=n_prompt,
+        cached_prompt_tokens=n_cached,
+        timings=timings,
+        ceiling_tok_s=ceiling,
+        predicted_tok_s=predicted,
+        predicted_step_s=tuple(s[1] for s in steps),
+    )
+
+
+def _decode(handle, kv, req, predictor, piece, token_ns, ids_out, texts, steps) -> Generator[TokenEvent, None, FinishReason]:
+    lib, p = handle.lib, req.params
+    ctx, vocab = handle.ctx, handle.vocab
+    decode, sample, is_eog = lib.llama_decode, lib.llama_sampler_sample, lib.llama_vocab_is_eog
+    step_s = predictor.step_s if predictor is not None else None
+    cancelled, start, n_prompt, last_i = req.cancelled, req.start_ns, len(req.ids), p.max_tokens - 1
+    check_eog = not p.ignore_eos
+    text = TextAssembler(p.stop)
+    one = (ctypes.c_int32 * 1)()
+    batch = lib.llama_batch_get_one(one, 1)
+    chain = SamplerChain(lib, p, req.seed, handle.n_vocab, history=req.ids)
+    smpl = chain.ptr
+    tokens = kv.tokens
+    try:
+        for i in range(p.max_tokens):
+            if i:
+                if cancelled():
+                    return "cancelled"
+                one[0] = token
+                rc = decode(ctx, batch)
+                if rc != 0:
+                    kv.clear()
+                    raise EngineError(f"llama_decode failed (code {rc}) at output token {i}")
+                tokens.append(token)
+            token = sample(smpl, ctx, -1)
+            t = perf_counter_ns()
+            token_ns.append(t)
+            ids_out.append(token)
+            eog = check_eog and is_eog(vocab, token)
+            out = "" if eog else text.push(piece(token))
+            last = eog or text.stopped or i == last_i
+            if last:
+                out += text.flush()
+            pred = None
+            if step_s is not None:
+                step = step_s(n_prompt + i)
+                steps.append(step)
+                pred = step[1]
+            texts.append(out)
+            yield TokenEvent(i, token, out, (t - start) * _NS, n_prompt + i, pred)
+            if last:
+                return "stop" if (eog or text.stopped) else "length"
+        return "length"
+    finally:
+        chain.close()
+
+
+def _rates(steps: list[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """(ceiling tok/s, predicted tok/s) from the mean step over the decode steps (token 1 on)."""
+    use = steps[1:] if len(steps) >= 2 else steps
+    if not use:
+        return None, None
+    ceil = sum(s[0] for s in use) / len(use)
+    cal = sum(s[1] for s in use) / len(use)
+    return (1.0 / ceil if ceil > 0 else None), (1.0 / cal if cal > 0 else None)
+
+
+class TokenStream:
+    """Iterator of TokenEvent; `.generation` is the final Generation once it is exhausted.
+
+    `close()` stops early (finish_reason "cancelled"). The engine stays busy until the
+    stream is exhausted or closed.
+    """
+
+    def __init__(self, gen: Generator[TokenEvent, None, Generation], cancel: threading.Event, on_end: Callable):
+        self._gen = gen
+        self._cancel = cancel
+        self._on_end = on_end  # on_end(generation or None) runs exactly once
+        self._ended = False
+        self.generation: Generation | None = None
+
+    def __iter__(self) -> TokenStream:
+        return self
+
+    def __next__(self) -> TokenEvent:
+        if self._ended:
+            raise StopIteration
+        try:
+            return next(self._gen)
+        except StopIteration as stop:
+            self.generation = stop.value
+            self._end(stop.value)
+            raise StopIteration from None
+        except BaseException:
+            self._end(None)
+            raise
+
+    def close(self) -> None:
+        """Stop at the next step; the Generation (finish_reason "cancelled") stays available."""
+        if self._ended:
+            return
+        self._cancel.set()
+        for _ in self:
+            pass
+
+    def _end(self, generation: Generation | None) -> None:
+        if not self._ended:
+            self._ended = True
+            self._on_end(generation)
+
+    def __enter__(self) -> TokenStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_ended", True):
+            try:
+                self.close()
+            except Exception:
+                pass
