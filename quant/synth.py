@@ -155,5 +155,6 @@ def _add_metadata(writer: GGUFWriter, cfg: SynthConfig) -> None:
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
+    writer.add_add_space_prefix(False)  # text round-trips exactly through tokenize/detokenize
     if cfg.chat_template:
         writer.add_chat_template(cfg.chat_template)
