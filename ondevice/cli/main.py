@@ -13,6 +13,7 @@ from ondevice.errors import OndeviceError
 _COMMAND_MODULES = (
     "ondevice.cli.models",
     "ondevice.cli.info",
+    "ondevice.cli.bench",
 )
 
 EXIT_BAD_INPUT = 2

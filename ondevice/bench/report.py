@@ -1,0 +1,204 @@
+"""Bench output: a terminal table (rich), a progress bar, and --json / --csv / --md files.
+
+The library renders strings and writes files atomically; only the CLI prints.
+JSON layout (issue 5): {"record": {...}, "results": [{"model", "scenario", "prompt_tokens",
+"output_tokens", "repeats", "ttft_s": {p50, p95, p99, mean, std, min, max, n}, "itl_s", "tpot_s",
+"e2e_s", "prefill_tok_s", "decode_tok_s", "ceiling_tok_s", "predicted_tok_s", "efficiency",
+"failures": [...], "runs": [... each with its per-token "itl_s" trace]}]}.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
+from ondevice.bench.stats import METRICS, ScenarioResult, clean
+from ondevice.paths import atomic_write
+
+__all__ = ["result_document", "write_json", "write_csv", "write_markdown", "render_table", "table_rows", "HEADERS", "ProgressBar"]
+
+HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "ITL p50/p95/p99 ms",
+           "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff", "notes")
+_STATS = ("n", "p50", "p95", "p99", "mean", "std", "min", "max")
+
+
+def result_document(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> dict[str, Any]:
+    """The --json document. slo: (model, scenario, workload) -> SloResult."""
+    rows = []
+    for r in results:
+        d = r.to_dict()
+        s = (slo or {}).get((r.model, r.scenario, r.workload))
+        if s is not None:
+            d["slo"] = s.to_dict()
+        rows.append(d)
+    return clean({"record": record, "results": rows})
+
+
+def write_json(path: str | Path, doc: dict[str, Any]) -> None:
+    with atomic_write(Path(path), "w") as f:
+        json.dump(doc, f, indent=1, allow_nan=False)
+        f.write("\n")
+
+
+def _csv_header() -> list[str]:
+    cols = ["model", "scenario", "workload", "prompt_tokens", "output_tokens", "repeats", "ok_runs"]
+    for m in METRICS + ("load_s", "ttft_saved_s"):
+        cols += [f"{m}_{s}" for s in _STATS]
+    return cols + ["ceiling_tok_s", "predicted_tok_s", "efficiency", "peak_rss_bytes", "kv_bytes",
+                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput", "slo_passed", "failures"]
+
+
+def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
+    """One row per scenario result; summaries flattened to METRIC_STAT columns."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    header = _csv_header()
+    w.writerow(header)
+    for r in doc["results"]:
+        flat: dict[str, Any] = {k: r.get(k) for k in header if k in r and not isinstance(r.get(k), (dict, list))}
+        for m in METRICS + ("load_s", "ttft_saved_s"):
+            for s in _STATS:
+                flat[f"{m}_{s}"] = (r.get(m) or {}).get(s)
+        slo = r.get("slo") or {}
+        flat.update(slo_goodput=slo.get("goodput"), slo_passed=slo.get("passed"),
+                    failures="; ".join(f"#{f['repeat']} {f['status']}: {f['reason']}" for f in r.get("failures", [])))
+        w.writerow(["" if flat.get(k) is None else flat.get(k) for k in header])
+    with atomic_write(Path(path), "w") as f:
+        f.write(buf.getvalue())
+
+
+def _ms(v: float | None) -> str:
+    if v is None or not math.isfinite(v):
+        return "-"
+    ms = v * 1e3
+    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
+
+
+def _num(v: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if v is None or not math.isfinite(v) else fmt.format(v)
+
+
+def _notes(r: ScenarioResult, slo: Any) -> str:
+    parts = []
+    if r.scenario in LOAD_SCENARIOS and r.ok_runs:
+        s = r.summary("load_s")
+        parts.append(f"load p50 {s.p50:.3f} s, p95 {s.p95:.3f} s")
+        resident = [x.resident_before_load for x in r.runs if x.resident_before_load is not None]
+        if resident:
+            parts.append(f"{100 * max(resident):.0f}% cached at load")
+    if r.scenario == PREFIX_HIT and r.ok_runs:
+        parts.append(f"cached {r.cached_prompt_tokens:.0f} tok, TTFT saved {_ms(r.summary('ttft_saved_s').p50)} ms")
+    if r.scenario == NO_KV_CACHE and r.kv_cache_speedup:
+        parts.append(f"{r.kv_cache_speedup:.1f}x the resident ITL")
+    if slo is not None:
+        parts.append(f"SLO {'pass' if slo.passed else 'FAIL'}, goodput {100 * slo.goodput:.0f}%")
+    if r.failures:
+        reasons = sorted({f["reason"] for f in r.failures})
+        parts.append(f"{len(r.failures)} not ok: {reasons[0]}" + (" ..." if len(reasons) > 1 else ""))
+    parts += list(r.notes)
+    return "; ".join(parts)
+
+
+def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> list[list[str]]:
+    rows = []
+    for r in results:
+        ttft, itl, tpot = r.summary("ttft_s"), r.summary("itl_s"), r.summary("tpot_s")
+        request = r.scenario not in LOAD_SCENARIOS + (LOAD,)
+        roof = f"{_num(r.ceiling_tok_s, '{:.0f}')}/{_num(r.predicted_tok_s, '{:.0f}')}" if r.ceiling_tok_s else "-"
+        rows.append([
+            r.model, r.scenario, r.workload or "-",
+            str(r.prompt_tokens) if request else "-", str(r.output_tokens) if request else "-",
+            f"{r.ok_runs}/{r.repeats}",
+            f"{_ms(ttft.p50)}/{_ms(ttft.p95)}" if request else "-",
+            f"{_ms(itl.p50)}/{_ms(itl.p95)}/{_ms(itl.p99)}" if request else "-",
+            _ms(tpot.p50) if request else "-",
+            _num(r.summary("decode_tok_s").p50) if request else "-",
+            _num(r.summary("prefill_tok_s").p50, "{:.0f}") if request else "-",
+            roof,
+            _num(r.efficiency, "{:.2f}"),
+            _notes(r, (slo or {}).get((r.model, r.scenario, r.workload))),
+        ])
+    return rows
+
+
+def write_markdown(path: str | Path, record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> None:
+    with atomic_write(Path(path), "w") as f:
+        f.write(markdown(record, results, slo))
+
+
+def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> str:
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    lines = [f"# ondevice bench ({record.get('settings', {}).get('suite', '?')})", ""]
+    lines += [f"- {k}: {esc(v)}" for k, v in _header_facts(record)]
+    lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in table_rows(results, slo)]
+    return "\n".join(lines) + "\n"
+
+
+def _header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
+    host = record.get("host") or {}
+    models = record.get("models") or []
+    eng = next((m.get("engine") for m in models if m.get("engine")), {}) or {}
+    probe = record.get("probe") or {}
+    facts = [
+        ("started", record.get("started_at")),
+        ("host", f"{host.get('cpu_model') or '?'}, {host.get('os') or '?'}"),
+        ("engine", f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
+                   f"n_batch {eng.get('n_batch', '?')}, flash attention {eng.get('flash_attn', '?')}"),
+        ("llama-cpp-python", (record.get("versions") or {}).get("llama_cpp_python")),
+        ("probe", probe.get("note") or f"{probe.get('ceiling_gbs', 0):.1f} GB/s ceiling, {probe.get('age_s', 0) / 3600:.1f} h old"),
+    ]
+    facts += [(f"model {m['label']}", f"{m.get('quant') or '?'}, n_ctx {m.get('n_ctx')}, sha256 {(m.get('sha256') or '?')[:16]}…") for m in models]
+    if record.get("incomplete"):
+        facts.append(("INCOMPLETE", "interrupted: only the runs gathered so far"))
+    return facts
+
+
+def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, *, width: int | None = None) -> str:
+    """The terminal report as text (rich table, rendered to a string)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=io.StringIO(), width=width or 200, color_system=None, force_terminal=False)
+    title = f"ondevice bench: {record.get('settings', {}).get('suite', '?')} suite"
+    if record.get("incomplete"):
+        title += " (INCOMPLETE: interrupted)"
+    table = Table(title=title, show_lines=False)
+    single = len({r.model for r in results}) == 1
+    headers = HEADERS[1:] if single else HEADERS
+    for i, h in enumerate(headers):
+        table.add_column(h, justify="left" if h in ("model", "scenario", "workload", "notes") else "right",
+                         overflow="fold", no_wrap=h != "notes")
+    for row in table_rows(results, slo):
+        table.add_row(*(row[1:] if single else row))
+    for k, v in _header_facts(record):
+        console.print(f"{k}: {v}")
+    console.print(table)
+    return console.file.getvalue()
+
+
+class ProgressBar:
+    """A rich progress bar fed by runner.Progress events (the CLI owns the console)."""
+
+    def __init__(self, console: Any = None):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=console, transient=True)
+        self._task = None
+
+    def __enter__(self) -> "ProgressBar":
+        self._progress.__enter__()
+        self._task = self._progress.add_task("planning", total=None)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.__exit__(*exc)
+
+    def __call__(self, event: Any) -> None:
+        self._progress.update(self._task, completed=event.done, total=event.total, description=event.description)

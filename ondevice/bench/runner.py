@@ -1,0 +1,284 @@
+"""Run a bench: plan (resolve, inspect, fit the suite to each model's context), then measure.
+
+Several models are interleaved by repeat (repeat 0 of every model, then repeat 1, ...), so
+drift on a shared machine hits them alike. Within a repeat, per model: the load scenarios
+(cold: page cache dropped first; warm: file already cached), warm-up requests that are not
+counted, then per workload the resident and prefix-hit requests (and the no-KV-cache
+ablation for the shortest workload). Failures are kept; Ctrl-C keeps what was gathered.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ondevice.bench import scenarios as sc
+from ondevice.bench.oscache import PeakRss, evict_page_cache
+from ondevice.bench.runs import COLD_LOAD, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, WARM_LOAD, RunRecord
+from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
+from ondevice.errors import BenchError
+from ondevice.materialize import resolve_model
+from ondevice.modelspec import ModelSpec, inspect
+
+__all__ = ["BenchConfig", "ModelPlan", "BenchOutcome", "Progress", "plan_bench", "run_bench", "DEFAULT_SAMPLING"]
+
+DEFAULT_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    models: tuple[str | None, ...]  # model references (None = the default model)
+    suite: Suite  # workloads, repeats, warm-up
+    scenarios: tuple[str, ...]  # subset of runs.SCENARIOS
+    cap_to_context: bool = True  # built-in suites cap long prompts; custom -p/-n beyond the context is an error
+    n_ctx: int | None = None  # context size, tokens (None: the smallest multiple of 256 that fits the suite)
+    n_threads: int | None = None  # None: the engine's default
+    n_batch: int = 512  # prompt tokens per llama_decode call
+    n_gpu_layers: int | str = "auto"  # layers offloaded
+    flash_attn: bool = False  # llama.cpp flash attention
+    sampling: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SAMPLING))  # sampler settings
+    seed: int = 0  # prompt text and sampling seeds derive from it
+    timeout_s: float | None = None  # per request, seconds
+
+
+@dataclass
+class ModelPlan:
+    """One model to measure (mutable while the bench runs: engine, info)."""
+
+    ref: str | None  # as given on the command line
+    label: str  # file name, unique within the bench
+    path: Path | None  # resolved GGUF path
+    spec: ModelSpec | None  # from the file header
+    n_ctx: int  # context the engine is loaded with, tokens
+    suite: Suite  # the suite fitted to this model's context
+    error: str = ""  # why it cannot run (a file that is not a usable GGUF)
+    engine_info: dict[str, Any] = field(default_factory=dict)  # backend, threads, ... from the first load
+    predictor: Any = None  # the engine's roofline predictor (step_s), or None
+    engine: Any = None  # the loaded Engine, while loaded
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int  # steps finished
+    total: int  # steps planned
+    description: str  # what runs next
+
+
+@dataclass
+class BenchOutcome:
+    config: BenchConfig
+    models: list[ModelPlan]  # in the order given
+    runs: list[RunRecord]  # every run, in the order measured
+    started_at: float  # time.time() at start
+    ended_at: float = 0.0  # time.time() at the end
+    incomplete: bool = False  # interrupted (Ctrl-C): only part of the plan ran
+    rss_method: str = ""  # how peak RSS was measured
+
+
+def plan_bench(config: BenchConfig) -> list[ModelPlan]:
+    """Resolve and inspect every model and fit the suite to its context.
+
+    Raises BenchError/ModelNotFoundError on bad input (unknown model, -p/-n beyond the
+    context, unknown scenario). A file that exists but is not a usable GGUF becomes a
+    failed model, so the others still run.
+    """
+    unknown = [s for s in config.scenarios if s not in SCENARIOS]
+    if unknown:
+        raise BenchError(f"unknown scenario {unknown[0]!r} (known: {', '.join(SCENARIOS)})")
+    if config.n_ctx is not None and config.n_ctx < 2:
+        raise BenchError(f"--n-ctx {config.n_ctx}: must be at least 2")
+    plans, labels = [], set()
+    for ref in config.models:
+        path = resolve_model(ref)
+        label = path.name
+        while label in labels:
+            label = f"{label}#{len(labels)}"
+        labels.add(label)
+        try:
+            spec = inspect(path)
+        except Exception as exc:  # GGUFFormatError, OSError: a failed model, not bad input
+            plans.append(ModelPlan(ref, label, path, None, config.n_ctx or 0, config.suite, error=f"{type(exc).__name__}: {exc}"))
+            continue
+        n_ctx, suite = _fit(config, spec)
+        plans.append(ModelPlan(ref, label, path, spec, n_ctx, suite))
+    return plans
+
+
+def _fit(config: BenchConfig, spec: ModelSpec) -> tuple[int, Suite]:
+    limit = config.n_ctx or spec.n_ctx_train or 4096
+    if config.n_ctx and spec.n_ctx_train and config.n_ctx > spec.n_ctx_train:
+        raise BenchError(f"--n-ctx {config.n_ctx} exceeds {spec.name or spec.path}'s trained context of {spec.n_ctx_train} tokens")
+    suite = fit_suite(config.suite, limit, cap=config.cap_to_context)
+    if config.n_ctx:
+        return config.n_ctx, suite
+    need = max(w.prompt_tokens + w.output_tokens for w in suite.workloads)
+    return min(limit, -(-need // 256) * 256), suite
+
+
+def _steps(plans: Sequence[ModelPlan], config: BenchConfig) -> int:
+    per = 0
+    for p in plans:
+        if p.error:
+            continue
+        per += sum(s in config.scenarios for s in (COLD_LOAD, WARM_LOAD))
+        per += len(p.suite.workloads) * sum(s in config.scenarios for s in (RESIDENT, PREFIX_HIT))
+        per += NO_KV_CACHE in config.scenarios
+    return per * config.suite.repeats
+
+
+def run_bench(
+    config: BenchConfig,
+    plans: list[ModelPlan] | None = None,
+    *,
+    load_fn: Callable[..., Any] | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> BenchOutcome:
+    """Measure every model in `plans` (default: plan_bench(config)). Never raises for a
+    failing model or request; KeyboardInterrupt ends it early with incomplete=True."""
+    if plans is None:
+        plans = plan_bench(config)
+    if load_fn is None:
+        from ondevice.engine import load as load_fn  # noqa: PLW0127 - lazy: importing llama.cpp is slow
+    rss = PeakRss()
+    outcome = BenchOutcome(config, plans, [], time.time(), rss_method=rss.method)
+    total, done = _steps(plans, config), [0]
+
+    def tick(desc: str) -> None:
+        if progress:
+            progress(Progress(done[0], total, desc))
+        done[0] += 1
+
+    for p in plans:
+        if p.error:
+            outcome.runs.append(RunRecord(p.label, LOAD, "", 0, "failed", reason=p.error))
+    try:
+        for repeat in range(config.suite.repeats):
+            for p in plans:
+                if not p.error:
+                    _model_repeat(config, p, repeat, load_fn, rss, outcome.runs, tick)
+                    if len(plans) > 1:
+                        _close(p)
+    except KeyboardInterrupt:
+        outcome.incomplete = True
+    finally:
+        for p in plans:
+            _close(p)
+        outcome.ended_at = time.time()
+    if progress:
+        progress(Progress(total, total, "done"))
+    return outcome
+
+
+def _close(p: ModelPlan) -> None:
+    if p.engine is not None:
+        engine, p.engine = p.engine, None
+        engine.close()
+
+
+def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
+    engine = load_fn(
+        str(p.path), n_ctx=p.n_ctx, n_threads=config.n_threads, n_batch=config.n_batch,
+        n_gpu_layers=config.n_gpu_layers, flash_attn=config.flash_attn, seed=config.seed,
+    )
+    if not p.engine_info:
+        p.engine_info = _info_dict(engine.info)
+        p.predictor = getattr(engine, "predictor", None)
+    return engine
+
+
+def _info_dict(info: Any) -> dict[str, Any]:
+    keys = ("backend", "n_gpu_layers", "n_threads", "n_batch", "n_ctx", "flash_attn", "llama_cpp_version", "seed", "load_s")
+    return {k: getattr(info, k, None) for k in keys}
+
+
+def _model_repeat(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: PeakRss, runs: list, tick) -> None:
+    """One repeat of one model: loads, warm-up, then every workload's request scenarios."""
+    try:
+        if not _loads(config, p, repeat, load_fn, rss, runs, tick):
+            return
+        if p.engine is None:
+            p.engine = _load(config, p, load_fn)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        runs.append(RunRecord(p.label, LOAD, "", repeat, "failed", reason=f"{type(exc).__name__}: {exc}"))
+        p.error = f"{type(exc).__name__}: {exc}"
+        return
+    ctx = sc.RequestContext(p.engine, p.label, repeat, config.sampling, config.timeout_s, rss)
+    prompts = PromptBuilder(lambda text, bos: p.engine.tokenize(text, add_bos=bos), config.seed)
+    _warmup(ctx, p.suite, prompts, repeat)
+    seed = config.seed + repeat
+    for w in p.suite.workloads:
+        if RESIDENT in config.scenarios:
+            tick(f"{p.label} {w.name} resident #{repeat + 1}")
+            runs.append(_guard(ctx, RESIDENT, w, lambda: sc.resident_run(ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:resident:{repeat}"), w.output_tokens, seed)))
+        if PREFIX_HIT in config.scenarios:
+            tick(f"{p.label} {w.name} prefix hit #{repeat + 1}")
+            runs.append(_guard(ctx, PREFIX_HIT, w, lambda: _prefix(ctx, w, prompts, repeat, seed)))
+    if NO_KV_CACHE in config.scenarios:
+        w = min(p.suite.workloads, key=lambda x: x.prompt_tokens)
+        n = min(w.output_tokens, p.suite.ablation_tokens)
+        tick(f"{p.label} {w.name} no KV cache #{repeat + 1}")
+        runs.append(_guard(ctx, NO_KV_CACHE, w, lambda: sc.no_kv_cache_run(ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:ablation:{repeat}"), n, seed)))
+
+
+def _guard(ctx: sc.RequestContext, scenario: str, w: Workload, fn) -> RunRecord:
+    """Run one scenario; an unexpected error (prompt building, ...) is a failed run."""
+    try:
+        return fn()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        return RunRecord(ctx.model, scenario, w.name, ctx.repeat, "failed", reason=f"{type(exc).__name__}: {exc}",
+                         prompt_tokens=w.prompt_tokens, output_tokens_requested=w.output_tokens)
+
+
+def _prefix(ctx: sc.RequestContext, w: Workload, prompts: PromptBuilder, repeat: int, seed: int) -> RunRecord:
+    if w.prompt_tokens < 2:
+        return RunRecord(ctx.model, PREFIX_HIT, w.name, repeat, "skipped", reason="a prefix hit needs a prompt of 2 tokens or more",
+                         prompt_tokens=w.prompt_tokens, output_tokens_requested=w.output_tokens)
+    s = sc.suffix_tokens(w.prompt_tokens)
+    prefix = prompts.ids(w.prompt_tokens - s, f"{w.name}:prefix:{repeat}")
+    a = prompts.ids(s, f"{w.name}:suffix-a:{repeat}", add_bos=False)
+    b = prompts.ids(s, f"{w.name}:suffix-b:{repeat}", add_bos=False)
+    return sc.prefix_hit_run(ctx, w.name, prefix, a, b, w.output_tokens, seed)
+
+
+def _warmup(ctx: sc.RequestContext, suite: Suite, prompts: PromptBuilder, repeat: int) -> None:
+    """Untimed requests after a load: fault in the weights, start the threads."""
+    w = min(suite.workloads, key=lambda x: x.prompt_tokens)
+    for i in range(suite.warmup):
+        ids = prompts.ids(min(w.prompt_tokens, 64), f"warmup:{repeat}:{i}")
+        sc.request(ctx, ids, min(w.output_tokens, 8), 0, reuse_prefix=False)
+
+
+def _loads(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: PeakRss, runs: list, tick) -> bool:
+    """The load scenarios; leaves p.engine loaded (or None). False when the model cannot load."""
+    for scenario in (COLD_LOAD, WARM_LOAD):
+        if scenario not in config.scenarios:
+            continue
+        tick(f"{p.label} {scenario.replace('_', ' ')} #{repeat + 1}")
+        _close(p)
+        before = None
+        if scenario == COLD_LOAD:
+            ev = evict_page_cache(p.path)
+            if not ev.evicted:
+                runs.append(RunRecord(p.label, COLD_LOAD, "", repeat, "skipped", reason=ev.note))
+                continue
+            before = ev.resident_after
+        rss.reset()
+        try:
+            p.engine = _load(config, p, load_fn)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            runs.append(RunRecord(p.label, scenario, "", repeat, "failed", reason=reason))
+            p.error = reason
+            return False
+        notes = (ev.note,) if scenario == COLD_LOAD and ev.note else ()
+        runs.append(RunRecord(p.label, scenario, "", repeat, "ok", load_s=float(p.engine.info.load_s),
+                              resident_before_load=before, peak_rss_bytes=rss.read_bytes(), notes=notes))
+    return True

@@ -1,0 +1,123 @@
+"""What one bench run measured, kept whole: ok, failed, timed out, interrupted or skipped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ondevice.results import Timings
+
+__all__ = ["RunRecord", "RunStatus", "SCENARIOS", "DEFAULT_SCENARIOS", "LOAD_SCENARIOS", "REQUEST_SCENARIOS"]
+
+RunStatus = Literal["ok", "failed", "timeout", "interrupted", "skipped"]
+
+# Scenario names, in report order. "load" holds a model that never loaded.
+COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT, NO_KV_CACHE, LOAD = (
+    "cold_load",
+    "warm_load",
+    "resident",
+    "prefix_hit",
+    "no_kv_cache",
+    "load",
+)
+LOAD_SCENARIOS = (COLD_LOAD, WARM_LOAD)
+REQUEST_SCENARIOS = (RESIDENT, PREFIX_HIT, NO_KV_CACHE)
+SCENARIOS = LOAD_SCENARIOS + REQUEST_SCENARIOS
+DEFAULT_SCENARIOS = (COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One measured run (a load, or one request) and everything needed to audit it."""
+
+    model: str  # model label (file name) as in the results
+    scenario: str  # one of SCENARIOS, or "load" for a model that failed to load
+    workload: str  # workload name ("" for load scenarios)
+    repeat: int  # 0-based repeat index
+    status: RunStatus  # "ok" counts in the statistics; the rest are failures kept with `reason`
+    reason: str = ""  # why it is not ok (error message, "timeout after 30 s", ...)
+    prompt_tokens: int = 0  # prompt length in tokens (cached + computed); 0 for load scenarios
+    output_tokens_requested: int = 0  # N asked for
+    cached_prompt_tokens: int = 0  # prompt tokens served from the KV cache
+    finish_reason: str | None = None  # the engine's finish reason
+    timings: Timings | None = None  # the request's timings (None for loads and runs that never started)
+    load_s: float | None = None  # load scenarios: model file open -> engine ready, seconds
+    baseline_ttft_s: float | None = None  # prefix_hit: TTFT of the same-length prompt with nothing cached, seconds
+    resident_before_load: float | None = None  # cold_load: share of the file in the page cache at load, 0..1
+    peak_rss_bytes: int | None = None  # peak resident set size of the process during the run, bytes
+    seed: int | None = None  # sampling seed of the request
+    notes: tuple[str, ...] = field(default=())  # anything odd seen during the run
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def output_tokens(self) -> int:
+        return self.timings.output_tokens if self.timings else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        t = self.timings
+        return {
+            "scenario": self.scenario,
+            "workload": self.workload,
+            "repeat": self.repeat,
+            "status": self.status,
+            "reason": self.reason,
+            "seed": self.seed,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "output_tokens_requested": self.output_tokens_requested,
+            "finish_reason": self.finish_reason,
+            "load_s": self.load_s,
+            "resident_before_load": self.resident_before_load,
+            "tokenize_s": t.tokenize_s if t else None,
+            "prefill_s": t.prefill_s if t else None,
+            "ttft_s": t.ttft_s if t else None,
+            "tpot_s": t.tpot_s if t else None,
+            "e2e_s": t.e2e_s if t else None,
+            "prefill_tok_s": t.prefill_tok_s if t else None,
+            "decode_tok_s": t.decode_tok_s if t else None,
+            "output_throughput_tok_s": t.output_throughput_tok_s if t else None,
+            "prompt_tokens_computed": t.prompt_tokens_computed if t else None,
+            "baseline_ttft_s": self.baseline_ttft_s,
+            "ttft_saved_s": (self.baseline_ttft_s - t.ttft_s) if (t and self.baseline_ttft_s is not None) else None,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "notes": list(self.notes),
+            "itl_s": list(t.itl_s) if t else [],
+        }
+
+    @classmethod
+    def from_dict(cls, model: str, d: dict[str, Any]) -> "RunRecord":
+        """Inverse of to_dict (for compare and SLO checks on a saved file)."""
+        timings = None
+        if d.get("ttft_s") is not None and d.get("e2e_s") is not None:
+            timings = Timings(
+                tokenize_s=float(d.get("tokenize_s") or 0.0),
+                prefill_s=float(d.get("prefill_s") or 0.0),
+                ttft_s=float(d["ttft_s"]),
+                itl_s=tuple(float(x) for x in d.get("itl_s") or ()),
+                e2e_s=float(d["e2e_s"]),
+                prompt_tokens_computed=int(d.get("prompt_tokens_computed") or 0),
+                output_tokens=int(d.get("output_tokens") or 0),
+            )
+        return cls(
+            model=model,
+            scenario=str(d.get("scenario", "")),
+            workload=str(d.get("workload", "")),
+            repeat=int(d.get("repeat", 0)),
+            status=d.get("status", "ok"),
+            reason=str(d.get("reason", "")),
+            prompt_tokens=int(d.get("prompt_tokens") or 0),
+            output_tokens_requested=int(d.get("output_tokens_requested") or 0),
+            cached_prompt_tokens=int(d.get("cached_prompt_tokens") or 0),
+            finish_reason=d.get("finish_reason"),
+            timings=timings,
+            load_s=d.get("load_s"),
+            baseline_ttft_s=d.get("baseline_ttft_s"),
+            resident_before_load=d.get("resident_before_load"),
+            peak_rss_bytes=d.get("peak_rss_bytes"),
+            seed=d.get("seed"),
+            notes=tuple(d.get("notes") or ()),
+        )

@@ -1,0 +1,167 @@
+"""One measured request per scenario, as a plain consumer of Engine.stream.
+
+Nothing here runs inside the engine's decode loop: a request is iterated to its end with
+no work per token, and the engine's own timings (one timing path, DESIGN.md section 2)
+are what gets recorded. A time-out sets the stream's cancel event from a timer thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from ondevice.bench.oscache import PeakRss
+from ondevice.bench.runs import NO_KV_CACHE, PREFIX_HIT, RESIDENT, RunRecord
+from ondevice.metrics import timings_from_marks
+from ondevice.results import Generation
+
+__all__ = ["RequestContext", "resident_run", "prefix_hit_run", "no_kv_cache_run", "request", "suffix_tokens"]
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What every request of one model and repeat shares."""
+
+    engine: Any  # the Engine (or anything with its stream() contract)
+    model: str  # model label
+    repeat: int  # 0-based repeat index
+    sampling: Mapping[str, Any]  # temperature, top_k, top_p, min_p, repeat_penalty
+    timeout_s: float | None  # per request; None = no limit
+    rss: PeakRss  # peak-RSS meter
+
+
+class _Outcome:
+    """Result of one stream: the Generation (possibly partial) and a status."""
+
+    def __init__(self) -> None:
+        self.generation: Generation | None = None
+        self.status = "ok"
+        self.reason = ""
+
+
+def request(ctx: RequestContext, ids: Sequence[int], max_tokens: int, seed: int, *, reuse_prefix: bool) -> _Outcome:
+    """Run one stream to its end; never raises except KeyboardInterrupt (after closing it)."""
+    out = _Outcome()
+    cancel = threading.Event()
+    timer = threading.Timer(ctx.timeout_s, cancel.set) if ctx.timeout_s else None
+    stream = None
+    try:
+        stream = ctx.engine.stream(
+            list(ids), max_tokens=max_tokens, seed=seed, ignore_eos=True, cancel=cancel,
+            reuse_prefix=reuse_prefix, **dict(ctx.sampling),
+        )
+        if timer:
+            timer.daemon = True
+            timer.start()
+        for _ in stream:
+            pass
+        out.generation = stream.generation
+    except KeyboardInterrupt:
+        if stream is not None:
+            stream.close()
+        raise
+    except Exception as exc:  # an engine error is a failed run, kept with its reason
+        out.status, out.reason = "failed", f"{type(exc).__name__}: {exc}"
+        return out
+    finally:
+        if timer:
+            timer.cancel()
+    g = out.generation
+    if g is None:
+        out.status, out.reason = "failed", "the stream ended without a result"
+    elif cancel.is_set():
+        out.status, out.reason = "timeout", f"timeout after {ctx.timeout_s:g} s ({len(g.token_ids)} of {max_tokens} tokens)"
+    elif len(g.token_ids) < max_tokens:
+        out.status, out.reason = "failed", f"stopped after {len(g.token_ids)} of {max_tokens} tokens ({g.finish_reason})"
+    return out
+
+
+def _record(ctx: RequestContext, scenario: str, workload: str, n_out: int, seed: int, out: _Outcome, **extra) -> RunRecord:
+    g = out.generation
+    return RunRecord(
+        model=ctx.model,
+        scenario=scenario,
+        workload=workload,
+        repeat=ctx.repeat,
+        status=out.status,
+        reason=out.reason,
+        prompt_tokens=g.prompt_tokens if g else extra.pop("prompt_tokens", 0),
+        output_tokens_requested=n_out,
+        cached_prompt_tokens=g.cached_prompt_tokens if g else 0,
+        finish_reason=g.finish_reason if g else None,
+        timings=g.timings if g else None,
+        peak_rss_bytes=ctx.rss.read_bytes(),
+        seed=seed,
+        **{k: v for k, v in extra.items() if k != "prompt_tokens"},
+    )
+
+
+def resident_run(ctx: RequestContext, workload: str, ids: Sequence[int], n_out: int, seed: int) -> RunRecord:
+    """The model in memory, the KV cache cleared first: no prefix hit."""
+    ctx.rss.reset()
+    out = request(ctx, ids, n_out, seed, reuse_prefix=False)
+    rec = _record(ctx, RESIDENT, workload, n_out, seed, out, prompt_tokens=len(ids))
+    if rec.cached_prompt_tokens:
+        rec = replace(rec, notes=rec.notes + (f"unexpected cache hit of {rec.cached_prompt_tokens} tokens",))
+    return rec
+
+
+def suffix_tokens(prompt_tokens: int) -> int:
+    """New tokens after the shared prefix in the prefix-hit scenario: P/8, 1..256."""
+    return max(1, min(256, prompt_tokens // 8))
+
+
+def prefix_hit_run(
+    ctx: RequestContext, workload: str, prefix: Sequence[int], suffix_a: Sequence[int], suffix_b: Sequence[int],
+    n_out: int, seed: int,
+) -> RunRecord:
+    """Prime the cache with prefix+suffix_a (one token, nothing cached: the baseline TTFT),
+    then measure prefix+suffix_b with prefix reuse on."""
+    ctx.rss.reset()
+    prime = request(ctx, list(prefix) + list(suffix_a), 1, seed, reuse_prefix=False)
+    p = len(prefix) + len(suffix_b)
+    if prime.status != "ok" or prime.generation is None:
+        return _record(ctx, PREFIX_HIT, workload, n_out, seed, prime, prompt_tokens=p)
+    baseline = prime.generation.timings.ttft_s
+    out = request(ctx, list(prefix) + list(suffix_b), n_out, seed, reuse_prefix=True)
+    rec = _record(ctx, PREFIX_HIT, workload, n_out, seed, out, prompt_tokens=p, baseline_ttft_s=baseline)
+    if out.status == "ok" and rec.cached_prompt_tokens < len(prefix):
+        rec = replace(rec, notes=rec.notes + (f"only {rec.cached_prompt_tokens} of {len(prefix)} prefix tokens were cached",))
+    return rec
+
+
+def no_kv_cache_run(ctx: RequestContext, workload: str, ids: Sequence[int], n_out: int, seed: int) -> RunRecord:
+    """The ablation: every output token recomputes the whole context (prompt + outputs so far),
+    as a runtime without a KV cache would. Token i is available when its one-token request
+    samples it; ITLs are the gaps between those moments."""
+    ctx.rss.reset()
+    context = list(ids)
+    marks: list[int] = []
+    prefill_s = 0.0
+    deadline = time.perf_counter() + ctx.timeout_s if ctx.timeout_s else None
+    start_ns = time.perf_counter_ns()
+    status, reason = "ok", ""
+    for i in range(n_out):
+        call_ns = time.perf_counter_ns()
+        step_ctx = replace(ctx, timeout_s=(deadline - time.perf_counter()) if deadline else None)
+        if deadline and step_ctx.timeout_s <= 0:
+            status, reason = "timeout", f"timeout after {ctx.timeout_s:g} s ({i} of {n_out} tokens)"
+            break
+        out = request(step_ctx, context, 1, seed + i, reuse_prefix=False)
+        g = out.generation
+        if out.status != "ok" or g is None or not g.token_ids:
+            status = "timeout" if out.status == "timeout" else "failed"
+            reason = out.reason if status == "failed" else f"timeout after {ctx.timeout_s:g} s ({i} of {n_out} tokens)"
+            break
+        if i == 0:
+            prefill_s = g.timings.prefill_s
+        marks.append(call_ns + round(g.timings.ttft_s * 1e9))
+        context.append(g.token_ids[0])
+    timings = timings_from_marks(start_ns, start_ns, start_ns, start_ns + round(prefill_s * 1e9), marks, len(ids))
+    return RunRecord(
+        model=ctx.model, scenario=NO_KV_CACHE, workload=workload, repeat=ctx.repeat, status=status, reason=reason,
+        prompt_tokens=len(ids), output_tokens_requested=n_out, finish_reason="length" if status == "ok" else None,
+        timings=timings, peak_rss_bytes=ctx.rss.read_bytes(), seed=seed,
+    )

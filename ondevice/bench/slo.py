@@ -1,0 +1,131 @@
+"""Service-level objectives: `--slo ttft_p95=1.0,tpot_p95=0.04`.
+
+A bound is METRIC_STAT=SECONDS with METRIC in ttft, tpot, itl, e2e (an optional `_s`) and
+STAT in p50, p90, p95, p99, mean, max. Per scenario:
+
+- pass/fail: the scenario's STAT of METRIC is within every bound;
+- goodput: the share of requests (failed ones included, as misses) whose own value meets
+  every bound. A request's own value is its ttft/tpot/e2e; for itl, STAT of its own ITLs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ondevice.bench.runs import REQUEST_SCENARIOS, RunRecord
+from ondevice.errors import BenchError
+from ondevice.metrics import summarize
+
+__all__ = ["Bound", "SloResult", "parse_slo", "evaluate"]
+
+METRICS = ("ttft", "tpot", "itl", "e2e")
+STATS = ("p50", "p90", "p95", "p99", "mean", "max")
+_TERM = re.compile(r"^([a-z0-9_]+?)(?:_s)?_(p50|p90|p95|p99|mean|max)$")
+
+
+@dataclass(frozen=True)
+class Bound:
+    metric: str  # ttft, tpot, itl or e2e
+    stat: str  # p50, p90, p95, p99, mean or max
+    limit_s: float  # upper bound, seconds
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}_{self.stat}"
+
+
+@dataclass(frozen=True)
+class SloResult:
+    bounds: tuple[Bound, ...]  # what was asked
+    requests: int  # requests of the scenario, ok or not
+    good: int  # requests meeting every bound
+    observed_s: dict[str, float | None]  # bound name -> the scenario's figure, seconds
+    passed: bool  # every observed figure within its bound (and at least one ok request)
+
+    @property
+    def goodput(self) -> float:
+        """Share of requests meeting every bound, 0..1."""
+        return self.good / self.requests if self.requests else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bounds": {b.name: b.limit_s for b in self.bounds},
+            "observed_s": {k: (v if v is not None and math.isfinite(v) else None) for k, v in self.observed_s.items()},
+            "requests": self.requests,
+            "good": self.good,
+            "goodput": self.goodput,
+            "passed": self.passed,
+        }
+
+
+def parse_slo(text: str) -> tuple[Bound, ...]:
+    """'ttft_p95=1.0,tpot_p95=0.04' -> bounds; BenchError naming the bad term."""
+    bounds = []
+    for term in (t.strip() for t in str(text).split(",")):
+        if not term:
+            continue
+        key, sep, value = term.partition("=")
+        m = _TERM.match(key.strip().lower())
+        if not sep or not m:
+            raise BenchError(
+                f"--slo term {term!r}: expected METRIC_STAT=SECONDS with METRIC in {', '.join(METRICS)} "
+                f"and STAT in {', '.join(STATS)} (e.g. ttft_p95=1.0)"
+            )
+        metric, stat = m.groups()
+        if metric not in METRICS:
+            raise BenchError(f"--slo term {term!r}: unknown metric {metric!r} (known: {', '.join(METRICS)})")
+        try:
+            limit = float(value)
+        except ValueError:
+            raise BenchError(f"--slo term {term!r}: {value!r} is not a number of seconds") from None
+        if not math.isfinite(limit) or limit <= 0:
+            raise BenchError(f"--slo term {term!r}: the bound must be a positive number of seconds")
+        bounds.append(Bound(metric, stat, limit))
+    if not bounds:
+        raise BenchError(f"--slo {text!r}: no bounds given (e.g. ttft_p95=1.0,tpot_p95=0.04)")
+    return tuple(bounds)
+
+
+def _stat(values: Sequence[float | None], stat: str) -> float:
+    s = summarize(values)
+    return s.mean if stat == "mean" else s.max if stat == "max" else _pct(values, float(stat[1:]))
+
+
+def _pct(values: Sequence[float | None], q: float) -> float:
+    from ondevice.metrics import percentile
+
+    return percentile(sorted(v for v in values if v is not None and not math.isnan(v)), q)
+
+
+def _request_value(r: RunRecord, b: Bound) -> float | None:
+    t = r.timings
+    if t is None:
+        return None
+    if b.metric == "itl":
+        return _stat(t.itl_s, b.stat) if t.itl_s else None
+    return {"ttft": t.ttft_s, "tpot": t.tpot_s, "e2e": t.e2e_s}[b.metric]
+
+
+def evaluate(runs: Sequence[RunRecord], bounds: Sequence[Bound]) -> SloResult | None:
+    """The SLO check of one scenario's runs; None for a load scenario (no requests)."""
+    if not runs or runs[0].scenario not in REQUEST_SCENARIOS:
+        return None
+    ok = [r for r in runs if r.ok]
+    good = 0
+    for r in ok:
+        vals = [_request_value(r, b) for b in bounds]
+        good += all(v is not None and v <= b.limit_s for v, b in zip(vals, bounds))
+    observed: dict[str, float | None] = {}
+    for b in bounds:
+        if b.metric == "itl":
+            pooled = [x for r in ok if r.timings for x in r.timings.itl_s]
+            observed[b.name] = _stat(pooled, b.stat)
+        else:
+            observed[b.name] = _stat([_request_value(r, b) for r in ok], b.stat)
+    passed = bool(ok) and all(
+        v is not None and math.isfinite(v) and v <= b.limit_s for b, v in zip(bounds, observed.values())
+    )
+    return SloResult(tuple(bounds), len(runs), good, observed, passed)

@@ -1,0 +1,192 @@
+"""Per-scenario statistics from the runs (DESIGN.md section 4 metrics, section 6 method).
+
+Only ok runs enter the statistics; every other run is listed in `failures` with its reason
+and stays in `runs`. ITLs are pooled over all tokens of all ok runs; TPOT, TTFT, E2E and the
+rates are per request. The roofline is read at the scenario's mid-decode context
+(P + N/2): its step time is linear in the context, so that is the run's mean step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any, Iterable, Sequence
+
+from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, RunRecord
+from ondevice.metrics import Summary, summarize
+
+__all__ = ["ScenarioResult", "scenario_results", "METRICS", "clean"]
+
+# Summaries every request scenario carries, in the JSON layout's order.
+METRICS = ("ttft_s", "itl_s", "tpot_s", "e2e_s", "prefill_tok_s", "decode_tok_s")
+_ORDER = {name: i for i, name in enumerate((LOAD,) + SCENARIOS)}
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """One (model, scenario, workload) cell of the bench."""
+
+    model: str  # model label
+    scenario: str  # runs.SCENARIOS or "load"
+    workload: str  # workload name ("" for load scenarios)
+    prompt_tokens: int  # P (0 for load scenarios)
+    output_tokens: int  # N asked for (0 for load scenarios)
+    repeats: int  # runs of this cell, ok or not
+    ok_runs: int  # runs that count in the statistics
+    summaries: dict[str, Summary]  # METRICS (+ "load_s", "ttft_saved_s") -> summary over ok runs
+    ceiling_tok_s: float | None  # roofline bound at P + N/2 (no probe: None)
+    predicted_tok_s: float | None  # calibrated roofline prediction at P + N/2
+    efficiency: float | None  # decode_tok_s p50 / predicted_tok_s
+    peak_rss_bytes: int | None  # largest peak RSS over the runs, bytes
+    kv_bytes: int | None  # f16 K+V bytes of the context at a run's end (windowed layers capped)
+    cached_prompt_tokens: float | None  # median prompt tokens served from the KV cache
+    kv_cache_speedup: float | None  # no_kv_cache: its ITL p50 / the resident ITL p50 of the same workload
+    failures: tuple[dict[str, Any], ...]  # {repeat, status, reason} of every run that is not ok
+    notes: tuple[str, ...]  # distinct notes of the runs
+    runs: tuple[RunRecord, ...] = field(default=(), repr=False)  # every run, in order
+
+    def summary(self, metric: str) -> Summary:
+        return self.summaries.get(metric) or summarize(())
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "model": self.model,
+            "scenario": self.scenario,
+            "workload": self.workload,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "repeats": self.repeats,
+            "ok_runs": self.ok_runs,
+        }
+        for m in METRICS + ("load_s", "ttft_saved_s"):
+            d[m] = self.summary(m).to_dict()
+        d.update(
+            ceiling_tok_s=self.ceiling_tok_s,
+            predicted_tok_s=self.predicted_tok_s,
+            efficiency=self.efficiency,
+            peak_rss_bytes=self.peak_rss_bytes,
+            kv_bytes=self.kv_bytes,
+            cached_prompt_tokens=self.cached_prompt_tokens,
+            kv_cache_speedup=self.kv_cache_speedup,
+            failures=list(self.failures),
+            notes=list(self.notes),
+            runs=[r.to_dict() for r in self.runs],
+        )
+        return clean(d)
+
+
+def clean(obj: Any) -> Any:
+    """NaN/inf -> None, recursively, so the JSON is standard."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def _values(runs: Iterable[RunRecord], metric: str) -> list[float | None]:
+    out: list[float | None] = []
+    for r in runs:
+        t = r.timings
+        if metric == "load_s":
+            out.append(r.load_s)
+        elif t is None:
+            out.append(None)
+        elif metric == "itl_s":
+            out.extend(t.itl_s)
+        elif metric == "ttft_saved_s":
+            out.append(r.baseline_ttft_s - t.ttft_s if r.baseline_ttft_s is not None else None)
+        else:
+            out.append(getattr(t, metric))
+    return out
+
+
+def _roofline(predictor: Any, scenario: str, p: int, n: int) -> tuple[float | None, float | None]:
+    if predictor is None or scenario not in (RESIDENT, PREFIX_HIT) or n < 2:
+        return None, None
+    try:
+        ceiling_s, calibrated_s = predictor.step_s(p + n // 2)
+    except Exception:  # a predictor that cannot answer leaves the columns empty
+        return None, None
+    return (1.0 / ceiling_s if ceiling_s > 0 else None), (1.0 / calibrated_s if calibrated_s > 0 else None)
+
+
+def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any = None,
+                 prompt_tokens: int = 0, output_tokens: int = 0) -> ScenarioResult:
+    """Summarise the runs of one cell (all of the same model, scenario and workload)."""
+    first = runs[0]
+    ok = [r for r in runs if r.ok]
+    metrics = ("load_s",) if first.scenario in LOAD_SCENARIOS else METRICS + ("ttft_saved_s",)
+    summaries = {m: summarize(_values(ok, m)) for m in metrics}
+    if first.scenario != PREFIX_HIT:
+        summaries.pop("ttft_saved_s", None)
+    ceiling, predicted = _roofline(predictor, first.scenario, prompt_tokens, output_tokens)
+    decode_p50 = summaries.get("decode_tok_s", summarize(())).p50
+    efficiency = decode_p50 / predicted if predicted and decode_p50 and math.isfinite(decode_p50) else None
+    rss = [r.peak_rss_bytes for r in runs if r.peak_rss_bytes]
+    kv = None
+    if spec is not None and first.scenario not in LOAD_SCENARIOS + (LOAD,) and spec.kv_bytes_per_token_by_layer:
+        kv = int(spec.kv_read_bytes(prompt_tokens + output_tokens))
+    notes: list[str] = []
+    for r in runs:
+        notes += [n for n in r.notes if n and n not in notes]
+    return ScenarioResult(
+        model=first.model,
+        scenario=first.scenario,
+        workload=first.workload,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        repeats=len(runs),
+        ok_runs=len(ok),
+        summaries=summaries,
+        ceiling_tok_s=ceiling,
+        predicted_tok_s=predicted,
+        efficiency=efficiency,
+        peak_rss_bytes=max(rss) if rss else None,
+        kv_bytes=kv,
+        cached_prompt_tokens=median(r.cached_prompt_tokens for r in ok) if ok and first.scenario not in LOAD_SCENARIOS else None,
+        kv_cache_speedup=None,
+        failures=tuple({"repeat": r.repeat, "status": r.status, "reason": r.reason} for r in runs if not r.ok),
+        notes=tuple(notes),
+        runs=tuple(runs),
+    )
+
+
+def scenario_results(outcome: Any) -> list[ScenarioResult]:
+    """Group a BenchOutcome's runs into cells, in model then scenario order."""
+    plans = {p.label: p for p in outcome.models}
+    cells: dict[tuple[str, str, str], list[RunRecord]] = {}
+    for r in outcome.runs:
+        cells.setdefault((r.model, r.scenario, r.workload), []).append(r)
+    model_order = {p.label: i for i, p in enumerate(outcome.models)}
+    results = []
+    for (model, scenario, workload), runs in cells.items():
+        plan = plans.get(model)
+        w = next((w for w in plan.suite.workloads if w.name == workload), None) if plan else None
+        p_tok = w.prompt_tokens if w else 0
+        n_tok = w.output_tokens if w else 0
+        if scenario == NO_KV_CACHE and runs:
+            n_tok = runs[0].output_tokens_requested
+        results.append(build_result(runs, spec=plan.spec if plan else None, predictor=plan.predictor if plan else None,
+                                    prompt_tokens=p_tok, output_tokens=n_tok))
+    wl_order = {w.name: i for p in outcome.models for i, w in enumerate(p.suite.workloads)}
+    results.sort(key=lambda r: (model_order.get(r.model, 0), r.scenario not in LOAD_SCENARIOS + (LOAD,),
+                                wl_order.get(r.workload, -1), _ORDER.get(r.scenario, 99)))
+    return _with_speedups(results)
+
+
+def _with_speedups(results: list[ScenarioResult]) -> list[ScenarioResult]:
+    from dataclasses import replace
+
+    resident = {(r.model, r.workload): r.summary("itl_s").p50 for r in results if r.scenario == RESIDENT}
+    out = []
+    for r in results:
+        base = resident.get((r.model, r.workload))
+        itl = r.summary("itl_s").p50
+        if r.scenario == NO_KV_CACHE and base and itl and math.isfinite(base) and math.isfinite(itl):
+            r = replace(r, kv_cache_speedup=itl / base)
+        out.append(r)
+    return out

@@ -1,0 +1,165 @@
+"""`ondevice bench [MODEL...]` and `ondevice bench compare A.json B.json`.
+
+Exit status: 0 when every run was ok (and every --slo passed); 1 when a run failed or timed
+out or an SLO failed (the results are still written); 2 for bad input; 130 after Ctrl-C
+(the runs gathered so far are written, marked incomplete).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ondevice.errors import BenchError
+
+EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="measure TTFT/ITL/TPOT percentiles, load and cache states, against the roofline",
+        description="Benchmark one or more models (default: the built-in model, the standard suite). "
+        "`ondevice bench compare A.json B.json` compares two result files.",
+    )
+    p.add_argument("models", nargs="*", metavar="MODEL", help="registry names or .gguf paths (interleaved by repeat)")
+    p.add_argument("--suite", help="quick or standard (default: standard; -p/-n make a custom suite)")
+    p.add_argument("-p", "--prompt-tokens", help="prompt lengths in tokens, comma-separated (custom suite)")
+    p.add_argument("-n", "--output-tokens", help="output lengths in tokens, comma-separated (custom suite)")
+    p.add_argument("-r", "--repeat", type=int, help="measured runs per workload and scenario")
+    p.add_argument("--warmup", type=int, help="untimed requests after each load (default 1)")
+    p.add_argument("--scenarios", help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache")
+    p.add_argument("--no-kv-cache", action="store_true", help="add the ablation: recompute the whole context for every token (short run)")
+    p.add_argument("--n-ctx", type=int, help="context size (default: the smallest that fits the suite)")
+    p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")
+    p.add_argument("--n-batch", type=int, default=512, help="prompt tokens per decode call (default 512)")
+    p.add_argument("--n-gpu-layers", default="auto", help="layers to offload: a number or auto (default)")
+    p.add_argument("--flash-attn", action="store_true", help="llama.cpp flash attention")
+    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8; 0 = greedy)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompt texts and the sampler (default 0)")
+    p.add_argument("--timeout", type=float, help="seconds per request before it is cancelled and kept as a time-out")
+    p.add_argument("--slo", help="bounds such as ttft_p95=1.0,tpot_p95=0.04: goodput and pass/fail per scenario")
+    p.add_argument("--json", metavar="FILE", help="write the full results (record, summaries, per-run ITL traces)")
+    p.add_argument("--csv", metavar="FILE", help="write one CSV row per scenario")
+    p.add_argument("--md", metavar="FILE", help="write a Markdown report")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--threshold", type=float, default=0.05, help="compare: smallest change called a change (default 0.05 = 5%%)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.models[:1] == ["compare"]:
+        return run_compare(args)
+    from ondevice.bench.runner import BenchConfig, plan_bench, run_bench
+
+    config = _config(args)
+    slo_bounds = None
+    if args.slo:
+        from ondevice.bench.slo import parse_slo
+
+        slo_bounds = parse_slo(args.slo)
+    plans = plan_bench(config)
+    from ondevice.bench.record import model_digests
+
+    digests = model_digests(plans)
+    if args.no_progress or not sys.stderr.isatty():
+        outcome = run_bench(config, plans)
+    else:
+        from rich.console import Console
+
+        from ondevice.bench.report import ProgressBar
+
+        with ProgressBar(Console(stderr=True)) as bar:
+            outcome = run_bench(config, plans, progress=bar)
+    return _report(args, outcome, digests, slo_bounds)
+
+
+def _report(args, outcome, digests, slo_bounds) -> int:
+    from ondevice.bench import report
+    from ondevice.bench.record import build_record
+    from ondevice.bench.slo import evaluate
+    from ondevice.bench.stats import scenario_results
+
+    results = scenario_results(outcome)
+    record = build_record(outcome, digests=digests)
+    slo = {}
+    if slo_bounds:
+        for r in results:
+            s = evaluate(list(r.runs), slo_bounds)
+            if s is not None:
+                slo[(r.model, r.scenario, r.workload)] = s
+    doc = report.result_document(record, results, slo)
+    if args.json:
+        report.write_json(args.json, doc)
+    if args.csv:
+        report.write_csv(args.csv, doc)
+    if args.md:
+        report.write_markdown(args.md, record, results, slo)
+    sys.stdout.write(report.render_table(record, results, slo))
+    if outcome.incomplete:
+        print("ondevice: bench interrupted: the results above are incomplete", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    bad = any(r.status in ("failed", "timeout") for r in outcome.runs)
+    return EXIT_FAILURES if bad or any(not s.passed for s in slo.values()) else EXIT_OK
+
+
+def _config(args: argparse.Namespace):
+    from ondevice.bench import suites
+    from ondevice.bench.runner import DEFAULT_SAMPLING, BenchConfig
+    from ondevice.bench.runs import DEFAULT_SCENARIOS, NO_KV_CACHE
+
+    custom = args.prompt_tokens is not None or args.output_tokens is not None
+    if custom and args.suite:
+        raise BenchError("use either --suite or -p/-n (a custom suite), not both")
+    if custom:
+        p = suites.parse_int_list(args.prompt_tokens, "-p") if args.prompt_tokens is not None else (256,)
+        n = suites.parse_int_list(args.output_tokens, "-n") if args.output_tokens is not None else (128,)
+        suite = suites.custom_suite(p, n)
+    else:
+        suite = suites.get_suite(args.suite or "standard")
+    suite = suites.with_counts(suite, repeats=args.repeat, warmup=args.warmup)
+    scenarios = tuple(s.strip() for s in args.scenarios.split(",") if s.strip()) if args.scenarios else DEFAULT_SCENARIOS
+    if args.no_kv_cache and NO_KV_CACHE not in scenarios:
+        scenarios += (NO_KV_CACHE,)
+    if not scenarios:
+        raise BenchError("--scenarios: name at least one scenario")
+    for name, value in (("--threads", args.threads), ("--n-batch", args.n_batch), ("--n-ctx", args.n_ctx)):
+        if value is not None and value < 1:
+            raise BenchError(f"{name} {value}: must be at least 1")
+    if args.timeout is not None and not args.timeout > 0:
+        raise BenchError(f"--timeout {args.timeout}: must be a positive number of seconds")
+    if args.temperature < 0:
+        raise BenchError(f"--temperature {args.temperature}: must be 0 or more")
+    gpu = args.n_gpu_layers
+    if gpu != "auto":
+        try:
+            gpu = int(gpu)
+        except ValueError:
+            raise BenchError(f"--n-gpu-layers {gpu!r}: a number or auto") from None
+    models = tuple(args.models) or (None,)
+    return BenchConfig(
+        models=models, suite=suite, scenarios=scenarios, cap_to_context=not custom, n_ctx=args.n_ctx,
+        n_threads=args.threads, n_batch=args.n_batch, n_gpu_layers=gpu, flash_attn=args.flash_attn,
+        sampling=dict(DEFAULT_SAMPLING, temperature=args.temperature), seed=args.seed, timeout_s=args.timeout,
+    )
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from ondevice.bench.compare import compare_docs, load_results, render_comparison
+
+    files = args.models[1:]
+    if len(files) != 2:
+        raise BenchError(f"bench compare needs exactly two result files (A.json B.json), got {len(files)}")
+    a, b = (load_results(f) for f in files)
+    rows = compare_docs(a, b, threshold=args.threshold)
+    if args.json:
+        import json
+
+        from ondevice.bench.stats import clean
+        from ondevice.paths import atomic_write
+
+        with atomic_write(args.json, "w") as f:
+            json.dump(clean({"a": files[0], "b": files[1], "threshold": args.threshold,
+                             "scenarios": [r.to_dict() for r in rows]}), f, indent=1)
+    print(render_comparison(rows, files[0], files[1]))
+    return EXIT_OK
