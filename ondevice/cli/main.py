@@ -13,6 +13,7 @@ from ondevice.errors import OndeviceError
 _COMMAND_MODULES = (
     "ondevice.cli.models",
     "ondevice.cli.info",
+    "ondevice.cli.run",
     "ondevice.cli.bench",
 )
 
@@ -38,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING), stream=sys.stderr)
+    level = getattr(logging, str(args.log_level).upper(), logging.WARNING)
+    logging.basicConfig(level=level, stream=sys.stderr)
+    # llama.cpp's own warnings (model-file quirks, cache layout) only at --log-level INFO or lower
+    logging.getLogger("ondevice.llama_cpp").setLevel(level if level <= logging.INFO else logging.ERROR)
     try:
         return int(args.func(args) or 0)
     except OndeviceError as exc:

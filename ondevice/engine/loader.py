@@ -23,8 +23,8 @@ __all__ = ["EngineInfo", "LlamaHandle", "open_model", "route_llama_log", "defaul
 
 LOG_NAME = "ondevice.llama_cpp"
 _log = logging.getLogger(LOG_NAME)
-# ggml log levels -> logging levels (5 = continuation of the previous message)
-_LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+# ggml_log_level (ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 = continues the previous line)
+_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _log_state: dict[str, Any] = {}  # keeps the C callback alive for the process (llama.cpp holds a raw pointer)
 
 
@@ -69,6 +69,7 @@ def route_llama_log(lib: Any) -> None:
 
     callback = lib.llama_log_callback(forward)
     _log_state["callback"] = callback
+    _log.addHandler(logging.NullHandler())  # unconfigured logging: no last-resort printing to stderr
     lib.llama_log_set(callback, ctypes.c_void_p(0))
 
 

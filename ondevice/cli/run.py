@@ -1,0 +1,103 @@
+"""`ondevice run [MODEL] PROMPT` (alias `generate`): stream a completion, then one line of timings.
+
+The text goes to stdout as it streams; the timings line goes to stderr, so
+`ondevice run "..." > out.txt` keeps only the text. PROMPT "-" reads stdin.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ondevice.errors import InvalidParameterError
+
+__all__ = ["register", "run", "timings_line"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "run", aliases=["generate"], help="generate text from a prompt and show its timings",
+        description="Generate a completion for PROMPT with MODEL (default: the built-in model).",
+    )
+    p.add_argument("args", nargs="+", metavar="[MODEL] PROMPT", help="optional model (registry name or .gguf path), then the prompt ('-' = stdin)")
+    p.add_argument("-n", "--max-tokens", type=int, default=256, help="output tokens at most (default 256)")
+    p.add_argument("-t", "--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the engine's)")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence")
+    p.add_argument("-c", "--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
+    p.add_argument("--no-predict", action="store_true", help="skip the roofline prediction")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ondevice.engine import load
+
+    if len(args.args) > 2:
+        raise InvalidParameterError("expected [MODEL] PROMPT; quote a prompt that has spaces")
+    model, prompt = (None, args.args[0]) if len(args.args) == 1 else args.args
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
+    engine = load(model, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=layers,
+                  predictor=None if args.no_predict else "auto")
+    try:
+        stream = engine.stream(
+            prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+            min_p=args.min_p, repeat_penalty=args.repeat_penalty, seed=args.seed, stop=args.stop,
+            ignore_eos=args.ignore_eos,
+        )
+        try:
+            for ev in stream:
+                if ev.text:
+                    sys.stdout.write(ev.text)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            stream.close()
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        g = stream.generation
+        if g is not None:
+            print(timings_line(g, engine.info.load_s, engine.info.backend), file=sys.stderr)
+        return 130 if g is not None and g.finish_reason == "cancelled" else 0
+    finally:
+        engine.close()
+
+
+def _int_arg(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidParameterError(f"{name} must be 'auto' or an integer, not {value!r}") from None
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def _rate(tok_s: float | None) -> str:
+    return "-" if tok_s is None else f"{tok_s:.1f} tok/s"
+
+
+def timings_line(g, load_s: float | None = None, backend: str | None = None) -> str:
+    """One line: TTFT, TPOT, decode and prefill rates, token counts, finish reason (and the prediction)."""
+    t = g.timings
+    cached = f", {g.cached_prompt_tokens} cached" if g.cached_prompt_tokens else ""
+    parts = [
+        f"TTFT {_ms(t.ttft_s)}",
+        f"TPOT {_ms(t.tpot_s)}",
+        f"decode {_rate(t.decode_tok_s)}",
+        f"prefill {_rate(t.prefill_tok_s)}",
+        f"tokens {g.prompt_tokens} prompt{cached} + {t.output_tokens} output",
+        f"finish {g.finish_reason}",
+    ]
+    if g.predicted_tok_s:
+        parts.append(f"predicted {_rate(g.predicted_tok_s)} (ceiling {_rate(g.ceiling_tok_s)})")
+    if load_s is not None:
+        parts.append(f"load {load_s:.2f} s" + (f" on {backend}" if backend else ""))
+    return " | ".join(parts)
