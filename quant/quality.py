@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from ondevice.errors import InvalidParameterError, QuantError
 from ondevice.gguf_file import ArrayRef, GGUFFile, read_gguf
 from quant._llama import LogitsModel
 
-__all__ = ["Perplexity", "Comparison", "default_text", "perplexity", "compare", "check_same_vocabulary", "DEFAULT_TEXT", "DEFAULT_N_CTX"]
+__all__ = ["Perplexity", "Comparison", "default_text", "perplexity", "compare", "compare_many", "check_same_vocabulary", "DEFAULT_TEXT", "DEFAULT_N_CTX"]
 
 DEFAULT_TEXT = ("alice_ch1.txt", "pride_ch1.txt")  # quant/data, joined in this order
 DEFAULT_N_CTX = 512  # window length, tokens (capped at the model's trained context)
@@ -90,13 +90,6 @@ def _read_text(text: str | Path | None) -> tuple[str, str]:
         raise QuantError(f"cannot read text file {path}: {exc}") from None
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = logits.astype(np.float64)
-    x -= x.max(axis=1, keepdims=True)
-    x -= np.log(np.exp(x).sum(axis=1, keepdims=True))
-    return x
-
-
 def _window_len(g: GGUFFile, n_ctx: int | None) -> int:
     arch = g.get("general.architecture")
     trained = g.get(f"{arch}.context_length")
@@ -120,8 +113,16 @@ def _windows(tokens: list[int], n_ctx: int, bos: int | None) -> list[tuple[list[
     return out
 
 
+def _stats(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """exp(x - max) in float32, its row sums and log-sum-exp in float64 (accurate, half the memory)."""
+    top = logits.max(axis=1, keepdims=True)
+    e = np.exp(logits - top)
+    total = e.sum(axis=1, dtype=np.float64)
+    return e, total, top[:, 0].astype(np.float64) + np.log(total)
+
+
 class _Scorer:
-    """Accumulates per-position NLL (and, for a pair, KL and top-1 agreement)."""
+    """Per-position NLL of one model; for a model compared with a base, KL and top-1 agreement."""
 
     def __init__(self) -> None:
         self.nll: list[np.ndarray] = []
@@ -129,16 +130,17 @@ class _Scorer:
         self.agree = 0
         self.n = 0
 
-    def add(self, targets: np.ndarray, logits: np.ndarray, base_logits: np.ndarray | None = None) -> None:
-        for r in range(0, len(targets), _ROWS):
-            lp = _log_softmax(logits[r : r + _ROWS])
-            tgt = targets[r : r + _ROWS]
-            self.nll.append(-lp[np.arange(len(tgt)), tgt])
-            if base_logits is not None:
-                lb = _log_softmax(base_logits[r : r + _ROWS])
-                self.kl.append(np.maximum((np.exp(lb) * (lb - lp)).sum(axis=1), 0.0))
-                self.agree += int((lb.argmax(axis=1) == lp.argmax(axis=1)).sum())
-            self.n += len(tgt)
+    def add(self, targets: np.ndarray, logits: np.ndarray, lse: np.ndarray) -> None:
+        self.nll.append(lse - logits[np.arange(len(targets)), targets].astype(np.float64))
+        self.n += len(targets)
+
+    def add_kl(self, base: np.ndarray, base_e: np.ndarray, base_total: np.ndarray, base_lse: np.ndarray,
+               logits: np.ndarray, lse: np.ndarray) -> None:
+        # KL(b||o) = sum_v p_b(v) (x_b(v) - x_o(v)) - (lse_b - lse_o); x_b - x_o is exact in float32
+        # where the two logits are within a factor of 2 (near-identical models), so float32 is enough.
+        cross = np.einsum("ij,ij->i", base_e, base - logits, dtype=np.float64) / base_total
+        self.kl.append(np.maximum(cross - (base_lse - lse), 0.0))
+        self.agree += int((base.argmax(axis=1) == logits.argmax(axis=1)).sum())
 
     def perplexity(self, path: Path, text_name: str, n_ctx: int, n_windows: int, n_text: int, eval_s: float) -> Perplexity:
         nll = np.concatenate(self.nll) if self.nll else np.zeros(0)
@@ -147,6 +149,20 @@ class _Scorer:
         mean = float(nll.mean())
         stderr = float(nll.std(ddof=1) / math.sqrt(nll.size)) if nll.size > 1 else 0.0
         return Perplexity(str(path), text_name, n_ctx, n_windows, n_text, int(nll.size), mean, stderr, math.exp(mean), eval_s)
+
+
+def _score_window(targets: np.ndarray, logits: list[np.ndarray], scorers: list[_Scorer]) -> None:
+    """Score one window for a base (index 0) and the models compared with it, _ROWS rows at a time."""
+    for r in range(0, len(targets), _ROWS):
+        tgt = targets[r : r + _ROWS]
+        base = logits[0][r : r + _ROWS]
+        base_e, base_total, base_lse = _stats(base)
+        scorers[0].add(tgt, base, base_lse)
+        for other, scorer in zip(logits[1:], scorers[1:]):
+            rows = other[r : r + _ROWS]
+            lse = _stats(rows)[2]
+            scorer.add(tgt, rows, lse)
+            scorer.add_kl(base, base_e, base_total, base_lse, rows, lse)
 
 
 def _prepare(path: Path, text: str, n_ctx: int, max_tokens: int | None, n_threads: int | None, n_gpu_layers):
@@ -182,15 +198,21 @@ def perplexity(
     scorer, t0 = _Scorer(), time.perf_counter()
     with lm:
         for i, (window, first) in enumerate(windows):
-            scorer.add(np.asarray(window[first:]), lm.window_logits(window, first))
+            _score_window(np.asarray(window[first:]), [lm.window_logits(window, first)], [scorer])
             if progress:
                 progress(i + 1, len(windows))
     return scorer.perplexity(path, name, n, len(windows), len(tokens), time.perf_counter() - t0)
 
 
-def compare(
+def compare(base: str | Path, other: str | Path, **kw) -> Comparison:
+    """Perplexity of both models, KL(base || other) and top-1 agreement on the same windows.
+    Keywords as compare_many."""
+    return compare_many(base, [other], **kw)[0]
+
+
+def compare_many(
     base: str | Path,
-    other: str | Path,
+    others: Sequence[str | Path],
     *,
     text: str | Path | None = None,
     n_ctx: int | None = None,
@@ -198,41 +220,51 @@ def compare(
     n_threads: int | None = None,
     n_gpu_layers: int | str | None = "auto",
     progress: Progress | None = None,
-) -> Comparison:
-    """Perplexity of both models and KL(base || other), top-1 agreement, on the same windows."""
-    base_path, other_path = Path(base), Path(other)
-    gb, go = read_gguf(base_path), read_gguf(other_path)
-    check_same_vocabulary(gb, go)
+) -> list[Comparison]:
+    """Compare several models with one base; the base is evaluated once per window."""
+    paths = [Path(base)] + [Path(o) for o in others]
+    if len(paths) < 2:
+        raise InvalidParameterError("compare_many needs at least one model to compare with the base")
+    files = [read_gguf(p) for p in paths]
+    for g in files[1:]:
+        check_same_vocabulary(files[0], g)
     body, name = _read_text(text)
-    n = min(_window_len(gb, n_ctx), _window_len(go, n_ctx))
-    lb, tokens, windows = _prepare(base_path, body, n, max_tokens, n_threads, n_gpu_layers)
-    with lb:
-        lo = LogitsModel(other_path, n_ctx=n, n_threads=n_threads or os.cpu_count(), n_gpu_layers=n_gpu_layers)
-        with lo:
-            if lo.n_vocab != lb.n_vocab:
-                raise QuantError(f"different vocabularies: {lb.n_vocab} tokens in {base_path}, {lo.n_vocab} in {other_path}")
-            sb, so, times = _Scorer(), _Scorer(), [0.0, 0.0]
-            for i, (window, first) in enumerate(windows):
-                targets = np.asarray(window[first:])
+    n = min(_window_len(g, n_ctx) for g in files)
+    first_model, tokens, windows = _prepare(paths[0], body, n, max_tokens, n_threads, n_gpu_layers)
+    models = [first_model]
+    try:
+        for p in paths[1:]:
+            models.append(LogitsModel(p, n_ctx=n, n_threads=n_threads or os.cpu_count(), n_gpu_layers=n_gpu_layers))
+            if models[-1].n_vocab != models[0].n_vocab:
+                raise QuantError(f"different vocabularies: {models[0].n_vocab} tokens in {paths[0]}, {models[-1].n_vocab} in {p}")
+        scorers = [_Scorer() for _ in paths]
+        seconds = [0.0] * len(paths)
+        for i, (window, first) in enumerate(windows):
+            logits = []
+            for k, m in enumerate(models):
                 t0 = time.perf_counter()
-                logits_b = lb.window_logits(window, first)
-                t1 = time.perf_counter()
-                logits_o = lo.window_logits(window, first)
-                times[0] += t1 - t0
-                times[1] += time.perf_counter() - t1
-                sb.add(targets, logits_b)
-                so.add(targets, logits_o, base_logits=logits_b)
-                if progress:
-                    progress(i + 1, len(windows))
-    kl = np.concatenate(so.kl)
+                logits.append(m.window_logits(window, first))
+                seconds[k] += time.perf_counter() - t0
+            _score_window(np.asarray(window[first:]), logits, scorers)
+            if progress:
+                progress(i + 1, len(windows))
+    finally:
+        for m in models:
+            m.close()
+    ppl = [s.perplexity(p, name, n, len(windows), len(tokens), t) for s, p, t in zip(scorers, paths, seconds)]
+    return [_comparison(ppl[0], ppl[k], scorers[k]) for k in range(1, len(paths))]
+
+
+def _comparison(base: Perplexity, other: Perplexity, scorer: _Scorer) -> Comparison:
+    kl = np.concatenate(scorer.kl)
     return Comparison(
-        base=sb.perplexity(base_path, name, n, len(windows), len(tokens), times[0]),
-        other=so.perplexity(other_path, name, n, len(windows), len(tokens), times[1]),
+        base=base,
+        other=other,
         kl_mean=float(kl.mean()),
         kl_median=float(np.median(kl)),
         kl_p99=float(np.percentile(kl, 99)),
         kl_max=float(kl.max()),
-        top1_agreement=so.agree / so.n,
+        top1_agreement=scorer.agree / scorer.n,
     )
 
 
