@@ -1,0 +1,282 @@
+"""The main screen: transcript and input on the left, the stats panel on the right.
+
+Generation runs in a thread worker that only pushes token events into a LiveFeed; a
+20 Hz timer drains it, appends the new text to the Markdown in one batch and refreshes
+the stats. Engine calls never run on the UI thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from ondevice.errors import OndeviceError
+from tui.live import LiveFeed, LiveTracker, context_level, generation_stats
+from tui.session import ChatSession
+from tui.store import Conversation, stats_footer
+from tui.widgets.stats import StatsPanel
+from tui.widgets.transcript import AssistantMessage, Transcript, UserMessage
+
+if TYPE_CHECKING:
+    from tui.app import ChatApp
+
+__all__ = ["ChatScreen", "TICK_S"]
+
+log = logging.getLogger(__name__)
+TICK_S = 1 / 20  # UI refresh period while tokens stream: at most 20 repaints a second
+MEMORY_TICK_S = 1.0  # RSS / system memory refresh period
+
+
+@dataclass
+class Turn:
+    """One user message and the answer being streamed for it."""
+
+    text: str
+    user: UserMessage
+    assistant: AssistantMessage
+    tracker: LiveTracker
+    feed: LiveFeed = field(default_factory=LiveFeed)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    dropped: bool = False  # no longer in the model's context
+
+
+class ChatScreen(Screen):
+    BINDINGS = [Binding("escape", "cancel", "Cancel", show=True)]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turn: Turn | None = None  # the turn streaming now
+        self.turns: list[Turn] = []  # turns shown, oldest first
+        self.queue: list[tuple[str, UserMessage]] = []  # sent while busy; go out in order
+        self.busy_reason: str | None = None  # "loading", "resetting", ...: engine not free for a turn
+        self._ctx_level = "ok"
+
+    @property
+    def chat_app(self) -> "ChatApp":
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◆")
+        with Horizontal(id="main"):
+            with Vertical(id="chat-column"):
+                yield Transcript(id="transcript")
+                yield Static("", id="status", markup=False)
+                yield Input(placeholder="Message — Enter sends, F1 keys", id="prompt")
+            yield StatsPanel(id="stats")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#prompt", Input).focus()
+        self._tick = self.set_interval(TICK_S, self._on_tick, pause=True)
+        self.set_interval(MEMORY_TICK_S, self.refresh_memory)
+        self.refresh_memory()
+        self.chat_app.start_loading()
+
+    # -- status ------------------------------------------------------------------------------
+
+    def set_status(self, text: str, kind: str = "info") -> None:
+        status = self.query_one("#status", Static)
+        for name in ("info", "busy", "error"):
+            status.set_class(name == kind, f"status-{name}")
+        status.update(text)
+
+    def idle_status(self) -> None:
+        if self.chat_app.session is None:
+            return
+        queued = f" · {len(self.queue)} queued" if self.queue else ""
+        self.set_status(self.chat_app.status_line() + queued)
+
+    async def note(self, text: str, kind: str = "info", before: Any = None) -> None:
+        transcript = self.query_one(Transcript)
+        if before is not None and before.is_attached:
+            from tui.widgets.transcript import Note
+
+            await transcript.mount(Note(text, kind=kind), before=before)
+        else:
+            await transcript.add_note(text, kind)
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        event.input.value = ""
+        if text:
+            await self.submit(text)
+
+    async def submit(self, text: str) -> None:
+        """Send now if the engine is free, else show the message as queued."""
+        if self.chat_app.session is None or self.turn is not None or self.busy_reason or self.queue:
+            if self.chat_app.load_error is not None:
+                await self.note(f"No model loaded: {self.chat_app.load_error}", "error")
+                return
+            widget = await self.query_one(Transcript).add_user(text, queued=True)
+            self.queue.append((text, widget))
+            self.set_status(f"{len(self.queue)} queued: will be sent when the model is free", "busy")
+            return
+        await self._start_turn(text, None)
+
+    async def send_queued(self) -> None:
+        if self.queue and self.turn is None and not self.busy_reason and self.chat_app.session is not None:
+            text, widget = self.queue.pop(0)
+            await self._start_turn(text, widget)
+
+    async def _start_turn(self, text: str, user: UserMessage | None) -> None:
+        transcript = self.query_one(Transcript)
+        if user is None:
+            user = await transcript.add_user(text)
+        else:
+            user.remove_class("queued")
+        transcript.scroll_end(animate=False)
+        assistant = await transcript.add_assistant()
+        app = self.chat_app
+        turn = Turn(text, user, assistant, LiveTracker(app.engine.predictor, app.engine.kv_cache_tokens))
+        self.turn = turn
+        self.turns.append(turn)
+        self.set_status("generating · Esc cancels", "busy")
+        self._tick.resume()
+        self._generate(turn, app.session)
+
+    @work(thread=True, group="generate", exit_on_error=False)
+    def _generate(self, turn: Turn, session: ChatSession) -> None:
+        result, error = None, None
+        try:
+            result = session.run_turn(
+                turn.text, turn.cancel, turn.feed.push, on_dropped=lambda n: self._from_thread(self._on_dropped, turn, n)
+            )
+        except OndeviceError as exc:
+            error = str(exc)
+        except Exception as exc:  # shown on screen, never a traceback
+            log.exception("generation failed")
+            error = f"{type(exc).__name__}: {exc}"
+        self._from_thread(self._finish_turn, turn, result, error)
+
+    def _from_thread(self, fn: Callable[..., Any], *args: Any) -> None:
+        """call_from_thread, unless the app is already gone (quit while generating)."""
+        if not self.app.is_running:
+            return
+        try:
+            self.app.call_from_thread(fn, *args)
+        except Exception:  # the screen went away while the callback ran
+            log.debug("UI update after exit dropped", exc_info=True)
+
+    # -- the timer ---------------------------------------------------------------------------
+
+    async def _on_tick(self) -> None:
+        turn = self.turn
+        if turn is None:
+            return
+        events = turn.feed.drain()
+        if events:
+            await turn.assistant.append(turn.tracker.add(events))
+        if turn is self.turn:  # the turn may have finished while the text was appended
+            self.show_turn_stats(turn)
+
+    def show_turn_stats(self, turn: Turn) -> None:
+        panel = self.query_one(StatsPanel)
+        stats = turn.tracker.stats()
+        panel.show_live(stats, turn.tracker.itl_s)
+        self.show_context(stats.n_ctx_used)
+
+    def show_context(self, used: int | None = None) -> str:
+        engine = self.chat_app.engine
+        if engine is None:
+            return "ok"
+        used = engine.kv_cache_tokens if used is None else used
+        level = context_level(used, engine.n_ctx, reserve=self.chat_app.settings.max_tokens)
+        spec = engine.info.spec
+        kv_bytes = spec.kv_read_bytes(used) if spec.kv_bytes_per_token_by_layer else None
+        self.query_one(StatsPanel).show_context(used, engine.n_ctx, kv_bytes, level)
+        return level
+
+    def refresh_memory(self) -> None:
+        self.query_one(StatsPanel).show_memory(*self.chat_app.memory_reader())
+
+    # -- turn end ----------------------------------------------------------------------------
+
+    async def _on_dropped(self, turn: Turn, n: int) -> None:
+        if turn is not self.turn:
+            return
+        for old in [t for t in self.turns if t is not turn and not t.dropped][:n]:
+            old.dropped = True
+            old.user.add_class("dropped")
+            old.assistant.add_class("dropped")
+        from tui.session import _dropped_note
+
+        await self.note(_dropped_note(n), "warn", before=turn.user)
+
+    async def _finish_turn(self, turn: Turn, result: Any, error: str | None) -> None:
+        if turn is not self.turn:  # a new chat or a restore replaced it
+            return
+        await turn.assistant.append(turn.tracker.add(turn.feed.drain()))
+        if result is not None:
+            g = result.generation
+            turn.tracker.finish(g)
+            turn.assistant.finish(stats_footer(generation_stats(g), g.finish_reason), g.finish_reason)
+        else:
+            turn.assistant.finish(f"error: {error}", "error")
+            await self.note(error or "generation failed", "error")
+        self.turn = None
+        self._tick.pause()
+        self.show_turn_stats(turn)
+        self.show_context()  # the engine's own count once the turn is over
+        await self._after_turn()
+
+    async def _after_turn(self) -> None:
+        app = self.chat_app
+        if app.session is not None and app.session.history_error:
+            await self.note(f"History not saved: {app.session.history_error}", "warn")
+            app.session.history_error = None
+        level = self.show_context()
+        if level != "ok" and self._ctx_level == "ok":
+            engine = app.engine
+            await self.note(
+                f"Context nearly full ({engine.kv_cache_tokens}/{engine.n_ctx} tokens): when a new turn does not fit, "
+                "the oldest turns are dropped (the system prompt stays).",
+                "warn",
+            )
+        self._ctx_level = level
+        self.idle_status()
+        await self.send_queued()
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def action_cancel(self) -> None:
+        if self.turn is not None and not self.turn.cancel.is_set():
+            self.turn.cancel.set()
+            self.set_status("cancelling…", "busy")
+
+    async def clear(self) -> None:
+        """Forget what is on screen (new chat, restore); a running turn is cancelled."""
+        if self.turn is not None:
+            self.turn.cancel.set()
+        self.turn = None
+        self._tick.pause()
+        self.turns.clear()
+        self.queue.clear()
+        self._ctx_level = "ok"
+        await self.query_one(Transcript).clear()
+        self.query_one(StatsPanel).show_live(None)
+
+    async def show_conversation(self, conv: Conversation) -> None:
+        """Rebuild the transcript of a saved conversation."""
+        transcript = self.query_one(Transcript)
+        if conv.system:
+            await transcript.add_note(f"System prompt: {conv.system}")
+        for m in conv.messages:
+            if m.role == "user":
+                await transcript.add_user(m.content)
+            elif m.role == "assistant":
+                widget = await transcript.add_assistant(m.content)
+                widget.finish(stats_footer(m.stats, m.finish_reason), m.finish_reason)
+            elif m.role == "note":
+                await transcript.add_note(m.content, "warn")
+        await transcript.add_note(f"Reopened “{conv.title or conv.id}”: the next message continues it.")

@@ -1,0 +1,208 @@
+"""One conversation on one engine, with its history record. No UI here.
+
+Every method that touches the engine takes `lock`, and is called from a worker thread:
+the UI thread never blocks on llama.cpp. A turn that does not fit the context drops the
+oldest user+assistant pairs (the system prompt stays) until it fits, and says how many.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from ondevice.errors import ContextOverflowError, InvalidParameterError
+from ondevice.results import Generation, TokenEvent
+from tui.live import generation_stats
+from tui.store import Conversation, HistoryError, HistoryStore
+
+__all__ = ["ChatSettings", "ChatSession", "TurnResult"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """What the settings screen edits."""
+
+    system: str | None = None  # system prompt; None or "" = none
+    temperature: float = 0.8  # sampling temperature, >= 0 (0 = greedy)
+    top_p: float = 0.95  # nucleus sampling, in (0, 1]
+    max_tokens: int = 512  # most tokens in one answer, >= 1
+
+    def validated(self) -> "ChatSettings":
+        """The same settings, checked; raises InvalidParameterError naming the bad one."""
+        if not (self.temperature >= 0) or self.temperature > 100:
+            raise InvalidParameterError(f"temperature must be between 0 and 100, got {self.temperature}")
+        if not (0 < self.top_p <= 1):
+            raise InvalidParameterError(f"top_p must be in (0, 1], got {self.top_p}")
+        if int(self.max_tokens) != self.max_tokens or self.max_tokens < 1:
+            raise InvalidParameterError(f"max_tokens must be a positive integer, got {self.max_tokens}")
+        system = self.system.strip() if self.system else None
+        return ChatSettings(system or None, float(self.temperature), float(self.top_p), int(self.max_tokens))
+
+    def sampling(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    generation: Generation  # the finished answer, with every timing
+    dropped_turns: int  # user+assistant pairs dropped so that this turn fits
+
+
+@dataclass
+class ChatSession:
+    """The engine's Chat plus the conversation's row in the history store."""
+
+    engine: Any  # an ondevice Engine (or a test double with the same interface)
+    settings: ChatSettings
+    store: HistoryStore | None = None
+    model_label: str = "model"
+    extra_sampling: Mapping[str, Any] = field(default_factory=dict)  # passed to every stream (e.g. ignore_eos)
+    conversation_id: int | None = None  # history row; created with the first message
+    history_error: str | None = None  # the last history write that failed, for the UI to show once
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.chat = self.engine.chat(system=self.settings.system)
+
+    # -- turns (worker thread) --------------------------------------------------------------
+
+    def run_turn(
+        self,
+        text: str,
+        cancel: threading.Event,
+        on_event: Callable[[TokenEvent], None],
+        on_dropped: Callable[[int], None] | None = None,
+    ) -> TurnResult:
+        """Send `text`, stream the answer into on_event, record both. Holds the lock throughout."""
+        with self.lock:
+            self._record("user", text)
+            events, dropped = self._open(text, cancel)
+            if dropped:
+                note = _dropped_note(dropped)
+                self._record("note", note)
+                if on_dropped is not None:
+                    on_dropped(dropped)
+            for event in events:
+                on_event(event)
+            generation = events.generation
+            self._record("assistant", generation.text, finish_reason=generation.finish_reason, stats=generation_stats(generation))
+            return TurnResult(generation, dropped)
+
+    def _open(self, text: str, cancel: threading.Event) -> tuple["_Primed", int]:
+        """Open the stream, dropping the oldest turns while the engine says it cannot fit."""
+        dropped = 0
+        kwargs = {**self.settings.sampling(), **self.extra_sampling, "cancel": cancel}
+        while True:
+            n_before = len(self.chat.messages)
+            try:
+                stream = self.chat.stream(text, **kwargs)
+                return _Primed(stream), dropped
+            except ContextOverflowError as exc:
+                del self.chat.messages[n_before:]  # a refused turn leaves no trace in the chat
+                if not self.chat.drop_oldest_turn():
+                    raise ContextOverflowError(
+                        f"{exc} — nothing left to drop: shorten the message or lower max tokens in settings (F2)"
+                    ) from exc
+                dropped += 1
+
+    # -- conversation management (worker thread) ----------------------------------------------
+
+    def new_chat(self) -> None:
+        """Forget the conversation and clear the KV cache."""
+        with self.lock:
+            self.engine.reset()
+            self.chat = self.engine.chat(system=self.settings.system)
+            self.conversation_id = None
+
+    def restore(self, conversation: Conversation) -> None:
+        """Continue a saved conversation: its messages become the chat's (notes left out)."""
+        with self.lock:
+            self.engine.reset()
+            self.settings = ChatSettings(conversation.system, *self._sampling_of(conversation)).validated()
+            self.chat = self.engine.chat(system=self.settings.system)
+            for m in conversation.messages:
+                if m.role in ("user", "assistant"):
+                    self.chat.messages.append({"role": m.role, "content": m.content})
+            self.conversation_id = conversation.id
+
+    def _sampling_of(self, conversation: Conversation) -> tuple[float, float, int]:
+        s = conversation.settings
+        cur = self.settings
+        return (
+            s.get("temperature", cur.temperature),
+            s.get("top_p", cur.top_p),
+            s.get("max_tokens", cur.max_tokens),
+        )
+
+    def apply_settings(self, settings: ChatSettings) -> None:
+        """New sampling settings apply to the next turn; a new system prompt replaces the old one."""
+        settings = settings.validated()
+        with self.lock:
+            if settings.system != self.settings.system:
+                _set_system(self.chat.messages, settings.system)
+                if self.store is not None and self.conversation_id is not None:
+                    self._safe(self.store.set_system, self.conversation_id, settings.system)
+            self.settings = settings
+
+    # -- history ------------------------------------------------------------------------------
+
+    def _record(self, role: str, content: str, **kw: Any) -> None:
+        if self.store is None:
+            return
+        if self.conversation_id is None:
+            cid = self._safe(self.store.create_conversation, self.model_label, self.settings.system, self.settings.sampling())
+            if cid is None:
+                return
+            self.conversation_id = cid
+        self._safe(self.store.add_message, self.conversation_id, role, content, **kw)
+
+    def _safe(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """A history write that fails never stops the chat; the UI shows history_error."""
+        try:
+            return fn(*args, **kw)
+        except HistoryError as exc:
+            log.warning("history not saved: %s", exc)
+            self.history_error = str(exc)
+            return None
+
+
+class _Primed:
+    """Iterator over a TokenStream whose first event is pulled at once, so an error the
+    engine raises lazily (on first next()) surfaces where the stream is opened."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._it = iter(stream)
+        self._first = next(self._it, None)
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        yield from self._it
+
+    @property
+    def generation(self) -> Generation:
+        return self._stream.generation
+
+
+def _set_system(messages: list[dict], system: str | None) -> None:
+    has = bool(messages) and messages[0].get("role") == "system"
+    if system and has:
+        messages[0] = {"role": "system", "content": system}
+    elif system:
+        messages.insert(0, {"role": "system", "content": system})
+    elif has:
+        del messages[0]
+
+
+def _dropped_note(n: int) -> str:
+    turns = "turn" if n == 1 else "turns"
+    return f"Context full: dropped the oldest {n} {turns} to make room (the system prompt is kept)."

@@ -1,0 +1,133 @@
+"""The stats panel: live latency, prediction gauge, ITL sparkline, context, memory, model card.
+
+Every section is one Static updated only when its text changes, so a timer tick with
+nothing new repaints nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from tui.live import LiveStats
+from tui.widgets.charts import ItlChart, hbar
+
+__all__ = ["StatsPanel", "fmt_ms", "fmt_rate", "fmt_bytes", "model_card_lines"]
+
+BAR_CELLS = 16
+_DASH = "–"
+
+
+def fmt_ms(seconds: float | None) -> str:
+    if seconds is None:
+        return _DASH
+    ms = seconds * 1000.0
+    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms" if ms < 10_000 else f"{seconds:.1f} s"
+
+
+def fmt_rate(tok_s: float | None) -> str:
+    if not tok_s:
+        return _DASH
+    return f"{tok_s:.1f} tok/s" if tok_s < 1000 else f"{tok_s:.0f} tok/s"
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Binary units, as memory is counted."""
+    if n is None:
+        return _DASH
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _row(label: str, value: str) -> str:
+    return f"{label:<10}{value}"
+
+
+def model_card_lines(info: Any) -> list[str]:
+    """The model card from an EngineInfo (duck-typed: spec, backend, offload, threads)."""
+    spec = info.spec
+    name = spec.name or (str(info.model_path).rsplit("/", 1)[-1] if info.model_path else "model")
+    offload = info.n_gpu_layers
+    offload_text = "none" if not offload else ("all layers" if spec.n_layer and offload >= spec.n_layer else f"{offload} layers")
+    return [
+        name,
+        _row("arch", spec.arch or "unknown"),
+        _row("quant", f"{spec.quant or '?'} {spec.bits_per_weight:.2f} bpw"),
+        _row("size", fmt_bytes(spec.file_bytes)),
+        _row("backend", str(info.backend)),
+        _row("offload", offload_text),
+        _row("threads", str(info.n_threads)),
+    ]
+
+
+class StatsPanel(VerticalScroll, can_focus=False):
+    """Right-hand panel. Call the show_* methods from the UI thread."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="stats-live", markup=False)
+        yield Static("", id="stats-gauge", markup=False)
+        yield Static("", id="stats-itl-label", markup=False)
+        yield ItlChart(id="stats-itl")
+        yield Static("", id="stats-ctx", markup=False)
+        yield Static("", id="stats-prefill", markup=False)
+        yield Static("", id="stats-mem", markup=False)
+        yield Static("loading…", id="stats-card", markup=False)
+
+    def on_mount(self) -> None:
+        self.border_title = "latency"
+        self.show_live(None)
+        self.show_context(0, 0, None, "ok")
+
+    def _set(self, widget_id: str, text: str) -> None:
+        widget = self.query_one(f"#{widget_id}", Static)
+        if getattr(widget, "_ondevice_text", None) != text:
+            widget._ondevice_text = text  # type: ignore[attr-defined]
+            widget.update(text)
+
+    def show_live(self, s: LiveStats | None, itl_s: Sequence[float] = ()) -> None:
+        s = s or LiveStats(0, None, None, None, None, 0, None, None, None)
+        self._set(
+            "stats-live",
+            "\n".join(
+                [
+                    _row("TTFT", fmt_ms(s.ttft_s)),
+                    _row("ITL last", fmt_ms(s.last_itl_s)),
+                    _row("TPOT", fmt_ms(s.tpot_s)),
+                    _row("decode", fmt_rate(s.decode_tok_s)),
+                    _row("ceiling", fmt_rate(s.ceiling_tok_s)),
+                    _row("predicted", fmt_rate(s.predicted_tok_s)),
+                ]
+            ),
+        )
+        eff = s.efficiency
+        self._set("stats-gauge", f"{hbar(eff, BAR_CELLS)} {eff * 100:3.0f}%" if eff else f"{hbar(None, BAR_CELLS)} vs pred")
+        ref = f"  ─ {s.predicted_step_s * 1000:.1f}" if s.predicted_step_s else ""
+        self._set("stats-itl-label", f"ITL ms ({s.output_tokens} tok){ref}")
+        self.query_one(ItlChart).set_data(list(itl_s), s.predicted_step_s)
+        prefill = [_row("prefill", fmt_rate(s.prefill_tok_s))]
+        cached = _DASH if s.cached_prompt_tokens is None else f"{s.cached_prompt_tokens}/{s.prompt_tokens} tok"
+        prefill.append(_row("cached", cached))
+        self._set("stats-prefill", "\n".join(prefill))
+
+    def show_context(self, used: int, n_ctx: int, kv_bytes: int | None, level: str) -> None:
+        ctx = self.query_one("#stats-ctx", Static)
+        for name in ("ok", "warn", "full"):
+            ctx.set_class(name == level, f"ctx-{name}")
+        fraction = used / n_ctx if n_ctx else None
+        lines = [f"ctx {hbar(fraction, BAR_CELLS)}", _row("", f"{used}/{n_ctx or '?'} tok"), _row("KV cache", fmt_bytes(kv_bytes))]
+        self._set("stats-ctx", "\n".join(lines))
+
+    def show_memory(self, rss_bytes: int | None, sys_used_bytes: int | None, sys_total_bytes: int | None) -> None:
+        sys_text = _DASH
+        if sys_used_bytes is not None and sys_total_bytes:
+            sys_text = f"{sys_used_bytes / sys_total_bytes:.0%} of {fmt_bytes(sys_total_bytes)}"
+        self._set("stats-mem", "\n".join([_row("RSS", fmt_bytes(rss_bytes)), _row("sys mem", sys_text)]))
+
+    def show_model(self, lines: Sequence[str]) -> None:
+        self._set("stats-card", "\n".join(lines))
