@@ -1,7 +1,9 @@
 """Thin helpers over llama-cpp-python's low-level API, for quant's own use.
 
 - `route_llama_log()`: send llama.cpp's log to the `logging` logger "ondevice.llama_cpp"
-  (llama-cpp-python's own callback prints to stderr) and let a caller listen to the lines.
+  (llama-cpp-python's own callback prints to stderr) and let a caller listen to the lines
+  (quantize reads its per-tensor progress from them). The engine installs a callback of its
+  own to the same logger with the same levels; whichever is installed last serves both.
 - `LogitsModel`: a model + context that scores token windows and returns their logits
   (quality evaluation; copying logits is fine here, this is not the decode hot path).
 
@@ -41,7 +43,7 @@ class _LogRouter:
     def _on_log(self, level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         line = text.decode("utf-8", "replace") if text else ""
         self._last = _LEVELS.get(level, self._last)  # 5 = continue the previous level
-        if line.strip():
+        if line.strip(" .\n") and _LOG.isEnabledFor(self._last):
             _LOG.log(self._last, "%s", line.rstrip("\n"))
         with self._lock:
             listeners = list(self.listeners)
@@ -61,6 +63,7 @@ def route_llama_log() -> _LogRouter:
     with _router_lock:
         if _router is None:
             _router = _LogRouter()
+            _LOG.addHandler(logging.NullHandler())  # unconfigured logging: no last-resort printing
         llama_cpp.llama_log_set(_router.c_callback, ctypes.c_void_p(0))
         return _router
 

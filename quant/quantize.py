@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import threading
 from pathlib import Path
 from typing import Callable
@@ -107,7 +108,7 @@ def quantize(
             "it lost: pass --allow-requantize to do it anyway"
         )
     if already:
-        _log.warning("requantizing %s (%s): quality lost in the first quantization cannot come back", src, ", ".join(already))
+        _log.info("requantizing %s (%s): quality lost in the first quantization cannot come back", src, ", ".join(already))
     _check_destination(src, dst, force)
     _check_space(dst, estimate_bytes(source, ftype))
     with paths.atomic_path(dst) as tmp:
@@ -130,6 +131,12 @@ def _check_destination(src: Path, dst: Path, force: bool) -> None:
         raise QuantError(f"{dst} already exists; pass --force to overwrite it")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise QuantError(f"destination folder {folder} is not writable")
+    try:  # root passes os.access everywhere; a read-only mount only shows on a real create
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{dst.name}.", suffix=".probe")
+    except OSError as exc:
+        raise QuantError(f"destination folder {folder} is not writable ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _check_space(dst: Path, need_bytes: int) -> None:
