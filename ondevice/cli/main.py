@@ -15,6 +15,7 @@ _COMMAND_MODULES = (
     "ondevice.cli.info",
     "ondevice.cli.run",
     "ondevice.cli.bench",
+    "ondevice.cli.quant",
 )
 
 EXIT_BAD_INPUT = 2
