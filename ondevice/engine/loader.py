@@ -37,8 +37,8 @@ class EngineInfo:
     backend: str  # where the layers run: "CPU", "CUDA", "Metal", "Vulkan", ...
     n_gpu_layers: int  # layers actually offloaded (0 on a CPU-only build; n_layer + 1 = all, output included)
     n_threads: int  # CPU threads for decode and prefill
-    n_batch: int  # prefill chunk, tokens per llama_decode
-    n_ctx: int  # context window, tokens
+    n_batch: int  # prefill chunk, tokens per llama_decode (as llama.cpp set it: at most n_ctx)
+    n_ctx: int  # context window, tokens (as llama.cpp set it: it may round the request up)
     flash_attn: bool | str  # as requested: True, False or "auto"
     load_s: float  # seconds from opening the file to the engine being ready
     llama_cpp_version: str  # llama-cpp-python version (and llama.cpp's, when it reports one)
@@ -109,7 +109,8 @@ class LlamaHandle:
         self.vocab = lib.llama_model_get_vocab(model)
         self.memory = lib.llama_get_memory(ctx)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
-        self.n_ctx = int(lib.llama_n_ctx(ctx))
+        self.n_ctx = int(lib.llama_n_ctx(ctx))  # llama.cpp may round the request up
+        self.n_batch = int(lib.llama_n_batch(ctx))  # llama.cpp caps the request at n_ctx
         self.n_swa = int(lib.llama_model_n_swa(model))
 
     def free(self) -> None:
@@ -190,7 +191,7 @@ def open_model(
     version = getattr(lib, "__version__", "unknown")
     info = EngineInfo(
         model_path=str(path), spec=spec, backend=backend, n_gpu_layers=offloaded if backend != "CPU" else 0,
-        n_threads=n_threads, n_batch=n_batch, n_ctx=handle.n_ctx, flash_attn=flash_attn, load_s=load_s,
+        n_threads=n_threads, n_batch=handle.n_batch, n_ctx=handle.n_ctx, flash_attn=flash_attn, load_s=load_s,
         llama_cpp_version=version, seed=seed,
     )
     return handle, info
