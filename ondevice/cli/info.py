@@ -11,10 +11,16 @@ def register(sub) -> None:
     p = sub.add_parser("info", help="inspect a GGUF model (default: the built-in model)")
     p.add_argument("model", nargs="?", help="registry name or path to a .gguf file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--tensors", action="store_true", help="one row per tensor: type, shape, bytes, bits per weight")
+    p.add_argument("--against", metavar="SRC", help="with --tensors: each tensor's error (RMSE, max abs) against source model SRC")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.tensors or args.against:
+        from ondevice.cli.quant import run_tensors  # quant's per-tensor report
+
+        return run_tensors(resolve_model(args.model), resolve_model(args.against) if args.against else None, args.json)
     spec = inspect(resolve_model(args.model))
     if args.json:
         dump_json(spec.to_dict())
