@@ -238,3 +238,44 @@ def aio(fn):
         return asyncio.run(fn(*args, **kwargs))
 
     return wrapper
+
+
+class Gated:
+    """Wraps a real engine: every chat stream waits on `gate` before yielding token `hold_after`,
+    and sets `held` when it gets there. Everything else passes through to the engine."""
+
+    def __init__(self, engine: Any, hold_after: int):
+        self._engine = engine
+        self.hold_after = hold_after
+        self.gate = threading.Event()
+        self.held = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def chat(self, system: str | None = None, **defaults: Any) -> Any:
+        return _GatedChat(self, self._engine.chat(system=system, **defaults))
+
+
+class _GatedChat:
+    def __init__(self, owner: Gated, chat: Any):
+        self._owner, self._chat = owner, chat
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._chat, name)
+
+    def stream(self, text: str, **kw: Any) -> Any:
+        stream = self._chat.stream(text, **kw)
+        owner = self._owner
+
+        class _Held:
+            generation = property(lambda s: stream.generation)
+
+            def __iter__(s):
+                for ev in stream:
+                    if ev.index == owner.hold_after:
+                        owner.held.set()
+                        owner.gate.wait(10)
+                    yield ev
+
+        return _Held()

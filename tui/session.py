@@ -92,8 +92,16 @@ class ChatSession:
             for event in events:
                 on_event(event)
             generation = events.generation
-            self._record("assistant", generation.text, finish_reason=generation.finish_reason, stats=generation_stats(generation))
+            self._record("assistant", self._reply_text(generation), finish_reason=generation.finish_reason,
+                         stats=generation_stats(generation))
             return TurnResult(generation, dropped)
+
+    def _reply_text(self, generation: Generation) -> str:
+        """The reply as the chat keeps it (the engine may trim the space after "Assistant:")."""
+        last = self.chat.messages[-1] if self.chat.messages else None
+        if last is not None and last.get("role") == "assistant":
+            return str(last.get("content", generation.text))
+        return generation.text
 
     def _open(self, text: str, cancel: threading.Event) -> tuple["_Primed", int]:
         """Open the stream, dropping the oldest turns while the engine says it cannot fit."""
@@ -147,6 +155,8 @@ class ChatSession:
         with self.lock:
             if settings.system != self.settings.system:
                 _set_system(self.chat.messages, settings.system)
+                if hasattr(self.chat, "system"):
+                    self.chat.system = settings.system  # what Chat.reset() keeps
                 if self.store is not None and self.conversation_id is not None:
                     self._safe(self.store.set_system, self.conversation_id, settings.system)
             self.settings = settings

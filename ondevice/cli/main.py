@@ -14,6 +14,7 @@ _COMMAND_MODULES = (
     "ondevice.cli.models",
     "ondevice.cli.info",
     "ondevice.cli.run",
+    "ondevice.cli.chat",
     "ondevice.cli.bench",
     "ondevice.cli.quant",
 )

@@ -1,0 +1,148 @@
+"""`ondevice chat [MODEL]`: the terminal chat with live latency stats (Textual, imported lazily).
+
+    ondevice chat                                   # the default model
+    ondevice chat MODEL --system "You are terse." --temperature 0.7
+    ondevice chat --resume                          # reopen the last conversation
+    ondevice chat --list                            # saved conversations, then exit
+    ondevice chat --export ID --out chat.md         # Markdown (or .json), then exit
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from ondevice.errors import InvalidParameterError
+
+__all__ = ["register", "run"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "chat", help="chat in the terminal, with live latency stats",
+        description="A terminal chat (Textual) showing TTFT, every inter-token gap and the predicted ceiling.",
+    )
+    p.add_argument("model", nargs="?", help="registry name or .gguf path (default: the built-in model)")
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("-t", "--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling (default 0.95)")
+    p.add_argument("-n", "--max-tokens", type=int, default=512, help="tokens per answer at most (default 512)")
+    p.add_argument("-c", "--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
+    p.add_argument("--resume", nargs="?", const="last", default=None, metavar="ID",
+                   help="reopen the last conversation, or the one with this id")
+    p.add_argument("--no-history", action="store_true", help="do not save this chat")
+    p.add_argument("--history-db", type=Path, default=None, help=argparse.SUPPRESS)  # tests, scripts
+    p.add_argument("--list", action="store_true", help="list saved conversations and exit")
+    p.add_argument("--export", metavar="ID", help="write a saved conversation to --out and exit")
+    p.add_argument("--out", type=Path, help="export file: .md (Markdown) or .json")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tui.session import ChatSettings
+    from tui.store import HistoryStore
+
+    settings = ChatSettings(args.system, args.temperature, args.top_p, args.max_tokens).validated()
+    if args.n_ctx < 16:
+        raise InvalidParameterError(f"--n-ctx must be at least 16, got {args.n_ctx}")
+    if args.list or args.export:
+        return _history_command(args)
+    layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
+    from ondevice.materialize import resolve_model
+
+    path = resolve_model(args.model)  # a bad model name fails here: one line, exit 2
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise InvalidParameterError("ondevice chat needs a terminal (stdin and stdout must be a TTY); use `ondevice run` in scripts")
+    store = None if args.no_history else HistoryStore(args.history_db)
+    resume = _resume_id(store, args.resume)
+    return _run_app(path, settings, store, resume, args.n_ctx, args.threads, layers)
+
+
+def _run_app(path: Path, settings, store, resume: int | None, n_ctx: int, threads: int | None, layers) -> int:
+    from tui.app import ChatApp
+
+    def factory():
+        from ondevice.engine import load
+
+        return load(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=layers)
+
+    app = ChatApp(factory, settings=settings, store=store, model_label=path.name, resume=resume)
+    try:
+        with _log_to_file():
+            app.run()
+    finally:
+        if app.engine is not None:
+            app.engine.close()
+        if store is not None:
+            store.close()
+    return 0
+
+
+def _resume_id(store, resume: str | None) -> int | None:
+    if resume is None:
+        return None
+    if store is None:
+        raise InvalidParameterError("--resume needs the history (drop --no-history)")
+    if resume == "last":
+        cid = store.last_conversation_id()
+        if cid is None:
+            raise InvalidParameterError("--resume: no saved conversation yet")
+        return cid
+    cid = _int_arg("--resume", resume)
+    store.load(cid)  # HistoryError (one line, exit 2) when there is no such conversation
+    return cid
+
+
+def _history_command(args) -> int:
+    import time
+
+    from tui.store import HistoryStore
+
+    store = HistoryStore(args.history_db)
+    try:
+        if args.export:
+            if args.out is None:
+                raise InvalidParameterError("--export needs --out FILE (.md or .json)")
+            print(store.export(_int_arg("--export", args.export), args.out))
+            return 0
+        for c in store.list_conversations(limit=1000):
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated_at))
+            print(f"{c.id:>5}  {when}  {c.n_messages:>3} msg  {c.model}  {c.title}")
+        return 0
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def _log_to_file() -> Iterator[None]:
+    """While the TUI owns the terminal, log records go to chat.log in the data dir, not to stderr."""
+    from ondevice import paths
+
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    try:
+        folder = paths.data_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(folder / "chat.log", encoding="utf-8")
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.handlers = [handler]
+    try:
+        yield
+    finally:
+        root.handlers = saved
+        handler.close()
+
+
+def _int_arg(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidParameterError(f"{name} must be an integer, not {value!r}") from None
