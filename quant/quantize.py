@@ -112,7 +112,7 @@ def quantize(
     _check_destination(src, dst, force)
     _check_space(dst, estimate_bytes(source, ftype))
     with paths.atomic_path(dst) as tmp:
-        _run_llama_quantize(src, tmp, ftype, threads=threads, allow_requantize=allow_requantize, progress=progress)
+        _run_llama_quantize(src, tmp, dst, ftype, threads=threads, allow_requantize=allow_requantize, progress=progress)
         _verify_output(tmp, dst, len(source.tensors))
     return dst
 
@@ -148,7 +148,7 @@ def _check_space(dst: Path, need_bytes: int) -> None:
         raise QuantError(f"not enough disk space in {dst.parent}: about {need_bytes / 1e6:.1f} MB needed, {free / 1e6:.1f} MB free")
 
 
-def _run_llama_quantize(src: Path, tmp: Path, ftype: LlamaFileType, *, threads, allow_requantize, progress) -> None:
+def _run_llama_quantize(src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *, threads, allow_requantize, progress) -> None:
     import llama_cpp
 
     from quant._llama import log_listener
@@ -174,15 +174,29 @@ def _run_llama_quantize(src: Path, tmp: Path, ftype: LlamaFileType, *, threads, 
         except BaseException as exc:  # noqa: BLE001 - reported to the caller below
             state["error"] = exc
 
+    drop = _DropReported()
+    logging.getLogger("ondevice.llama_cpp").addFilter(drop)
     with log_listener(on_log):
         worker = threading.Thread(target=work, name="llama-quantize", daemon=True)
         worker.start()
-        _wait(worker, state, progress)
+        try:
+            _wait(worker, state, progress)
+        finally:
+            logging.getLogger("ondevice.llama_cpp").removeFilter(drop)
     if state["error"] is not None:
         raise QuantError(f"quantizing {src} failed: {state['error']}")
     if state["rc"] != 0:
         detail = state["errors"][-1] if state["errors"] else f"llama_model_quantize returned {state['rc']}"
+        if "iostream" in detail:  # std::ofstream failed mid-write
+            raise QuantError(f"writing {dst} failed, the disk may be full: {detail}")
         raise QuantError(f"quantizing {src} to {_label(ftype)} failed: {detail}")
+
+
+class _DropReported(logging.Filter):
+    """Drop llama.cpp's own "failed to quantize" line: the QuantError says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "failed to quantize" not in record.getMessage()
 
 
 def _wait(worker: threading.Thread, state: dict, progress: Progress | None) -> None:
