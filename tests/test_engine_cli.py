@@ -1,0 +1,57 @@
+"""`ondevice run` / `ondevice generate`: streamed text on stdout, one timings line, exit 2 on bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from ondevice.cli.main import main
+from tests._engine_models import EOS, build_successor_model, token_id
+
+SP = "\u2581"
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    chain = [token_id(SP + "of"), token_id(SP + "hello"), token_id(SP + "world"), token_id("!"), EOS]
+    return build_successor_model(tmp_path_factory.mktemp("cli") / "succ.gguf", [chain])
+
+
+@pytest.mark.parametrize("command", ["run", "generate"])
+def test_run_streams_text_then_timings(model, capsys, command):
+    rc = main([command, str(model), " of", "-t", "0", "-n", "8", "-c", "128", "--threads", "1", "--no-predict"])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert out == " hello world!\n"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    line = lines[0]
+    for field in ("TTFT", "TPOT", "decode", "tok/s", "prefill", "tokens 2 prompt + 4 output", "finish stop", "on CPU"):
+        assert field in line
+
+
+def test_run_stop_string_and_max_tokens(model, capsys):
+    assert main(["run", str(model), " of", "-t", "0", "-n", "2", "--stop", "xyz", "-c", "128", "--no-predict"]) == 0
+    out, err = capsys.readouterr()
+    assert out == " hello world\n" and "finish length" in err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["run", "MODEL", "x", "-n", "-1"], "max_tokens"),
+        (["run", "MODEL", "x", "--top-p", "0"], "top_p"),
+        (["run", "MODEL", "x", "-t", "-1"], "temperature"),
+        (["run", "MODEL", "x", "--n-gpu-layers", "many"], "n-gpu-layers"),
+        (["run", "MODEL", "x", "y"], "[MODEL] PROMPT"),
+        (["run", "/no/such/model.gguf", "x"], "no such file"),
+        (["run", "MODEL", "x", "-c", "0", "-n", "100000"], "context window"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(model, capsys, argv, needle):
+    argv = [str(model) if a == "MODEL" else a for a in argv]
+    rc = main(argv + ["--threads", "1", "--no-predict"])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ondevice: error:") and needle in lines[0]
+    assert "Traceback" not in err and out == ""
