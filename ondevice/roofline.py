@@ -2,10 +2,15 @@
 
 DESIGN.md section 5. A decode step at context s reads the weights used for one token plus
 the KV cache of s tokens (sliding-window layers capped). The pure ceiling divides those
-bytes by the machine's best measured read bandwidth; the calibrated prediction adds what
-the runtime's own kernels reach per weight type (kernel probe) and a fixed cost t0:
+bytes by the machine's best measured read bandwidth (a bound: measured must never beat
+it). The calibrated prediction uses what the runtime's own kernels reach per weight type
+(kernel probe) and the fixed costs the probe fitted:
 
-    t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv + t0
+    t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv + t0 + n_layer*layer_s + n_vocab*vocab_s
+
+Weight types the kernel probe did not measure borrow a bandwidth interpolated linearly in
+bits per weight between the two nearest probed types (clamped at the ends): Q4_K (4.5
+bpw) reads like Q4_0, Q6_K lies between Q4_0 and Q8_0, F32 like F16.
 """
 
 from __future__ import annotations
@@ -13,44 +18,77 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["Calibration", "Predictor", "default_predictor"]
+__all__ = ["Calibration", "Predictor", "default_predictor", "bits_per_weight", "effective_gbs",
+           "predict", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict"]
 
 _GB = 1e9
 
 
+def bits_per_weight(type_name: str) -> float:
+    """Bits per weight of a GGML tensor type, from gguf.GGML_QUANT_SIZES. KeyError if unknown."""
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    return 8.0 * size / block
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """What a kernel probe measured: effective bandwidths the runtime reaches, and t0."""
+    """What the probes measured that the step-time model needs."""
 
     backend: str  # "CPU", "Metal", "CUDA", ...
-    ceiling_gbs: float  # best read bandwidth measured on this machine, GB/s (the pure bound)
+    ceiling_gbs: float  # bandwidth of the pure bound, GB/s
     type_gbs: Mapping[str, float] = field(default_factory=dict)  # weight type -> effective GB/s in decode
-    kv_gbs: float | None = None  # effective GB/s reading the KV cache (None: use ceiling_gbs)
-    t0_s: float = 0.0  # fixed per-token cost, seconds (launches, sampling, Python)
+    kv_gbs: float | None = None  # effective GB/s reading the KV cache (None: ceiling_gbs)
+    t0_s: float = 0.0  # fixed per-token cost, seconds
+    layer_s: float = 0.0  # per-block per-token cost, seconds
+    vocab_s: float = 0.0  # per-vocabulary-entry per-token cost, seconds
+    compute_gflops: float | None = None  # achievable GFLOP/s for the TTFT floor (None: unknown)
+
+
+def effective_gbs(weight_type: str, cal: Calibration) -> float:
+    """Effective bandwidth for a weight type; unprobed types interpolate in bits per weight."""
+    if weight_type in cal.type_gbs:
+        return cal.type_gbs[weight_type]
+    if not cal.type_gbs:
+        return cal.ceiling_gbs
+    try:
+        bpw = bits_per_weight(weight_type)
+    except KeyError:
+        return min(cal.type_gbs.values())
+    known = sorted((bits_per_weight(t), gbs) for t, gbs in cal.type_gbs.items())
+    if bpw <= known[0][0]:
+        return known[0][1]
+    if bpw >= known[-1][0]:
+        return known[-1][1]
+    for (b0, g0), (b1, g1) in zip(known, known[1:]):
+        if b0 <= bpw <= b1:
+            return g0 + (g1 - g0) * (bpw - b0) / (b1 - b0) if b1 > b0 else g0
+    return known[-1][1]  # pragma: no cover - the loop always finds the bracket
 
 
 class Predictor:
     """Step-time model of one model on one machine; step_s() is pure arithmetic (cheap per token)."""
 
     def __init__(self, spec: ModelSpec, calibration: Calibration):
-        if calibration.ceiling_gbs <= 0:
+        if not calibration.ceiling_gbs > 0:
             raise ValueError("ceiling bandwidth must be positive")
         self.spec = spec
         self.calibration = calibration
-        ceiling_bps = calibration.ceiling_gbs * _GB
-        kv_bps = (calibration.kv_gbs or calibration.ceiling_gbs) * _GB
-        self._ceiling_bps = ceiling_bps
-        self._kv_bps = kv_bps
-        self._weight_ceiling_s = spec.decode_weight_bytes / ceiling_bps
+        self._ceiling_bps = calibration.ceiling_gbs * _GB
+        self._kv_bps = (calibration.kv_gbs or calibration.ceiling_gbs) * _GB
+        self._weight_ceiling_s = spec.decode_weight_bytes / self._ceiling_bps
         self._weight_calibrated_s = sum(
             b / (effective_gbs(t, calibration) * _GB) for t, b in spec.decode_bytes_by_type.items()
         )
+        self._fixed_s = (calibration.t0_s + (spec.n_layer or 0) * calibration.layer_s
+                         + (spec.n_vocab or 0) * calibration.vocab_s)
         swa = set(spec.swa_layers) if spec.sliding_window else set()
         per_layer = spec.kv_bytes_per_token_by_layer
         self._kv_full = sum(b for i, b in enumerate(per_layer) if i not in swa)  # bytes per context token
-        self._kv_window = sum(b for i, b in enumerate(per_layer) if i in swa)  # bytes per token, capped
+        self._kv_window = sum(b for i, b in enumerate(per_layer) if i in swa)  # bytes per token, up to the window
         self._window = spec.sliding_window or 0
 
     def kv_read_bytes(self, n_ctx: int) -> int:
@@ -59,23 +97,15 @@ class Predictor:
         return self._kv_full * n_ctx + self._kv_window * span
 
     def step_bytes(self, n_ctx: int) -> int:
+        """Weight + KV bytes one decode step reads at a context of n_ctx tokens."""
         return self.spec.decode_weight_bytes + self.kv_read_bytes(n_ctx)
 
     def step_s(self, n_ctx: int) -> tuple[float, float]:
         """(ceiling_step_s, calibrated_step_s) for one decode step at a context of n_ctx tokens."""
         kv = self.kv_read_bytes(max(0, int(n_ctx)))
         ceiling = self._weight_ceiling_s + kv / self._ceiling_bps
-        calibrated = self._weight_calibrated_s + kv / self._kv_bps + self.calibration.t0_s
+        calibrated = self._weight_calibrated_s + kv / self._kv_bps + self._fixed_s
         return ceiling, max(calibrated, ceiling)
-
-
-def effective_gbs(weight_type: str, cal: Calibration) -> float:
-    """Effective bandwidth for a weight type; unprobed types borrow the closest probed one."""
-    if weight_type in cal.type_gbs:
-        return cal.type_gbs[weight_type]
-    if not cal.type_gbs:
-        return cal.ceiling_gbs
-    return min(cal.type_gbs.values())
 
 
 def default_predictor(spec: ModelSpec, backend: str) -> Predictor | None:
@@ -85,12 +115,80 @@ def default_predictor(spec: ModelSpec, backend: str) -> Predictor | None:
     """
     if not spec.decode_weight_bytes:
         return None
-    try:
-        from ondevice.probing.cache import load_cached
-    except ImportError:
-        return None
+    from ondevice.probing.cache import load_cached
+
     result = load_cached(backend=backend)
-    if result is None:
-        return None
-    cal = result.calibration()
+    cal = result.calibration() if result is not None else None
     return Predictor(spec, cal) if cal is not None else None
+
+
+# ---------- predictions ----------
+
+@dataclass(frozen=True)
+class ContextPrediction:
+    n_ctx: int  # context length, tokens
+    weight_bytes: int  # weight bytes one decode step reads
+    kv_bytes: int  # KV-cache bytes one decode step reads at this context
+    ceiling_step_s: float  # pure bandwidth bound on the step time, seconds
+    ceiling_tok_s: float  # 1 / ceiling_step_s: measured decode tok/s never beats it
+    predicted_step_s: float | None  # calibrated step time, seconds (None: no kernel probe)
+    predicted_tok_s: float | None  # 1 / predicted_step_s
+
+
+@dataclass(frozen=True)
+class TTFTPrediction:
+    prompt_tokens: int  # P
+    prefill_flops: float  # 2*N_matmul*P + attention FLOPs (causal, windows capped)
+    compute_gflops: float  # achievable GFLOP/s used
+    compute_s: float  # prefill_flops / compute
+    bandwidth_s: float  # one read of the weights (prefill reads them at least once)
+    floor_s: float  # max(compute_s, bandwidth_s): TTFT is at least this
+
+
+@dataclass(frozen=True)
+class MemoryVerdict:
+    weight_bytes: int  # all weights (every expert)
+    kv_bytes: int  # KV cache at n_ctx (windowed layers capped)
+    buffer_bytes: int  # compute buffers, estimated: 4 B x n_batch x (n_vocab + 6 d_model)
+    total_bytes: int  # sum of the three
+    n_ctx: int  # context the KV cache is sized for, tokens
+    available_bytes: int | None  # free RAM (CPU) or VRAM (GPU) when known
+    where: str  # "RAM", "VRAM", "unified memory"
+    verdict: str  # "fits" (<= 80% of available), "tight" (<= 100%), "does not fit", "unknown"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    model: str  # file path or a description of the typed-in spec
+    quant: str | None  # quant label
+    backend: str  # backend the figures are for
+    bandwidth_gbs: float  # bandwidth of the pure ceiling, GB/s
+    bandwidth_source: str  # "measured" (probe), "given", ...
+    calibrated: bool  # a kernel probe calibrated predicted_* figures
+    contexts: tuple[ContextPrediction, ...]  # one per requested context
+    ttft: TTFTPrediction | None  # None without a compute figure or prompt length
+    memory: MemoryVerdict
+    notes: tuple[str, ...] = ()  # caveats (approximations, missing data)
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d["contexts"] = [asdict(c) for c in self.contexts]
+        d["notes"] = list(self.notes)
+        return d
+
+
+def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: float | None = None,
+            prompt_tokens: int | None = 1024, n_batch: int = 512, available_bytes: int | None = None) -> Prediction:
+    """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model on this machine.
+
+    model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
+    probe: a ProbeResult; None uses the cached probe unless bandwidth_gbs is given.
+    bandwidth_gbs: a bandwidth to use instead of the measured one (a machine you do not own);
+    the prediction is then the pure ceiling only.
+    """
+    from ondevice.roofline_predict import run_predict
+
+    return run_predict(model_or_spec, ctx=ctx, probe=probe, bandwidth_gbs=bandwidth_gbs,
+                       prompt_tokens=prompt_tokens, n_batch=n_batch, available_bytes=available_bytes)

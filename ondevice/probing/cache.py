@@ -1,0 +1,79 @@
+"""Probe results cached per machine + backend + llama.cpp build, as JSON in the user cache dir.
+
+File: <cache_dir>/probe/<backend>-<build_id>-<machine_id>.json, written atomically, so an
+interrupted probe leaves no half-written file. A changed llama.cpp build (version or system
+info) or backend changes the key, so the old result is simply not found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+import re
+from pathlib import Path
+
+import psutil
+
+from ondevice import paths
+from ondevice.probing.result import ProbeResult
+
+__all__ = ["cache_path", "load_cached", "save", "build_id", "machine_id", "probe_dir"]
+
+log = logging.getLogger(__name__)
+
+
+def probe_dir(root: Path | None = None) -> Path:
+    return (root or paths.cache_dir()) / "probe"
+
+
+def machine_id() -> str:
+    """A short, stable fingerprint of this machine (host name, CPU, cores, RAM)."""
+    parts = [platform.node(), platform.machine(), platform.processor(),
+             str(psutil.cpu_count(logical=True)), str(psutil.virtual_memory().total)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def build_id(llama_version: str | None = None, system_info: str | None = None) -> str:
+    """llama.cpp build fingerprint: package version + a hash of llama_print_system_info()."""
+    if llama_version is None or system_info is None:
+        llama_version, system_info = _live_build()
+    digest = hashlib.sha256((system_info or "").encode()).hexdigest()[:8]
+    return f"{_safe(llama_version or 'unknown')}.{digest}"
+
+
+def cache_path(backend: str, build: str | None = None, machine: str | None = None, root: Path | None = None) -> Path:
+    name = f"{_safe(backend.lower())}-{build or build_id()}-{machine or machine_id()}.json"
+    return probe_dir(root) / name
+
+
+def load_cached(backend: str, *, build: str | None = None, root: Path | None = None) -> ProbeResult | None:
+    """The cached result for this machine, `backend` and llama.cpp build; None if absent or unreadable."""
+    path = cache_path(backend, build, root=root)
+    try:
+        data = json.loads(path.read_text())
+        return ProbeResult.from_dict(data, from_cache=True)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring unreadable probe cache %s: %s", path, exc)
+        return None
+
+
+def save(result: ProbeResult, *, root: Path | None = None) -> Path:
+    """Write atomically; returns the path."""
+    path = cache_path(result.backend, result.build_id, root=root)
+    with paths.atomic_write(path, "w") as handle:
+        json.dump(result.to_dict(), handle, indent=1)
+    return path
+
+
+def _live_build() -> tuple[str | None, str | None]:
+    from ondevice.hardware import llama_build_info
+
+    return llama_build_info()
+
+
+def _safe(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+]+", "_", s)

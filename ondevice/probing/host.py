@@ -1,0 +1,136 @@
+"""Host probes: memory bandwidth (read, copy, triad) with threads, and f32 matmul GFLOP/s.
+
+Bandwidth is counted as STREAM counts it: read = bytes read, copy = 2 x bytes (read + write),
+triad (a = b + s*c) = 3 x bytes. Each pass runs one slice per thread (numpy releases the
+GIL in its loops); the figure is the best of several passes, over arrays at least 4x the
+last-level cache, filled first so no page is the shared zero page.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from ondevice.errors import ProbeError
+
+__all__ = ["MemoryProbe", "ComputeProbe", "probe_memory", "probe_compute", "array_bytes_for"]
+
+_MB = 1 << 20
+_TRIAD_BLOCK = 32 * 1024  # float64 elements per triad block (256 KiB temp, stays in L2)
+MIN_ARRAY_BYTES = 256 * _MB  # also covers system-level caches the OS does not report
+
+
+@dataclass(frozen=True)
+class MemoryProbe:
+    read_gbs: float  # read-only bandwidth, GB/s (1e9 bytes/s)
+    copy_gbs: float  # copy bandwidth (read + write counted), GB/s
+    triad_gbs: float  # triad bandwidth (2 reads + 1 write counted), GB/s
+    n_threads: int  # threads, one slice each
+    array_bytes: int  # bytes of each array
+    passes: int  # passes per kernel; the best is kept
+    elapsed_s: float  # wall time of the whole probe, seconds
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ComputeProbe:
+    f32_gflops: float  # achievable f32 GFLOP/s of an n x n matrix product (numpy's BLAS)
+    matrix_n: int  # matrix side
+    elapsed_s: float  # wall time of the probe, seconds
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def array_bytes_for(llc_bytes: int | None, available_bytes: int | None, n_arrays: int = 3) -> int:
+    """At least 4x the last-level cache and MIN_ARRAY_BYTES, at most 1/8 of free RAM per array set."""
+    want = max(4 * (llc_bytes or 0), MIN_ARRAY_BYTES)
+    if available_bytes:
+        want = min(want, available_bytes // (8 * n_arrays) * n_arrays // n_arrays)
+    return max(want // _MB, 8) * _MB
+
+
+def probe_memory(n_threads: int, array_bytes: int, passes: int = 5) -> MemoryProbe:
+    """Read, copy and triad bandwidth with `n_threads` threads over arrays of `array_bytes`."""
+    if n_threads < 1 or passes < 1:
+        raise ProbeError("memory probe: n_threads and passes must be at least 1")
+    t_start = time.perf_counter()
+    n = max(array_bytes // 8 // n_threads, _TRIAD_BLOCK) * n_threads
+    try:
+        a, b, c = np.ones(n), np.full(n, 2.0), np.full(n, 0.5)
+    except MemoryError as exc:
+        raise ProbeError(f"memory probe: cannot allocate 3 x {n * 8} bytes") from exc
+    bounds = _slices(n, n_threads)
+    with ThreadPoolExecutor(n_threads, thread_name_prefix="ondevice-probe") as pool:
+        read_s = _best(pool, bounds, passes, lambda lo, hi: a[lo:hi].max())
+        copy_s = _best(pool, bounds, passes, lambda lo, hi: np.copyto(b[lo:hi], a[lo:hi]))
+        triad_s = _best(pool, bounds, passes, lambda lo, hi: _triad(a, b, c, 3.0, lo, hi))
+    size = n * 8
+    return MemoryProbe(
+        read_gbs=size / read_s / 1e9,
+        copy_gbs=2 * size / copy_s / 1e9,
+        triad_gbs=3 * size / triad_s / 1e9,
+        n_threads=n_threads,
+        array_bytes=size,
+        passes=passes,
+        elapsed_s=time.perf_counter() - t_start,
+    )
+
+
+def _slices(n: int, k: int) -> list[tuple[int, int]]:
+    step = -(-n // k)
+    return [(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def _best(pool: ThreadPoolExecutor, bounds, passes: int, kernel: Callable[[int, int], object]) -> float:
+    best = float("inf")
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        for f in [pool.submit(kernel, lo, hi) for lo, hi in bounds]:
+            f.result()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _triad(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: float, lo: int, hi: int) -> None:
+    """a = b + s*c over [lo, hi), through a cache-resident temporary (one pass over memory)."""
+    tmp = np.empty(_TRIAD_BLOCK)
+    for i in range(lo, hi, _TRIAD_BLOCK):
+        j = min(i + _TRIAD_BLOCK, hi)
+        t = tmp[: j - i]
+        np.multiply(c[i:j], s, out=t)
+        np.add(t, b[i:j], out=a[i:j])
+
+
+def probe_compute(budget_s: float = 0.6, max_n: int = 2048) -> ComputeProbe:
+    """Best f32 GFLOP/s of an n x n matmul, n doubled from 256 while a product takes < budget/8."""
+    t_start = time.perf_counter()
+    rng = np.random.default_rng(0)
+    n, best_rate, best_n = 256, 0.0, 256
+    while True:
+        x = rng.standard_normal((n, n), dtype=np.float32)
+        y = rng.standard_normal((n, n), dtype=np.float32)
+        out = np.empty((n, n), dtype=np.float32)
+        took = _best_matmul(x, y, out, repeats=3)
+        rate = 2.0 * n**3 / took / 1e9
+        if rate > best_rate:
+            best_rate, best_n = rate, n
+        if n >= max_n or took > budget_s / 8 or time.perf_counter() - t_start > budget_s:
+            break
+        n *= 2
+    return ComputeProbe(f32_gflops=best_rate, matrix_n=best_n, elapsed_s=time.perf_counter() - t_start)
+
+
+def _best_matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.matmul(x, y, out=out)
+        best = min(best, time.perf_counter() - t0)
+    return best

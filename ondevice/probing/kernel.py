@@ -1,0 +1,226 @@
+"""Kernel probe: decode synthetic models of known bytes through the engine, fit the step time.
+
+Models (built once by quant's synthetic builder, quantized by llama.cpp, kept in the cache):
+two sizes of one llama shape per weight type (F16, and Q8_0/Q4_0 quantized from them),
+plus tiny models (a few KB of weights) with few/many layers and a small/large vocabulary.
+Each is decoded through `ondevice.engine` on the backend the engine uses; the median
+inter-token latency is one point. One weighted least-squares fit over all points gives
+
+    step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s
+
+bw_type is the effective bandwidth the runtime's kernels reach on that weight type; t0 the
+fixed per-token cost (graph, launches, Python); layer_s the per-layer cost (op dispatch,
+thread barriers, kernel launches); vocab_s the per-vocabulary-entry cost (logits, sampling).
+A point's bytes are all counted as its main type (norms and the small head are < 1%).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ondevice.errors import ProbeError
+from ondevice.modelspec import ModelSpec, inspect
+from ondevice.probing.result import KernelPoint, KernelProbe
+
+__all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "PROBE_TYPES", "FitPoint"]
+
+PROBE_TYPES = ("Q4_0", "Q8_0", "F16")
+_MB = 1 << 20
+_LARGE_F16_MIN = 512 * _MB  # the large F16 model is at least this, and 16x the last-level cache
+
+Progress = Callable[[str], None]  # one line describing the step now running
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Shapes and sizes of the probe models, and how long to decode each."""
+
+    d_model: int = 2048  # width of the sized models (a multiple of 256)
+    n_head: int = 16  # query heads
+    n_head_kv: int = 4  # KV heads
+    d_ff: int = 5632  # feed-forward width
+    small_layers: int = 3  # blocks of the small sized model
+    large_layers: int = 6  # blocks of the large sized model
+    n_vocab: int = 512  # vocabulary of the sized models (keeps the head < 1% of the bytes)
+    tiny_d_model: int = 64  # width of the tiny models (weights stay in cache)
+    tiny_layers: tuple[int, int] = (2, 16)  # blocks of the two tiny models (per-layer cost)
+    tiny_vocab: int = 32000  # vocabulary of the large-vocab tiny model (per-entry cost)
+    n_prompt: int = 16  # prompt tokens before decoding
+    n_tokens: int = 32  # decode steps timed per model (after n_warmup)
+    n_warmup: int = 3  # decode steps dropped first (page faults, caches)
+    types: tuple[str, ...] = PROBE_TYPES  # weight types probed
+
+    def layer_bytes_f16(self) -> int:
+        hd = self.d_model // self.n_head
+        per = 2 * self.d_model * self.d_model + 2 * self.n_head_kv * hd * self.d_model + 3 * self.d_ff * self.d_model
+        return 2 * per
+
+
+def plan_for(llc_bytes: int | None) -> KernelPlan:
+    """Sized models that dwarf the caches: the large F16 model >= max(512 MiB, 16 x LLC)."""
+    plan = KernelPlan()
+    target = max(_LARGE_F16_MIN, 16 * (llc_bytes or 0))
+    large = max(2, -(-target // plan.layer_bytes_f16()))
+    return replace(plan, large_layers=large, small_layers=max(1, large // 2))
+
+
+@dataclass(frozen=True)
+class FitPoint:
+    """One measured model, as the fit sees it."""
+
+    weight_type: str  # main weight type ("F16", "Q8_0", "Q4_0")
+    step_bytes: int  # weight + KV bytes one step reads
+    n_layer: int  # blocks
+    n_vocab: int  # vocabulary entries
+    step_s: float  # measured median step, seconds
+
+
+# ---------- models ----------
+
+def _synth_config(plan: KernelPlan, kind: str, n_layer: int):
+    from quant.synth import SynthConfig
+
+    if kind == "tiny":
+        d = plan.tiny_d_model
+        return dict(d_model=d, n_head=max(1, d // 32), n_head_kv=max(1, d // 64), d_ff=2 * d, n_layer=n_layer,
+                    n_ctx_train=1024, seed=7, name="ondevice-probe-tiny"), SynthConfig
+    return dict(d_model=plan.d_model, n_head=plan.n_head, n_head_kv=plan.n_head_kv, d_ff=plan.d_ff, n_layer=n_layer,
+                n_vocab=plan.n_vocab, n_ctx_train=1024, seed=11, name="ondevice-probe"), SynthConfig
+
+
+def _model_path(model_dir: Path, kind: str, cfg: dict, weight_type: str) -> Path:
+    tag = f"{kind}-d{cfg['d_model']}-l{cfg['n_layer']}-f{cfg['d_ff']}-v{cfg['n_vocab']}-h{cfg['n_head']}x{cfg['n_head_kv']}"
+    return model_dir / f"{tag}-{weight_type}.gguf"
+
+
+def _ensure(model_dir: Path, kind: str, cfg: dict, cls, weight_type: str, progress: Progress) -> Path:
+    """The F16 model for cfg (built if missing), quantized to weight_type (if missing)."""
+    from quant.synth import build_synthetic_model
+
+    f16 = _model_path(model_dir, kind, cfg, "F16")
+    if not f16.exists():
+        progress(f"building {f16.name}")
+        build_synthetic_model(cls(dtype="F16", **cfg), f16)
+    if weight_type == "F16":
+        return f16
+    out = _model_path(model_dir, kind, cfg, weight_type)
+    if not out.exists():
+        from quant.quantize import quantize
+
+        progress(f"quantizing {out.name}")
+        quantize(f16, out, weight_type)
+    return out
+
+
+def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[tuple[str, Path]]:
+    """(main weight type, path) of every model the plan decodes, building what is missing."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    out: list[tuple[str, Path]] = []
+    for n_layer in (plan.small_layers, plan.large_layers):
+        cfg, cls = _synth_config(plan, "sized", n_layer)
+        for t in plan.types:
+            out.append((t, _ensure(model_dir, "sized", cfg, cls, t, progress)))
+    for n_layer, n_vocab in ((plan.tiny_layers[0], 512), (plan.tiny_layers[1], 512), (plan.tiny_layers[0], plan.tiny_vocab)):
+        cfg, cls = _synth_config(plan, "tiny", n_layer)
+        cfg["n_vocab"] = n_vocab
+        out.append(("F16", _ensure(model_dir, "tiny", cfg, cls, "F16", progress)))
+    return out
+
+
+# ---------- measuring ----------
+
+def measure(path: Path, plan: KernelPlan, *, n_threads: int | None, n_gpu_layers) -> tuple[float, str, int, ModelSpec]:
+    """(median decode step s, backend, n_threads) of one model decoded through the engine."""
+    from ondevice.engine import load
+
+    spec = inspect(path)
+    n_ctx = plan.n_prompt + plan.n_warmup + plan.n_tokens + 8
+    eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=64, predictor=None)
+    try:
+        vocab = spec.n_vocab or 512
+        prompt = [1] + [3 + (i * 97) % (vocab - 3) for i in range(plan.n_prompt - 1)]
+        gen = eng.generate(prompt, max_tokens=plan.n_warmup + plan.n_tokens + 1, ignore_eos=True, seed=0,
+                           reuse_prefix=False)
+        itl = gen.timings.itl_s[plan.n_warmup:]
+        if not itl:
+            raise ProbeError(f"kernel probe: {path.name} produced no decode steps")
+        return statistics.median(itl), eng.info.backend, eng.info.n_threads, spec
+    finally:
+        eng.close()
+
+
+def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = None, n_gpu_layers="auto",
+                  progress: Progress | None = None) -> KernelProbe:
+    """Build (or reuse) the probe models, decode each, and fit bandwidths per type and t0."""
+    say = progress or (lambda _msg: None)
+    t_start = time.perf_counter()
+    models = probe_models(plan, model_dir, say)
+    points: list[KernelPoint] = []
+    fit_in: list[FitPoint] = []
+    backend, threads = "CPU", 0
+    for weight_type, path in models:
+        say(f"decoding {path.name}")
+        step_s, backend, threads, spec = measure(path, plan, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        kv = spec.kv_read_bytes(plan.n_prompt + plan.n_warmup + plan.n_tokens // 2)
+        points.append(KernelPoint(weight_type, spec.decode_weight_bytes, kv, step_s, plan.n_tokens))
+        fit_in.append(FitPoint(weight_type, spec.decode_weight_bytes + kv, spec.n_layer or 0, spec.n_vocab or 0, step_s))
+    fit = fit_points(fit_in, plan.types)
+    return KernelProbe(
+        backend=backend,
+        n_threads=threads,
+        n_gpu_layers=-1 if backend != "CPU" else 0,
+        type_gbs=fit["type_gbs"],
+        t0_s=fit["t0_s"],
+        layer_s=fit["layer_s"],
+        vocab_s=fit["vocab_s"],
+        fit_rms_rel=fit["rms_rel_error"],
+        points=tuple(points),
+        elapsed_s=time.perf_counter() - t_start,
+    )
+
+
+# ---------- the fit ----------
+
+def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> dict:
+    """Weighted least squares (relative residuals) of step_s on bytes per type, 1, n_layer, n_vocab.
+
+    The small terms (t0, layer_s, vocab_s) are kept >= 0 by trying each subset of them at
+    zero and keeping the feasible solution with the smallest residual. Raises ProbeError
+    when a type has no point or its bandwidth comes out non-positive.
+    """
+    present = [t for t in types if any(p.weight_type == t for p in points)]
+    if len(present) != len(types):
+        raise ProbeError(f"kernel probe: no measurement for {sorted(set(types) - set(present))}")
+    cols = len(types)
+    a = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab]
+                  for p in points], dtype=np.float64)
+    y = np.array([p.step_s for p in points], dtype=np.float64)
+    w = 1.0 / y
+    best = None
+    for zeroed in itertools.chain.from_iterable(itertools.combinations(range(3), k) for k in range(4)):
+        keep = [i for i in range(cols + 3) if i - cols not in zeroed]
+        sol, *_ = np.linalg.lstsq(a[:, keep] * w[:, None], y * w, rcond=None)
+        x = np.zeros(cols + 3)
+        x[keep] = sol
+        if (x[cols:] < 0).any() or (x[:cols] <= 0).any():
+            continue
+        resid = float(np.sum(((a @ x - y) * w) ** 2))
+        if best is None or resid < best[0]:
+            best = (resid, x)
+    if best is None:
+        raise ProbeError("kernel probe: measurements are inconsistent (no positive bandwidth fit); run it again")
+    x = best[1]
+    return {
+        "type_gbs": {t: float(1.0 / x[i] / 1e9) for i, t in enumerate(types)},
+        "t0_s": float(x[cols]),
+        "layer_s": float(x[cols + 1]),
+        "vocab_s": float(x[cols + 2]),
+        "rms_rel_error": float(np.sqrt(best[0] / len(points))),
+    }

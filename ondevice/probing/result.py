@@ -1,0 +1,143 @@
+"""What a probe measured, as frozen data that round-trips through JSON (the cache)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ondevice.hardware import GPUInfo, HostInfo
+from ondevice.nameplate import Nameplate
+from ondevice.probing.host import ComputeProbe, MemoryProbe
+from ondevice.roofline import Calibration
+
+__all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class KernelPoint:
+    """One synthetic model decoded through llama.cpp."""
+
+    weight_type: str  # matrix weight type of the synthetic model: "Q4_0", "Q8_0", "F16"
+    decode_bytes: int  # weight bytes one decode step reads (ModelSpec.decode_weight_bytes)
+    kv_bytes: int  # KV bytes one step reads at the context used
+    step_s: float  # median decode step time, seconds
+    n_tokens: int  # decode steps timed
+
+
+@dataclass(frozen=True)
+class KernelProbe:
+    """Effective bandwidth the runtime's own kernels reach, per weight type, and t0."""
+
+    backend: str  # backend the synthetic models ran on ("CPU", "CUDA", "Metal", ...)
+    n_threads: int  # llama.cpp threads
+    n_gpu_layers: int  # layers offloaded (0 on CPU, -1 = all)
+    type_gbs: dict[str, float]  # weight type -> effective GB/s (slope of the two-size fit)
+    t0_s: float  # fixed per-token cost, seconds (intercept of the fit, >= 0)
+    layer_s: float  # extra cost per transformer block per token, seconds (>= 0)
+    vocab_s: float  # extra cost per vocabulary entry per token (logits, sampling), seconds (>= 0)
+    fit_rms_rel: float  # root-mean-square relative residual of the fit (0.02 = 2%)
+    points: tuple[KernelPoint, ...]  # every measurement the fit used
+    elapsed_s: float  # wall time of the kernel probe, seconds (models from cache or built)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["points"] = [asdict(p) for p in self.points]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "KernelProbe":
+        return cls(**{**_known(cls, d), "points": tuple(KernelPoint(**_known(KernelPoint, p)) for p in d["points"])})
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One machine + backend + llama.cpp build, measured."""
+
+    host: HostInfo  # what was detected
+    backend: str  # backend these results are for
+    build_id: str  # llama.cpp build fingerprint (version + system info hash)
+    created_unix_s: float  # when the probe ran, seconds since the epoch
+    memory: MemoryProbe  # host memory bandwidth
+    compute: ComputeProbe  # host f32 GFLOP/s
+    kernel: KernelProbe | None  # llama.cpp decode on synthetic models (None: not run)
+    nameplate: Nameplate | None = None  # maker's figure for the chip, when known (not measured)
+    from_cache: bool = field(default=False, compare=False)  # loaded from the cache rather than run now
+
+    @property
+    def age_s(self) -> float:
+        """Seconds since the probe ran."""
+        return max(0.0, time.time() - self.created_unix_s)
+
+    @property
+    def ceiling_gbs(self) -> float:
+        """The bandwidth of the pure roofline bound, GB/s.
+
+        The best figure measured on this machine: host read/copy/triad and the kernels'
+        raw rate (bytes / step time, t0 included). On a GPU backend the nameplate figure
+        (a physical bound of the device memory) is used when known and higher.
+        """
+        measured = [self.memory.read_gbs, self.memory.copy_gbs, self.memory.triad_gbs]
+        if self.kernel:
+            measured += [(p.decode_bytes + p.kv_bytes) / p.step_s / 1e9 for p in self.kernel.points if p.step_s > 0]
+        best = max(measured)
+        if self.backend.upper() != "CPU" and self.nameplate:
+            best = max(best, self.nameplate.bandwidth_gbs)
+        return best
+
+    def calibration(self) -> Calibration | None:
+        """The roofline's calibration; None without a kernel probe."""
+        if self.kernel is None or not self.kernel.type_gbs:
+            return None
+        kv = self.kernel.type_gbs.get("F16")
+        return Calibration(
+            backend=self.backend,
+            ceiling_gbs=self.ceiling_gbs,
+            type_gbs=dict(self.kernel.type_gbs),
+            kv_gbs=kv,
+            t0_s=self.kernel.t0_s,
+            layer_s=self.kernel.layer_s,
+            vocab_s=self.kernel.vocab_s,
+            compute_gflops=self.compute.f32_gflops,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "host": self.host.to_dict(),
+            "backend": self.backend,
+            "build_id": self.build_id,
+            "created_unix_s": self.created_unix_s,
+            "memory": self.memory.to_dict(),
+            "compute": self.compute.to_dict(),
+            "kernel": self.kernel.to_dict() if self.kernel else None,
+            "nameplate": self.nameplate.to_dict() if self.nameplate else None,
+            "ceiling_gbs": self.ceiling_gbs,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, from_cache: bool = False) -> "ProbeResult":
+        """Inverse of to_dict. Raises KeyError/TypeError/ValueError on a malformed dict."""
+        if d.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"probe schema {d.get('schema')!r} is not {SCHEMA_VERSION}")
+        h = _known(HostInfo, d["host"])
+        h.update(gpus=tuple(GPUInfo(**_known(GPUInfo, g)) for g in h["gpus"]),
+                 llama_backends=tuple(h["llama_backends"]), warnings=tuple(h.get("warnings", ())))
+        return cls(
+            host=HostInfo(**h),
+            backend=str(d["backend"]),
+            build_id=str(d["build_id"]),
+            created_unix_s=float(d["created_unix_s"]),
+            memory=MemoryProbe(**_known(MemoryProbe, d["memory"])),
+            compute=ComputeProbe(**_known(ComputeProbe, d["compute"])),
+            kernel=KernelProbe.from_dict(d["kernel"]) if d.get("kernel") else None,
+            nameplate=Nameplate(**_known(Nameplate, d["nameplate"])) if d.get("nameplate") else None,
+            from_cache=from_cache,
+        )
+
+
+def _known(cls, d: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}

@@ -1,0 +1,166 @@
+"""roofline.predict(): per-context ceilings and predictions, the TTFT floor, the memory verdict."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterable
+
+from ondevice.errors import InvalidParameterError, ProbeError, SpecError
+from ondevice.modelspec import ModelSpec, inspect
+from ondevice.roofline import (
+    Calibration, ContextPrediction, MemoryVerdict, Prediction, Predictor, TTFTPrediction,
+)
+
+__all__ = ["run_predict", "prefill_flops", "memory_verdict", "FITS_SHARE"]
+
+FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
+_UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
+
+
+def run_predict(model_or_spec, *, ctx, probe, bandwidth_gbs, prompt_tokens, n_batch, available_bytes) -> Prediction:
+    spec = model_or_spec if isinstance(model_or_spec, ModelSpec) else inspect(_resolve(model_or_spec))
+    if not spec.decode_weight_bytes:
+        raise SpecError(f"{spec.path or spec.name}: no weights to predict for")
+    contexts = _contexts(ctx, spec)
+    if prompt_tokens is not None:
+        prompt_tokens = _positive_int("prompt tokens", prompt_tokens)
+    if bandwidth_gbs is not None:
+        bandwidth_gbs = _bandwidth(bandwidth_gbs)
+    if probe is None and bandwidth_gbs is None:
+        probe = _cached_probe()
+    notes = list(spec.warnings)
+    if bandwidth_gbs is not None:
+        cal = Calibration(backend=probe.backend if probe else "given", ceiling_gbs=bandwidth_gbs,
+                          compute_gflops=probe.compute.f32_gflops if probe else None)
+        source, calibrated = "given", False
+        notes.append("bandwidth given: the prediction is the pure ceiling (no kernel calibration)")
+    else:
+        cal = probe.calibration()
+        calibrated = cal is not None
+        if cal is None:
+            cal = Calibration(backend=probe.backend, ceiling_gbs=probe.ceiling_gbs, compute_gflops=probe.compute.f32_gflops)
+            notes.append("no kernel probe: run `ondevice probe` for the calibrated prediction")
+        source = "measured"
+    pred = Predictor(spec, cal)
+    rows = tuple(_context_row(pred, n, calibrated) for n in contexts)
+    ttft = None
+    if prompt_tokens is not None and cal.compute_gflops:
+        ttft = _ttft(spec, prompt_tokens, cal)
+        if cal.backend.upper() != "CPU":
+            notes.append("TTFT floor uses the host CPU's measured compute; a GPU prefills faster")
+    where, avail = _memory_budget(probe, cal.backend, available_bytes)
+    memory = memory_verdict(spec, n_ctx=max(contexts), n_batch=n_batch, available_bytes=avail, where=where)
+    return Prediction(
+        model=spec.path or spec.name or "spec", quant=spec.quant, backend=cal.backend, bandwidth_gbs=cal.ceiling_gbs,
+        bandwidth_source=source, calibrated=calibrated, contexts=rows, ttft=ttft, memory=memory, notes=tuple(notes),
+    )
+
+
+def _resolve(ref) -> Path:
+    from ondevice.materialize import resolve_model
+
+    return resolve_model(None if ref is None else str(ref))
+
+
+def _cached_probe():
+    from ondevice.probing import default_backend
+    from ondevice.probing.cache import load_cached
+
+    backend = default_backend()
+    result = load_cached(backend) or (load_cached("CPU") if backend != "CPU" else None)
+    if result is None:
+        raise ProbeError("no probe results for this machine: run `ondevice probe` first, or give a bandwidth")
+    return result
+
+
+def _positive_int(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise InvalidParameterError(f"{name} must be a positive integer, not {v!r}")
+    return v
+
+
+def _bandwidth(v) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"bandwidth must be a number of GB/s, not {v!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise InvalidParameterError(f"bandwidth must be positive (GB/s), not {v!r}")
+    return x
+
+
+def _contexts(ctx, spec: ModelSpec) -> tuple[int, ...]:
+    values: Iterable = (ctx,) if isinstance(ctx, int) else ctx
+    out = tuple(_positive_int("context", int(c) if isinstance(c, str) and c.strip().isdigit() else c) for c in values)
+    if not out:
+        raise InvalidParameterError("give at least one context length")
+    if spec.n_ctx_train:
+        too_long = [c for c in out if c > spec.n_ctx_train]
+        if too_long:
+            raise InvalidParameterError(
+                f"context {too_long[0]} is beyond the model's trained context of {spec.n_ctx_train} tokens")
+    return out
+
+
+def _context_row(pred: Predictor, n: int, calibrated: bool) -> ContextPrediction:
+    ceiling_s, calibrated_s = pred.step_s(n)
+    return ContextPrediction(
+        n_ctx=n, weight_bytes=pred.spec.decode_weight_bytes, kv_bytes=pred.kv_read_bytes(n),
+        ceiling_step_s=ceiling_s, ceiling_tok_s=1.0 / ceiling_s,
+        predicted_step_s=calibrated_s if calibrated else None,
+        predicted_tok_s=1.0 / calibrated_s if calibrated else None,
+    )
+
+
+def prefill_flops(spec: ModelSpec, p: int) -> float:
+    """2 x N_matmul x P, plus attention: per layer 4 x d_attn x sum_i min(i, window) (QK and AV, causal)."""
+    flops = 2.0 * spec.n_params_matmul * p
+    d_attn = (spec.n_head or 0) * (spec.head_dim_k or 0) or (spec.d_model or 0)
+    swa = set(spec.swa_layers) if spec.sliding_window else set()
+    for layer in range(spec.n_layer or 0):
+        w = spec.sliding_window if layer in swa else None
+        spans = p * (p + 1) / 2 if not w or p <= w else w * (w + 1) / 2 + (p - w) * w
+        flops += 4.0 * d_attn * spans
+    return flops
+
+
+def _ttft(spec: ModelSpec, p: int, cal: Calibration) -> TTFTPrediction:
+    flops = prefill_flops(spec, p)
+    compute_s = flops / (cal.compute_gflops * 1e9)
+    bandwidth_s = spec.decode_weight_bytes / (cal.ceiling_gbs * 1e9)
+    return TTFTPrediction(prompt_tokens=p, prefill_flops=flops, compute_gflops=cal.compute_gflops,
+                          compute_s=compute_s, bandwidth_s=bandwidth_s, floor_s=max(compute_s, bandwidth_s))
+
+
+def _memory_budget(probe, backend: str, given: int | None) -> tuple[str, int | None]:
+    host = probe.host if probe is not None else None
+    if backend.upper() == "CPU" or host is None:
+        if given is None and host is None:
+            import psutil
+
+            given = psutil.virtual_memory().available
+        return "RAM", given if given is not None else host.ram_available_bytes
+    if host.unified_memory:
+        limit = int(_UNIFIED_GPU_SHARE * (host.ram_total_bytes or 0)) or None
+        avail = min(x for x in (limit, host.ram_available_bytes) if x) if (limit or host.ram_available_bytes) else None
+        return "unified memory", given if given is not None else avail
+    vram = host.gpus[0].vram_free_bytes if host.gpus else None
+    return "VRAM", given if given is not None else vram
+
+
+def memory_verdict(spec: ModelSpec, *, n_ctx: int, n_batch: int, available_bytes: int | None, where: str) -> MemoryVerdict:
+    """All weights + KV at n_ctx + compute buffers, against what is available."""
+    kv = spec.kv_read_bytes(n_ctx)
+    buffers = 4 * n_batch * ((spec.n_vocab or 0) + 6 * (spec.d_model or 0))
+    total = spec.weight_bytes + kv + buffers
+    if not available_bytes:
+        verdict = "unknown"
+    elif total <= FITS_SHARE * available_bytes:
+        verdict = "fits"
+    elif total <= available_bytes:
+        verdict = "tight"
+    else:
+        verdict = "does not fit"
+    return MemoryVerdict(weight_bytes=spec.weight_bytes, kv_bytes=kv, buffer_bytes=buffers, total_bytes=total,
+                         n_ctx=n_ctx, available_bytes=available_bytes, where=where, verdict=verdict)
