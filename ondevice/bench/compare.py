@@ -1,12 +1,17 @@
 """`ondevice bench compare A.json B.json`: ratios, and a verdict that tells noise from change.
 
+`ondevice bench compare RUN.json` with a file holding two models (measured interleaved)
+compares the second against the first.
+
 For each scenario both files hold, the time ratio B/A of the median is given with a 95%
 bootstrap confidence interval. The bootstrap is two-level (runs resampled, then the tokens
 within each run), so run-to-run drift widens the interval instead of being mistaken for a
-change. A Mann-Whitney rank test p-value is shown beside it. Verdict per metric:
-"slower" when the interval lies above 1 and the ratio exceeds 1 + threshold, "faster" when
-it lies below 1 and the ratio is under 1 - threshold, else "no significant difference".
-numpy only.
+change. A Mann-Whitney rank test runs beside it. Verdict per metric: "slower" when the
+interval lies above 1, the rank test gives p < 0.05 and the ratio exceeds 1 + threshold;
+"faster" the same way below 1; else "no significant difference". (The bootstrap guards
+the pooled per-token ITLs, whose rank test alone is over-confident since tokens of one run
+are not independent; the rank test guards the few per-run TTFTs, where a percentile
+bootstrap of 3-5 values is too narrow.) numpy only.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 from ondevice.bench.record import SCHEMA
 from ondevice.errors import BenchError
 
-__all__ = ["MetricComparison", "ScenarioComparison", "load_results", "compare_docs", "bootstrap_ratio",
+__all__ = ["MetricComparison", "ScenarioComparison", "load_results", "compare_docs", "split_models", "bootstrap_ratio",
            "mann_whitney", "render_comparison", "FASTER", "SLOWER", "SAME"]
 
 FASTER, SLOWER, SAME = "faster", "slower", "no significant difference"
@@ -75,6 +80,16 @@ def load_results(path: str | Path) -> dict[str, Any]:
         if not isinstance(r, dict) or not {"model", "scenario", "runs"} <= set(r) or not isinstance(r["runs"], list):
             raise BenchError(f"{path}: malformed result entry (needs model, scenario and runs)")
     return doc
+
+
+def split_models(doc: dict[str, Any], name: str = "the file") -> tuple[dict[str, Any], dict[str, Any], str, str]:
+    """One file holding exactly two models (measured interleaved) -> (A doc, B doc, A, B)."""
+    models = list(dict.fromkeys(r["model"] for r in doc["results"]))
+    if len(models) != 2:
+        raise BenchError(f"{name} holds {len(models)} model(s): compare one file only when it holds exactly two, "
+                         "or give two files")
+    a, b = ({"record": doc["record"], "results": [r for r in doc["results"] if r["model"] == m]} for m in models)
+    return a, b, models[0], models[1]
 
 
 def _samples(result: dict[str, Any], metric: str) -> list[np.ndarray]:
@@ -137,7 +152,9 @@ def mann_whitney(a: np.ndarray, b: np.ndarray) -> float:
     return float(math.erfc(z / math.sqrt(2)))
 
 
-def _verdict(ratio: float, lo: float, hi: float, threshold: float) -> str:
+def _verdict(ratio: float, lo: float, hi: float, p: float, threshold: float, alpha: float = 0.05) -> str:
+    if not (p < alpha):  # both tests must call it: the rank test too
+        return SAME
     if lo > 1.0 and ratio > 1.0 + threshold:
         return SLOWER
     if hi < 1.0 and ratio < 1.0 - threshold:
@@ -161,7 +178,7 @@ def _compare_metric(ra: dict, rb: dict, metric: str, threshold: float, tested: b
         return MetricComparison(metric, a_p50, b_p50, ratio, None, None, None, na, nb, None)
     ratio, lo, hi = bootstrap_ratio(sa, sb)
     p = mann_whitney(np.concatenate(sa), np.concatenate(sb))
-    return MetricComparison(metric, a_p50, b_p50, ratio, lo, hi, p, na, nb, _verdict(ratio, lo, hi, threshold))
+    return MetricComparison(metric, a_p50, b_p50, ratio, lo, hi, p, na, nb, _verdict(ratio, lo, hi, p, threshold))
 
 
 def _key(r: dict[str, Any], with_model: bool) -> tuple:

@@ -133,7 +133,8 @@ def _model(p: Any, digests: dict[str, str | None]) -> dict[str, Any]:
         "n_ctx": p.n_ctx,
         "engine": dict(p.engine_info),
         "workloads": [
-            {"name": w.name, "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens, "capped_from": w.capped_from}
+            {"name": w.name, "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
+             "capped_from": w.capped_from, "output_capped_from": w.output_capped_from}
             for w in p.suite.workloads
         ],
     }

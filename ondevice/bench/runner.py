@@ -1,7 +1,7 @@
 """Run a bench: plan (resolve, inspect, fit the suite to each model's context), then measure.
 
-Several models are interleaved by repeat (repeat 0 of every model, then repeat 1, ...), so
-drift on a shared machine hits them alike. Within a repeat, per model: the load scenarios
+Several models are interleaved by repeat (repeat 0 of every model, then repeat 1, ..., the
+order reversed on odd repeats: A B B A ...), so drift on a shared machine hits them alike. Within a repeat, per model: the load scenarios
 (cold: page cache dropped first; warm: file already cached), warm-up requests that are not
 counted, then per workload the resident and prefix-hit requests (and the no-KV-cache
 ablation for the shortest workload). Failures are kept; Ctrl-C keeps what was gathered.
@@ -57,6 +57,7 @@ class ModelPlan:
     engine_info: dict[str, Any] = field(default_factory=dict)  # backend, threads, ... from the first load
     predictor: Any = None  # the engine's roofline predictor (step_s), or None
     engine: Any = None  # the loaded Engine, while loaded
+    warmed: bool = False  # the loaded engine has had its warm-up requests
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def run_bench(
             outcome.runs.append(RunRecord(p.label, LOAD, "", 0, "failed", reason=p.error))
     try:
         for repeat in range(config.suite.repeats):
-            for p in plans:
+            for p in (plans if repeat % 2 == 0 else plans[::-1]):  # A B, B A, ...: order effects cancel
                 if not p.error:
                     _model_repeat(config, p, repeat, load_fn, rss, outcome.runs, tick)
                     if len(plans) > 1:
@@ -182,6 +183,7 @@ def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
         str(p.path), n_ctx=p.n_ctx, n_threads=config.n_threads, n_batch=config.n_batch,
         n_gpu_layers=config.n_gpu_layers, flash_attn=config.flash_attn, seed=config.seed,
     )
+    p.warmed = False
     if not p.engine_info:
         p.engine_info = _info_dict(engine.info)
         p.predictor = getattr(engine, "predictor", None)
@@ -189,7 +191,7 @@ def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
 
 
 def _info_dict(info: Any) -> dict[str, Any]:
-    keys = ("backend", "n_gpu_layers", "n_threads", "n_batch", "n_ctx", "flash_attn", "llama_cpp_version", "seed", "load_s")
+    keys = ("backend", "n_gpu_layers", "n_threads", "n_batch", "n_ctx", "flash_attn", "llama_cpp_version", "seed")
     return {k: getattr(info, k, None) for k in keys}
 
 
@@ -208,7 +210,9 @@ def _model_repeat(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: 
         return
     ctx = sc.RequestContext(p.engine, p.label, repeat, config.sampling, config.timeout_s, rss)
     prompts = PromptBuilder(lambda text, bos: p.engine.tokenize(text, add_bos=bos), config.seed)
-    _warmup(ctx, p.suite, prompts, repeat)
+    if not p.warmed:
+        _warmup(ctx, p.suite, prompts, repeat)
+        p.warmed = True
     seed = config.seed + repeat
     for w in p.suite.workloads:
         if RESIDENT in config.scenarios:
@@ -247,7 +251,7 @@ def _prefix(ctx: sc.RequestContext, w: Workload, prompts: PromptBuilder, repeat:
 
 
 def _warmup(ctx: sc.RequestContext, suite: Suite, prompts: PromptBuilder, repeat: int) -> None:
-    """Untimed requests after a load: fault in the weights, start the threads."""
+    """Untimed requests after each load: fault in the weights, start the threads."""
     w = min(suite.workloads, key=lambda x: x.prompt_tokens)
     for i in range(suite.warmup):
         ids = prompts.ids(min(w.prompt_tokens, 64), f"warmup:{repeat}:{i}")

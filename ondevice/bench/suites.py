@@ -34,6 +34,7 @@ class Workload:
     prompt_tokens: int  # P: prompt length in the model's tokens (BOS included)
     output_tokens: int  # N: output tokens asked for (end-of-sequence ignored)
     capped_from: int | None = None  # the P asked for when it was capped to fit the context
+    output_capped_from: int | None = None  # the N asked for when even N alone did not fit
 
 
 @dataclass(frozen=True)
@@ -101,20 +102,24 @@ def fit_suite(suite: Suite, n_ctx: int, *, cap: bool) -> Suite:
     """Check every workload fits a context of n_ctx tokens (P + N <= n_ctx).
 
     cap=True (the built-in suites): a prompt too long is cut to n_ctx - N and the cut is
-    recorded in `capped_from`. cap=False (-p/-n given by the user): raise BenchError.
+    recorded in `capped_from` (when N alone does not fit, N becomes n_ctx // 2). cap=False (-p/-n given by the user): raise BenchError.
     """
     out = []
     for w in suite.workloads:
         if w.prompt_tokens + w.output_tokens <= n_ctx:
             out.append(w)
             continue
-        room = n_ctx - w.output_tokens
-        if not cap or room < 1:
+        if not cap or n_ctx < 2:
             raise BenchError(
                 f"workload {w.name}: prompt {w.prompt_tokens} + output {w.output_tokens} tokens "
                 f"exceeds the context of {n_ctx} tokens"
             )
-        out.append(replace(w, prompt_tokens=room, capped_from=w.capped_from or w.prompt_tokens))
+        n_out = w.output_tokens if w.output_tokens < n_ctx else n_ctx // 2
+        out.append(replace(
+            w, prompt_tokens=min(w.prompt_tokens, n_ctx - n_out), output_tokens=n_out,
+            capped_from=w.capped_from or w.prompt_tokens,
+            output_capped_from=(w.output_capped_from or w.output_tokens) if n_out != w.output_tokens else None,
+        ))
     return replace(suite, workloads=tuple(out))
 
 

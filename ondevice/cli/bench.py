@@ -1,4 +1,4 @@
-"""`ondevice bench [MODEL...]` and `ondevice bench compare A.json B.json`.
+"""`ondevice bench [MODEL...]` and `ondevice bench compare A.json B.json` (or one file of two models).
 
 Exit status: 0 when every run was ok (and every --slo passed); 1 when a run failed or timed
 out or an SLO failed (the results are still written); 2 for bad input; 130 after Ctrl-C
@@ -8,6 +8,7 @@ out or an SLO failed (the results are still written); 2 for bad input; 130 after
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 
 from ondevice.errors import BenchError
@@ -95,7 +96,8 @@ def _report(args, outcome, digests, slo_bounds) -> int:
         report.write_csv(args.csv, doc)
     if args.md:
         report.write_markdown(args.md, record, results, slo)
-    sys.stdout.write(report.render_table(record, results, slo))
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    sys.stdout.write(report.render_table(record, results, slo, width=width))
     if outcome.incomplete:
         print("ondevice: bench interrupted: the results above are incomplete", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -145,12 +147,17 @@ def _config(args: argparse.Namespace):
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from ondevice.bench.compare import compare_docs, load_results, render_comparison
+    from ondevice.bench.compare import compare_docs, load_results, render_comparison, split_models
 
     files = args.models[1:]
-    if len(files) != 2:
-        raise BenchError(f"bench compare needs exactly two result files (A.json B.json), got {len(files)}")
-    a, b = (load_results(f) for f in files)
+    if len(files) == 1:
+        a, b, name_a, name_b = split_models(load_results(files[0]), files[0])
+        names = [f"{files[0]}:{name_a}", f"{files[0]}:{name_b}"]
+    elif len(files) == 2:
+        a, b = (load_results(f) for f in files)
+        names = files
+    else:
+        raise BenchError(f"bench compare needs two result files (A.json B.json), or one holding two models; got {len(files)}")
     rows = compare_docs(a, b, threshold=args.threshold)
     if args.json:
         import json
@@ -159,7 +166,7 @@ def run_compare(args: argparse.Namespace) -> int:
         from ondevice.paths import atomic_write
 
         with atomic_write(args.json, "w") as f:
-            json.dump(clean({"a": files[0], "b": files[1], "threshold": args.threshold,
+            json.dump(clean({"a": names[0], "b": names[1], "threshold": args.threshold,
                              "scenarios": [r.to_dict() for r in rows]}), f, indent=1)
-    print(render_comparison(rows, files[0], files[1]))
+    print(render_comparison(rows, names[0], names[1]))
     return EXIT_OK

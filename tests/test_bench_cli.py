@@ -1,0 +1,210 @@
+"""`ondevice bench` end to end on synthetic models through the real engine, and its bad input."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+
+import pytest
+
+from ondevice.cli.main import main
+from quant.synth import SynthConfig, build_synthetic_model
+
+LAYOUT = {"model", "scenario", "prompt_tokens", "output_tokens", "repeats", "ttft_s", "itl_s", "tpot_s", "e2e_s",
+          "prefill_tok_s", "decode_tok_s", "ceiling_tok_s", "predicted_tok_s", "efficiency", "failures", "runs"}
+STATS = ("p50", "p95", "p99", "mean", "std", "min", "max")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory, tiny_model):
+    d = tmp_path_factory.mktemp("bench_quick")
+    files = {k: d / f"run.{k}" for k in ("json", "csv", "md")}
+    rc = main(["bench", str(tiny_model), "--suite", "quick", "--no-kv-cache", "--no-progress",
+               "--slo", "ttft_p95=30,tpot_p95=5", "--json", str(files["json"]), "--csv", str(files["csv"]),
+               "--md", str(files["md"])])
+    return rc, files, json.loads(files["json"].read_text())
+
+
+def test_quick_suite_json_record(quick_run, tiny_model):
+    rc, _, doc = quick_run
+    assert rc == 0
+    rec = doc["record"]
+    assert rec["schema"] == "ondevice-bench/1" and rec["incomplete"] is False
+    assert "bench" in rec["command_line"] and rec["started_at"] and rec["versions"]["llama_cpp_python"]
+    assert rec["settings"]["sampling"]["ignore_eos"] is True and rec["settings"]["suite"] == "quick"
+    assert rec["host"].get("os") and rec["probe"]  # probe results or the note saying there are none
+    m = rec["models"][0]
+    assert m["sha256"] == hashlib.sha256(tiny_model.read_bytes()).hexdigest()
+    assert m["quant"] == "F16" and m["engine"]["backend"] and m["engine"]["n_threads"] >= 1
+    assert m["n_ctx"] >= 160 and m["engine"]["n_ctx"] == m["n_ctx"]
+
+
+def test_quick_suite_json_results(quick_run):
+    _, _, doc = quick_run
+    by = {r["scenario"]: r for r in doc["results"]}
+    assert set(by) == {"cold_load", "warm_load", "resident", "prefix_hit", "no_kv_cache"}
+    for r in doc["results"]:
+        assert LAYOUT <= set(r), r["scenario"]
+        assert r["failures"] == [] and r["repeats"] == 3 and len(r["runs"]) == 3
+        for metric in ("ttft_s", "itl_s", "tpot_s", "e2e_s", "prefill_tok_s", "decode_tok_s", "load_s"):
+            s = r[metric]
+            if s["n"]:
+                assert s["min"] <= s["p50"] <= s["p95"] <= s["p99"] <= s["max"], (r["scenario"], metric)
+                assert s["std"] >= 0
+    for name in ("cold_load", "warm_load"):
+        assert all(run["load_s"] > 0 for run in by[name]["runs"])
+    assert all(run["cached_prompt_tokens"] == 0 for run in by["resident"]["runs"])
+    hit = by["prefix_hit"]
+    assert all(run["cached_prompt_tokens"] >= 100 for run in hit["runs"])  # 128 - 16 shared
+    assert all(run["baseline_ttft_s"] is not None for run in hit["runs"])
+    assert by["resident"]["slo"]["requests"] == 3 and 0 <= by["resident"]["slo"]["goodput"] <= 1
+    assert by["no_kv_cache"]["kv_cache_speedup"] is not None
+
+
+def test_quick_suite_per_run_identities(quick_run):
+    _, _, doc = quick_run
+    n_runs = 0
+    for r in doc["results"]:
+        if r["scenario"] in ("cold_load", "warm_load"):
+            continue
+        for run in r["runs"]:
+            n_runs += 1
+            t = run["output_tokens"]
+            assert run["status"] == "ok" and t == run["output_tokens_requested"] == r["output_tokens"]
+            assert run["prompt_tokens"] == r["prompt_tokens"]
+            assert len(run["itl_s"]) == t - 1
+            assert run["tpot_s"] == pytest.approx((run["e2e_s"] - run["ttft_s"]) / (t - 1), rel=1e-9)
+            assert run["tpot_s"] == pytest.approx(sum(run["itl_s"]) / (t - 1), rel=1e-6)
+            assert run["e2e_s"] >= run["ttft_s"] >= run["prefill_s"] >= 0
+            assert all(x >= 0 for x in run["itl_s"])
+    assert n_runs == 9
+
+
+def test_quick_suite_csv_and_markdown(quick_run):
+    _, files, doc = quick_run
+    rows = list(csv.DictReader(files["csv"].open()))
+    assert len(rows) == len(doc["results"])
+    resident = next(r for r in rows if r["scenario"] == "resident")
+    assert math.isclose(float(resident["itl_s_p50"]), next(r for r in doc["results"] if r["scenario"] == "resident")["itl_s"]["p50"])
+    md = files["md"].read_text()
+    assert "| model | scenario |" in md and "resident" in md and "sha256" in md
+
+
+@pytest.fixture(scope="module")
+def synth_pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench_cmp")
+    base = dict(d_model=256, n_head=4, n_head_kv=2, d_ff=768, n_vocab=512, n_ctx_train=512)
+    small = build_synthetic_model(SynthConfig(n_layer=2, seed=5, **base), d / "small.gguf")
+    large = build_synthetic_model(SynthConfig(n_layer=12, seed=6, **base), d / "large.gguf")
+    return small, large
+
+
+def _bench_compare(tmp_path, capsys, models, name):
+    out = tmp_path / f"{name}.json"
+    rc = main(["bench", *map(str, models), "-p", "32", "-n", "48", "-r", "5", "-t", "1", "--scenarios", "resident",
+               "--no-progress", "--json", str(out)])
+    assert rc == 0
+    capsys.readouterr()
+    assert main(["bench", "compare", str(out)]) == 0
+    text = capsys.readouterr().out
+    return [line for line in text.splitlines() if "=> verdict" in line], out
+
+
+def test_compare_same_configuration_is_noise(tmp_path, capsys, synth_pair):
+    small, _ = synth_pair
+    verdicts, out = _bench_compare(tmp_path, capsys, [small, small], "same")
+    assert verdicts and all(line.endswith("no significant difference") for line in verdicts), verdicts
+    doc = json.loads(out.read_text())
+    assert {r["model"] for r in doc["results"]} == {"small.gguf", "small.gguf#1"}
+
+
+def test_compare_slowed_side_is_slower(tmp_path, capsys, synth_pair):
+    small, large = synth_pair  # six times the layers: the deliberately slowed side
+    verdicts, _ = _bench_compare(tmp_path, capsys, [small, large], "slowed")
+    assert verdicts and all(line.endswith("slower") for line in verdicts), verdicts
+
+
+def test_compare_two_files(tmp_path, capsys, quick_run):
+    _, files, _ = quick_run
+    assert main(["bench", "compare", str(files["json"]), str(files["json"]), "--json", str(tmp_path / "c.json")]) == 0
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert all(s["verdict"] == "no significant difference" for s in doc["scenarios"])
+
+
+def _bad(capsys, argv):
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return rc, err
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--suite", "huge"], "unknown suite"),
+    (["-p", "0"], "-p 0"),
+    (["-n", "0"], "-n 0"),
+    (["-p", "600"], "exceeds the context"),
+    (["-n", "abc"], "-n 'abc'"),
+    (["--suite", "quick", "-p", "8"], "either --suite or -p/-n"),
+    (["--slo", "latency_p95=1"], "unknown metric"),
+    (["--scenarios", "hot_load"], "unknown scenario"),
+    (["--timeout", "0"], "--timeout"),
+    (["-r", "0"], "--repeat"),
+    (["--n-ctx", "99999"], "trained context"),
+])
+def test_bad_input_one_line_exit_2(capsys, tiny_model, extra, msg):
+    rc, err = _bad(capsys, ["bench", str(tiny_model), *extra])
+    assert rc == 2 and len(err) == 1 and err[0].startswith("ondevice: error:") and msg in err[0], err
+
+
+def test_bad_compare_input(capsys, tmp_path):
+    foreign = tmp_path / "llama-bench.json"
+    foreign.write_text(json.dumps([{"model_type": "llama 7B", "avg_ts": 10.0}]))
+    for argv, msg in (
+        (["bench", "compare", str(foreign), str(foreign)], "not an ondevice bench result"),
+        (["bench", "compare", str(tmp_path / "none.json"), str(foreign)], "no such file"),
+        (["bench", "compare"], "got 0"),
+    ):
+        rc, err = _bad(capsys, argv)
+        assert rc == 2 and len(err) == 1 and msg in err[0], err
+
+
+def test_unknown_model_is_bad_input(capsys):
+    rc, err = _bad(capsys, ["bench", "no-such-model-anywhere", "--suite", "quick"])
+    assert rc == 2 and len(err) == 1 and "unknown model" in err[0]
+
+
+def test_failing_model_does_not_stop_the_others(tmp_path, capsys, tiny_model):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + b"\x00" * 64)
+    out = tmp_path / "r.json"
+    rc = main(["bench", str(junk), str(tiny_model), "-p", "16", "-n", "4", "-r", "1", "--scenarios", "resident",
+               "--no-progress", "--json", str(out)])
+    assert rc == 1
+    doc = json.loads(out.read_text())
+    failed = [r for r in doc["results"] if r["model"] == "junk.gguf"]
+    assert failed and failed[0]["failures"][0]["reason"]
+    assert any(r["model"] == "tiny-f16.gguf" and r["ok_runs"] == 1 for r in doc["results"])
+    assert "junk.gguf" in capsys.readouterr().out
+
+
+def test_ctrl_c_writes_what_was_gathered(tmp_path, capsys, tiny_model, monkeypatch):
+    from ondevice.bench import scenarios
+
+    real, calls = scenarios.request, {"n": 0}
+
+    def interrupting(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 4:  # warm-up, two measured requests, then Ctrl-C
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(scenarios, "request", interrupting)
+    out = tmp_path / "partial.json"
+    rc = main(["bench", str(tiny_model), "-p", "16", "-n", "4", "-r", "5", "--scenarios", "resident",
+               "--no-progress", "--json", str(out)])
+    assert rc == 130
+    doc = json.loads(out.read_text())
+    assert doc["record"]["incomplete"] is True
+    assert doc["results"][0]["repeats"] == 2 and doc["results"][0]["ok_runs"] == 2
+    assert "incomplete" in capsys.readouterr().err

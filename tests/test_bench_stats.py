@@ -1,0 +1,114 @@
+"""Per-scenario statistics and SLO checks on hand-made runs (exact arithmetic)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ondevice.bench.runs import PREFIX_HIT, RESIDENT, RunRecord
+from ondevice.bench.slo import evaluate, parse_slo
+from ondevice.bench.stats import build_result, clean
+from ondevice.errors import BenchError
+from ondevice.results import Timings
+
+
+def run(repeat, ttft, itl, *, status="ok", scenario=RESIDENT, baseline=None, cached=0, prompt=100, rss=None):
+    e2e = ttft + sum(itl)
+    t = Timings(0.0, ttft * 0.9, ttft, tuple(itl), e2e, prompt - cached, len(itl) + 1)
+    return RunRecord("m", scenario, "w", repeat, status, reason="" if status == "ok" else "boom", prompt_tokens=prompt,
+                     output_tokens_requested=len(itl) + 1, cached_prompt_tokens=cached, timings=t,
+                     baseline_ttft_s=baseline, peak_rss_bytes=rss)
+
+
+class StepPredictor:
+    def __init__(self):
+        self.asked = []
+
+    def step_s(self, n_ctx):
+        self.asked.append(n_ctx)
+        return 0.005, 0.008
+
+
+def test_summaries_pool_itls_and_keep_failures():
+    runs = [run(0, 0.1, [0.01, 0.02, 0.03]), run(1, 0.3, [0.01, 0.01, 0.01]), run(2, 9.0, [5.0], status="timeout")]
+    r = build_result(runs, predictor=StepPredictor(), prompt_tokens=100, output_tokens=4)
+    assert (r.repeats, r.ok_runs) == (3, 2)
+    itl = r.summary("itl_s")
+    assert itl.n == 6 and itl.max == pytest.approx(0.03)  # pooled over ok runs only
+    assert r.summary("ttft_s").n == 2 and r.summary("ttft_s").p50 == pytest.approx(0.2)
+    assert r.summary("tpot_s").p50 == pytest.approx((0.02 + 0.01) / 2)
+    assert r.failures == ({"repeat": 2, "status": "timeout", "reason": "boom"},)
+    assert len(r.runs) == 3  # never drop a sample
+    for name in ("ttft_s", "itl_s", "tpot_s", "e2e_s", "prefill_tok_s", "decode_tok_s"):
+        s = r.summary(name)
+        assert s.min <= s.p50 <= s.p95 <= s.p99 <= s.max
+
+
+def test_roofline_columns_at_mid_context():
+    pred = StepPredictor()
+    runs = [run(i, 0.1, [0.01] * 9) for i in range(3)]
+    r = build_result(runs, predictor=pred, prompt_tokens=100, output_tokens=10)
+    assert pred.asked == [105]
+    assert r.ceiling_tok_s == pytest.approx(200.0)
+    assert r.predicted_tok_s == pytest.approx(125.0)
+    assert r.efficiency == pytest.approx(100.0 / 125.0)
+
+
+def test_no_predictor_no_roofline():
+    r = build_result([run(0, 0.1, [0.01] * 3)], predictor=None, prompt_tokens=10, output_tokens=4)
+    assert r.ceiling_tok_s is None and r.predicted_tok_s is None and r.efficiency is None
+
+
+def test_prefix_hit_ttft_saved_and_cached_tokens():
+    runs = [run(i, 0.02, [0.01] * 3, scenario=PREFIX_HIT, baseline=0.1, cached=88) for i in range(3)]
+    r = build_result(runs, prompt_tokens=100, output_tokens=4)
+    assert r.summary("ttft_saved_s").p50 == pytest.approx(0.08)
+    assert r.cached_prompt_tokens == 88
+    d = r.to_dict()
+    assert d["ttft_saved_s"]["p50"] == pytest.approx(0.08) and d["runs"][0]["ttft_saved_s"] == pytest.approx(0.08)
+
+
+def test_peak_rss_and_kv_bytes(tiny_model):
+    from ondevice.modelspec import inspect
+
+    spec = inspect(tiny_model)
+    r = build_result([run(0, 0.1, [0.01], rss=5), run(1, 0.1, [0.01], rss=9)], spec=spec, prompt_tokens=100, output_tokens=2)
+    assert r.peak_rss_bytes == 9
+    assert r.kv_bytes == spec.kv_read_bytes(102) == 102 * spec.kv_bytes_per_token
+
+
+def test_all_failed_gives_empty_summaries_and_valid_json():
+    r = build_result([run(0, 0.1, [0.01], status="failed")], prompt_tokens=10, output_tokens=2)
+    d = r.to_dict()
+    assert d["ttft_s"]["n"] == 0 and d["ttft_s"]["p50"] is None
+    assert clean({"x": [math.nan, math.inf, 1.0]}) == {"x": [None, None, 1.0]}
+
+
+def test_parse_slo():
+    b = parse_slo("ttft_p95=1.0, tpot_s_p99=0.04,itl_max=0.5")
+    assert [(x.metric, x.stat, x.limit_s) for x in b] == [("ttft", "p95", 1.0), ("tpot", "p99", 0.04), ("itl", "max", 0.5)]
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("decode_p95=1", "unknown metric 'decode'"),
+    ("ttft=1", "METRIC_STAT=SECONDS"),
+    ("ttft_p95", "METRIC_STAT=SECONDS"),
+    ("ttft_p95=abc", "not a number"),
+    ("ttft_p95=-1", "positive"),
+    ("", "no bounds"),
+])
+def test_parse_slo_rejects(text, msg):
+    with pytest.raises(BenchError, match=msg):
+        parse_slo(text)
+
+
+def test_slo_goodput_and_pass():
+    runs = [run(0, 0.5, [0.01, 0.01]), run(1, 1.5, [0.01, 0.01]), run(2, 0.2, [0.05, 0.05]), run(3, 0.1, [0.01], status="failed")]
+    s = evaluate(runs, parse_slo("ttft_p50=1.0,tpot_p50=0.03"))
+    assert s.requests == 4 and s.good == 1  # run 1 misses TTFT, run 2 misses TPOT, run 3 failed
+    assert s.goodput == pytest.approx(0.25)
+    assert s.observed_s["ttft_p50"] == pytest.approx(0.5) and s.observed_s["tpot_p50"] == pytest.approx(0.01)
+    assert s.passed
+    assert not evaluate(runs, parse_slo("ttft_max=1.0")).passed
+    assert evaluate(runs, parse_slo("itl_max=0.02")).good == 2  # per request: its own max ITL
