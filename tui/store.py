@@ -266,8 +266,10 @@ class _Transaction:
         self.lock.acquire()
         try:
             self.db.execute("BEGIN IMMEDIATE")
-        except BaseException:
+        except BaseException as exc:
             self.lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise HistoryError(f"history database: {exc}") from exc
             raise
         return self.db
 
