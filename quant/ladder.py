@@ -25,8 +25,6 @@ __all__ = ["Rung", "Ladder", "BenchPlan", "run_ladder", "rung_path", "parse_type
 
 # progress(stage, detail): stage is "quantize", "bench" or "quality"
 Progress = Callable[[str, str], None]
-# spec -> object with step_s(n_ctx) -> (ceiling_s, calibrated_s), or None
-PredictorFor = Callable[[ModelSpec], Any]
 
 
 @dataclass(frozen=True)
@@ -59,8 +57,9 @@ class Rung:
     weight_bytes: int  # bytes of tensor data
     decode_weight_bytes: int  # weight bytes one decode step reads
     bits_per_weight: float  # 8 * weight_bytes / parameters
-    ceiling_tok_s: float | None  # roofline bound at BenchPlan.mean_ctx (None: no probe cached)
-    predicted_tok_s: float | None  # calibrated prediction at BenchPlan.mean_ctx
+    ceiling_tok_s: float | None  # roofline bound at BenchPlan.mean_ctx (None: no probe cached, no bandwidth given)
+    predicted_tok_s: float | None  # calibrated prediction at BenchPlan.mean_ctx (None: no kernel probe)
+    ttft_floor_s: float | None  # roofline's lower bound on TTFT for the bench prompt, seconds
     decode_tok_s: float | None  # measured, median over runs (None: bench skipped)
     ttft_s: float | None  # measured time to first token, median over runs, seconds
     ppl: float | None  # perplexity on the evaluation text (None: quality skipped)
@@ -80,6 +79,7 @@ class Ladder:
     rungs: tuple[Rung, ...]  # in the order asked
     bench: BenchPlan | None  # None: no speed run
     backend: str | None  # llama.cpp backend that ran the bench
+    prediction_note: str | None  # where the predicted figures come from, or why there are none
     quality_text: str | None  # evaluation text name
     quality_n_ctx: int | None  # quality window, tokens
     quality_scored_tokens: int | None  # tokens scored per model
@@ -131,12 +131,12 @@ def _obtain(source: Path, qtype: str, cache_root: Path | None, allow_requantize:
     return dst, False
 
 
-def _measure(path: Path, plan: BenchPlan, predictor: Any) -> tuple[float | None, float | None, str]:
+def _measure(path: Path, plan: BenchPlan) -> tuple[float | None, float | None, str]:
     """Median decode tok/s and TTFT over plan.runs runs (after one warm-up), and the backend."""
-    import ondevice
+    from ondevice.engine import load
 
     n_ctx = plan.prompt_tokens + plan.output_tokens + 8
-    with ondevice.load(path, n_ctx=n_ctx, n_threads=plan.n_threads, predictor=predictor) as eng:
+    with load(path, n_ctx=n_ctx, n_threads=plan.n_threads, predictor=None) as eng:
         ids = eng.tokenize(quality.default_text(), add_bos=True)[: plan.prompt_tokens]
         speeds, ttfts = [], []
         for run in range(plan.runs + 1):
@@ -149,20 +149,22 @@ def _measure(path: Path, plan: BenchPlan, predictor: Any) -> tuple[float | None,
     return (med(speeds) if speeds else None), (med(ttfts) if ttfts else None), backend
 
 
-def _predict(predictor: Any, ctx: int) -> tuple[float | None, float | None]:
-    if predictor is None:
-        return None, None
-    ceiling_s, calibrated_s = predictor.step_s(ctx)
-    return (1.0 / ceiling_s if ceiling_s else None), (1.0 / calibrated_s if calibrated_s else None)
+def _predict(spec: ModelSpec, plan: BenchPlan, bandwidth_gbs: float | None, probe: Any) -> tuple[Any, str]:
+    """roofline.predict at the bench's mid-decode context: (Prediction or None, a note)."""
+    from ondevice.errors import ProbeError
+    from ondevice.roofline import predict
 
-
-def _default_predictor_for(backend: str) -> PredictorFor:
-    def make(spec: ModelSpec) -> Any:
-        from ondevice.roofline import default_predictor
-
-        return default_predictor(spec, backend)
-
-    return make
+    try:
+        pred = predict(spec, ctx=(plan.mean_ctx,), prompt_tokens=plan.prompt_tokens, bandwidth_gbs=bandwidth_gbs, probe=probe)
+    except ProbeError as exc:
+        return None, str(exc)
+    if pred.bandwidth_source == "given":
+        note = f"predictions: pure ceiling at a given {pred.bandwidth_gbs:g} GB/s"
+    else:
+        note = f"predictions: probe of this machine ({pred.backend}, {pred.bandwidth_gbs:.1f} GB/s)"
+        if not pred.calibrated:
+            note += "; no kernel probe, so no calibrated figure"
+    return pred, note
 
 
 def run_ladder(
@@ -175,11 +177,13 @@ def run_ladder(
     bench: BenchPlan | None = BenchPlan(),
     quality_opts: dict[str, Any] | None = None,
     with_quality: bool = True,
-    predictor_for: PredictorFor | None = None,
+    bandwidth_gbs: float | None = None,
+    probe: Any = None,
     progress: Progress | None = None,
 ) -> Ladder:
     """Build and measure the ladder. `quality_opts` are passed to quality.compare_many
-    (text, n_ctx, max_tokens, n_threads); `predictor_for` replaces the cached-probe roofline."""
+    (text, n_ctx, max_tokens, n_threads). Predictions come from ondevice.roofline.predict: the
+    cached probe of this machine, or `probe`, or the pure ceiling at `bandwidth_gbs`."""
     src = Path(source)
     g = read_gguf(src)
     names = parse_types(types)
@@ -194,16 +198,16 @@ def run_ladder(
         path, cached = _obtain(src, name, cache_root, allow_requantize, threads)
         files.append((name, path, cached))
     specs = [inspect(p) for _, p, _ in files]
-    predict_for = predictor_for or _default_predictor_for(_backend_name())
+    plan = bench or BenchPlan()
     speed: list[tuple[float | None, float | None]] = []
-    predicted: list[tuple[float | None, float | None]] = []
-    backend = None
+    predicted: list[Any] = []
+    backend, note = None, None
     for (name, path, _), spec in zip(files, specs):
-        predictor = predict_for(spec)
-        predicted.append(_predict(predictor, bench.mean_ctx if bench else 1))
+        pred, note = _predict(spec, plan, bandwidth_gbs, probe)
+        predicted.append(pred)
         if bench is not None:
             say("bench", name)
-            tok_s, ttft, backend = _measure(path, bench, predictor)
+            tok_s, ttft, backend = _measure(path, bench)
             speed.append((tok_s, ttft))
         else:
             speed.append((None, None))
@@ -215,7 +219,9 @@ def run_ladder(
         rungs.append(Rung(
             qtype=name, path=str(path), cached=cached, file_bytes=spec.file_bytes, weight_bytes=spec.weight_bytes,
             decode_weight_bytes=spec.decode_weight_bytes, bits_per_weight=spec.bits_per_weight,
-            ceiling_tok_s=predicted[i][0], predicted_tok_s=predicted[i][1],
+            ceiling_tok_s=predicted[i].contexts[0].ceiling_tok_s if predicted[i] else None,
+            predicted_tok_s=predicted[i].contexts[0].predicted_tok_s if predicted[i] else None,
+            ttft_floor_s=predicted[i].ttft.floor_s if predicted[i] and predicted[i].ttft else None,
             decode_tok_s=speed[i][0], ttft_s=speed[i][1],
             ppl=cmp.other.ppl if cmp else None, kl_mean=cmp.kl_mean if cmp else None,
             top1_agreement=cmp.top1_agreement if cmp else None, is_base=i == base_i,
@@ -223,7 +229,7 @@ def run_ladder(
     first = comparisons[0] if comparisons else None
     return Ladder(
         source=str(src), source_quant=inspect(src).quant, base_type=names[base_i], rungs=tuple(rungs),
-        bench=bench, backend=backend, quality_text=first.base.text_name if first else None,
+        bench=bench, backend=backend, prediction_note=note, quality_text=first.base.text_name if first else None,
         quality_n_ctx=first.base.n_ctx if first else None, quality_scored_tokens=first.base.n_scored if first else None,
     )
 
@@ -245,13 +251,3 @@ def _quality(files, base_i: int, opts: dict[str, Any], say: Progress) -> list[qu
     self_cmp = quality.Comparison(base_ppl, base_ppl, 0.0, 0.0, 0.0, 0.0, 1.0)
     it = iter(found)
     return [self_cmp if i == base_i else next(it) for i in range(len(files))]
-
-
-def _backend_name() -> str:
-    """The backend a model loads on by default (the engine's rule): a GPU backend if any, else CPU."""
-    import llama_cpp
-
-    from ondevice.engine.loader import detect_backends
-
-    gpu = [b for b in detect_backends(llama_cpp) if b.upper() not in ("CPU", "BLAS", "RPC")]
-    return gpu[0] if gpu and llama_cpp.llama_supports_gpu_offload() else "CPU"

@@ -41,6 +41,8 @@ def register(sub) -> None:
     lad.add_argument("--gen-tokens", type=int, default=32, help="bench output tokens, EOS ignored (default 32)")
     lad.add_argument("--runs", type=int, default=3, help="measured bench runs per type, after a warm-up (default 3)")
     lad.add_argument("--no-bench", action="store_true", help="skip the speed measurement")
+    lad.add_argument("--bandwidth", type=float, default=None, metavar="GBS",
+                     help="predict the pure ceiling at this bandwidth instead of this machine's cached probe")
     lad.add_argument("--no-quality", action="store_true", help="skip perplexity and KL")
     _quality_args(lad)
     fmt = lad.add_mutually_exclusive_group()
@@ -167,6 +169,7 @@ def run_ladder_cmd(args) -> int:
     try:
         ladder = run_ladder(src, args.types, allow_requantize=args.allow_requantize, threads=args.threads,
                             bench=bench, quality_opts=_quality_opts(args), with_quality=not args.no_quality,
+                            bandwidth_gbs=args.bandwidth,
                             progress=lambda stage, detail: line(f"ladder: {stage} {detail}"))
     finally:
         line.done()
@@ -183,6 +186,12 @@ def _num(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _kl(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return "0" if v == 0 else format(v, ".5f" if v >= 1e-3 else ".2e")
+
+
 def _rows(ladder) -> tuple[list[str], list[list[str]]]:
     headers = ["type", "size", "bpw", "ceiling tok/s", "predicted tok/s", "measured tok/s", "TTFT ms", "PPL", "KL", "top-1"]
     rows = []
@@ -190,7 +199,7 @@ def _rows(ladder) -> tuple[list[str], list[list[str]]]:
         rows.append([
             r.qtype + (" (base)" if r.is_base else ""), human_bytes(r.file_bytes), f"{r.bits_per_weight:.2f}",
             _num(r.ceiling_tok_s, ".1f"), _num(r.predicted_tok_s, ".1f"), _num(r.decode_tok_s, ".1f"),
-            _num(None if r.ttft_s is None else 1000 * r.ttft_s, ".1f"), _num(r.ppl, ".3f"), _num(r.kl_mean, ".5f"),
+            _num(None if r.ttft_s is None else 1000 * r.ttft_s, ".1f"), _num(r.ppl, ".3f"), _kl(r.kl_mean),
             "-" if r.top1_agreement is None else f"{100 * r.top1_agreement:.1f}%",
         ])
     return headers, rows
@@ -202,8 +211,8 @@ def _notes(ladder) -> list[str]:
         b = ladder.bench
         notes.append(f"speed: {b.prompt_tokens}-token prompt, {b.output_tokens} tokens generated (EOS ignored), "
                      f"median of {b.runs} runs after a warm-up, backend {ladder.backend}; predictions at context {b.mean_ctx}")
-    if ladder.rungs and ladder.rungs[0].ceiling_tok_s is None:
-        notes.append("no bandwidth probe cached for this machine: run `ondevice probe` for predicted speeds")
+    if ladder.prediction_note:
+        notes.append(ladder.prediction_note)
     if ladder.quality_text:
         notes.append(f"quality: {ladder.quality_scored_tokens} tokens of {ladder.quality_text} scored, windows of {ladder.quality_n_ctx}")
     return notes
