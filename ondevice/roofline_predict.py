@@ -114,8 +114,14 @@ def _context_row(pred: Predictor, n: int, calibrated: bool) -> ContextPrediction
 
 
 def prefill_flops(spec: ModelSpec, p: int) -> float:
-    """2 x N_matmul x P, plus attention: per layer 4 x d_attn x sum_i min(i, window) (QK and AV, causal)."""
-    flops = 2.0 * spec.n_params_matmul * p
+    """2 x N_matmul x P, plus attention: per layer 4 x d_attn x sum_i min(i, window) (QK and AV, causal).
+
+    The output head (n_vocab x d_model, when both are known) runs for the last prompt token
+    only: llama.cpp computes logits just for the tokens that are output.
+    """
+    head = (spec.n_vocab or 0) * (spec.d_model or 0)
+    head = head if 0 < head < spec.n_params_matmul else 0
+    flops = 2.0 * (spec.n_params_matmul - head) * p + 2.0 * head
     d_attn = (spec.n_head or 0) * (spec.head_dim_k or 0) or (spec.d_model or 0)
     swa = set(spec.swa_layers) if spec.sliding_window else set()
     for layer in range(spec.n_layer or 0):

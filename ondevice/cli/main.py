@@ -17,6 +17,8 @@ _COMMAND_MODULES = (
     "ondevice.cli.chat",
     "ondevice.cli.bench",
     "ondevice.cli.quant",
+    "ondevice.cli.probe",
+    "ondevice.cli.predict",
 )
 
 EXIT_BAD_INPUT = 2

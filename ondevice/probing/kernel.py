@@ -1,9 +1,10 @@
 """Kernel probe: decode synthetic models of known bytes through the engine, fit the step time.
 
 Models (built once by quant's synthetic builder, quantized by llama.cpp, kept in the cache):
-two sizes of one llama shape per weight type (F16, and Q8_0/Q4_0 quantized from them),
-plus tiny models (a few KB of weights) with few/many layers and a small/large vocabulary.
-Each is decoded through `ondevice.engine` on the backend the engine uses; the median
+one llama shape large enough to dwarf the caches per weight type (F16, and Q8_0/Q4_0
+quantized from it), and tiny models (weights of a few hundred KB, so ~0 bytes read from
+memory) with few/many layers and a small/large vocabulary: two sizes for every fit. Each
+is decoded through `ondevice.engine` on the backend the engine uses; the median
 inter-token latency is one point. One weighted least-squares fit over all points gives
 
     step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s
@@ -33,7 +34,7 @@ __all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "PROBE_TYPES
 
 PROBE_TYPES = ("Q4_0", "Q8_0", "F16")
 _MB = 1 << 20
-_LARGE_F16_MIN = 512 * _MB  # the large F16 model is at least this, and 16x the last-level cache
+_SIZED_MIN = 256 * _MB  # the F16 sized model is at least this, and the Q4_0 one >= 4x the last-level cache
 
 Progress = Callable[[str], None]  # one line describing the step now running
 
@@ -46,8 +47,7 @@ class KernelPlan:
     n_head: int = 16  # query heads
     n_head_kv: int = 4  # KV heads
     d_ff: int = 5632  # feed-forward width
-    small_layers: int = 3  # blocks of the small sized model
-    large_layers: int = 6  # blocks of the large sized model
+    n_layer: int = 5  # blocks of the sized models
     n_vocab: int = 512  # vocabulary of the sized models (keeps the head < 1% of the bytes)
     tiny_d_model: int = 64  # width of the tiny models (weights stay in cache)
     tiny_layers: tuple[int, int] = (2, 16)  # blocks of the two tiny models (per-layer cost)
@@ -64,11 +64,10 @@ class KernelPlan:
 
 
 def plan_for(llc_bytes: int | None) -> KernelPlan:
-    """Sized models that dwarf the caches: the large F16 model >= max(512 MiB, 16 x LLC)."""
+    """Sized models that dwarf the caches: Q4_0 (4.5 bits per weight) >= 4 x LLC, F16 >= 256 MiB."""
     plan = KernelPlan()
-    target = max(_LARGE_F16_MIN, 16 * (llc_bytes or 0))
-    large = max(2, -(-target // plan.layer_bytes_f16()))
-    return replace(plan, large_layers=large, small_layers=max(1, large // 2))
+    target = max(_SIZED_MIN, 4 * (llc_bytes or 0) * 16 // 4.5)
+    return replace(plan, n_layer=max(1, int(-(-target // plan.layer_bytes_f16()))))
 
 
 @dataclass(frozen=True)
@@ -84,15 +83,14 @@ class FitPoint:
 
 # ---------- models ----------
 
-def _synth_config(plan: KernelPlan, kind: str, n_layer: int):
-    from quant.synth import SynthConfig
-
+def _synth_kwargs(plan: KernelPlan, kind: str, n_layer: int, n_vocab: int) -> dict:
+    """SynthConfig fields of a sized or tiny probe model."""
     if kind == "tiny":
         d = plan.tiny_d_model
         return dict(d_model=d, n_head=max(1, d // 32), n_head_kv=max(1, d // 64), d_ff=2 * d, n_layer=n_layer,
-                    n_ctx_train=1024, seed=7, name="ondevice-probe-tiny"), SynthConfig
+                    n_vocab=n_vocab, n_ctx_train=1024, seed=7, name="ondevice-probe-tiny")
     return dict(d_model=plan.d_model, n_head=plan.n_head, n_head_kv=plan.n_head_kv, d_ff=plan.d_ff, n_layer=n_layer,
-                n_vocab=plan.n_vocab, n_ctx_train=1024, seed=11, name="ondevice-probe"), SynthConfig
+                n_vocab=n_vocab, n_ctx_train=1024, seed=11, name="ondevice-probe")
 
 
 def _model_path(model_dir: Path, kind: str, cfg: dict, weight_type: str) -> Path:
@@ -100,14 +98,14 @@ def _model_path(model_dir: Path, kind: str, cfg: dict, weight_type: str) -> Path
     return model_dir / f"{tag}-{weight_type}.gguf"
 
 
-def _ensure(model_dir: Path, kind: str, cfg: dict, cls, weight_type: str, progress: Progress) -> Path:
+def _ensure(model_dir: Path, kind: str, cfg: dict, weight_type: str, progress: Progress) -> Path:
     """The F16 model for cfg (built if missing), quantized to weight_type (if missing)."""
-    from quant.synth import build_synthetic_model
+    from quant.synth import SynthConfig, build_synthetic_model
 
     f16 = _model_path(model_dir, kind, cfg, "F16")
     if not f16.exists():
         progress(f"building {f16.name}")
-        build_synthetic_model(cls(dtype="F16", **cfg), f16)
+        build_synthetic_model(SynthConfig(dtype="F16", **cfg), f16)
     if weight_type == "F16":
         return f16
     out = _model_path(model_dir, kind, cfg, weight_type)
@@ -123,14 +121,13 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
     """(main weight type, path) of every model the plan decodes, building what is missing."""
     model_dir.mkdir(parents=True, exist_ok=True)
     out: list[tuple[str, Path]] = []
-    for n_layer in (plan.small_layers, plan.large_layers):
-        cfg, cls = _synth_config(plan, "sized", n_layer)
-        for t in plan.types:
-            out.append((t, _ensure(model_dir, "sized", cfg, cls, t, progress)))
-    for n_layer, n_vocab in ((plan.tiny_layers[0], 512), (plan.tiny_layers[1], 512), (plan.tiny_layers[0], plan.tiny_vocab)):
-        cfg, cls = _synth_config(plan, "tiny", n_layer)
-        cfg["n_vocab"] = n_vocab
-        out.append(("F16", _ensure(model_dir, "tiny", cfg, cls, "F16", progress)))
+    cfg = _synth_kwargs(plan, "sized", plan.n_layer, plan.n_vocab)
+    for t in plan.types:
+        out.append((t, _ensure(model_dir, "sized", cfg, t, progress)))
+    tiny = [(plan.tiny_layers[0], 512, t) for t in plan.types]
+    tiny += [(plan.tiny_layers[1], 512, "F16"), (plan.tiny_layers[0], plan.tiny_vocab, "F16")]
+    for n_layer, n_vocab, t in tiny:
+        out.append((t, _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress)))
     return out
 
 

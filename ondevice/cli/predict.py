@@ -1,0 +1,136 @@
+"""`ondevice predict [MODEL] [--ctx 128,2048,8192] [--prompt 1024] [--json]`, or a spec from flags."""
+
+from __future__ import annotations
+
+import sys
+
+from ondevice.cli.fmt import dump_json, human_bytes, table
+
+__all__ = ["register", "run", "render", "DEFAULT_CONTEXTS"]
+
+DEFAULT_CONTEXTS = (128, 2048, 8192)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("predict", help="predict decode speed, TTFT and memory for a model on this machine")
+    p.add_argument("model", nargs="?", help="registry name or .gguf path (default: the built-in model)")
+    p.add_argument("--ctx", help="context lengths, comma-separated (default 128,2048,8192 within the model's)")
+    p.add_argument("--prompt", type=int, default=1024, help="prompt tokens for the TTFT floor (default 1024)")
+    p.add_argument("--bandwidth", type=float, help="GB/s to use instead of this machine's (pure ceiling only)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    g = p.add_argument_group("a model you have not downloaded (instead of MODEL)")
+    g.add_argument("--params", type=float, help="parameters, e.g. 8.0e9")
+    g.add_argument("--quant", help="file type, e.g. Q4_K_M, Q8_0, F16")
+    g.add_argument("--layers", type=int, help="transformer blocks")
+    g.add_argument("--kv-heads", type=int, help="key/value heads")
+    g.add_argument("--head-dim", type=int, help="head dimension")
+    g.add_argument("--d-model", type=int, help="embedding width (with --vocab: the embedding is a row gather)")
+    g.add_argument("--vocab", type=int, help="vocabulary size")
+    g.add_argument("--heads", type=int, help="query heads (attention FLOPs)")
+    g.add_argument("--ctx-train", type=int, help="trained context length")
+    g.add_argument("--active-params", type=float, help="parameters used per token (MoE)")
+    g.add_argument("--tied", action="store_true", help="output head tied to the embedding")
+    p.set_defaults(func=run)
+
+
+def _spec(args):
+    from ondevice.errors import SpecError
+
+    flags = ("params", "quant", "layers", "kv_heads", "head_dim", "d_model", "vocab", "heads", "ctx_train", "active_params")
+    given = {f: getattr(args, f) for f in flags if getattr(args, f) is not None}
+    if not given and not args.tied:
+        from ondevice.materialize import resolve_model
+        from ondevice.modelspec import inspect
+
+        return inspect(resolve_model(args.model))
+    if args.model:
+        raise SpecError("give either MODEL or a spec (--params, --quant, ...), not both")
+    from ondevice.roofline_spec import spec_from_flags
+
+    return spec_from_flags(
+        params=args.params, quant=args.quant, layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim,
+        d_model=args.d_model, vocab=args.vocab, heads=args.heads, ctx_train=args.ctx_train, tied=args.tied,
+        active_params=args.active_params,
+    )
+
+
+def _contexts(text: str | None, spec) -> tuple[int, ...]:
+    from ondevice.errors import InvalidParameterError
+
+    if text is None:
+        limit = spec.n_ctx_train or max(DEFAULT_CONTEXTS)
+        return tuple(c for c in DEFAULT_CONTEXTS if c <= limit) or (limit,)
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) <= 0:
+            raise InvalidParameterError(f"--ctx takes positive integers separated by commas, not {text!r}")
+        out.append(int(part))
+    return tuple(out)
+
+
+def run(args) -> int:
+    from ondevice.errors import InvalidParameterError
+    from ondevice.roofline import predict
+
+    spec = _spec(args)
+    contexts = _contexts(args.ctx, spec)
+    if args.prompt is not None and args.prompt <= 0:
+        raise InvalidParameterError(f"--prompt must be a positive number of tokens, not {args.prompt}")
+    probe = _probe(args)
+    pred = predict(spec, ctx=contexts, probe=probe, bandwidth_gbs=args.bandwidth, prompt_tokens=args.prompt)
+    if args.json:
+        d = pred.to_dict()
+        d["probe_age_s"] = probe.age_s if probe is not None else None
+        dump_json(d)
+    else:
+        print(render(pred, spec, probe))
+    return 0
+
+
+def _probe(args):
+    """The cached probe; measured now (once, then cached) when none is and no --bandwidth is given."""
+    from ondevice.probing import default_backend, probe
+    from ondevice.probing.cache import load_cached
+
+    if args.bandwidth is not None:
+        return load_cached(default_backend())
+    cached = load_cached(default_backend())
+    if cached is not None and cached.kernel is not None:
+        return cached
+    print("ondevice: no probe results for this machine yet; probing now (up to a minute, cached afterwards)",
+          file=sys.stderr, flush=True)
+    return probe(progress=None if args.json else (lambda m: print(f"probing: {m}", file=sys.stderr, flush=True)))
+
+
+def render(p, spec, probe) -> str:
+    from ondevice.cli.probe import age_text
+
+    name = spec.name or p.model
+    lines = [f"{p.model}" + (f"  ({name}, {p.quant})" if p.quant else "")]
+    lines.append(f"  reads {human_bytes(spec.decode_weight_bytes)} of weights per token; "
+                 f"KV {spec.kv_bytes_per_token} B per token of context")
+    src = (f"measured by the probe {age_text(probe.age_s)}" if p.bandwidth_source == "measured" and probe
+           else "given")
+    lines.append(f"  backend {p.backend}; ceiling bandwidth {p.bandwidth_gbs:.1f} GB/s ({src})")
+    lines.append("")
+    rows = []
+    for c in p.contexts:
+        rows.append([c.n_ctx, human_bytes(c.kv_bytes), f"{c.ceiling_tok_s:.1f}",
+                     f"{c.predicted_tok_s:.1f}" if c.predicted_tok_s else "-",
+                     f"{1e3 * c.predicted_step_s:.2f}" if c.predicted_step_s else "-"])
+    lines.append(table(["context", "KV read", "ceiling tok/s", "predicted tok/s", "predicted ms/token"], rows,
+                       align="rrrrr"))
+    lines.append("  ceiling: a bound decoding cannot beat; predicted: calibrated by this machine's kernel probe")
+    lines.append("")
+    if p.ttft:
+        t = p.ttft
+        bound = "compute" if t.compute_s >= t.bandwidth_s else "bandwidth"
+        lines.append(f"TTFT floor for {t.prompt_tokens} prompt tokens: {1e3 * t.floor_s:.0f} ms "
+                     f"({bound}-bound: {t.prefill_flops / 1e9:.1f} GFLOP at {t.compute_gflops:.1f} GFLOP/s)")
+    m = p.memory
+    avail = f"{human_bytes(m.available_bytes)} {m.where} available" if m.available_bytes else f"{m.where} unknown"
+    lines.append(f"memory at {m.n_ctx} tokens: weights {human_bytes(m.weight_bytes)} + KV {human_bytes(m.kv_bytes)} "
+                 f"+ buffers ~{human_bytes(m.buffer_bytes)} = {human_bytes(m.total_bytes)} of {avail}: {m.verdict.upper()}")
+    lines += [f"  note: {n}" for n in p.notes]
+    return "\n".join(lines)

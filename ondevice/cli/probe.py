@@ -1,0 +1,96 @@
+"""`ondevice probe [--json] [--refresh]`: this machine's memory, compute and kernel speeds."""
+
+from __future__ import annotations
+
+import sys
+
+from ondevice.cli.fmt import dump_json, human_bytes, table
+
+__all__ = ["register", "run", "render", "age_text"]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("probe", help="measure this machine: memory bandwidth, compute, llama.cpp kernels (cached)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--refresh", action="store_true", help="measure again instead of showing the cached result")
+    p.add_argument("--no-kernel", dest="kernel", action="store_false",
+                   help="skip the llama.cpp kernel probe (host probe only; no calibrated predictions)")
+    p.add_argument("--backend", help="backend to probe (default: the one the engine uses, e.g. CPU, CUDA, Metal)")
+    p.add_argument("--threads", type=int, help="threads (default: one per physical core)")
+    p.set_defaults(func=run)
+
+
+def _progress(msg: str) -> None:
+    print(f"probing: {msg}", file=sys.stderr, flush=True)
+
+
+def run(args) -> int:
+    from ondevice.errors import InvalidParameterError
+    from ondevice.probing import probe
+
+    if args.threads is not None and args.threads < 1:
+        raise InvalidParameterError(f"--threads must be at least 1, not {args.threads}")
+    result = probe(refresh=args.refresh, kernel=args.kernel, backend=args.backend, n_threads=args.threads,
+                   progress=None if args.json else _progress)
+    if args.json:
+        d = result.to_dict()
+        d["age_s"] = result.age_s
+        d["from_cache"] = result.from_cache
+        dump_json(d)
+    else:
+        print(render(result))
+    return 0
+
+
+def age_text(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    return "just now"
+
+
+def render(r) -> str:
+    h, m, c, k = r.host, r.memory, r.compute, r.kernel
+    when = f"measured {age_text(r.age_s)}" + (" (cached; --refresh to measure again)" if r.from_cache else "")
+    lines = [f"this machine, backend {r.backend}: {when}"]
+
+    def row(label: str, value: object) -> None:
+        lines.append(f"  {label:<12}{value}")
+
+    cores = f"{h.physical_cores or '?'} cores / {h.logical_cores or '?'} threads"
+    row("host", f"{h.os} {h.machine}; {h.cpu_model or 'CPU unknown'}; {cores}")
+    row("memory", f"{human_bytes(h.ram_total_bytes)} RAM ({human_bytes(h.ram_available_bytes)} available); "
+                  f"last-level cache {human_bytes(h.llc_bytes) if h.llc_bytes else 'unknown'}")
+    if h.apple_chip:
+        row("chip", f"{h.apple_chip} (unified memory)")
+    for g in h.gpus:
+        if g.vendor != "Apple":
+            row("GPU", f"{g.name}, {human_bytes(g.vram_total_bytes)} VRAM ({human_bytes(g.vram_free_bytes)} free)")
+    row("llama.cpp", f"{h.llama_cpp_version or 'unknown'}; backends {', '.join(h.llama_backends) or 'unknown'}")
+    lines += [f"  note: {w}" for w in h.warnings]
+    lines.append("")
+    lines.append(f"host memory, {m.n_threads} threads over {human_bytes(m.array_bytes)} arrays (best of {m.passes}):")
+    lines.append(f"  read {m.read_gbs:.1f} GB/s   copy {m.copy_gbs:.1f} GB/s   triad {m.triad_gbs:.1f} GB/s"
+                 "   (bytes counted as STREAM counts them)")
+    lines.append(f"host compute: {c.f32_gflops:.1f} GFLOP/s f32 ({c.matrix_n}x{c.matrix_n} matrix product)")
+    lines.append("")
+    if k is None:
+        lines.append("kernels: not probed (run `ondevice probe --refresh` without --no-kernel)")
+    else:
+        lines.append(f"llama.cpp decode kernels on {k.backend}, {k.n_threads} threads "
+                     f"({len(k.points)} synthetic models, fit error {100 * k.fit_rms_rel:.1f}% rms):")
+        rows = [[t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%"] for t, g in k.type_gbs.items()]
+        lines.append("  " + table(["weights", "GB/s", "of host read"], rows, align="lrr").replace("\n", "\n  "))
+        lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
+                     f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns")
+    lines.append("")
+    lines.append(f"ceiling bandwidth (pure roofline bound): {r.ceiling_gbs:.1f} GB/s")
+    if r.nameplate:
+        n = r.nameplate
+        ratio = f"; best measured is {100 * r.ceiling_gbs / n.bandwidth_gbs:.0f}% of it" if n.bandwidth_gbs else ""
+        note = f" ({n.note})" if n.note else ""
+        lines.append(f"nameplate for {n.chip}: {n.bandwidth_gbs:g} GB/s (maker's figure, not measured){note}{ratio}")
+    else:
+        lines.append("nameplate: none known for this machine's memory")
+    return "\n".join(lines)
