@@ -76,9 +76,16 @@ def test_prefill_in_small_chunks_matches_one_batch(tiny_model):
     assert a.token_ids == b.token_ids
 
 
+def cache_positions(engine):
+    """Positions llama.cpp's cache holds for sequence 0 (its own count, not the engine's)."""
+    h = engine._h
+    return int(h.lib.llama_memory_seq_pos_max(h.memory, 0)) + 1
+
+
 def test_prefix_reuse_and_kv_bookkeeping(engine):
     first = greedy(engine, PROMPT, max_tokens=5, reuse_prefix=False)
     assert engine.kv_cache_tokens == first.prompt_tokens + 5 - 1  # the last sampled token is never decoded
+    assert cache_positions(engine) == engine.kv_cache_tokens
     ids = engine.tokenize(PROMPT)
     longer = ids + engine.tokenize(" and more", add_bos=False)
     g = engine.generate(longer, max_tokens=3, temperature=0)
@@ -86,8 +93,9 @@ def test_prefix_reuse_and_kv_bookkeeping(engine):
     assert g.timings.prompt_tokens_computed == len(longer) - len(ids)
     cold = engine.generate(longer, max_tokens=3, temperature=0, reuse_prefix=False)
     assert cold.cached_prompt_tokens == 0 and cold.token_ids == g.token_ids
+    assert cache_positions(engine) == engine.kv_cache_tokens
     engine.reset()
-    assert engine.kv_cache_tokens == 0
+    assert engine.kv_cache_tokens == 0 == cache_positions(engine)
 
 
 def test_cancel_from_another_thread_then_engine_still_usable(engine):
@@ -247,3 +255,29 @@ def test_tokenize_detokenize_round_trip(engine):
     assert ids[0] == 1 and engine.tokenize("the city of paris", add_bos=False) == ids[1:]
     assert engine.detokenize(ids[1:]).strip() == "the city of paris"
     assert engine.detokenize([]) == ""
+
+
+def test_cache_bookkeeping_heals_after_an_unrecorded_step(engine):
+    greedy(engine, max_tokens=10, reuse_prefix=False)
+    held = list(engine._kv.tokens)
+    engine._kv.tokens.pop()  # as if an exception landed between llama_decode and its record
+    ids = held + engine.tokenize(" and", add_bos=False)
+    warm = engine.generate(ids, max_tokens=8, temperature=0, ignore_eos=True)
+    assert warm.cached_prompt_tokens == len(held) - 1
+    assert cache_positions(engine) == engine.kv_cache_tokens == len(ids) + 8 - 1
+    cold = engine.generate(ids, max_tokens=8, temperature=0, ignore_eos=True, reuse_prefix=False)
+    assert warm.token_ids == cold.token_ids
+
+
+def test_consumer_exception_releases_the_engine(engine):
+    import gc
+
+    def consume():
+        for ev in engine.stream(PROMPT, max_tokens=20, temperature=0):
+            raise RuntimeError("consumer failed")
+
+    with pytest.raises(RuntimeError):
+        consume()
+    gc.collect()
+    assert not engine.busy
+    assert greedy(engine, max_tokens=2).finish_reason == "length"

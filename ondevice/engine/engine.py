@@ -9,7 +9,7 @@ from time import perf_counter_ns
 from typing import Any, Sequence
 
 from ondevice.engine.loader import EngineInfo, LlamaHandle, open_model
-from ondevice.engine.loop import KVCache, Request, TokenStream, _piece_reader, run_request
+from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, run_request
 from ondevice.engine.sampling import make_params
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.results import Generation
@@ -76,7 +76,7 @@ class Engine:
         self.info = info
         self.predictor = predictor
         self._kv = KVCache(handle)
-        self._piece = _piece_reader(handle)
+        self._token_info = _token_reader(handle)
         self._busy = threading.Lock()
         self._cancel: threading.Event | None = None
         self._requests = 0  # requests started: the default draw seed is info.seed + this
@@ -218,7 +218,7 @@ class Engine:
             seed = params.seed if params.seed is not None else (self.info.seed + self._requests) % _SEED_MOD
             self._requests += 1
             req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix)
-            gen = run_request(self._h, self._kv, req, self.info.n_batch, self.predictor, self._piece)
+            gen = run_request(self._h, self._kv, req, self.info.n_batch, self.predictor, self._token_info)
         except BaseException:
             self._cancel = None
             self._busy.release()

@@ -33,7 +33,7 @@ class KVCache:
         self.tokens: list[int] = []  # ids whose K/V are in the cache, in position order
 
     def clear(self) -> None:
-        self._h.lib.llama_memory_clear(self._h.memory, True)
+        self._h.lib.llama_memory_clear(self._h.memory, False)  # cells emptied; buffers need no zeroing
         self.tokens.clear()
 
     def reuse(self, ids: Sequence[int], allow: bool) -> int:
@@ -47,11 +47,11 @@ class KVCache:
         while n < limit and cached[n] == ids[n]:
             n += 1
         lib, mem = self._h.lib, self._h.memory
-        if n < len(cached):
-            if not lib.llama_memory_seq_rm(mem, 0, n, -1):
-                self.clear()
-                return 0
-            del cached[n:]
+        # Always trim from n on: also drops a cell decoded but not recorded (an exception between the two).
+        if not lib.llama_memory_seq_rm(mem, 0, n, -1):
+            self.clear()
+            return 0
+        del cached[n:]
         if n and self._h.n_swa > 0:
             # A sliding-window cache that already dropped old positions cannot resume at n.
             pos_min = int(lib.llama_memory_seq_pos_min(mem, 0))
@@ -74,25 +74,25 @@ class Request:
     reuse_prefix: bool  # keep the KV cache's common prefix
 
 
-def _piece_reader(handle: LlamaHandle) -> Callable[[int], bytes]:
-    """token id -> its bytes (cached per token; a byte-fallback token is one raw byte)."""
+def _token_reader(handle: LlamaHandle) -> Callable[[int], tuple[bytes, bool]]:
+    """token id -> (its bytes, is it end-of-generation), cached per id: one ctypes call per new id."""
     lib, vocab, cache = handle.lib, handle.vocab, {}
     buf = ctypes.create_string_buffer(64)
 
-    def piece(token: int) -> bytes:
+    def read(token: int) -> tuple[bytes, bool]:
         out = cache.get(token)
         if out is None:
             n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
             if n < 0:
                 big = ctypes.create_string_buffer(-n)
                 n = lib.llama_token_to_piece(vocab, token, big, len(big), 0, False)
-                out = big.raw[:n]
+                piece = big.raw[:n]
             else:
-                out = buf.raw[:n]
-            cache[token] = out
+                piece = buf.raw[:n]
+            out = cache[token] = (piece, bool(lib.llama_vocab_is_eog(vocab, token)))
         return out
 
-    return piece
+    return read
 
 
 def _prefill(handle: LlamaHandle, kv: KVCache, ids: list[int], n_batch: int, cancelled: Callable[[], bool]) -> bool:
@@ -114,10 +114,10 @@ def _prefill(handle: LlamaHandle, kv: KVCache, ids: list[int], n_batch: int, can
 
 
 def run_request(
-    handle: LlamaHandle, kv: KVCache, req: Request, n_batch: int, predictor: Any, piece: Callable[[int], bytes]
+    handle: LlamaHandle, kv: KVCache, req: Request, n_batch: int, predictor: Any, token_info: Callable[[int], tuple[bytes, bool]]
 ) -> Generator[TokenEvent, None, Generation]:
     """Prefill, then sample/decode token by token, yielding a TokenEvent per output token."""
-    lib, p = handle.lib, req.params
+    p = req.params
     n_prompt = len(req.ids)
     n_cached = kv.reuse(req.ids, req.reuse_prefix)
     cancelled = req.cancelled
@@ -131,7 +131,7 @@ def run_request(
     steps: list[tuple[float, float]] = []
     finish: FinishReason = "cancelled"
     if done and p.max_tokens and not cancelled():
-        finish = yield from _decode(handle, kv, req, predictor, piece, token_ns, ids_out, texts, steps)
+        finish = yield from _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps)
     elif done:
         finish = "length" if not p.max_tokens else "cancelled"
     timings = timings_from_marks(req.start_ns, req.tokenized_ns, prefill_start, prefill_end, token_ns, n_computed)
@@ -149,10 +149,10 @@ def run_request(
     )
 
 
-def _decode(handle, kv, req, predictor, piece, token_ns, ids_out, texts, steps) -> Generator[TokenEvent, None, FinishReason]:
+def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps) -> Generator[TokenEvent, None, FinishReason]:
     lib, p = handle.lib, req.params
-    ctx, vocab = handle.ctx, handle.vocab
-    decode, sample, is_eog = lib.llama_decode, lib.llama_sampler_sample, lib.llama_vocab_is_eog
+    ctx = handle.ctx
+    decode, sample = lib.llama_decode, lib.llama_sampler_sample
     step_s = predictor.step_s if predictor is not None else None
     cancelled, start, n_prompt, last_i = req.cancelled, req.start_ns, len(req.ids), p.max_tokens - 1
     check_eog = not p.ignore_eos
@@ -177,8 +177,9 @@ def _decode(handle, kv, req, predictor, piece, token_ns, ids_out, texts, steps) 
             t = perf_counter_ns()
             token_ns.append(t)
             ids_out.append(token)
-            eog = check_eog and is_eog(vocab, token)
-            out = "" if eog else text.push(piece(token))
+            piece, eog = token_info(token)
+            eog = eog and check_eog
+            out = "" if eog else text.push(piece)
             last = eog or text.stopped or i == last_i
             if last:
                 out += text.flush()

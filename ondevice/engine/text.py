@@ -72,8 +72,13 @@ class TextAssembler:
 
     def _held_tail(self, text: str) -> int:
         """Length of the longest tail of `text` that is a proper prefix of some stop string."""
-        for k in range(min(len(text), self._max_hold), 0, -1):
-            tail = text[-k:]
-            if any(s.startswith(tail) for s in self._stops):
-                return k
-        return 0
+        window = max(0, len(text) - self._max_hold)
+        best = 0
+        for s in self._stops:
+            i = text.find(s[0], window)
+            while i >= 0:  # the first hit is this stop's longest tail
+                if s.startswith(text[i:]):
+                    best = max(best, len(text) - i)
+                    break
+                i = text.find(s[0], i + 1)
+        return best

@@ -1,0 +1,147 @@
+"""What the engine costs on top of llama.cpp: Engine.stream vs a bare llama_decode loop.
+
+Interleaved A B A B ... in one process, on the same model and the same llama.cpp context
+(so the same threads, batch size, context size and weights in memory):
+
+  A  Engine.stream(prompt_ids, temperature=0, ignore_eos=True, reuse_prefix=False)
+  B  a bare loop on the low-level binding: clear the KV cache, llama_decode the prompt in
+     n_batch chunks, then llama_sampler_sample (a native greedy chain) + llama_decode per
+     token, timed with perf_counter_ns exactly where the engine marks its tokens.
+
+Reported: decode tok/s ratio A/B and TTFT ratio A/B per pair, and their medians
+(targets: decode >= 0.98, TTFT <= 1.02). Both produce the same greedy tokens; the script
+checks that too.
+
+    python benchmarks/engine_overhead.py [--pairs 7] [--prompt-tokens 128] [--max-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+from pathlib import Path
+from time import perf_counter_ns
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+DEC_TARGET, TTFT_TARGET = 0.98, 1.02
+
+
+def bare_run(eng, ids: list[int], n_out: int) -> tuple[float, float, list[int]]:
+    """(ttft_s, decode_tok_s, tokens) of a bare greedy loop on the engine's own context."""
+    import llama_cpp as lib
+
+    h = eng._h  # the engine's llama.cpp objects: the same context, not a copy
+    ctx, n_batch = h.ctx, eng.info.n_batch
+    chain_params = lib.llama_sampler_chain_default_params()
+    chain_params.no_perf = True
+    smpl = lib.llama_sampler_chain_init(chain_params)
+    lib.llama_sampler_chain_add(smpl, lib.llama_sampler_init_greedy())
+    arr = (ctypes.c_int32 * len(ids))(*ids)
+    one = (ctypes.c_int32 * 1)()
+    batch_one = lib.llama_batch_get_one(one, 1)
+    marks: list[int] = []
+    out: list[int] = []
+    start = perf_counter_ns()
+    lib.llama_memory_clear(h.memory, False)  # as the engine clears it
+    for lo in range(0, len(ids), n_batch):
+        n = min(n_batch, len(ids) - lo)
+        ptr = ctypes.cast(ctypes.addressof(arr) + 4 * lo, ctypes.POINTER(ctypes.c_int32))
+        if lib.llama_decode(ctx, lib.llama_batch_get_one(ptr, n)) != 0:
+            raise RuntimeError("prefill failed")
+    tok = lib.llama_sampler_sample(smpl, ctx, -1)
+    marks.append(perf_counter_ns())
+    out.append(tok)
+    for _ in range(n_out - 1):
+        one[0] = tok
+        if lib.llama_decode(ctx, batch_one) != 0:
+            raise RuntimeError("decode failed")
+        tok = lib.llama_sampler_sample(smpl, ctx, -1)
+        marks.append(perf_counter_ns())
+        out.append(tok)
+    lib.llama_sampler_free(smpl)
+    eng._kv.tokens[:] = ids + out[:-1]  # tell the engine what its cache now holds
+    ttft = (marks[0] - start) * 1e-9
+    return ttft, (len(marks) - 1) / ((marks[-1] - marks[0]) * 1e-9), out
+
+
+def engine_run(eng, ids: list[int], n_out: int) -> tuple[float, float, list[int]]:
+    g = eng.generate(ids, max_tokens=n_out, temperature=0, ignore_eos=True, reuse_prefix=False)
+    return g.timings.ttft_s, g.timings.decode_tok_s, list(g.token_ids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="registry name or GGUF path (default: the default model)")
+    ap.add_argument("--pairs", type=int, default=7, help="A/B pairs (at least 5)")
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--n-ctx", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if args.pairs < 5:
+        ap.error("--pairs must be at least 5")
+
+    from ondevice.engine import load
+
+    eng = load(args.model, n_ctx=args.n_ctx, n_threads=args.threads)
+    text = "The history of the printing press begins in the fifteenth century, when " * 64
+    ids = eng.tokenize(text)[: args.prompt_tokens]
+    engine_run(eng, ids, 8)  # warm-up, not counted
+    bare_run(eng, ids, 8)
+    rows = []
+    for i in range(args.pairs):
+        a = engine_run(eng, ids, args.max_tokens)
+        b = bare_run(eng, ids, args.max_tokens)
+        rows.append({
+            "pair": i, "engine_ttft_s": a[0], "bare_ttft_s": b[0], "engine_decode_tok_s": a[1],
+            "bare_decode_tok_s": b[1], "ttft_ratio": a[0] / b[0], "decode_ratio": a[1] / b[1],
+            "same_tokens": a[2] == b[2],
+        })
+    summary = {
+        "model": eng.info.spec.name, "backend": eng.info.backend, "n_threads": eng.info.n_threads,
+        "n_batch": eng.info.n_batch, "n_ctx": eng.info.n_ctx, "prompt_tokens": len(ids),
+        "output_tokens": args.max_tokens, "pairs": args.pairs, "predictor": eng.predictor is not None,
+        "median_decode_ratio": statistics.median(r["decode_ratio"] for r in rows),
+        "median_ttft_ratio": statistics.median(r["ttft_ratio"] for r in rows),
+        "all_same_tokens": all(r["same_tokens"] for r in rows),
+    }
+    summary["decode_ok"] = summary["median_decode_ratio"] >= DEC_TARGET
+    summary["ttft_ok"] = summary["median_ttft_ratio"] <= TTFT_TARGET
+    eng.close()
+    if args.json:
+        json.dump({"summary": summary, "pairs": rows}, sys.stdout, indent=2)
+        print()
+    else:
+        print(render(summary, rows))
+    return 0
+
+
+def render(s: dict, rows: list[dict]) -> str:
+    lines = [
+        f"engine overhead: {s['model']} on {s['backend']}, {s['n_threads']} threads, n_batch {s['n_batch']}, "
+        f"n_ctx {s['n_ctx']}, prompt {s['prompt_tokens']} tokens, {s['output_tokens']} output tokens, "
+        f"{s['pairs']} interleaved pairs, predictor {'on' if s['predictor'] else 'off'}",
+        f"{'pair':>4}  {'TTFT engine':>12}  {'TTFT bare':>10}  {'ratio':>6}  {'decode engine':>14}  {'decode bare':>12}  {'ratio':>6}  same",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['pair']:>4}  {r['engine_ttft_s'] * 1e3:>9.1f} ms  {r['bare_ttft_s'] * 1e3:>7.1f} ms  {r['ttft_ratio']:>6.3f}"
+            f"  {r['engine_decode_tok_s']:>8.2f} tok/s  {r['bare_decode_tok_s']:>6.2f} tok/s  {r['decode_ratio']:>6.3f}"
+            f"  {'yes' if r['same_tokens'] else 'NO'}"
+        )
+    lines.append(
+        f"median decode tok/s ratio engine/bare = {s['median_decode_ratio']:.3f} (target >= {DEC_TARGET}: "
+        f"{'met' if s['decode_ok'] else 'NOT met'}); median TTFT ratio = {s['median_ttft_ratio']:.3f} "
+        f"(target <= {TTFT_TARGET}: {'met' if s['ttft_ok'] else 'NOT met'}); same greedy tokens in every run: "
+        f"{'yes' if s['all_same_tokens'] else 'NO'}"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
