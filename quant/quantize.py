@@ -91,9 +91,13 @@ def quantize(
     allow_requantize: bool = False,
     force: bool = False,
     progress: Progress | None = None,
+    pure: bool = False,
 ) -> Path:
     """Write `src` quantized to `qtype` at `dst`; return `dst`. Raises QuantError (and
-    GGUFFormatError / ModelNotFoundError for a source that is not a readable GGUF)."""
+    GGUFFormatError / ModelNotFoundError for a source that is not a readable GGUF).
+
+    `pure`: every matrix gets the type's main tensor type (llama.cpp's --pure), instead of
+    llama.cpp's mix (e.g. Q4_0 files keep output.weight at Q6_K)."""
     ftype = file_type(qtype)
     if threads is not None and int(threads) < 1:
         raise InvalidParameterError(f"threads must be at least 1, not {threads}")
@@ -112,7 +116,7 @@ def quantize(
     _check_destination(src, dst, force)
     _check_space(dst, estimate_bytes(source, ftype))
     with paths.atomic_path(dst) as tmp:
-        _run_llama_quantize(src, tmp, dst, ftype, threads=threads, allow_requantize=allow_requantize, progress=progress)
+        _run_llama_quantize(src, tmp, dst, ftype, threads=threads, allow_requantize=allow_requantize, progress=progress, pure=pure)
         _verify_output(tmp, dst, len(source.tensors))
     return dst
 
@@ -148,7 +152,7 @@ def _check_space(dst: Path, need_bytes: int) -> None:
         raise QuantError(f"not enough disk space in {dst.parent}: about {need_bytes / 1e6:.1f} MB needed, {free / 1e6:.1f} MB free")
 
 
-def _run_llama_quantize(src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *, threads, allow_requantize, progress) -> None:
+def _run_llama_quantize(src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *, threads, allow_requantize, progress, pure) -> None:
     import llama_cpp
 
     from quant._llama import log_listener
@@ -159,6 +163,7 @@ def _run_llama_quantize(src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *
     params.ftype = ftype.value
     params.nthread = int(threads or 0)  # 0: llama.cpp uses every hardware thread
     params.allow_requantize = bool(allow_requantize)
+    params.pure = bool(pure)
     state = {"done": 0, "total": 0, "rc": None, "error": None, "errors": []}
 
     def on_log(text: str) -> None:

@@ -68,6 +68,16 @@ def test_q8_0_size_is_the_bits_per_weight_arithmetic(wide, quantized):
     assert spec.quant == "Q8_0"
 
 
+def test_pure_q4_0_size_is_the_bits_per_weight_arithmetic(wide, qdir):
+    spec = inspect(quantize(wide, qdir / "pure-q4.gguf", "Q4_0", pure=True))
+    shapes = tensor_shapes(WIDE)
+    matrices = sum(int(np.prod(s)) for _, s in shapes if len(s) == 2)
+    vectors = sum(int(np.prod(s)) for _, s in shapes if len(s) == 1)
+    assert spec.bytes_by_type == {"Q4_0": matrices * 18 // 32, "F32": vectors * 4}  # 4.5 bits per weight
+    assert spec.weight_bytes * 8 == matrices * 4.5 + vectors * 32
+    _check_file_adds_up(qdir / "pure-q4.gguf")
+
+
 def test_q4_0_and_q4_k_m_sizes_add_up(quantized):
     for name in ("Q4_0", "Q4_K_M"):
         _check_file_adds_up(quantized[name])

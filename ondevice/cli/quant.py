@@ -20,6 +20,7 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="quantizer threads (default: all)")
     p.add_argument("--allow-requantize", action="store_true", help="accept an already-quantized source (quality lost cannot come back)")
     p.add_argument("--force", action="store_true", help="overwrite an existing destination")
+    p.add_argument("--pure", action="store_true", help="every matrix in the type itself (no llama.cpp mix; e.g. Q4_0 output head)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     p.set_defaults(func=run_quantize)
@@ -96,7 +97,7 @@ def run_quantize(args) -> int:
     t0 = time.perf_counter()
     try:
         out = quantize(src, Path(args.dst), args.qtype, threads=args.threads, allow_requantize=args.allow_requantize,
-                       force=args.force, progress=lambda d, n: line(f"quantizing to {args.qtype.upper()}: tensor {d}/{n}"))
+                       force=args.force, pure=args.pure, progress=lambda d, n: line(f"quantizing to {args.qtype.upper()}: tensor {d}/{n}"))
     finally:
         line.done()
     elapsed = time.perf_counter() - t0
