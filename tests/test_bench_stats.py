@@ -112,3 +112,19 @@ def test_slo_goodput_and_pass():
     assert s.passed
     assert not evaluate(runs, parse_slo("ttft_max=1.0")).passed
     assert evaluate(runs, parse_slo("itl_max=0.02")).good == 2  # per request: its own max ITL
+
+
+def test_terminal_and_markdown_tables():
+    from ondevice.bench.report import markdown, render_table
+
+    ok = build_result([run(i, 0.1, [0.01] * 3) for i in range(2)], predictor=StepPredictor(), prompt_tokens=100, output_tokens=4)
+    bad = build_result([run(0, 0.1, [0.01], status="failed", scenario=PREFIX_HIT)], prompt_tokens=100, output_tokens=4)
+    slo = {("m", RESIDENT, "w"): evaluate(list(ok.runs), parse_slo("ttft_p95=0.05"))}
+    record = {"settings": {"suite": "custom"}, "incomplete": True, "models": [], "host": {}, "probe": {"note": "no probe"}}
+    text = render_table(record, [ok, bad], slo, width=240)
+    assert "INCOMPLETE" in text and "resident" in text and "prefix_hit" in text
+    assert "100.0" in text  # decode tok/s p50 of 10 ms steps
+    assert "200/125" in text and "0.80" in text  # roofline ceiling/prediction and efficiency
+    assert "SLO FAIL, goodput 0%" in text and "1 not ok: boom" in text
+    md = markdown(record, [ok, bad], slo)
+    assert md.count("\n| m | ") == 2 and "| resident | w | 100 | 4 | 2/2 |" in md

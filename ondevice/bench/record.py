@@ -116,9 +116,18 @@ def _versions() -> dict[str, Any]:
     try:
         from ondevice.probing.cache import build_id
 
-        out["llama_cpp_build"] = build_id()
+        out["llama_cpp_build"] = build_id()  # llama-cpp-python version + hash of llama.cpp's system info
     except Exception:
         out["llama_cpp_build"] = None
+    try:
+        import llama_cpp
+
+        raw = llama_cpp.llama_cpp.llama_version()
+        out["llama_cpp"] = raw.decode() if isinstance(raw, bytes) else str(raw)
+        info = llama_cpp.llama_print_system_info()
+        out["llama_cpp_system_info"] = (info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)).strip()
+    except Exception:  # an older binding without llama_version: the package version says enough
+        out.setdefault("llama_cpp", None)
     return out
 
 

@@ -9,6 +9,7 @@ ablation for the shortest workload). Failures are kept; Ctrl-C keeps what was ga
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from ondevice.modelspec import ModelSpec, inspect
 
 __all__ = ["BenchConfig", "ModelPlan", "BenchOutcome", "Progress", "plan_bench", "run_bench", "DEFAULT_SAMPLING"]
 
+log = logging.getLogger(__name__)
 DEFAULT_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}
 
 
@@ -175,7 +177,10 @@ def run_bench(
 def _close(p: ModelPlan) -> None:
     if p.engine is not None:
         engine, p.engine = p.engine, None
-        engine.close()
+        try:
+            engine.close()
+        except Exception as exc:  # a close that fails must not hide the runs gathered
+            log.warning("closing %s: %s", p.label, exc)
 
 
 def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:

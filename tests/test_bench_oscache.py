@@ -1,0 +1,58 @@
+"""Page-cache eviction/residency and the peak-RSS meter."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from ondevice.bench.oscache import PeakRss, evict_page_cache, resident_fraction
+
+
+def test_eviction_reports_what_happened(tmp_path):
+    f = tmp_path / "blob.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    before = resident_fraction(f)
+    ev = evict_page_cache(f)
+    if not sys.platform.startswith("linux"):
+        assert not ev.evicted and "not available" in ev.note
+        return
+    assert before is None or 0.0 <= before <= 1.0
+    assert ev.evicted and ev.method.startswith("posix_fadvise")
+    assert ev.resident_after is not None and 0.0 <= ev.resident_after <= 1.0
+    if ev.resident_after > 0.05:  # e.g. tmpfs keeps its pages: the report must say so
+        assert "stayed in the page cache" in ev.note
+    else:
+        assert ev.note == ""
+    with open(f, "rb") as h:
+        h.read()
+    after_read = resident_fraction(f)
+    assert after_read is not None and after_read >= ev.resident_after
+
+
+def test_eviction_of_a_missing_file_does_not_raise(tmp_path):
+    ev = evict_page_cache(tmp_path / "missing.gguf")
+    assert not ev.evicted and ev.note
+
+
+def test_resident_fraction_of_an_empty_file(tmp_path):
+    f = tmp_path / "empty"
+    f.write_bytes(b"")
+    assert resident_fraction(f) in (0.0, None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM reset is Linux-only")
+def test_peak_rss_is_per_span():
+    meter = PeakRss()
+    if not meter.method.startswith("VmHWM"):
+        pytest.skip("/proc/self/clear_refs not writable here")
+    meter.reset()
+    base = meter.read_bytes()
+    block = bytearray(64 << 20)
+    block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page
+    peak = meter.read_bytes()
+    assert peak - base >= 60 << 20
+    del block
+    meter.reset()
+    assert meter.read_bytes() < peak - (32 << 20)
