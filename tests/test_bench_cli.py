@@ -206,5 +206,6 @@ def test_ctrl_c_writes_what_was_gathered(tmp_path, capsys, tiny_model, monkeypat
     assert rc == 130
     doc = json.loads(out.read_text())
     assert doc["record"]["incomplete"] is True
-    assert doc["results"][0]["repeats"] == 2 and doc["results"][0]["ok_runs"] == 2
+    assert doc["results"][0]["repeats"] == 3 and doc["results"][0]["ok_runs"] == 2
+    assert doc["results"][0]["failures"][0]["status"] == "interrupted"
     assert "incomplete" in capsys.readouterr().err

@@ -147,10 +147,12 @@ def test_ctrl_c_keeps_what_was_gathered(tiny_model):
     cfg = config([tiny_model], repeats=5)
     out = run_bench(cfg, load_fn=loader)
     assert out.incomplete
-    assert [r.status for r in out.runs] == ["ok", "ok"]
+    assert [r.status for r in out.runs] == ["ok", "ok", "interrupted"]
     assert all(e.closed for e in loader.engines)
     doc = result_document(build_record(out, argv=["ondevice", "bench"], host={}), scenario_results(out))
-    assert doc["record"]["incomplete"] is True and doc["results"][0]["repeats"] == 2
+    res = doc["results"][0]
+    assert doc["record"]["incomplete"] is True and (res["repeats"], res["ok_runs"]) == (3, 2)
+    assert res["failures"] == [{"repeat": 2, "status": "interrupted", "reason": "interrupted by the user (Ctrl-C)"}]
 
 
 def test_engine_error_mid_run_is_a_failed_run(tiny_model):

@@ -222,26 +222,31 @@ def _model_repeat(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: 
     for w in p.suite.workloads:
         if RESIDENT in config.scenarios:
             tick(f"{p.label} {w.name} resident #{repeat + 1}")
-            runs.append(_guard(ctx, RESIDENT, w, lambda: sc.resident_run(ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:resident:{repeat}"), w.output_tokens, seed)))
+            _guard(runs, ctx, RESIDENT, w, lambda: sc.resident_run(ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:resident:{repeat}"), w.output_tokens, seed))
         if PREFIX_HIT in config.scenarios:
             tick(f"{p.label} {w.name} prefix hit #{repeat + 1}")
-            runs.append(_guard(ctx, PREFIX_HIT, w, lambda: _prefix(ctx, w, prompts, repeat, seed)))
+            _guard(runs, ctx, PREFIX_HIT, w, lambda: _prefix(ctx, w, prompts, repeat, seed))
     if NO_KV_CACHE in config.scenarios:
         w = min(p.suite.workloads, key=lambda x: x.prompt_tokens)
         n = min(w.output_tokens, p.suite.ablation_tokens)
         tick(f"{p.label} {w.name} no KV cache #{repeat + 1}")
-        runs.append(_guard(ctx, NO_KV_CACHE, w, lambda: sc.no_kv_cache_run(ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:ablation:{repeat}"), n, seed)))
+        _guard(runs, ctx, NO_KV_CACHE, w, lambda: sc.no_kv_cache_run(ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:ablation:{repeat}"), n, seed))
 
 
-def _guard(ctx: sc.RequestContext, scenario: str, w: Workload, fn) -> RunRecord:
-    """Run one scenario; an unexpected error (prompt building, ...) is a failed run."""
+def _guard(runs: list, ctx: sc.RequestContext, scenario: str, w: Workload, fn) -> None:
+    """Run one scenario and keep its record; an unexpected error (prompt building, ...) is a
+    failed run, and Ctrl-C leaves an "interrupted" run behind before it ends the bench."""
+    def lost(status: str, reason: str) -> RunRecord:
+        return RunRecord(ctx.model, scenario, w.name, ctx.repeat, status, reason=reason,
+                         prompt_tokens=w.prompt_tokens, output_tokens_requested=w.output_tokens)
+
     try:
-        return fn()
+        runs.append(fn())
     except KeyboardInterrupt:
+        runs.append(lost("interrupted", "interrupted by the user (Ctrl-C)"))
         raise
     except Exception as exc:
-        return RunRecord(ctx.model, scenario, w.name, ctx.repeat, "failed", reason=f"{type(exc).__name__}: {exc}",
-                         prompt_tokens=w.prompt_tokens, output_tokens_requested=w.output_tokens)
+        runs.append(lost("failed", f"{type(exc).__name__}: {exc}"))
 
 
 def _prefix(ctx: sc.RequestContext, w: Workload, prompts: PromptBuilder, repeat: int, seed: int) -> RunRecord:
