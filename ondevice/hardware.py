@@ -98,7 +98,7 @@ def parse_sysctl(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
-        if sep and key.strip() and " " not in key.strip():
+        if sep and "." in key and " " not in key.strip():  # real keys are dotted: hw.memsize
             out[key.strip()] = value.strip()
     return out
 
@@ -192,14 +192,15 @@ def _int(s) -> int | None:
 # ---------- live detection ----------
 
 def run_command(argv: list[str], timeout_s: float = 5.0) -> str | None:
-    """Run a detection command; None when it is missing, fails or hangs."""
+    """Run a detection command: its stdout (even with a non-zero status, as sysctl gives when one
+    key is unknown), or None when it is missing, hangs or prints nothing."""
     if shutil.which(argv[0]) is None:
         return None
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout if done.returncode == 0 else None
+    return done.stdout if done.stdout.strip() or done.returncode == 0 else None
 
 
 def detect(*, run: Runner = run_command, system_info: str | None = None, system: str | None = None,

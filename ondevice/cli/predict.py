@@ -107,12 +107,14 @@ def render(p, spec, probe) -> str:
     from ondevice.cli.probe import age_text
 
     name = spec.name or p.model
-    lines = [f"{p.model}" + (f"  ({name}, {p.quant})" if p.quant else "")]
+    head = p.model if p.model == name else f"{p.model}  ({name})"
+    lines = [head + (f", {p.quant}" if p.quant and p.quant not in head else "")]
     lines.append(f"  reads {human_bytes(spec.decode_weight_bytes)} of weights per token; "
                  f"KV {spec.kv_bytes_per_token} B per token of context")
     src = (f"measured by the probe {age_text(probe.age_s)}" if p.bandwidth_source == "measured" and probe
            else "given")
-    lines.append(f"  backend {p.backend}; ceiling bandwidth {p.bandwidth_gbs:.1f} GB/s ({src})")
+    backend = f"backend {p.backend}; " if p.backend != "given" else ""
+    lines.append(f"  {backend}ceiling bandwidth {p.bandwidth_gbs:.1f} GB/s ({src})")
     lines.append("")
     rows = []
     for c in p.contexts:
@@ -121,7 +123,8 @@ def render(p, spec, probe) -> str:
                      f"{1e3 * c.predicted_step_s:.2f}" if c.predicted_step_s else "-"])
     lines.append(table(["context", "KV read", "ceiling tok/s", "predicted tok/s", "predicted ms/token"], rows,
                        align="rrrrr"))
-    lines.append("  ceiling: a bound decoding cannot beat; predicted: calibrated by this machine's kernel probe")
+    lines.append("  ceiling: a bound decoding cannot beat" + ("; predicted: calibrated by this machine's kernel probe"
+                                                              if p.calibrated else ""))
     lines.append("")
     if p.ttft:
         t = p.ttft

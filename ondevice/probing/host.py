@@ -49,10 +49,11 @@ class ComputeProbe:
 
 
 def array_bytes_for(llc_bytes: int | None, available_bytes: int | None, n_arrays: int = 3) -> int:
-    """At least 4x the last-level cache and MIN_ARRAY_BYTES, at most 1/8 of free RAM per array set."""
+    """Bytes per array: at least 4x the last-level cache and MIN_ARRAY_BYTES, the n_arrays
+    together at most 1/8 of the free RAM, never below 8 MiB; whole MiB."""
     want = max(4 * (llc_bytes or 0), MIN_ARRAY_BYTES)
     if available_bytes:
-        want = min(want, available_bytes // (8 * n_arrays) * n_arrays // n_arrays)
+        want = min(want, available_bytes // (8 * n_arrays))
     return max(want // _MB, 8) * _MB
 
 
@@ -61,7 +62,7 @@ def probe_memory(n_threads: int, array_bytes: int, passes: int = 5) -> MemoryPro
     if n_threads < 1 or passes < 1:
         raise ProbeError("memory probe: n_threads and passes must be at least 1")
     t_start = time.perf_counter()
-    n = max(array_bytes // 8 // n_threads, _TRIAD_BLOCK) * n_threads
+    n = max(-(-(array_bytes // 8) // n_threads), _TRIAD_BLOCK) * n_threads  # >= array_bytes, whole slices
     try:
         a, b, c = np.ones(n), np.full(n, 2.0), np.full(n, 0.5)
     except MemoryError as exc:

@@ -192,6 +192,8 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     zero and keeping the feasible solution with the smallest residual. Raises ProbeError
     when a type has no point or its bandwidth comes out non-positive.
     """
+    if any(not p.step_s > 0 for p in points):
+        raise ProbeError("kernel probe: a decode step time was not positive")
     present = [t for t in types if any(p.weight_type == t for p in points)]
     if len(present) != len(types):
         raise ProbeError(f"kernel probe: no measurement for {sorted(set(types) - set(present))}")

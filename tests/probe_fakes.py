@@ -1,0 +1,72 @@
+"""Hand-made probe results for the probe/roofline tests (no measurement)."""
+
+from __future__ import annotations
+
+import time
+
+from ondevice.hardware import GPUInfo, HostInfo
+from ondevice.probing.kernel import KernelPlan
+from ondevice.probing.host import ComputeProbe, MemoryProbe
+from ondevice.probing.result import KernelPoint, KernelProbe, ProbeResult
+
+
+def fake_host(**kw) -> HostInfo:
+    base = dict(
+        os="Linux 6.1", machine="x86_64", cpu_model="Test CPU", physical_cores=4, logical_cores=8, perf_cores=None,
+        ram_total_bytes=16 * 10**9, ram_available_bytes=8 * 10**9, llc_bytes=32 << 20, apple_chip=None,
+        unified_memory=False, gpus=(), llama_backends=("CPU",), llama_features={"CPU.AVX2": "1"},
+        llama_cpp_version="0.3.36", warnings=(),
+    )
+    base.update(kw)
+    return HostInfo(**base)
+
+
+def fake_result(*, build: str, backend: str = "CPU", kernel: bool = True, read_gbs: float = 20.0,
+                host: HostInfo | None = None, created: float | None = None) -> ProbeResult:
+    k = None
+    if kernel:
+        k = KernelProbe(
+            backend=backend, n_threads=4, n_gpu_layers=0 if backend == "CPU" else -1,
+            type_gbs={"Q4_0": 10.0, "Q8_0": 14.0, "F16": 16.0}, t0_s=1e-4, layer_s=2e-5, vocab_s=1e-9,
+            fit_rms_rel=0.01, points=(KernelPoint("F16", 400_000_000, 1_000_000, 0.03, 32),), elapsed_s=20.0,
+        )
+    return ProbeResult(
+        host=host or fake_host(),
+        backend=backend,
+        build_id=build,
+        created_unix_s=created if created is not None else time.time() - 90,
+        memory=MemoryProbe(read_gbs=read_gbs, copy_gbs=read_gbs * 0.9, triad_gbs=read_gbs * 0.8, n_threads=4,
+                           array_bytes=256 << 20, passes=5, elapsed_s=2.0),
+        compute=ComputeProbe(f32_gflops=100.0, matrix_n=1024, elapsed_s=0.5),
+        kernel=k,
+    )
+
+
+def nvidia_host() -> HostInfo:
+    return fake_host(gpus=(GPUInfo("NVIDIA", "NVIDIA GeForce RTX 4090", 24 << 30, 20 << 30, "550"),),
+                     llama_backends=("CUDA", "CPU"))
+
+
+# Known step-time model for the kernel-probe pipeline tests.
+TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9}
+TINY = KernelPlan(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, tiny_layers=(1, 4), tiny_vocab=1024,
+                  n_prompt=8, n_tokens=4, n_warmup=1)
+
+
+def model_time(t: str, nbytes: int, n_layer: int, n_vocab: int, p=TRUE) -> float:
+    return nbytes / (p["type_gbs"][t] * 1e9) + p["t0_s"] + n_layer * p["layer_s"] + n_vocab * p["vocab_s"]
+
+
+def fake_measure(calls: list | None = None):
+    """A stand-in for kernel.measure: the step time of model_time() for the file's bytes."""
+    from ondevice.modelspec import inspect
+
+    def measure(path, plan, *, n_threads, n_gpu_layers):
+        spec = inspect(path)
+        main = path.name.rsplit("-", 1)[1].removesuffix(".gguf")
+        kv = spec.kv_read_bytes(plan.n_prompt + plan.n_warmup + plan.n_tokens // 2)
+        if calls is not None:
+            calls.append(path.name)
+        return model_time(main, spec.decode_weight_bytes + kv, spec.n_layer, spec.n_vocab), "CPU", 3, spec
+
+    return measure

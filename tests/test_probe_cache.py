@@ -1,0 +1,115 @@
+"""Probe cache: per machine + backend + build, atomic, aged; probe() reads it unless refreshed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ondevice
+from ondevice.probing import cache, kernel
+from ondevice.probing import probe as run_probe
+from ondevice.probing.result import ProbeResult
+from tests.probe_fakes import TINY, fake_measure, fake_result, nvidia_host
+
+
+def test_round_trip_through_json(tmp_path):
+    r = fake_result(build="0.3.36.abc", host=nvidia_host(), backend="CUDA")
+    path = cache.save(r, root=tmp_path)
+    assert path.parent == tmp_path / "probe" and path.name.startswith("cuda-0.3.36.abc-")
+    back = cache.load_cached("CUDA", build="0.3.36.abc", root=tmp_path)
+    assert back.from_cache and not r.from_cache
+    assert back == r  # from_cache is not compared
+    assert back.host.gpus[0].name == "NVIDIA GeForce RTX 4090"
+    assert back.kernel.points == r.kernel.points
+    assert 85 < back.age_s < 3600
+
+
+def test_key_is_backend_and_build(tmp_path):
+    cache.save(fake_result(build="A"), root=tmp_path)
+    assert cache.load_cached("CPU", build="A", root=tmp_path) is not None
+    assert cache.load_cached("cpu", build="A", root=tmp_path) is not None  # backend names are case-blind
+    assert cache.load_cached("CPU", build="B", root=tmp_path) is None  # a new llama.cpp build: probe again
+    assert cache.load_cached("Metal", build="A", root=tmp_path) is None
+
+
+def test_build_id_follows_version_and_system_info():
+    a = cache.build_id("0.3.36", "CPU : AVX2 = 1 | ")
+    assert a == cache.build_id("0.3.36", "CPU : AVX2 = 1 | ")
+    assert a != cache.build_id("0.3.36", "CUDA : ARCHS = 890 | CPU : AVX2 = 1 | ")
+    assert a != cache.build_id("0.3.37", "CPU : AVX2 = 1 | ")
+
+
+def test_unreadable_cache_is_ignored(tmp_path):
+    path = cache.cache_path("CPU", "A", root=tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert cache.load_cached("CPU", build="A", root=tmp_path) is None
+    path.write_text(json.dumps({"schema": 999}))
+    assert cache.load_cached("CPU", build="A", root=tmp_path) is None
+
+
+def test_interrupted_save_leaves_nothing(tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json, "dump", boom)
+    with pytest.raises(KeyboardInterrupt):
+        cache.save(fake_result(build="A"), root=tmp_path)
+    assert list((tmp_path / "probe").iterdir()) == []
+
+
+def test_ceiling_is_the_best_measured_and_nameplate_on_gpu():
+    from ondevice.nameplate import lookup
+
+    r = fake_result(build="A", read_gbs=20.0)
+    raw = (r.kernel.points[0].decode_bytes + r.kernel.points[0].kv_bytes) / r.kernel.points[0].step_s / 1e9
+    assert r.ceiling_gbs == max(20.0, raw)
+    gpu = ProbeResult(**{**r.__dict__, "backend": "CUDA", "nameplate": lookup("RTX 4090")})
+    assert gpu.ceiling_gbs == 1008.0
+    assert fake_result(build="A", kernel=False).calibration() is None
+
+
+@pytest.fixture
+def fast_probe(monkeypatch):
+    """probe() with host arrays of 8 MiB and the kernel measurement replaced (models still built)."""
+    monkeypatch.setattr(kernel, "measure", fake_measure())
+    monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
+
+
+def test_probe_measures_once_then_reads_the_cache(tmp_path, fast_probe):
+    first = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
+    assert not first.from_cache and first.kernel.type_gbs["Q8_0"] == pytest.approx(13.0, rel=1e-6)
+    second = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU")
+    assert second.from_cache and second.created_unix_s == first.created_unix_s
+    third = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", refresh=True, memory_passes=1)
+    assert not third.from_cache and third.created_unix_s >= first.created_unix_s
+
+
+def test_host_only_probe_then_kernel(tmp_path, fast_probe):
+    host_only = run_probe(cache_root=tmp_path, kernel=False, backend="CPU", memory_passes=1)
+    assert host_only.kernel is None and host_only.calibration() is None
+    full = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)  # kernel wanted: measured
+    assert full.kernel is not None and not full.from_cache
+
+
+def test_interrupted_probe_writes_no_cache(tmp_path, monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
+    monkeypatch.setattr(kernel, "probe_kernels", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
+    assert not list((tmp_path / "probe").glob("*.json"))
+
+
+def test_unknown_backend_is_refused(tmp_path):
+    from ondevice.errors import ProbeError
+
+    with pytest.raises(ProbeError, match="not in this llama.cpp build"):
+        run_probe(cache_root=tmp_path, backend="CUDA", kernel=False)
+
+
+def test_public_name_is_lazy():
+    assert ondevice.probe is run_probe

@@ -1,0 +1,67 @@
+"""Host probes on small arrays: shapes of the results, STREAM byte counting, bad input. No timed assertions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ondevice.errors import ProbeError
+from ondevice.probing import host
+from ondevice.probing.host import MIN_ARRAY_BYTES, array_bytes_for, probe_compute, probe_memory
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_memory_probe_small_arrays(threads):
+    m = probe_memory(threads, 8 * MIB, passes=2)
+    assert m.n_threads == threads and m.passes == 2
+    assert m.array_bytes % (8 * threads) == 0 and m.array_bytes >= 8 * MIB
+    for gbs in (m.read_gbs, m.copy_gbs, m.triad_gbs):
+        assert math.isfinite(gbs) and gbs > 0
+    assert m.elapsed_s > 0
+
+
+def test_stream_byte_counting(monkeypatch):
+    """read counts 1x the array, copy 2x, triad 3x: with every pass taking the same time, the ratios are exact."""
+    monkeypatch.setattr(host, "_best", lambda pool, bounds, passes, kernel: 0.5)
+    m = probe_memory(2, 8 * MIB, passes=1)
+    assert m.read_gbs == pytest.approx(m.array_bytes / 0.5 / 1e9)
+    assert m.copy_gbs == pytest.approx(2 * m.read_gbs)
+    assert m.triad_gbs == pytest.approx(3 * m.read_gbs)
+
+
+def test_triad_kernel_is_right():
+    import numpy as np
+
+    n = host._TRIAD_BLOCK * 2 + 17
+    a, b, c = np.zeros(n), np.arange(n, dtype=np.float64), np.full(n, 2.0)
+    host._triad(a, b, c, 3.0, 5, n)
+    assert a[:5].tolist() == [0.0] * 5
+    assert np.array_equal(a[5:], b[5:] + 6.0)
+
+
+def test_slices_cover_the_array_once():
+    for n, k in ((10, 3), (8, 8), (100, 7)):
+        s = host._slices(n, k)
+        assert s[0][0] == 0 and s[-1][1] == n and all(x[1] == y[0] for x, y in zip(s, s[1:]))
+
+
+@pytest.mark.parametrize("threads, passes", [(0, 1), (1, 0), (-2, 3)])
+def test_memory_probe_bad_arguments(threads, passes):
+    with pytest.raises(ProbeError):
+        probe_memory(threads, 8 * MIB, passes=passes)
+
+
+def test_array_size_rules():
+    assert array_bytes_for(32 * MIB, 64 << 30) == max(4 * 32 * MIB, MIN_ARRAY_BYTES)
+    assert array_bytes_for(256 * MIB, 64 << 30) == 4 * 256 * MIB  # at least 4x the last-level cache
+    assert array_bytes_for(None, None) == MIN_ARRAY_BYTES
+    assert array_bytes_for(32 * MIB, 1 << 30) == (1 << 30) // 24 // MIB * MIB  # 3 arrays within 1/8 of free RAM
+    assert array_bytes_for(32 * MIB, 1) == 8 * MIB  # never below 8 MiB
+
+
+def test_compute_probe_small():
+    c = probe_compute(budget_s=0.05, max_n=256)
+    assert c.matrix_n == 256 and c.f32_gflops > 0 and math.isfinite(c.f32_gflops)

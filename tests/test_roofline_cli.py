@@ -1,0 +1,85 @@
+"""`ondevice predict` and `ondevice probe` through the CLI entry point: output, JSON, bad input -> exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ondevice.cli.main import main
+from ondevice.probing import cache
+from tests.probe_fakes import fake_result
+
+SPEC = ["--params", "8e9", "--quant", "Q4_K_M", "--layers", "32", "--kv-heads", "8", "--head-dim", "128"]
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONDEVICE_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def seeded_cache(empty_cache):
+    cache.save(fake_result(build=cache.build_id()))
+    return empty_cache
+
+
+def test_predict_spec_on_a_given_bandwidth(empty_cache, capsys):
+    assert main(["predict", *SPEC, "--bandwidth", "307", "--ctx", "1,8192"]) == 0
+    out = capsys.readouterr().out
+    assert "ceiling bandwidth 307.0 GB/s (given)" in out
+    assert " 64.0 " in out  # 4.80 GB per token on 307 GB/s
+    assert "FITS" in out or "TIGHT" in out or "DOES NOT FIT" in out
+
+
+def test_predict_spec_json(empty_cache, capsys):
+    assert main(["predict", *SPEC, "--bandwidth", "307", "--ctx", "128", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["bandwidth_source"] == "given" and d["contexts"][0]["n_ctx"] == 128
+    assert 63 < d["contexts"][0]["ceiling_tok_s"] < 64.5
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["predict", *SPEC, "--bandwidth", "0"], "bandwidth must be positive"),
+    (["predict", *SPEC, "--bandwidth", "-3"], "bandwidth must be positive"),
+    (["predict", "--params", "8e9", "--quant", "Q4_K_M", "--bandwidth", "100"], "a spec needs --layers, --kv-heads, --head-dim"),
+    (["predict", *SPEC[:2], "--quant", "Q7_Z", *SPEC[4:], "--bandwidth", "100"], "unknown quant 'Q7_Z'"),
+    (["predict", *SPEC, "--ctx-train", "4096", "--ctx", "8192", "--bandwidth", "100"], "beyond the model's trained context of 4096"),
+    (["predict", *SPEC, "--ctx", "12,abc", "--bandwidth", "100"], "--ctx takes positive integers"),
+    (["predict", *SPEC, "--prompt", "0", "--bandwidth", "100"], "--prompt must be a positive"),
+    (["predict", "some-model", *SPEC, "--bandwidth", "100"], "either MODEL or a spec"),
+    (["probe", "--threads", "0"], "--threads must be at least 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(empty_cache, capsys, argv, msg):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_predict_a_file_with_the_cached_probe(seeded_cache, tiny_model, capsys):
+    assert main(["predict", str(tiny_model), "--ctx", "16,256", "--prompt", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted tok/s" in out and "measured by the probe" in out
+    assert "TTFT floor for 64 prompt tokens" in out and "memory at 256 tokens" in out and "FITS" in out
+
+
+def test_predict_default_contexts_stay_within_the_model(seeded_cache, tiny_model, capsys):
+    assert main(["predict", str(tiny_model), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [c["n_ctx"] for c in d["contexts"]] == [128]  # 2048 and 8192 are beyond its 512
+    assert d["calibrated"] and d["contexts"][0]["predicted_tok_s"] <= d["contexts"][0]["ceiling_tok_s"]
+    assert 85 < d["probe_age_s"] < 3600
+
+
+def test_probe_shows_the_cached_result(seeded_cache, capsys):
+    assert main(["probe"]) == 0
+    out = capsys.readouterr().out
+    assert "cached; --refresh to measure again" in out and "read 20.0 GB/s" in out
+    assert "Q8_0" in out and "fixed cost per token 0.100 ms" in out and "nameplate" in out
+
+
+def test_probe_json(seeded_cache, capsys):
+    assert main(["probe", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["from_cache"] and d["kernel"]["type_gbs"]["F16"] == 16.0 and d["memory"]["read_gbs"] == 20.0
