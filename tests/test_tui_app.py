@@ -39,10 +39,10 @@ async def settle(pilot, app: ChatApp, timeout_s: float = 10.0) -> None:
     await pilot.pause()
 
 
-async def send(pilot, app: ChatApp, text: str) -> None:
+async def send(pilot, app: ChatApp, text: str, timeout_s: float = 10.0) -> None:
     app.chat_screen.query_one("#prompt").value = text
     await pilot.press("enter")
-    await settle(pilot, app)
+    await settle(pilot, app, timeout_s)
 
 
 def text_of(app: ChatApp, selector: str) -> str:

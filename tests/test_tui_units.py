@@ -103,11 +103,11 @@ def test_hbar():
 def test_column_cells_scale_reference_and_slow_bars():
     grid = column_cells([1.0, 2.0, 4.0], ref=2.0, rows=2)
     assert len(grid) == 2 and all(len(row) == 3 for row in grid)
-    kinds = [[k for _, k in row] for row in grid]
-    assert kinds[0][2] == "slow"  # 4.0 > 1.1 x ref: drawn as slow, reaches the top row
-    assert grid[0][2][0] in "▇█"
-    # ref 2.0 of top 4.2 sits in the bottom row: the 1.0 bar does not reach it
-    assert grid[1][0] == ("▂", "bar") or grid[1][0][1] in ("bar", "ref")
+    # top = 4.2: the 4.0 bar reaches into the top row, drawn as slow (> 1.1 x ref)
+    assert grid[0][2] == ("▇", "slow") and grid[0][0] == (" ", "blank")  # 15 of 16 eighths
+    # ref 2.0 sits in the bottom row (level 7.6 of 16 eighths): that row is the reference band
+    assert [k for _, k in grid[1]] == ["ref", "ref", "ref"]
+    assert grid[1][2][0] == "█" and grid[1][0][0] == "▄"  # 1.0 -> 4 eighths
     assert column_cells([], None, 3) == [[], [], []]
     assert column_cells([0.0], None, 1) == [[(" ", "blank")]]
 

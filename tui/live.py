@@ -13,7 +13,7 @@ from typing import Any, Iterable, Protocol
 
 from ondevice.results import Generation, TokenEvent
 
-__all__ = ["LiveFeed", "LiveTracker", "LiveStats", "StepPredictor", "context_level", "WARN_FRACTION"]
+__all__ = ["LiveFeed", "LiveTracker", "LiveStats", "StepPredictor", "context_level", "generation_stats", "WARN_FRACTION"]
 
 ITL_HISTORY = 512  # inter-token gaps kept for the sparkline
 WARN_FRACTION = 0.8  # the context bar turns when this share of n_ctx is used

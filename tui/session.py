@@ -17,7 +17,7 @@ from ondevice.results import Generation, TokenEvent
 from tui.live import generation_stats
 from tui.store import Conversation, HistoryError, HistoryStore
 
-__all__ = ["ChatSettings", "ChatSession", "TurnResult"]
+__all__ = ["ChatSettings", "ChatSession", "TurnResult", "dropped_note"]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class ChatSession:
             self._record("user", text)
             events, dropped = self._open(text, cancel)
             if dropped:
-                note = _dropped_note(dropped)
+                note = dropped_note(dropped)
                 self._record("note", note)
                 if on_dropped is not None:
                     on_dropped(dropped)
@@ -213,6 +213,6 @@ def _set_system(messages: list[dict], system: str | None) -> None:
         del messages[0]
 
 
-def _dropped_note(n: int) -> str:
+def dropped_note(n: int) -> str:
     turns = "turn" if n == 1 else "turns"
     return f"Context full: dropped the oldest {n} {turns} to make room (the system prompt is kept)."

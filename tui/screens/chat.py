@@ -21,10 +21,10 @@ from textual.widgets import Footer, Header, Input, Static
 
 from ondevice.errors import OndeviceError
 from tui.live import LiveFeed, LiveTracker, context_level, generation_stats
-from tui.session import ChatSession
+from tui.session import ChatSession, dropped_note
 from tui.store import Conversation, stats_footer
 from tui.widgets.stats import StatsPanel
-from tui.widgets.transcript import AssistantMessage, Transcript, UserMessage
+from tui.widgets.transcript import AssistantMessage, Note, Transcript, UserMessage
 
 if TYPE_CHECKING:
     from tui.app import ChatApp
@@ -81,6 +81,11 @@ class ChatScreen(Screen):
         self.refresh_memory()
         self.chat_app.start_loading()
 
+    def on_unmount(self) -> None:
+        """The app is going away: stop a running answer so its thread ends at the next token."""
+        if self.turn is not None:
+            self.turn.cancel.set()
+
     # -- status ------------------------------------------------------------------------------
 
     def set_status(self, text: str, kind: str = "info") -> None:
@@ -98,8 +103,6 @@ class ChatScreen(Screen):
     async def note(self, text: str, kind: str = "info", before: Any = None) -> None:
         transcript = self.query_one(Transcript)
         if before is not None and before.is_attached:
-            from tui.widgets.transcript import Note
-
             await transcript.mount(Note(text, kind=kind), before=before)
         else:
             await transcript.add_note(text, kind)
@@ -209,9 +212,7 @@ class ChatScreen(Screen):
             old.dropped = True
             old.user.add_class("dropped")
             old.assistant.add_class("dropped")
-        from tui.session import _dropped_note
-
-        await self.note(_dropped_note(n), "warn", before=turn.user)
+        await self.note(dropped_note(n), "warn", before=turn.user)
 
     async def _finish_turn(self, turn: Turn, result: Any, error: str | None) -> None:
         if turn is not self.turn:  # a new chat or a restore replaced it

@@ -25,20 +25,20 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         s = self.settings
         with Vertical(id="settings-dialog", classes="dialog"):
             yield Label("System prompt (applies from the next message)")
-            yield Input(s.system or "", placeholder="none", id="set-system")
+            yield Input(s.system or "", placeholder="none", id="set-system", compact=True)
             with Horizontal(classes="settings-row"):
                 yield Label("Temperature", classes="settings-label")
-                yield Input(f"{s.temperature:g}", type="number", id="set-temperature")
+                yield Input(f"{s.temperature:g}", type="number", id="set-temperature", compact=True)
             with Horizontal(classes="settings-row"):
                 yield Label("Top p", classes="settings-label")
-                yield Input(f"{s.top_p:g}", type="number", id="set-top-p")
+                yield Input(f"{s.top_p:g}", type="number", id="set-top-p", compact=True)
             with Horizontal(classes="settings-row"):
                 yield Label("Max tokens", classes="settings-label")
-                yield Input(str(s.max_tokens), type="integer", id="set-max-tokens")
+                yield Input(str(s.max_tokens), type="integer", id="set-max-tokens", compact=True)
             yield Static("", id="settings-error", markup=False)
             with Horizontal(id="settings-buttons"):
-                yield Button("Save", variant="primary", id="settings-save")
-                yield Button("Cancel", id="settings-cancel")
+                yield Button("Save", variant="primary", id="settings-save", compact=True)
+                yield Button("Cancel", id="settings-cancel", compact=True)
 
     def on_mount(self) -> None:
         self.query_one(Vertical).border_title = "Settings"

@@ -29,8 +29,9 @@ def column_cells(values: Sequence[float], ref: float | None, rows: int) -> list[
     """Cells of a bar chart, top row first: (char, kind) with kind in bar/slow/ref/blank.
 
     Each value is one column, scaled so the tallest value (or the reference, if higher)
-    fills `rows` rows. A column above the reference is "slow"; the reference row shows
-    `─` wherever its bar does not reach it.
+    fills `rows` rows. A column more than 10% above the reference is "slow". The row
+    holding the reference level is drawn in the reference colour: `─` where the bar does
+    not reach it, the bar's own glyph where it does, so the line stays visible.
     """
     rows = max(1, rows)
     top = max([v for v in values if v > 0] + [ref or 0.0]) * 1.05
@@ -46,8 +47,8 @@ def column_cells(values: Sequence[float], ref: float | None, rows: int) -> list[
         for v, h in zip(values, heights):
             fill = max(0, min(8, h - level * 8))
             slow = ref is not None and v > ref * 1.1
-            if level == ref_level and h < ref_eighths:
-                line.append((_REF_CHAR, "ref") if fill == 0 else (_EIGHTHS[fill], "bar"))
+            if level == ref_level:  # the reference row: a band in the reference colour
+                line.append((_REF_CHAR if fill == 0 else _EIGHTHS[fill], "ref"))
             elif fill:
                 line.append((_EIGHTHS[fill], "slow" if slow else "bar"))
             else:

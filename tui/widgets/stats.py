@@ -17,7 +17,7 @@ from tui.widgets.charts import ItlChart, hbar
 
 __all__ = ["StatsPanel", "fmt_ms", "fmt_rate", "fmt_bytes", "model_card_lines"]
 
-BAR_CELLS = 16
+BAR_CELLS = 12
 _DASH = "–"
 
 
@@ -106,9 +106,10 @@ class StatsPanel(VerticalScroll, can_focus=False):
             ),
         )
         eff = s.efficiency
-        self._set("stats-gauge", f"{hbar(eff, BAR_CELLS)} {eff * 100:3.0f}%" if eff else f"{hbar(None, BAR_CELLS)} vs pred")
-        ref = f"  ─ {s.predicted_step_s * 1000:.1f}" if s.predicted_step_s else ""
-        self._set("stats-itl-label", f"ITL ms ({s.output_tokens} tok){ref}")
+        gauge = f"{eff * 100:4.0f}% of pred" if eff else " no prediction"
+        self._set("stats-gauge", f"{hbar(eff, BAR_CELLS)} {gauge}")
+        ref = f" ─ pred {s.predicted_step_s * 1000:.1f} ms" if s.predicted_step_s else " ms"
+        self._set("stats-itl-label", f"ITL ({s.output_tokens} tok){ref}")
         self.query_one(ItlChart).set_data(list(itl_s), s.predicted_step_s)
         prefill = [_row("prefill", fmt_rate(s.prefill_tok_s))]
         cached = _DASH if s.cached_prompt_tokens is None else f"{s.cached_prompt_tokens}/{s.prompt_tokens} tok"

@@ -1,0 +1,131 @@
+"""Does the TUI slow decoding? Decode tok/s of a 256-token answer streamed by the chat app
+(headless, App.run_test) against Engine.stream alone, interleaved A B A B on one engine.
+
+    python benchmarks/tui_overhead.py [--pairs 7] [--tokens 256] [--model REF] [--json]
+
+A: Engine.stream(prompt ids) with the very token ids the chat renders for the message,
+   KV cache cleared, consumed in a bare loop.
+B: the chat app (ChatApp, 120x40, Markdown streaming, stats panel, 20 Hz timer) sends the
+   same message on the same engine, KV cache cleared; its Generation's timings are read.
+Both: greedy, ignore_eos, the chat template's stop string, max_tokens N. Target: median of
+the per-pair ratios B/A >= 0.97. One warm-up of each is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ondevice  # noqa: E402
+from ondevice.engine.chat import FALLBACK_STOP  # noqa: E402
+from tui.app import ChatApp  # noqa: E402
+from tui.session import ChatSettings  # noqa: E402
+
+MESSAGE = "Write a long, detailed story about a lighthouse keeper and a storm."
+TARGET = 0.97
+
+
+def run_engine_alone(engine, tokens: int) -> dict:
+    chat = engine.chat()
+    ids = chat.prompt_tokens(MESSAGE)
+    stop = (FALLBACK_STOP,) if chat.template_source == "fallback" else ()  # the same stop as the chat's
+    engine.reset()
+    stream = engine.stream(ids, max_tokens=tokens, temperature=0.0, top_p=1.0, ignore_eos=True, stop=stop, reuse_prefix=False)
+    for _ in stream:
+        pass
+    return _row(stream.generation)
+
+
+async def _run_tui(engine, tokens: int) -> dict:
+    engine.reset()
+    settings = ChatSettings(temperature=0.0, top_p=1.0, max_tokens=tokens)
+    app = ChatApp(lambda: engine, settings=settings, store=None, model_label="bench", extra_sampling={"ignore_eos": True})
+    async with app.run_test(size=(120, 40)) as pilot:
+        while app.session is None:
+            if app.load_error:
+                raise SystemExit(f"load failed: {app.load_error}")
+            await pilot.pause(0.01)
+        app.chat_screen.query_one("#prompt").value = MESSAGE
+        await pilot.press("enter")
+        while app.generating:
+            await pilot.pause(0.01)
+        await pilot.pause(0.05)
+        turn = app.chat_screen.turns[0]
+        shown = len(turn.assistant.text)
+        g = turn.tracker.final
+    row = _row(g)
+    row["chars_shown"] = shown
+    return row
+
+
+def run_tui(engine, tokens: int) -> dict:
+    return asyncio.run(_run_tui(engine, tokens))
+
+
+def _row(g) -> dict:
+    t = g.timings
+    return {"decode_tok_s": t.decode_tok_s, "ttft_s": t.ttft_s, "tokens": t.output_tokens, "finish": g.finish_reason,
+            "prompt_tokens": g.prompt_tokens, "cached": g.cached_prompt_tokens, "chars": len(g.text)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, default=7)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--model", default=None, help="model ref (default: the built-in model)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    engine = ondevice.load(args.model, n_ctx=2048, n_threads=args.threads)
+    try:
+        run_engine_alone(engine, args.tokens), run_tui(engine, args.tokens)  # warm-up, not counted
+        pairs = []
+        for _ in range(args.pairs):
+            a = run_engine_alone(engine, args.tokens)
+            b = run_tui(engine, args.tokens)
+            pairs.append((a, b))
+    finally:
+        engine.close()
+
+    ratios = [b["decode_tok_s"] / a["decode_tok_s"] for a, b in pairs]
+    summary = {
+        "model": engine.info.spec.name,
+        "backend": engine.info.backend,
+        "threads": engine.info.n_threads,
+        "tokens": args.tokens,
+        "pairs": len(pairs),
+        "engine_decode_tok_s_median": statistics.median(a["decode_tok_s"] for a, _ in pairs),
+        "tui_decode_tok_s_median": statistics.median(b["decode_tok_s"] for _, b in pairs),
+        "engine_ttft_s_median": statistics.median(a["ttft_s"] for a, _ in pairs),
+        "tui_ttft_s_median": statistics.median(b["ttft_s"] for _, b in pairs),
+        "ratio_median": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "target": TARGET,
+        "pass": statistics.median(ratios) >= TARGET,
+        "runs": [{"engine": a, "tui": b, "ratio": r} for (a, b), r in zip(pairs, ratios)],
+    }
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        print()
+        return 0 if summary["pass"] else 1
+    print(f"model {summary['model']} · {summary['backend']} · {summary['threads']} threads · {args.tokens} tokens, greedy")
+    print(f"{'pair':>4}  {'engine tok/s':>12}  {'TUI tok/s':>10}  {'ratio':>6}  {'tokens A/B':>10}  {'TTFT A/B ms':>13}")
+    for n, ((a, b), r) in enumerate(zip(pairs, ratios), 1):
+        print(f"{n:>4}  {a['decode_tok_s']:>12.1f}  {b['decode_tok_s']:>10.1f}  {r:>6.3f}  "
+              f"{a['tokens']:>4}/{b['tokens']:<5}  {a['ttft_s'] * 1e3:>6.1f}/{b['ttft_s'] * 1e3:<6.1f}")
+    verdict = "PASS" if summary["pass"] else "FAIL"
+    print(f"median ratio TUI/engine {summary['ratio_median']:.3f} (min {summary['ratio_min']:.3f}); "
+          f"target >= {TARGET} -> {verdict}")
+    print(f"median decode tok/s: engine {summary['engine_decode_tok_s_median']:.1f}, TUI {summary['tui_decode_tok_s_median']:.1f}")
+    return 0 if summary["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
