@@ -198,39 +198,45 @@ def run_ladder(
         path, cached = _obtain(src, name, cache_root, allow_requantize, threads)
         files.append((name, path, cached))
     specs = [inspect(p) for _, p, _ in files]
-    plan = bench or BenchPlan()
-    speed: list[tuple[float | None, float | None]] = []
-    predicted: list[Any] = []
-    backend, note = None, None
+    speeds = _speeds(files, specs, bench, bandwidth_gbs, probe, say)
+    base_i = max(range(len(files)), key=lambda i: specs[i].bits_per_weight)
+    comparisons = _quality(files, base_i, quality_opts or {}, say) if with_quality else [None] * len(files)
+    rows = zip(files, specs, speeds, comparisons)
+    rungs = tuple(_rung(f, spec, sp, cmp, i == base_i) for i, (f, spec, sp, cmp) in enumerate(rows))
+    first = comparisons[0]
+    return Ladder(
+        source=str(src), source_quant=inspect(src).quant, base_type=names[base_i], rungs=rungs,
+        bench=bench, backend=speeds[-1]["backend"], prediction_note=speeds[-1]["note"],
+        quality_text=first.base.text_name if first else None, quality_n_ctx=first.base.n_ctx if first else None,
+        quality_scored_tokens=first.base.n_scored if first else None,
+    )
+
+
+def _speeds(files, specs, bench: BenchPlan | None, bandwidth_gbs, probe, say: Progress) -> list[dict[str, Any]]:
+    """Per rung: the roofline prediction, and the measured speed when there is a bench plan."""
+    out = []
     for (name, path, _), spec in zip(files, specs):
-        pred, note = _predict(spec, plan, bandwidth_gbs, probe)
-        predicted.append(pred)
+        pred, note = _predict(spec, bench or BenchPlan(), bandwidth_gbs, probe)
+        row: dict[str, Any] = {"pred": pred, "note": note, "tok_s": None, "ttft_s": None, "backend": None}
         if bench is not None:
             say("bench", name)
-            tok_s, ttft, backend = _measure(path, bench)
-            speed.append((tok_s, ttft))
-        else:
-            speed.append((None, None))
-    base_i = max(range(len(files)), key=lambda i: specs[i].bits_per_weight)
-    comparisons = _quality(files, base_i, quality_opts or {}, say) if with_quality else None
-    rungs = []
-    for i, ((name, path, cached), spec) in enumerate(zip(files, specs)):
-        cmp = comparisons[i] if comparisons else None
-        rungs.append(Rung(
-            qtype=name, path=str(path), cached=cached, file_bytes=spec.file_bytes, weight_bytes=spec.weight_bytes,
-            decode_weight_bytes=spec.decode_weight_bytes, bits_per_weight=spec.bits_per_weight,
-            ceiling_tok_s=predicted[i].contexts[0].ceiling_tok_s if predicted[i] else None,
-            predicted_tok_s=predicted[i].contexts[0].predicted_tok_s if predicted[i] else None,
-            ttft_floor_s=predicted[i].ttft.floor_s if predicted[i] and predicted[i].ttft else None,
-            decode_tok_s=speed[i][0], ttft_s=speed[i][1],
-            ppl=cmp.other.ppl if cmp else None, kl_mean=cmp.kl_mean if cmp else None,
-            top1_agreement=cmp.top1_agreement if cmp else None, is_base=i == base_i,
-        ))
-    first = comparisons[0] if comparisons else None
-    return Ladder(
-        source=str(src), source_quant=inspect(src).quant, base_type=names[base_i], rungs=tuple(rungs),
-        bench=bench, backend=backend, prediction_note=note, quality_text=first.base.text_name if first else None,
-        quality_n_ctx=first.base.n_ctx if first else None, quality_scored_tokens=first.base.n_scored if first else None,
+            row["tok_s"], row["ttft_s"], row["backend"] = _measure(path, bench)
+        out.append(row)
+    return out
+
+
+def _rung(file: tuple[str, Path, bool], spec: ModelSpec, speed: dict[str, Any], cmp, is_base: bool) -> Rung:
+    name, path, cached = file
+    pred = speed["pred"]
+    return Rung(
+        qtype=name, path=str(path), cached=cached, file_bytes=spec.file_bytes, weight_bytes=spec.weight_bytes,
+        decode_weight_bytes=spec.decode_weight_bytes, bits_per_weight=spec.bits_per_weight,
+        ceiling_tok_s=pred.contexts[0].ceiling_tok_s if pred else None,
+        predicted_tok_s=pred.contexts[0].predicted_tok_s if pred else None,
+        ttft_floor_s=pred.ttft.floor_s if pred and pred.ttft else None,
+        decode_tok_s=speed["tok_s"], ttft_s=speed["ttft_s"],
+        ppl=cmp.other.ppl if cmp else None, kl_mean=cmp.kl_mean if cmp else None,
+        top1_agreement=cmp.top1_agreement if cmp else None, is_base=is_base,
     )
 
 
