@@ -145,6 +145,9 @@ class LogitsModel:
 
     @property
     def bos(self) -> int | None:
+        """The BOS token when the model wants one at the start of a sequence, else None."""
+        if not self._ll.llama_vocab_get_add_bos(self._vocab):
+            return None
         tok = int(self._ll.llama_vocab_bos(self._vocab))
         return tok if tok >= 0 else None
 
