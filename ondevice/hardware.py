@@ -22,6 +22,8 @@ import psutil
 __all__ = [
     "GPUInfo",
     "HostInfo",
+    "LlamaDevice",
+    "llama_devices",
     "detect",
     "parse_sysctl",
     "parse_nvidia_smi",
@@ -56,6 +58,17 @@ class GPUInfo:
 
 
 @dataclass(frozen=True)
+class LlamaDevice:
+    """A device llama.cpp's ggml registered (ggml_backend_dev_*)."""
+
+    name: str  # "CPU", "CUDA0", "Metal", "Vulkan0", ...
+    description: str  # "AMD EPYC", "NVIDIA GeForce RTX 4090", ...
+    kind: str  # "CPU", "GPU", "ACCEL", "IGPU"
+    memory_total_bytes: int | None  # device memory, bytes
+    memory_free_bytes: int | None  # free device memory, bytes
+
+
+@dataclass(frozen=True)
 class HostInfo:
     os: str  # "Linux 6.1.0", "Darwin 24.1.0", ...
     machine: str  # "x86_64", "arm64", ...
@@ -72,6 +85,7 @@ class HostInfo:
     llama_backends: tuple[str, ...]  # backends in llama.cpp's system info, e.g. ("CUDA", "CPU")
     llama_features: dict[str, str]  # "CPU.AVX2" -> "1", "CUDA.ARCHS" -> "890", ...
     llama_cpp_version: str | None  # llama-cpp-python version
+    llama_devices: tuple[LlamaDevice, ...] = ()  # devices ggml registered (empty when unknown)
     warnings: tuple[str, ...] = field(default=())  # what could not be detected, and why
 
     @property
@@ -87,6 +101,7 @@ class HostInfo:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(gpus=[asdict(g) for g in self.gpus], llama_backends=list(self.llama_backends),
+                 llama_devices=[asdict(x) for x in self.llama_devices],
                  warnings=list(self.warnings), accelerator_backend=self.accelerator_backend)
         return d
 
@@ -232,14 +247,17 @@ def detect(*, run: Runner = run_command, system_info: str | None = None, system:
         info = replace(info, cpu_model=_read_cpu_model(sys_root) or platform.processor() or None,
                        llc_bytes=_linux_llc(sys_root))
     gpus = _detect_gpus(run, warnings) if system != "Darwin" else info.gpus
-    if system_info is None:
+    live = system_info is None  # llama.cpp's own devices only when asking this process's llama.cpp
+    if live:
         system_info = _llama_system_info(warnings)
     backends, features = parse_system_info(system_info or "")
     if system_info and not backends:
         warnings.append("llama.cpp system info: unexpected format")
     if info.cpu_model is None:
         warnings.append("CPU model: unknown")
-    return replace(info, gpus=gpus, llama_backends=backends, llama_features=features, warnings=tuple(warnings))
+    return replace(info, gpus=gpus, llama_backends=backends, llama_features=features,
+                   llama_devices=llama_devices() if live and system_info else (),
+                   warnings=tuple(warnings))
 
 
 def _apply_sysctl(info: HostInfo, text: str | None, warnings: list[str]) -> HostInfo:
@@ -322,6 +340,42 @@ def _llama_system_info(warnings: list[str]) -> str | None:
         return None
     raw = llama_cpp.llama_print_system_info()
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+_DEVICE_KINDS = {0: "CPU", 1: "GPU", 2: "ACCEL", 3: "IGPU"}
+
+
+def llama_devices(lib=None) -> tuple[LlamaDevice, ...]:
+    """ggml's registered devices, through its C API (ctypes); () when that is unavailable."""
+    import ctypes
+
+    try:
+        if lib is None:
+            import llama_cpp  # noqa: F401 - loads the libraries first
+            from llama_cpp._ggml import libggml as lib
+        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        for fn in (lib.ggml_backend_dev_name, lib.ggml_backend_dev_description):
+            fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+        lib.ggml_backend_dev_type.restype, lib.ggml_backend_dev_type.argtypes = ctypes.c_int, [ctypes.c_void_p]
+        size_p = ctypes.POINTER(ctypes.c_size_t)
+        lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
+        out = []
+        for i in range(int(lib.ggml_backend_dev_count())):
+            dev = lib.ggml_backend_dev_get(i)
+            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            out.append(LlamaDevice(
+                name=(lib.ggml_backend_dev_name(dev) or b"?").decode("utf-8", "replace"),
+                description=(lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+                kind=_DEVICE_KINDS.get(int(lib.ggml_backend_dev_type(dev)), "?"),
+                memory_total_bytes=int(total.value) or None,
+                memory_free_bytes=int(free.value) or None,
+            ))
+        return tuple(out)
+    except Exception:  # noqa: BLE001 - an old or unusual build: devices unknown, the report goes on
+        return ()
 
 
 def default_threads(info: HostInfo | None = None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ondevice.hardware import GPUInfo, HostInfo
+from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
 from ondevice.probing.kernel import KernelPlan
 from ondevice.probing.host import ComputeProbe, MemoryProbe
 from ondevice.probing.result import KernelPoint, KernelProbe, ProbeResult
@@ -44,7 +44,8 @@ def fake_result(*, build: str, backend: str = "CPU", kernel: bool = True, read_g
 
 def nvidia_host() -> HostInfo:
     return fake_host(gpus=(GPUInfo("NVIDIA", "NVIDIA GeForce RTX 4090", 24 << 30, 20 << 30, "550"),),
-                     llama_backends=("CUDA", "CPU"))
+                     llama_backends=("CUDA", "CPU"),
+                     llama_devices=(LlamaDevice("CUDA0", "NVIDIA GeForce RTX 4090", "GPU", 24 << 30, 20 << 30),))
 
 
 # Known step-time model for the kernel-probe pipeline tests.

@@ -177,3 +177,29 @@ def test_nameplate_unknown_or_ambiguous(name):
 def test_nameplate_covers_m1_to_m5():
     for gen in range(1, 6):
         assert f"m{gen}" in NAMEPLATE_GBS and f"m{gen} pro" in NAMEPLATE_GBS and f"m{gen} max" in NAMEPLATE_GBS
+
+
+def test_llama_devices_through_a_fake_ggml():
+    import ctypes
+    from types import SimpleNamespace
+
+    devs = {1: (b"CUDA0", b"NVIDIA GeForce RTX 4090", 1, 20 << 30, 24 << 30), 2: (b"CPU", b"AMD EPYC", 0, 0, 0)}
+
+    def memory(dev, free, total):
+        ctypes.cast(free, ctypes.POINTER(ctypes.c_size_t))[0] = devs[dev][3]
+        ctypes.cast(total, ctypes.POINTER(ctypes.c_size_t))[0] = devs[dev][4]
+
+    lib = SimpleNamespace(
+        ggml_backend_dev_count=lambda: 2, ggml_backend_dev_get=lambda i: i + 1,
+        ggml_backend_dev_name=lambda d: devs[d][0], ggml_backend_dev_description=lambda d: devs[d][1],
+        ggml_backend_dev_type=lambda d: devs[d][2], ggml_backend_dev_memory=memory,
+    )
+    gpu, cpu = hardware.llama_devices(lib)
+    assert (gpu.name, gpu.kind, gpu.memory_total_bytes, gpu.memory_free_bytes) == ("CUDA0", "GPU", 24 << 30, 20 << 30)
+    assert (cpu.name, cpu.description, cpu.kind, cpu.memory_total_bytes) == ("CPU", "AMD EPYC", "CPU", None)
+    assert hardware.llama_devices(SimpleNamespace()) == ()  # a build without the device API
+
+
+def test_this_machine_lists_its_llama_devices():
+    info = detect()
+    assert any(d.kind == "CPU" for d in info.llama_devices)

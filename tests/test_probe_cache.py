@@ -20,7 +20,7 @@ def test_round_trip_through_json(tmp_path):
     back = cache.load_cached("CUDA", build="0.3.36.abc", root=tmp_path)
     assert back.from_cache and not r.from_cache
     assert back == r  # from_cache is not compared
-    assert back.host.gpus[0].name == "NVIDIA GeForce RTX 4090"
+    assert back.host.gpus[0].name == "NVIDIA GeForce RTX 4090" and back.host.llama_devices[0].name == "CUDA0"
     assert back.kernel.points == r.kernel.points
     assert 85 < back.age_s < 3600
 

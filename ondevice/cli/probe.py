@@ -68,6 +68,9 @@ def render(r) -> str:
         if g.vendor != "Apple":
             row("GPU", f"{g.name}, {human_bytes(g.vram_total_bytes)} VRAM ({human_bytes(g.vram_free_bytes)} free)")
     row("llama.cpp", f"{h.llama_cpp_version or 'unknown'}; backends {', '.join(h.llama_backends) or 'unknown'}")
+    for d in h.llama_devices:
+        mem = f", {human_bytes(d.memory_total_bytes)}" if d.memory_total_bytes and d.kind != "CPU" else ""
+        row("device", f"{d.name} ({d.kind}): {d.description}{mem}")
     lines += [f"  note: {w}" for w in h.warnings]
     lines.append("")
     lines.append(f"host memory, {m.n_threads} threads over {human_bytes(m.array_bytes)} arrays (best of {m.passes}):")

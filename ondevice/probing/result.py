@@ -6,7 +6,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ondevice.hardware import GPUInfo, HostInfo
+from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
 from ondevice.nameplate import Nameplate
 from ondevice.probing.host import ComputeProbe, MemoryProbe
 from ondevice.roofline import Calibration
@@ -124,6 +124,7 @@ class ProbeResult:
             raise ValueError(f"probe schema {d.get('schema')!r} is not {SCHEMA_VERSION}")
         h = _known(HostInfo, d["host"])
         h.update(gpus=tuple(GPUInfo(**_known(GPUInfo, g)) for g in h["gpus"]),
+                 llama_devices=tuple(LlamaDevice(**_known(LlamaDevice, x)) for x in h.get("llama_devices", ())),
                  llama_backends=tuple(h["llama_backends"]), warnings=tuple(h.get("warnings", ())))
         return cls(
             host=HostInfo(**h),

@@ -1,0 +1,243 @@
+"""How right is the probe? Two checks, on this machine, in one run (issue 4's accuracy table).
+
+1. Host read bandwidth: ondevice's numpy probe against a plain C read kernel (OpenMP, same
+   threads, same array size, huge pages as numpy asks for them), compiled here with
+   gcc -O2 -fopenmp. Runs alternate C / numpy, several rounds; the ratio of the medians
+   should be within +-10%.
+2. Decode: the calibrated prediction against decode tok/s measured by the engine
+   (1 / mean inter-token latency, EOS ignored) on the default model and synthetic
+   Q4_0 / Q8_0 / F16 models of 50-1000 MB, at contexts 128 and 2048. Each (model, context)
+   keeps its own engine with the prompt prefilled once; repetitions reuse that prefix
+   (only the last prompt token is recomputed) and go round-robin over all of them so a
+   busy moment hits every row alike. Target: within +-10%, and the pure ceiling never
+   below the measured figure.
+
+    python benchmarks/probe_accuracy.py [--reps 3] [--tokens 32] [--cold] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+C_READ = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <omp.h>
+/* read-only bandwidth: each thread sums its own contiguous slice, 4 accumulators. */
+int main(int argc, char **argv) {
+    size_t n = (size_t)atoll(argv[1]) / 8; int passes = atoi(argv[2]);
+    uint64_t *a = aligned_alloc(1 << 21, n * 8);
+    if (!a) return 1;
+    madvise(a, n * 8, MADV_HUGEPAGE);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = i;
+    double best = 1e30; uint64_t sink = 0;
+    for (int p = 0; p < passes; p++) {
+        double t = omp_get_wtime(); uint64_t total = 0;
+        #pragma omp parallel reduction(+:total)
+        {
+            size_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+            size_t lo = n * id / nt, hi = n * (id + 1) / nt; uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            size_t i = lo;
+            for (; i + 4 <= hi; i += 4) { s0 += a[i]; s1 += a[i + 1]; s2 += a[i + 2]; s3 += a[i + 3]; }
+            for (; i < hi; i++) s0 += a[i];
+            total += s0 + s1 + s2 + s3;
+        }
+        t = omp_get_wtime() - t; if (t < best) best = t; sink += total;
+    }
+    printf("%.4f %d\n", n * 8 / best / 1e9, (int)(sink & 1));
+    return 0;
+}
+"""
+
+# Synthetic models for the decode check: (label, weight type, SynthConfig fields). Vocab 8000 with a
+# separate head: llama.cpp's quantizer gives the head Q6_K for Q4_0 files (a mixed-type file).
+SYNTH = [
+    ("synth-Q4_0-50MB", "Q4_0", dict(d_model=1024, n_head=16, n_head_kv=4, d_ff=2816, n_layer=7)),
+    ("synth-Q4_0-190MB", "Q4_0", dict(d_model=2048, n_head=16, n_head_kv=4, d_ff=5632, n_layer=7)),
+    ("synth-Q8_0-300MB", "Q8_0", dict(d_model=2048, n_head=16, n_head_kv=4, d_ff=5632, n_layer=6)),
+    ("synth-F16-1000MB", "F16", dict(d_model=2048, n_head=16, n_head_kv=4, d_ff=5632, n_layer=11)),
+]
+CONTEXTS = (128, 2048)
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------- 1. host read bandwidth against C ----------
+
+def host_check(rounds: int) -> dict:
+    from ondevice import hardware
+    from ondevice.probing.host import array_bytes_for, probe_memory
+
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        return {"skipped": "gcc not found"}
+    info = hardware.detect()
+    threads = hardware.default_threads(info)
+    size = array_bytes_for(info.llc_bytes, info.ram_available_bytes)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "read.c", Path(tmp) / "read"
+        src.write_text(C_READ)
+        subprocess.run([gcc, "-O2", "-fopenmp", str(src), "-o", str(exe)], check=True)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "false"}
+        c_gbs, np_gbs = [], []
+        for r in range(rounds):
+            out = subprocess.run([str(exe), str(size), "5"], capture_output=True, text=True, env=env, check=True)
+            c_gbs.append(float(out.stdout.split()[0]))
+            np_gbs.append(probe_memory(threads, size, passes=5).read_gbs)
+            say(f"host round {r + 1}/{rounds}: C {c_gbs[-1]:.2f} GB/s, numpy {np_gbs[-1]:.2f} GB/s")
+    c_med, np_med = statistics.median(c_gbs), statistics.median(np_gbs)
+    return {"threads": threads, "array_bytes": size, "c_read_gbs": c_gbs, "numpy_read_gbs": np_gbs,
+            "c_median_gbs": c_med, "numpy_median_gbs": np_med, "ratio": np_med / c_med,
+            "within_10pct": abs(np_med / c_med - 1) <= 0.10}
+
+
+# ---------- 2. decode: prediction against measurement ----------
+
+def build_models(root: Path) -> list[tuple[str, Path]]:
+    from ondevice.materialize import resolve_model
+    from quant.quantize import quantize
+    from quant.synth import SynthConfig, build_synthetic_model
+
+    root.mkdir(parents=True, exist_ok=True)
+    out = [("default (gemma-3-270m Q4_K_M)", resolve_model(None))]
+    for label, qtype, shape in SYNTH:
+        f16 = root / f"{label}-src-F16.gguf"
+        final = root / f"{label}.gguf"
+        if not final.exists():
+            if not f16.exists():
+                say(f"building {f16.name}")
+                build_synthetic_model(SynthConfig(dtype="F16", n_vocab=8000, n_ctx_train=4096, seed=3, **shape), f16)
+            if qtype == "F16":
+                f16.rename(final)
+            else:
+                say(f"quantizing {final.name}")
+                quantize(f16, final, qtype)
+                f16.unlink()
+        out.append((label, final))
+    return out
+
+
+def predicted(pred, prompt: int, n_out: int) -> tuple[float, float]:
+    """(ceiling, calibrated) tok/s for the decode steps of n_out tokens after a prompt of `prompt`."""
+    steps = [pred.step_s(prompt + i + 1) for i in range(n_out - 1)]
+    return (len(steps) / sum(s[0] for s in steps), len(steps) / sum(s[1] for s in steps))
+
+
+def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS) -> list[dict]:
+    from ondevice.engine import load
+    from ondevice.roofline import Predictor
+
+    cal = probe_result.calibration()
+    runs = []
+    for label, path in models:
+        for ctx in contexts:
+            eng = load(path, n_ctx=ctx + tokens + 16, predictor=None)
+            vocab = eng.info.spec.n_vocab or 1000
+            ids = [1] + [3 + (i * 7919) % (vocab - 3) for i in range(ctx - 1)]
+            say(f"prefilling {label} at {ctx}")
+            eng.generate(ids, max_tokens=2, ignore_eos=True, reuse_prefix=False)
+            runs.append({"label": label, "path": path, "ctx": ctx, "eng": eng, "ids": ids, "tok_s": [],
+                         "pred": Predictor(eng.info.spec, cal)})
+    for r in range(reps):
+        for run in runs:
+            g = run["eng"].generate(run["ids"], max_tokens=tokens, ignore_eos=True, reuse_prefix=True)
+            run["tok_s"].append(g.timings.decode_tok_s)
+        say(f"decode round {r + 1}/{reps} done")
+    rows = []
+    for run in runs:
+        spec = run["eng"].info.spec
+        ceiling, calibrated = predicted(run["pred"], run["ctx"], tokens)
+        measured = statistics.median(run["tok_s"])
+        rows.append({"model": run["label"], "types": "+".join(spec.decode_bytes_by_type), "decode_mb": spec.decode_weight_bytes / 1e6,
+                     "ctx": run["ctx"], "measured_tok_s": measured, "all_tok_s": run["tok_s"],
+                     "predicted_tok_s": calibrated, "error": calibrated / measured - 1, "ceiling_tok_s": ceiling,
+                     "ceiling_ok": ceiling >= measured})
+        run["eng"].close()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=3, help="round-robin repetitions of every row (default 3)")
+    ap.add_argument("--tokens", type=int, default=32, help="output tokens per repetition (default 32)")
+    ap.add_argument("--host-rounds", type=int, default=5, help="C/numpy alternations (default 5)")
+    ap.add_argument("--cold", action="store_true", help="delete the probe's models first: time a first-run probe")
+    ap.add_argument("--skip-host", action="store_true")
+    ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--contexts", default="128,2048", help="context lengths (default 128,2048)")
+    ap.add_argument("--only", help="comma-separated substrings: decode only models whose label has one")
+    ap.add_argument("--json", type=Path, help="write all figures here")
+    args = ap.parse_args(argv)
+    report: dict = {}
+    if not args.skip_host:
+        report["host"] = host_check(args.host_rounds)
+    if not args.skip_decode:
+        import ondevice
+        from ondevice import paths
+
+        if args.cold:
+            shutil.rmtree(paths.cache_dir() / "probe" / "models", ignore_errors=True)
+        t0 = time.perf_counter()
+        result = ondevice.probe(refresh=True, progress=lambda m: say(f"probe: {m}"))
+        report["probe"] = {"elapsed_s": time.perf_counter() - t0, "cold": args.cold, **result.to_dict()}
+        models = build_models(paths.cache_dir() / "probe" / "accuracy")
+        if args.only:
+            models = [m for m in models if any(k in m[0] for k in args.only.split(","))]
+        contexts = tuple(int(c) for c in args.contexts.split(","))
+        report["decode"] = decode_check(result, models, args.reps, args.tokens, contexts)
+    print(render(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+def render(report: dict) -> str:
+    lines = []
+    h = report.get("host")
+    if h and "skipped" not in h:
+        lines.append(f"host read, {h['threads']} threads, {h['array_bytes'] >> 20} MiB: numpy {h['numpy_median_gbs']:.2f} GB/s"
+                     f" vs C {h['c_median_gbs']:.2f} GB/s -> ratio {h['ratio']:.3f} "
+                     f"({'within' if h['within_10pct'] else 'OUTSIDE'} +-10%)")
+    elif h:
+        lines.append(f"host read: skipped ({h['skipped']})")
+    if "probe" in report:
+        p = report["probe"]
+        k = p["kernel"]
+        lines.append(f"probe: {p['elapsed_s']:.1f} s ({'first run, models built' if p['cold'] else 'models cached'}); "
+                     f"read {p['memory']['read_gbs']:.1f} GB/s, ceiling {p['ceiling_gbs']:.1f} GB/s; kernels "
+                     + ", ".join(f"{t} {g:.1f}" for t, g in k["type_gbs"].items())
+                     + f" GB/s; t0 {1e3 * k['t0_s']:.3f} ms, layer {1e6 * k['layer_s']:.1f} us, "
+                     f"vocab {1e9 * k['vocab_s']:.2f} ns; fit rms {100 * k['fit_rms_rel']:.1f}%")
+    if "decode" in report:
+        lines.append("")
+        lines.append("| model | weight types | MB/token | ctx | measured tok/s | predicted tok/s | error | ceiling tok/s | ceiling >= measured |")
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+        for r in report["decode"]:
+            lines.append(f"| {r['model']} | {r['types']} | {r['decode_mb']:.0f} | {r['ctx']} | {r['measured_tok_s']:.2f} | "
+                         f"{r['predicted_tok_s']:.2f} | {100 * r['error']:+.1f}% | {r['ceiling_tok_s']:.2f} | "
+                         f"{'yes' if r['ceiling_ok'] else 'NO'} |")
+        rows = report["decode"]
+        lines.append("")
+        lines.append(f"within +-10%: {sum(abs(r['error']) <= 0.10 for r in rows)}/{len(rows)}; "
+                     f"ceiling never below measured: {all(r['ceiling_ok'] for r in rows)}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
