@@ -242,3 +242,18 @@ def test_cli_info_tensors(wide, quantized, capsys):
     out = capsys.readouterr().out
     assert "F16->Q4_0" in out and "rel RMSE" in out
     assert main(["info", str(quantized["Q4_0"]), "--tensors", "--against", "/nonexistent.gguf"]) == 2
+
+
+def test_interrupted_run_leaves_nothing_that_looks_like_a_model(wide, tmp_path):
+    import threading
+    import time
+
+    def interrupt(done: int, total: int) -> None:
+        raise KeyboardInterrupt  # as Ctrl+C while llama.cpp is still writing
+
+    with pytest.raises(KeyboardInterrupt):
+        quantize(wide, tmp_path / "int.gguf", "Q8_0", progress=interrupt)
+    deadline = time.monotonic() + 60
+    while any(t.name == "llama-quantize" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.iterdir()) == []
