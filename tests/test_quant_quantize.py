@@ -257,3 +257,27 @@ def test_interrupted_run_leaves_nothing_that_looks_like_a_model(wide, tmp_path):
     while any(t.name == "llama-quantize" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("case", ["not_gguf", "missing_folder", "read_only", "directory_source", "unknown_type"])
+def test_cli_bad_input_is_one_line_and_exit_2(case, wide, tmp_path, capsys):
+    src, dst, qtype = str(wide), str(tmp_path / "out.gguf"), "Q8_0"
+    if case == "not_gguf":
+        (tmp_path / "notes.txt").write_text("hello")
+        src = str(tmp_path / "notes.txt")
+    elif case == "missing_folder":
+        dst = str(tmp_path / "no" / "such" / "out.gguf")
+    elif case == "read_only":
+        if os.geteuid() != 0:
+            (tmp_path / "ro").mkdir(mode=0o555)
+            dst = str(tmp_path / "ro" / "out.gguf")
+        else:
+            dst = "/sys/out.gguf"
+    elif case == "directory_source":
+        src = str(tmp_path)
+    else:
+        qtype = "Q4_Z"
+    assert main(["quantize", src, dst, "--type", qtype, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ondevice: error: ") and err.count("\n") == 1
+    assert not Path(dst).exists()
