@@ -89,14 +89,38 @@ def default_threads() -> int:
 
 
 def detect_backends(lib: Any) -> list[str]:
-    """Names of the ggml backends this llama.cpp build registered, e.g. ['CUDA', 'CPU']."""
+    """Backend names of the devices this llama.cpp build registered, GPUs first, e.g. ['CUDA', 'CPU']."""
+    names = _device_backends()
+    if not names:  # an unusual build: fall back to the backends llama_print_system_info lists
+        try:
+            info = (lib.llama_print_system_info() or b"").decode("utf-8", "replace")
+        except Exception:  # pragma: no cover - defensive: the function exists in every 0.3.x
+            info = ""
+        names = list(dict.fromkeys(re.findall(r"(?:^|\|)\s*([A-Za-z][A-Za-z0-9_-]*) : ", info)))
+    gpus = [n for n in names if n.upper() not in _HOST_BACKENDS]
+    return gpus + [n for n in names if n not in gpus] or ["CPU"]
+
+
+_HOST_BACKENDS = ("CPU", "BLAS", "RPC")
+
+
+def _device_backends() -> list[str]:
+    """ggml registry name ("CUDA", "Metal", "Vulkan", "ROCm", "CPU", ...) of each device, through ggml's C API."""
     try:
-        info = (lib.llama_print_system_info() or b"").decode("utf-8", "replace")
-    except Exception:  # pragma: no cover - defensive: the function exists in every 0.3.x
-        return ["CPU"]
-    names = re.findall(r"(?:^|\|)\s*([A-Za-z][A-Za-z0-9_-]*) : ", info)
-    out = [n for n in dict.fromkeys(names)]
-    return out or ["CPU"]
+        from llama_cpp._ggml import libggml as g
+
+        g.ggml_backend_dev_count.restype = ctypes.c_size_t
+        g.ggml_backend_dev_get.restype, g.ggml_backend_dev_get.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+        g.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+        g.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+        g.ggml_backend_reg_name.restype, g.ggml_backend_reg_name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+        out = []
+        for i in range(int(g.ggml_backend_dev_count())):
+            reg = g.ggml_backend_dev_backend_reg(g.ggml_backend_dev_get(i))
+            out.append((g.ggml_backend_reg_name(reg) or b"?").decode("utf-8", "replace"))
+        return list(dict.fromkeys(out))
+    except Exception:  # noqa: BLE001 - no such symbols in this build: the caller falls back
+        return []
 
 
 class LlamaHandle:
@@ -186,8 +210,7 @@ def open_model(
     finally:
         _log.removeHandler(errors)
     backends = detect_backends(lib)
-    gpu = [b for b in backends if b.upper() not in ("CPU", "BLAS", "RPC")]
-    backend = gpu[0] if (offloaded and gpu) else "CPU"
+    backend = backends[0] if (offloaded and backends[0].upper() not in _HOST_BACKENDS) else "CPU"
     version = getattr(lib, "__version__", "unknown")
     info = EngineInfo(
         model_path=str(path), spec=spec, backend=backend, n_gpu_layers=offloaded if backend != "CPU" else 0,

@@ -1,0 +1,62 @@
+"""Loader pieces that depend on the llama.cpp build: backend names, GPU offload counts, thread default."""
+
+from __future__ import annotations
+
+import pytest
+
+from ondevice.engine import loader
+from ondevice.errors import InvalidParameterError
+
+
+class FakeLib:
+    def __init__(self, gpu: bool, system_info: bytes = b""):
+        self._gpu, self._info = gpu, system_info
+
+    def llama_supports_gpu_offload(self) -> bool:
+        return self._gpu
+
+    def llama_print_system_info(self) -> bytes:
+        return self._info
+
+
+class Spec:
+    n_layer = 18
+
+
+def test_backends_from_devices_put_gpus_first(monkeypatch):
+    monkeypatch.setattr(loader, "_device_backends", lambda: ["CPU", "Metal", "BLAS"])
+    assert loader.detect_backends(FakeLib(True)) == ["Metal", "CPU", "BLAS"]
+
+
+def test_backends_fall_back_to_system_info(monkeypatch):
+    monkeypatch.setattr(loader, "_device_backends", lambda: [])
+    info = b"CUDA : ARCHS = 890 | USE_GRAPHS = 1 | PEER_MAX_BATCH_SIZE = 128 | CPU : SSE3 = 1 | AVX2 = 1 | "
+    assert loader.detect_backends(FakeLib(True, info)) == ["CUDA", "CPU"]
+    assert loader.detect_backends(FakeLib(False, b"")) == ["CPU"]
+
+
+def test_this_build_reports_its_cpu_device():
+    import llama_cpp
+
+    assert "CPU" in loader.detect_backends(llama_cpp)
+
+
+@pytest.mark.parametrize(
+    "requested, gpu, expected",
+    [("auto", True, (-1, 19)), ("auto", False, (0, 0)), (5, True, (5, 5)), (100, True, (100, 19)),
+     (-1, True, (-1, 19)), (0, True, (0, 0)), (7, False, (0, 0))],
+)
+def test_gpu_layer_counts(requested, gpu, expected):
+    assert loader._gpu_layers(FakeLib(gpu), requested, Spec()) == expected
+
+
+def test_gpu_layers_rejects_nonsense():
+    with pytest.raises(InvalidParameterError, match="n_gpu_layers"):
+        loader._gpu_layers(FakeLib(True), True, Spec())
+
+
+def test_default_threads_is_positive_and_bounded():
+    import os
+
+    n = loader.default_threads()
+    assert 1 <= n <= (os.cpu_count() or 1)
