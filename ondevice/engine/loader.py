@@ -11,6 +11,7 @@ import ctypes
 import logging
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ _log = logging.getLogger(LOG_NAME)
 # ggml_log_level (ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 = continues the previous line)
 _LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _log_state: dict[str, Any] = {}  # keeps the C callback alive for the process (llama.cpp holds a raw pointer)
+_log_lock = threading.Lock()  # two engines loading at once install one callback
 
 
 @dataclass(frozen=True)
@@ -53,24 +55,25 @@ class EngineInfo:
 
 def route_llama_log(lib: Any) -> None:
     """Send llama.cpp/ggml log lines to logging (once per process; the callback must outlive every model)."""
-    if "callback" in _log_state:
-        return
+    with _log_lock:
+        if "callback" in _log_state:
+            return
+        callback = lib.llama_log_callback(_forward_log)
+        _log_state["callback"] = callback
+        _log.addHandler(logging.NullHandler())  # unconfigured logging: no last-resort printing to stderr
+        lib.llama_log_set(callback, ctypes.c_void_p(0))
 
-    def forward(level: int, text: bytes, _user: Any) -> None:
-        if level == 5:
-            level = _log_state.get("last", 1)
-        else:
-            _log_state["last"] = level
-        py_level = _LEVELS.get(level, logging.INFO)
-        if text and _log.isEnabledFor(py_level):
-            line = text.decode("utf-8", "replace").rstrip("\n")
-            if line.strip(" ."):
-                _log.log(py_level, "%s", line)
 
-    callback = lib.llama_log_callback(forward)
-    _log_state["callback"] = callback
-    _log.addHandler(logging.NullHandler())  # unconfigured logging: no last-resort printing to stderr
-    lib.llama_log_set(callback, ctypes.c_void_p(0))
+def _forward_log(level: int, text: bytes, _user: Any) -> None:
+    if level == 5:  # continuation: same level as the line it continues
+        level = _log_state.get("last", 2)
+    else:
+        _log_state["last"] = level
+    py_level = _LEVELS.get(level, logging.INFO)
+    if text and _log.isEnabledFor(py_level):
+        line = text.decode("utf-8", "replace").rstrip("\n")
+        if line.strip(" ."):
+            _log.log(py_level, "%s", line)
 
 
 def default_threads() -> int:
