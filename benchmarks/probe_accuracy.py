@@ -80,7 +80,7 @@ def say(msg: str) -> None:
 
 # ---------- 1. host read bandwidth against C ----------
 
-def host_check(rounds: int) -> dict:
+def host_check(rounds: int, threads: int | None) -> dict:
     from ondevice import hardware
     from ondevice.probing.host import array_bytes_for, probe_memory
 
@@ -88,7 +88,7 @@ def host_check(rounds: int) -> dict:
     if gcc is None:
         return {"skipped": "gcc not found"}
     info = hardware.detect()
-    threads = hardware.default_threads(info)
+    threads = threads or hardware.default_threads(info)
     size = array_bytes_for(info.llc_bytes, info.ram_available_bytes)
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp) / "read.c", Path(tmp) / "read"
@@ -139,7 +139,7 @@ def predicted(pred, prompt: int, n_out: int) -> tuple[float, float]:
     return (len(steps) / sum(s[0] for s in steps), len(steps) / sum(s[1] for s in steps))
 
 
-def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS) -> list[dict]:
+def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS, threads: int | None = None) -> list[dict]:
     from ondevice.engine import load
     from ondevice.roofline import Predictor
 
@@ -147,7 +147,7 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     runs = []
     for label, path in models:
         for ctx in contexts:
-            eng = load(path, n_ctx=ctx + tokens + 16, predictor=None)
+            eng = load(path, n_ctx=ctx + tokens + 16, n_threads=threads, predictor=None)
             vocab = eng.info.spec.n_vocab or 1000
             ids = [1] + [3 + (i * 7919) % (vocab - 3) for i in range(ctx - 1)]
             say(f"prefilling {label} at {ctx}")
@@ -182,11 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--contexts", default="128,2048", help="context lengths (default 128,2048)")
     ap.add_argument("--only", help="comma-separated substrings: decode only models whose label has one")
+    ap.add_argument("--threads", type=int, help="threads for the probe, the engines and both read kernels "
+                    "(default: the engine's, one per physical core)")
     ap.add_argument("--json", type=Path, help="write all figures here")
     args = ap.parse_args(argv)
-    report: dict = {}
+    report: dict = {"threads": args.threads}
     if not args.skip_host:
-        report["host"] = host_check(args.host_rounds)
+        report["host"] = host_check(args.host_rounds, args.threads)
     if not args.skip_decode:
         import ondevice
         from ondevice import paths
@@ -194,13 +196,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.cold:
             shutil.rmtree(paths.cache_dir() / "probe" / "models", ignore_errors=True)
         t0 = time.perf_counter()
-        result = ondevice.probe(refresh=True, progress=lambda m: say(f"probe: {m}"))
+        # measured now, not saved: the user's cached probe stays as it was (models are reused)
+        result = ondevice.probe(refresh=True, save=False, n_threads=args.threads, progress=lambda m: say(f"probe: {m}"))
         report["probe"] = {"elapsed_s": time.perf_counter() - t0, "cold": args.cold, **result.to_dict()}
         models = build_models(paths.cache_dir() / "probe" / "accuracy")
         if args.only:
             models = [m for m in models if any(k in m[0] for k in args.only.split(","))]
         contexts = tuple(int(c) for c in args.contexts.split(","))
-        report["decode"] = decode_check(result, models, args.reps, args.tokens, contexts)
+        report["decode"] = decode_check(result, models, args.reps, args.tokens, contexts, args.threads)
     print(render(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render(report: dict) -> str:
-    lines = []
+    lines = [f"threads: {report.get('threads') or 'engine default'}"]
     h = report.get("host")
     if h and "skipped" not in h:
         lines.append(f"host read, {h['threads']} threads, {h['array_bytes'] >> 20} MiB: numpy {h['numpy_median_gbs']:.2f} GB/s"

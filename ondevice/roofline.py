@@ -6,7 +6,10 @@ bytes by the machine's best measured read bandwidth (a bound: measured must neve
 it). The calibrated prediction uses what the runtime's own kernels reach per weight type
 (kernel probe) and the fixed costs the probe fitted:
 
-    t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv + t0 + n_layer*layer_s + n_vocab*vocab_s
+    t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv + attn_macs(s) * attn_s
+           + t0 + n_layer * layer_s + n_vocab * vocab_s
+
+(attn_macs: the attention work over the context, which on a CPU costs more than its bytes.)
 
 Weight types the kernel probe did not measure borrow a bandwidth interpolated linearly in
 bits per weight between the two nearest probed types (clamped at the ends): Q4_K (4.5
@@ -22,7 +25,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["Calibration", "Predictor", "default_predictor", "bits_per_weight", "effective_gbs",
+__all__ = ["Calibration", "Predictor", "default_predictor", "bits_per_weight", "effective_gbs", "attention_macs",
            "predict", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict"]
 
 _GB = 1e9
@@ -45,6 +48,7 @@ class Calibration:
     t0_s: float = 0.0  # fixed per-token cost, seconds
     layer_s: float = 0.0  # per-block per-token cost, seconds
     vocab_s: float = 0.0  # per-vocabulary-entry per-token cost, seconds
+    attn_s: float = 0.0  # cost per attention multiply-add (see attention_macs), seconds
     compute_gflops: float | None = None  # achievable GFLOP/s for the TTFT floor (None: unknown)
 
 
@@ -69,6 +73,19 @@ def effective_gbs(weight_type: str, cal: Calibration) -> float:
     return known[-1][1]  # pragma: no cover - the loop always finds the bracket
 
 
+def attention_macs(spec: ModelSpec, n_ctx: int) -> int:
+    """Attention multiply-adds of one decode step at a context of n_ctx tokens: per layer,
+    span x n_head x (head_dim_k + head_dim_v) (QK and AV for every query head; windowed
+    layers span at most the window)."""
+    per_token = (spec.n_head or 0) * ((spec.head_dim_k or 0) + (spec.head_dim_v or 0))
+    if not per_token or not spec.n_layer:
+        return 0
+    swa = set(spec.swa_layers) if spec.sliding_window else set()
+    n_swa = sum(1 for i in range(spec.n_layer) if i in swa)
+    span_swa = min(n_ctx, spec.sliding_window) if spec.sliding_window else n_ctx
+    return per_token * ((spec.n_layer - n_swa) * n_ctx + n_swa * span_swa)
+
+
 class Predictor:
     """Step-time model of one model on one machine; step_s() is pure arithmetic (cheap per token)."""
 
@@ -90,6 +107,11 @@ class Predictor:
         self._kv_full = sum(b for i, b in enumerate(per_layer) if i not in swa)  # bytes per context token
         self._kv_window = sum(b for i, b in enumerate(per_layer) if i in swa)  # bytes per token, up to the window
         self._window = spec.sliding_window or 0
+        self._attn_full_s = self._attn_window_s = 0.0  # attention seconds per context token
+        if calibration.attn_s and spec.n_layer:
+            per = (spec.n_head or 0) * ((spec.head_dim_k or 0) + (spec.head_dim_v or 0)) * calibration.attn_s
+            n_swa = sum(1 for i in range(spec.n_layer) if i in swa)
+            self._attn_full_s, self._attn_window_s = per * (spec.n_layer - n_swa), per * n_swa
 
     def kv_read_bytes(self, n_ctx: int) -> int:
         """Same figure as ModelSpec.kv_read_bytes, from precomputed sums."""
@@ -102,9 +124,12 @@ class Predictor:
 
     def step_s(self, n_ctx: int) -> tuple[float, float]:
         """(ceiling_step_s, calibrated_step_s) for one decode step at a context of n_ctx tokens."""
-        kv = self.kv_read_bytes(max(0, int(n_ctx)))
+        n = max(0, int(n_ctx))
+        kv = self.kv_read_bytes(n)
         ceiling = self._weight_ceiling_s + kv / self._ceiling_bps
-        calibrated = self._weight_calibrated_s + kv / self._kv_bps + self._fixed_s
+        span = min(n, self._window) if self._window else n
+        attn = self._attn_full_s * n + self._attn_window_s * span
+        calibrated = self._weight_calibrated_s + kv / self._kv_bps + attn + self._fixed_s
         return ceiling, max(calibrated, ceiling)
 
 

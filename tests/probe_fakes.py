@@ -27,7 +27,7 @@ def fake_result(*, build: str, backend: str = "CPU", kernel: bool = True, read_g
     if kernel:
         k = KernelProbe(
             backend=backend, n_threads=4, n_gpu_layers=0 if backend == "CPU" else -1,
-            type_gbs={"Q4_0": 10.0, "Q8_0": 14.0, "F16": 16.0}, t0_s=1e-4, layer_s=2e-5, vocab_s=1e-9,
+            type_gbs={"Q4_0": 10.0, "Q8_0": 14.0, "F16": 16.0}, t0_s=1e-4, layer_s=2e-5, vocab_s=1e-9, attn_s=1e-10,
             fit_rms_rel=0.01, points=(KernelPoint("F16", 400_000_000, 1_000_000, 0.03, 32),), elapsed_s=20.0,
         )
     return ProbeResult(
@@ -49,25 +49,31 @@ def nvidia_host() -> HostInfo:
 
 
 # Known step-time model for the kernel-probe pipeline tests.
-TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9}
+TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9,
+        "attn_s": 3e-10}
 TINY = KernelPlan(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, tiny_layers=(1, 4), tiny_vocab=1024,
-                  n_prompt=8, n_tokens=4, n_warmup=1)
+                  attn_shape=(128, 4, 2, 2), n_long=64, n_prompt=8, n_tokens=4, n_warmup=1)
 
 
-def model_time(t: str, nbytes: int, n_layer: int, n_vocab: int, p=TRUE) -> float:
-    return nbytes / (p["type_gbs"][t] * 1e9) + p["t0_s"] + n_layer * p["layer_s"] + n_vocab * p["vocab_s"]
+def model_time(t: str, nbytes: int, n_layer: int, n_vocab: int, attn_macs: int = 0, p=TRUE) -> float:
+    return (nbytes / (p["type_gbs"][t] * 1e9) + p["t0_s"] + n_layer * p["layer_s"] + n_vocab * p["vocab_s"]
+            + attn_macs * p["attn_s"])
 
 
 def fake_measure(calls: list | None = None):
     """A stand-in for kernel.measure: the step time of model_time() for the file's bytes."""
     from ondevice.modelspec import inspect
 
-    def measure(path, plan, *, n_threads, n_gpu_layers):
+    from ondevice.roofline import attention_macs
+
+    def measure(path, plan, *, n_prompt, n_threads, n_gpu_layers):
         spec = inspect(path)
         main = path.name.rsplit("-", 1)[1].removesuffix(".gguf")
-        kv = spec.kv_read_bytes(plan.n_prompt + plan.n_warmup + plan.n_tokens // 2)
+        n = plan.mid_context(n_prompt)
         if calls is not None:
-            calls.append(path.name)
-        return model_time(main, spec.decode_weight_bytes + kv, spec.n_layer, spec.n_vocab), "CPU", 3, spec
+            calls.append((path.name, n_prompt))
+        step = model_time(main, spec.decode_weight_bytes + spec.kv_read_bytes(n), spec.n_layer, spec.n_vocab,
+                          attention_macs(spec, n))
+        return step, "CPU", 3, spec
 
     return measure

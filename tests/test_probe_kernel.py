@@ -11,17 +11,17 @@ from ondevice.probing.kernel import FitPoint, fit_points, plan_for, probe_kernel
 from tests.probe_fakes import TINY, TRUE, fake_measure, model_time
 
 def points(p=TRUE) -> list[FitPoint]:
-    spec = [("Q4_0", 150e6, 5, 512), ("Q8_0", 280e6, 5, 512), ("F16", 520e6, 5, 512),
-            ("Q4_0", 1e5, 2, 512), ("Q8_0", 2e5, 2, 512), ("F16", 3e5, 2, 512), ("F16", 2e6, 16, 512),
-            ("F16", 4e6, 2, 32000)]
-    return [FitPoint(t, int(b), n, v, model_time(t, int(b), n, v, p)) for t, b, n, v in spec]
+    spec = [("Q4_0", 150e6, 5, 512, 0), ("Q8_0", 280e6, 5, 512, 0), ("F16", 520e6, 5, 512, 0),
+            ("Q4_0", 1e5, 2, 512, 0), ("Q8_0", 2e5, 2, 512, 0), ("F16", 3e5, 2, 512, 0), ("F16", 2e6, 16, 512, 0),
+            ("F16", 4e6, 2, 32000, 0), ("F16", 1e7, 4, 512, 10**5), ("F16", 1.2e7, 4, 512, 5 * 10**6)]
+    return [FitPoint(t, int(b), n, v, m, model_time(t, int(b), n, v, m, p)) for t, b, n, v, m in spec]
 
 
 def test_fit_recovers_known_parameters_exactly():
     fit = fit_points(points())
     for t, gbs in TRUE["type_gbs"].items():
         assert fit["type_gbs"][t] == pytest.approx(gbs, rel=1e-9)
-    for k in ("t0_s", "layer_s", "vocab_s"):
+    for k in ("t0_s", "layer_s", "vocab_s", "attn_s"):
         assert fit[k] == pytest.approx(TRUE[k], rel=1e-6)
     assert fit["rms_rel_error"] < 1e-9
 
@@ -29,9 +29,9 @@ def test_fit_recovers_known_parameters_exactly():
 def test_fit_keeps_small_terms_non_negative():
     p = {**TRUE, "layer_s": 0.0, "vocab_s": 0.0}
     pts = points(p)
-    pts[6] = FitPoint("F16", pts[6].step_bytes, 16, 512, pts[6].step_s * 0.7)  # more layers, faster: noise
+    pts[6] = FitPoint("F16", pts[6].step_bytes, 16, 512, 0, pts[6].step_s * 0.7)  # more layers, faster: noise
     fit = fit_points(pts)
-    assert fit["layer_s"] >= 0 and fit["vocab_s"] >= 0 and fit["t0_s"] >= 0
+    assert min(fit["layer_s"], fit["vocab_s"], fit["t0_s"], fit["attn_s"]) >= 0
     assert fit["rms_rel_error"] > 0
 
 
@@ -39,12 +39,12 @@ def test_fit_errors():
     with pytest.raises(ProbeError, match="no measurement for \\['Q8_0'\\]"):
         fit_points([p for p in points() if p.weight_type != "Q8_0"])
     with pytest.raises(ProbeError, match="not positive"):
-        fit_points([FitPoint("F16", 1, 1, 1, 0.0)] + points())
+        fit_points([FitPoint("F16", 1, 1, 1, 0, 0.0)] + points())
 
 
 def test_fit_of_nonsense_says_so():
     """Big models faster than tiny ones (a busy machine): a fit comes back, with a large error."""
-    nonsense = [FitPoint(p.weight_type, p.step_bytes, p.n_layer, p.n_vocab, 1e-3 if p.step_bytes > 1e8 else 1.0)
+    nonsense = [FitPoint(p.weight_type, p.step_bytes, p.n_layer, p.n_vocab, 0, 1e-3 if p.step_bytes > 1e8 else 1.0)
                 for p in points()]
     assert fit_points(nonsense)["rms_rel_error"] > 0.5
 
@@ -59,15 +59,17 @@ def test_plan_sizes_dwarf_the_cache():
 
 def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     """Real models built (tiny), measurement replaced by the model above: the fit comes back."""
-    calls: list[str] = []
+    calls: list[tuple[str, int]] = []
     monkeypatch.setattr(kernel, "measure", fake_measure(calls))
     said: list[str] = []
     k = probe_kernels(TINY, tmp_path / "models", progress=said.append)
-    assert len(calls) == 8 and len(k.points) == 8
+    assert len(calls) == 10 and len(k.points) == 10
+    assert calls[-1][1] == TINY.n_long and calls[-2][0] == calls[-1][0]  # the attention model, short then long
     assert any(s.startswith("building") for s in said) and any(s.startswith("quantizing") for s in said)
     for t, gbs in TRUE["type_gbs"].items():
         assert k.type_gbs[t] == pytest.approx(gbs, rel=1e-6)
     assert k.t0_s == pytest.approx(TRUE["t0_s"], rel=1e-4) and k.backend == "CPU" and k.n_threads == 3
+    assert k.attn_s == pytest.approx(TRUE["attn_s"], rel=1e-4)
     said.clear()
     probe_kernels(TINY, tmp_path / "models", progress=said.append)  # second time: models come from the cache
     assert not any(s.startswith(("building", "quantizing")) for s in said)
@@ -76,7 +78,7 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
 def test_measure_decodes_through_the_engine(tmp_path):
     """One real decode of a tiny probe model (bounded: a few tokens), no timing asserted."""
     models = kernel.probe_models(TINY, tmp_path, lambda _m: None)
-    t, path = models[0]
-    assert t == "Q4_0" and "Q4_0" in inspect(path).decode_bytes_by_type
-    step_s, backend, threads, spec = kernel.measure(path, TINY, n_threads=1, n_gpu_layers=0)
+    run = models[0]
+    assert run.weight_type == "Q4_0" and "Q4_0" in inspect(run.path).decode_bytes_by_type
+    step_s, backend, threads, spec = kernel.measure(run.path, TINY, n_prompt=8, n_threads=1, n_gpu_layers=0)
     assert step_s > 0 and backend == "CPU" and threads == 1 and spec.n_layer == TINY.n_layer

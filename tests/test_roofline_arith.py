@@ -198,3 +198,27 @@ def test_default_predictor_uses_only_the_cache(tiny_model, tmp_path, monkeypatch
     assert isinstance(pred, Predictor) and pred.calibration.t0_s == 1e-4
     assert default_predictor(spec, "CUDA") is None  # another backend's results do not apply
     assert predict(spec, ctx=(32,)).calibrated  # the API reads the same cache
+
+
+def test_attention_macs_exact(tiny_model, default_model):
+    from ondevice.roofline import attention_macs
+
+    tiny = inspect(tiny_model)  # 2 layers, 4 query heads of 16
+    assert attention_macs(tiny, 100) == 2 * 100 * 4 * (16 + 16)
+    gemma = inspect(default_model)  # 18 layers, 4 heads of 256; 15 layers slide over 512 tokens
+    per = gemma.n_head * (gemma.head_dim_k + gemma.head_dim_v)
+    assert attention_macs(gemma, 300) == 18 * 300 * per
+    assert attention_macs(gemma, 4096) == (3 * 4096 + 15 * 512) * per
+    assert attention_macs(replace(gemma, n_head=None), 4096) == 0
+
+
+def test_predictor_attention_term(tiny_model):
+    from ondevice.roofline import attention_macs
+
+    spec = inspect(tiny_model)
+    base = Calibration("CPU", ceiling_gbs=20, type_gbs={"F16": 8.0}, t0_s=1e-4)
+    with_attn = replace(base, attn_s=1e-9)
+    for n in (1, 300):
+        _, a = Predictor(spec, base).step_s(n)
+        _, b = Predictor(spec, with_attn).step_s(n)
+        assert b - a == pytest.approx(attention_macs(spec, n) * 1e-9, rel=1e-9)

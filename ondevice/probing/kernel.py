@@ -2,17 +2,20 @@
 
 Models (built once by quant's synthetic builder, quantized by llama.cpp, kept in the cache):
 one llama shape large enough to dwarf the caches per weight type (F16, and Q8_0/Q4_0
-quantized from it), and tiny models (weights of a few hundred KB, so ~0 bytes read from
-memory) with few/many layers and a small/large vocabulary: two sizes for every fit. Each
-is decoded through `ondevice.engine` on the backend the engine uses; the median
-inter-token latency is one point. One weighted least-squares fit over all points gives
+quantized from it); tiny models (weights of a few hundred KB, so ~0 bytes read from
+memory) with few/many layers and a small/large vocabulary; and a small attention model
+decoded after a short and after a long prompt. Each run goes through `ondevice.engine` on
+the backend the engine uses; its median inter-token latency is one point. One weighted
+least-squares fit over all points gives
 
-    step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s
+    step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s + attn_macs * attn_s
 
-bw_type is the effective bandwidth the runtime's kernels reach on that weight type; t0 the
-fixed per-token cost (graph, launches, Python); layer_s the per-layer cost (op dispatch,
-thread barriers, kernel launches); vocab_s the per-vocabulary-entry cost (logits, sampling).
-A point's bytes are all counted as its main type (norms and the small head are < 1%).
+bw_type is the effective bandwidth the runtime's kernels reach on that weight type (the KV
+cache, f16, counts as F16 bytes); t0 the fixed per-token cost (graph, launches, Python);
+layer_s the per-layer cost (op dispatch, thread barriers, kernel launches); vocab_s the
+per-vocabulary-entry cost (logits, sampling); attn_s the cost per attention multiply-add
+(QK and AV over the context, per query head: what GQA does not save on a CPU).
+A run's weight bytes are all counted as its main type (norms and the small head are < 1%).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from ondevice.errors import ProbeError
 from ondevice.modelspec import ModelSpec, inspect
 from ondevice.probing.result import KernelPoint, KernelProbe
 
-__all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "PROBE_TYPES", "FitPoint"]
+__all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "probe_models",
+           "PROBE_TYPES", "FitPoint", "ProbeRun"]
 
 PROBE_TYPES = ("Q4_0", "Q8_0", "F16")
 _MB = 1 << 20
@@ -52,7 +56,9 @@ class KernelPlan:
     tiny_d_model: int = 64  # width of the tiny models (weights stay in cache)
     tiny_layers: tuple[int, int] = (2, 16)  # blocks of the two tiny models (per-layer cost)
     tiny_vocab: int = 32000  # vocabulary of the large-vocab tiny model (per-entry cost)
-    n_prompt: int = 16  # prompt tokens before decoding
+    attn_shape: tuple[int, int, int, int] = (512, 8, 2, 4)  # attention model: d_model, heads, KV heads, blocks
+    n_long: int = 1024  # prompt tokens of the attention model's long-context run
+    n_prompt: int = 16  # prompt tokens before decoding (every other run)
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
     n_warmup: int = 3  # decode steps dropped first (page faults, caches)
     types: tuple[str, ...] = PROBE_TYPES  # weight types probed
@@ -61,6 +67,10 @@ class KernelPlan:
         hd = self.d_model // self.n_head
         per = 2 * self.d_model * self.d_model + 2 * self.n_head_kv * hd * self.d_model + 3 * self.d_ff * self.d_model
         return 2 * per
+
+    def mid_context(self, n_prompt: int) -> int:
+        """The context at the middle of the timed decode steps of a run with n_prompt tokens."""
+        return n_prompt + self.n_warmup + self.n_tokens // 2
 
 
 def plan_for(llc_bytes: int | None) -> KernelPlan:
@@ -71,24 +81,38 @@ def plan_for(llc_bytes: int | None) -> KernelPlan:
 
 
 @dataclass(frozen=True)
+class ProbeRun:
+    """One decode run of the kernel probe."""
+
+    weight_type: str  # main weight type of the model
+    path: Path  # the model file
+    n_prompt: int  # prompt tokens before the timed steps
+
+
+@dataclass(frozen=True)
 class FitPoint:
-    """One measured model, as the fit sees it."""
+    """One measured run, as the fit sees it."""
 
     weight_type: str  # main weight type ("F16", "Q8_0", "Q4_0")
     step_bytes: int  # weight + KV bytes one step reads
     n_layer: int  # blocks
     n_vocab: int  # vocabulary entries
+    attn_macs: int  # attention multiply-adds one step does (roofline.attention_macs)
     step_s: float  # measured median step, seconds
 
 
 # ---------- models ----------
 
 def _synth_kwargs(plan: KernelPlan, kind: str, n_layer: int, n_vocab: int) -> dict:
-    """SynthConfig fields of a sized or tiny probe model."""
+    """SynthConfig fields of a sized, tiny or attention probe model."""
     if kind == "tiny":
         d = plan.tiny_d_model
         return dict(d_model=d, n_head=max(1, d // 32), n_head_kv=max(1, d // 64), d_ff=2 * d, n_layer=n_layer,
                     n_vocab=n_vocab, n_ctx_train=1024, seed=7, name="ondevice-probe-tiny")
+    if kind == "attn":
+        d, heads, kv_heads, blocks = plan.attn_shape
+        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=d, n_layer=blocks, n_vocab=n_vocab,
+                    n_ctx_train=max(1024, 2 * plan.n_long), seed=5, name="ondevice-probe-attn")
     return dict(d_model=plan.d_model, n_head=plan.n_head, n_head_kv=plan.n_head_kv, d_ff=plan.d_ff, n_layer=n_layer,
                 n_vocab=n_vocab, n_ctx_train=1024, seed=11, name="ondevice-probe")
 
@@ -117,32 +141,36 @@ def _ensure(model_dir: Path, kind: str, cfg: dict, weight_type: str, progress: P
     return out
 
 
-def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[tuple[str, Path]]:
-    """(main weight type, path) of every model the plan decodes, building what is missing."""
+def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[ProbeRun]:
+    """Every run the plan decodes, building the models that are missing."""
     model_dir.mkdir(parents=True, exist_ok=True)
-    out: list[tuple[str, Path]] = []
+    runs: list[ProbeRun] = []
     cfg = _synth_kwargs(plan, "sized", plan.n_layer, plan.n_vocab)
     for t in plan.types:
-        out.append((t, _ensure(model_dir, "sized", cfg, t, progress)))
+        runs.append(ProbeRun(t, _ensure(model_dir, "sized", cfg, t, progress), plan.n_prompt))
     tiny = [(plan.tiny_layers[0], 512, t) for t in plan.types]
     tiny += [(plan.tiny_layers[1], 512, "F16"), (plan.tiny_layers[0], plan.tiny_vocab, "F16")]
     for n_layer, n_vocab, t in tiny:
-        out.append((t, _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress)))
-    return out
+        runs.append(ProbeRun(t, _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress),
+                             plan.n_prompt))
+    attn = _ensure(model_dir, "attn", _synth_kwargs(plan, "attn", plan.attn_shape[3], 512), "F16", progress)
+    runs += [ProbeRun("F16", attn, plan.n_prompt), ProbeRun("F16", attn, plan.n_long)]
+    return runs
 
 
 # ---------- measuring ----------
 
-def measure(path: Path, plan: KernelPlan, *, n_threads: int | None, n_gpu_layers) -> tuple[float, str, int, ModelSpec]:
-    """(median decode step s, backend, n_threads) of one model decoded through the engine."""
+def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | None,
+            n_gpu_layers) -> tuple[float, str, int, ModelSpec]:
+    """(median decode step s, backend, threads, spec) of one model decoded through the engine."""
     from ondevice.engine import load
 
     spec = inspect(path)
-    n_ctx = plan.n_prompt + plan.n_warmup + plan.n_tokens + 8
-    eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=64, predictor=None)
+    n_ctx = n_prompt + plan.n_warmup + plan.n_tokens + 8
+    eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512, predictor=None)
     try:
         vocab = spec.n_vocab or 512
-        prompt = [1] + [3 + (i * 97) % (vocab - 3) for i in range(plan.n_prompt - 1)]
+        prompt = [1] + [3 + (i * 97) % (vocab - 3) for i in range(n_prompt - 1)]
         gen = eng.generate(prompt, max_tokens=plan.n_warmup + plan.n_tokens + 1, ignore_eos=True, seed=0,
                            reuse_prefix=False)
         itl = gen.timings.itl_s[plan.n_warmup:]
@@ -153,21 +181,31 @@ def measure(path: Path, plan: KernelPlan, *, n_threads: int | None, n_gpu_layers
         eng.close()
 
 
+def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -> FitPoint:
+    from ondevice.roofline import attention_macs
+
+    n = plan.mid_context(run.n_prompt)
+    return FitPoint(run.weight_type, spec.decode_weight_bytes + spec.kv_read_bytes(n), spec.n_layer or 0,
+                    spec.n_vocab or 0, attention_macs(spec, n), step_s)
+
+
 def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = None, n_gpu_layers="auto",
                   progress: Progress | None = None) -> KernelProbe:
-    """Build (or reuse) the probe models, decode each, and fit bandwidths per type and t0."""
+    """Build (or reuse) the probe models, decode each, and fit bandwidths per type and the fixed costs."""
     say = progress or (lambda _msg: None)
     t_start = time.perf_counter()
-    models = probe_models(plan, model_dir, say)
+    runs = probe_models(plan, model_dir, say)
     points: list[KernelPoint] = []
     fit_in: list[FitPoint] = []
     backend, threads = "CPU", 0
-    for weight_type, path in models:
-        say(f"decoding {path.name}")
-        step_s, backend, threads, spec = measure(path, plan, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
-        kv = spec.kv_read_bytes(plan.n_prompt + plan.n_warmup + plan.n_tokens // 2)
-        points.append(KernelPoint(weight_type, spec.decode_weight_bytes, kv, step_s, plan.n_tokens))
-        fit_in.append(FitPoint(weight_type, spec.decode_weight_bytes + kv, spec.n_layer or 0, spec.n_vocab or 0, step_s))
+    for run in runs:
+        say(f"decoding {run.path.name} after {run.n_prompt} prompt tokens")
+        step_s, backend, threads, spec = measure(run.path, plan, n_prompt=run.n_prompt, n_threads=n_threads,
+                                                 n_gpu_layers=n_gpu_layers)
+        fp = fit_point(run, spec, step_s, plan)
+        fit_in.append(fp)
+        points.append(KernelPoint(run.weight_type, spec.decode_weight_bytes, fp.step_bytes - spec.decode_weight_bytes,
+                                  step_s, plan.n_tokens, plan.mid_context(run.n_prompt), fp.attn_macs))
     fit = fit_points(fit_in, plan.types)
     return KernelProbe(
         backend=backend,
@@ -177,6 +215,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         t0_s=fit["t0_s"],
         layer_s=fit["layer_s"],
         vocab_s=fit["vocab_s"],
+        attn_s=fit["attn_s"],
         fit_rms_rel=fit["rms_rel_error"],
         points=tuple(points),
         elapsed_s=time.perf_counter() - t_start,
@@ -185,28 +224,32 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
 
 # ---------- the fit ----------
 
-def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> dict:
-    """Weighted least squares (relative residuals) of step_s on bytes per type, 1, n_layer, n_vocab.
+_SMALL = ("t0_s", "layer_s", "vocab_s", "attn_s")  # the non-bandwidth terms, in column order
 
-    The small terms (t0, layer_s, vocab_s) are kept >= 0 by trying each subset of them at
-    zero and keeping the feasible solution with the smallest residual. Raises ProbeError
-    when a type has no point or its bandwidth comes out non-positive.
+
+def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> dict:
+    """Weighted least squares (relative residuals) of step_s on bytes per type, 1, n_layer, n_vocab, attn_macs.
+
+    The small terms are kept >= 0 by trying each subset of them at zero and keeping the
+    feasible solution with the smallest residual. Raises ProbeError when a step is not
+    positive, a type has no point, or no fit has positive bandwidths.
     """
     if any(not p.step_s > 0 for p in points):
         raise ProbeError("kernel probe: a decode step time was not positive")
     present = [t for t in types if any(p.weight_type == t for p in points)]
     if len(present) != len(types):
         raise ProbeError(f"kernel probe: no measurement for {sorted(set(types) - set(present))}")
-    cols = len(types)
-    a = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab]
+    cols, n_small = len(types), len(_SMALL)
+    a = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab, p.attn_macs]
                   for p in points], dtype=np.float64)
     y = np.array([p.step_s for p in points], dtype=np.float64)
     w = 1.0 / y
     best = None
-    for zeroed in itertools.chain.from_iterable(itertools.combinations(range(3), k) for k in range(4)):
-        keep = [i for i in range(cols + 3) if i - cols not in zeroed]
+    subsets = itertools.chain.from_iterable(itertools.combinations(range(n_small), k) for k in range(n_small + 1))
+    for zeroed in subsets:
+        keep = [i for i in range(cols + n_small) if i - cols not in zeroed]
         sol, *_ = np.linalg.lstsq(a[:, keep] * w[:, None], y * w, rcond=None)
-        x = np.zeros(cols + 3)
+        x = np.zeros(cols + n_small)
         x[keep] = sol
         if (x[cols:] < 0).any() or (x[:cols] <= 0).any():
             continue
@@ -216,10 +259,7 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     if best is None:
         raise ProbeError("kernel probe: measurements are inconsistent (no positive bandwidth fit); run it again")
     x = best[1]
-    return {
-        "type_gbs": {t: float(1.0 / x[i] / 1e9) for i, t in enumerate(types)},
-        "t0_s": float(x[cols]),
-        "layer_s": float(x[cols + 1]),
-        "vocab_s": float(x[cols + 2]),
-        "rms_rel_error": float(np.sqrt(best[0] / len(points))),
-    }
+    out = {"type_gbs": {t: float(1.0 / x[i] / 1e9) for i, t in enumerate(types)}}
+    out.update({name: float(x[cols + i]) for i, name in enumerate(_SMALL)})
+    out["rms_rel_error"] = float(np.sqrt(best[0] / len(points)))
+    return out

@@ -13,18 +13,20 @@ from ondevice.roofline import Calibration
 
 __all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
 class KernelPoint:
-    """One synthetic model decoded through llama.cpp."""
+    """One synthetic model decoded through llama.cpp (one run)."""
 
     weight_type: str  # matrix weight type of the synthetic model: "Q4_0", "Q8_0", "F16"
     decode_bytes: int  # weight bytes one decode step reads (ModelSpec.decode_weight_bytes)
     kv_bytes: int  # KV bytes one step reads at the context used
     step_s: float  # median decode step time, seconds
     n_tokens: int  # decode steps timed
+    n_ctx: int = 0  # context at the middle of the timed steps, tokens
+    attn_macs: int = 0  # attention multiply-adds per step at n_ctx (roofline.attention_macs)
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class KernelProbe:
     t0_s: float  # fixed per-token cost, seconds (intercept of the fit, >= 0)
     layer_s: float  # extra cost per transformer block per token, seconds (>= 0)
     vocab_s: float  # extra cost per vocabulary entry per token (logits, sampling), seconds (>= 0)
+    attn_s: float  # cost per attention multiply-add (context x query heads x head dims), seconds (>= 0)
     fit_rms_rel: float  # root-mean-square relative residual of the fit (0.02 = 2%)
     points: tuple[KernelPoint, ...]  # every measurement the fit used
     elapsed_s: float  # wall time of the kernel probe, seconds (models from cache or built)
@@ -100,6 +103,7 @@ class ProbeResult:
             t0_s=self.kernel.t0_s,
             layer_s=self.kernel.layer_s,
             vocab_s=self.kernel.vocab_s,
+            attn_s=self.kernel.attn_s,
             compute_gflops=self.compute.f32_gflops,
         )
 
