@@ -82,3 +82,34 @@ def test_measure_decodes_through_the_engine(tmp_path):
     assert run.weight_type == "Q4_0" and "Q4_0" in inspect(run.path).decode_bytes_by_type
     step_s, backend, threads, spec = kernel.measure(run.path, TINY, n_prompt=8, n_threads=1, n_gpu_layers=0)
     assert step_s > 0 and backend == "CPU" and threads == 1 and spec.n_layer == TINY.n_layer
+
+
+def test_a_run_stops_at_its_time_budget(tmp_path, monkeypatch):
+    """With no time budget a run keeps only warm-up + 5 steps instead of the 1000 asked: bounded on a busy machine."""
+    from dataclasses import replace
+
+    import ondevice.engine as engine_pkg
+
+    streams = []
+    real_load = engine_pkg.load
+
+    def spy_load(*a, **k):
+        eng = real_load(*a, **k)
+        real_stream = eng.stream
+
+        def stream(*sa, **sk):
+            ts = real_stream(*sa, **sk)
+            streams.append((sk["max_tokens"], ts))
+            return ts
+
+        eng.stream = stream
+        return eng
+
+    monkeypatch.setattr(engine_pkg, "load", spy_load)
+    plan = replace(TINY, n_tokens=1000, run_budget_s=0.0)
+    run = kernel.probe_models(TINY, tmp_path, lambda _m: None)[0]
+    kernel.measure(run.path, plan, n_prompt=8, n_threads=1, n_gpu_layers=0)
+    (max_tokens, ts), = streams
+    assert max_tokens == plan.n_warmup + 1001
+    assert ts.generation.finish_reason == "cancelled"
+    assert ts.generation.timings.output_tokens == plan.n_warmup + 6

@@ -61,6 +61,7 @@ class KernelPlan:
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
     n_warmup: int = 3  # decode steps dropped first (page faults, caches)
+    run_budget_s: float = 4.0  # a run stops decoding after this many seconds (>= 4 timed steps kept)
     types: tuple[str, ...] = PROBE_TYPES  # weight types probed
 
     def layer_bytes_f16(self) -> int:
@@ -171,9 +172,16 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
     try:
         vocab = spec.n_vocab or 512
         prompt = [1] + [3 + (i * 97) % (vocab - 3) for i in range(n_prompt - 1)]
-        gen = eng.generate(prompt, max_tokens=plan.n_warmup + plan.n_tokens + 1, ignore_eos=True, seed=0,
-                           reuse_prefix=False)
-        itl = gen.timings.itl_s[plan.n_warmup:]
+        stream = eng.stream(prompt, max_tokens=plan.n_warmup + plan.n_tokens + 1, ignore_eos=True, seed=0,
+                            reuse_prefix=False)
+        t_first = None
+        for event in stream:  # a busy machine must not stretch the probe without bound
+            if t_first is None:
+                t_first = time.perf_counter()
+            elif event.index > plan.n_warmup + 4 and time.perf_counter() - t_first > plan.run_budget_s:
+                break
+        stream.close()
+        itl = stream.generation.timings.itl_s[plan.n_warmup:]
         if not itl:
             raise ProbeError(f"kernel probe: {path.name} produced no decode steps")
         return statistics.median(itl), eng.info.backend, eng.info.n_threads, spec
