@@ -79,8 +79,11 @@ class GGUFFile:
         return self.metadata.get(key, default)
 
     def read_array(self, ref: ArrayRef) -> list[Any] | np.ndarray:
-        """Decode an ArrayRef: a numpy array for numbers, a list of str for strings."""
-        with _Cursor.open(self.path) as cur:
+        """Decode an ArrayRef: a numpy array for numbers, a list of str for strings.
+
+        Strings are decoded losslessly (invalid UTF-8 as surrogate escapes), so distinct
+        byte strings stay distinct, as llama.cpp sees them."""
+        with _Cursor.open(self.path, text_errors="surrogateescape") as cur:
             cur.pos = ref.offset
             return cur.array_items(ref.item_type, ref.count, depth=1, eager=True)
 
@@ -104,23 +107,24 @@ def read_gguf(path: str | Path) -> GGUFFile:
 
 
 class _Cursor:
-    def __init__(self, path: Path, buf: memoryview | bytes, size: int, closer):
+    def __init__(self, path: Path, buf: memoryview | bytes, size: int, closer, text_errors: str = "replace"):
         self.path, self.buf, self.size, self.pos, self._closer = path, buf, size, 0, closer
+        self.text_errors = text_errors  # how invalid UTF-8 in strings is decoded
 
     @classmethod
-    def open(cls, path: Path) -> "_Cursor":
+    def open(cls, path: Path, text_errors: str = "replace") -> "_Cursor":
         handle = open(path, "rb")
         size = path.stat().st_size
         if size == 0:
             handle.close()
-            return cls(path, b"", 0, lambda: None)
+            return cls(path, b"", 0, lambda: None, text_errors)
         mm = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
         def closer():
             mm.close()
             handle.close()
 
-        return cls(path, mm, size, closer)
+        return cls(path, mm, size, closer, text_errors)
 
     def __enter__(self) -> "_Cursor":
         return self
@@ -153,7 +157,7 @@ class _Cursor:
         self.need(n, what)
         raw = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
-        return raw.decode("utf-8", errors="replace")
+        return raw.decode("utf-8", errors=self.text_errors)
 
     def skip_string(self, what: str) -> None:
         n = self.u64(f"{what} length")

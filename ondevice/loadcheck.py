@@ -9,7 +9,7 @@ typed error instead of reaching llama.cpp's C++ code.
 from __future__ import annotations
 
 from ondevice.errors import GGUFFormatError
-from ondevice.gguf_file import GGUFFile
+from ondevice.gguf_file import ArrayRef, GGUFFile
 from ondevice.modelspec import ModelSpec, spec_from_gguf
 
 __all__ = ["check_loadable", "inspect_for_load"]
@@ -55,7 +55,26 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
     q = by_name.get("blk.0.attn_q.weight")
     if q is not None and spec.head_dim_k and q.shape[-1] != spec.n_head * spec.head_dim_k:
         raise GGUFFormatError(f"{where}: blk.0.attn_q.weight has {q.shape[-1]} outputs, expected n_head x head_dim = {spec.n_head * spec.head_dim_k}")
+    _check_vocab(g, where)
     for name in _TOKEN_ID_KEYS:
         token = g.get(f"tokenizer.ggml.{name}_token_id")
         if isinstance(token, int) and not 0 <= token < spec.n_vocab:
             raise GGUFFormatError(f"{where}: {name} token id {token} is outside the vocabulary of {spec.n_vocab}")
+
+
+def _check_vocab(g: GGUFFile, where: str) -> None:
+    """Token strings must be unique (llama.cpp asserts it) and the per-token arrays agree in length."""
+    tokens_ref = g.get("tokenizer.ggml.tokens")
+    if tokens_ref is None:
+        raise GGUFFormatError(f"{where}: no tokenizer.ggml.tokens vocabulary")
+    tokens = g.read_array(tokens_ref) if isinstance(tokens_ref, ArrayRef) else tokens_ref
+    if not all(isinstance(t, str) for t in tokens):
+        raise GGUFFormatError(f"{where}: tokenizer.ggml.tokens is not an array of strings")
+    for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+        arr = g.get(key)
+        if arr is not None and (not isinstance(arr, (ArrayRef, list)) or len(arr) != len(tokens)):
+            raise GGUFFormatError(f"{where}: {key} has {len(arr) if isinstance(arr, (ArrayRef, list)) else 'no'} entries for {len(tokens)} tokens")
+    if len(set(tokens)) != len(tokens):
+        seen: set[str] = set()
+        dup = next(t for t in tokens if t in seen or seen.add(t))
+        raise GGUFFormatError(f"{where}: token {dup!r} appears twice in the vocabulary")
