@@ -56,8 +56,8 @@ class KernelPlan:
     tiny_d_model: int = 64  # width of the tiny models (weights stay in cache)
     tiny_layers: tuple[int, int] = (2, 16)  # blocks of the two tiny models (per-layer cost)
     tiny_vocab: int = 32000  # vocabulary of the large-vocab tiny model (per-entry cost)
-    attn_shape: tuple[int, int, int, int] = (512, 8, 2, 4)  # attention model: d_model, heads, KV heads, blocks
-    n_long: int = 1024  # prompt tokens of the attention model's long-context run
+    attn_shape: tuple[int, int, int, int] = (256, 4, 1, 4)  # attention model: d_model, heads, KV heads, blocks
+    n_long: int = 2048  # prompt tokens of the attention model's long-context run (attention dominates there)
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
     n_warmup: int = 3  # decode steps dropped first (page faults, caches)
