@@ -173,8 +173,8 @@ class TTFTPrediction:
 @dataclass(frozen=True)
 class MemoryVerdict:
     weight_bytes: int  # all weights (every expert)
-    kv_bytes: int  # KV cache at n_ctx (windowed layers capped)
-    buffer_bytes: int  # compute buffers, estimated: 4 B x n_batch x (n_vocab + 6 d_model)
+    kv_bytes: int  # KV cache at n_ctx, every layer holding n_ctx cells (llama.cpp's default)
+    buffer_bytes: int  # compute buffers, estimated: 4 B x n_batch x max(n_vocab + d, n_head x n_ctx + 4d)
     total_bytes: int  # sum of the three
     n_ctx: int  # context the KV cache is sized for, tokens
     available_bytes: int | None  # free RAM (CPU) or VRAM (GPU) when known

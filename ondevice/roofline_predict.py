@@ -156,9 +156,17 @@ def _memory_budget(probe, backend: str, given: int | None) -> tuple[str, int | N
 
 
 def memory_verdict(spec: ModelSpec, *, n_ctx: int, n_batch: int, available_bytes: int | None, where: str) -> MemoryVerdict:
-    """All weights + KV at n_ctx + compute buffers, against what is available."""
-    kv = spec.kv_read_bytes(n_ctx)
-    buffers = 4 * n_batch * ((spec.n_vocab or 0) + 6 * (spec.d_model or 0))
+    """All weights + KV at n_ctx + compute buffers, against what is available.
+
+    KV: every layer holds n_ctx cells (llama.cpp allocates sliding-window layers in full by
+    default, swa_full). Buffers, f32 per batch token: the larger of the logits (n_vocab) and
+    the attention scores of every head over the context (n_head x n_ctx, no flash attention),
+    plus a few d_model-wide activations; within a few % of llama.cpp's reported compute buffer
+    for the default model and the synthetic ones.
+    """
+    kv = n_ctx * spec.kv_bytes_per_token
+    d = spec.d_model or 0
+    buffers = 4 * n_batch * max((spec.n_vocab or 0) + d, (spec.n_head or 1) * n_ctx + 4 * d)
     total = spec.weight_bytes + kv + buffers
     if not available_bytes:
         verdict = "unknown"

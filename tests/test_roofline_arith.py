@@ -138,9 +138,16 @@ def test_prefill_flops_exact():
     assert prefill_flops(headed, p) == pytest.approx(2.0 * (headed.n_params_matmul - head) * p + 2.0 * head + attn)
 
 
+def test_memory_buffers_near_llama_cpp_figures(default_model):
+    """llama.cpp reports a 514.50 MiB compute buffer for the default model at n_batch 512, n_ctx 4096."""
+    v = memory_verdict(inspect(default_model), n_ctx=4096, n_batch=512, available_bytes=None, where="RAM")
+    assert v.buffer_bytes == pytest.approx(514.5 * 2**20, rel=0.05)
+    assert v.kv_bytes == 72 * 2**20  # 12 MiB (3 global layers) + 60 MiB (15 window layers, allocated in full)
+
+
 def test_memory_verdict_thresholds():
     s = llama8b()
-    need = s.weight_bytes + s.kv_read_bytes(4096) + 4 * 512 * 0
+    need = s.weight_bytes + 4096 * s.kv_bytes_per_token + 4 * 512 * (1 * 4096)  # no --heads: one head counted
     v = memory_verdict(s, n_ctx=4096, n_batch=512, available_bytes=int(need / 0.8) + 1, where="RAM")
     assert v.total_bytes == need and v.verdict == "fits"
     assert memory_verdict(s, n_ctx=4096, n_batch=512, available_bytes=need, where="RAM").verdict == "tight"
