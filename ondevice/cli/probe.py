@@ -82,7 +82,7 @@ def render(r) -> str:
         lines.append("kernels: not probed (run `ondevice probe --refresh` without --no-kernel)")
     else:
         lines.append(f"llama.cpp decode kernels on {k.backend}, {k.n_threads} threads "
-                     f"({len(k.points)} synthetic models, fit error {100 * k.fit_rms_rel:.1f}% rms):")
+                     f"({len(k.points)} runs of synthetic models, fit error {100 * k.fit_rms_rel:.1f}% rms):")
         rows = [[t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%"] for t, g in k.type_gbs.items()]
         lines.append("  " + table(["weights", "GB/s", "of host read"], rows, align="lrr").replace("\n", "\n  "))
         lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "

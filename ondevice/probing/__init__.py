@@ -65,7 +65,7 @@ def probe(*, refresh: bool = False, kernel: bool = True, backend: str | None = N
         cached = cache.load_cached(backend, build=build, root=cache_root)
         if cached is not None and (cached.kernel is not None or not kernel):
             return cached
-    host = hardware.detect(system_info=system_info)
+    host = hardware.detect()  # reads the system info itself, and lists llama.cpp's devices
     if backend.upper() != "CPU" and host.accelerator_backend.upper() != backend.upper():
         raise ProbeError(f"backend {backend!r} is not in this llama.cpp build ({host.accelerator_backend})")
     threads = n_threads or hardware.default_threads(host)
