@@ -76,7 +76,8 @@ class ItlChart(Widget):
     def set_data(self, values: Sequence[float], ref: float | None) -> None:
         """Show the newest values that fit; repaint only when something changed."""
         width = max(1, self.size.width or 40)
-        new = tuple(values[-width:]) if len(values) > width else tuple(values)
+        n = len(values)
+        new = tuple(values[i] for i in range(max(0, n - width), n))  # works for a deque too
         if new != self._values or ref != self._ref:
             self._values, self._ref = new, ref
             self.refresh()
@@ -96,6 +97,11 @@ class ItlChart(Widget):
         for n, line in enumerate(column_cells(values, self._ref, rows)):
             if n:
                 text.append("\n")
-            for char, kind in line:
-                text.append(char, styles[kind])
+            run_kind, run = None, []
+            for char, kind in line + [("", None)]:  # one span per run of the same kind
+                if kind != run_kind and run:
+                    text.append("".join(run), styles[run_kind])
+                    run = []
+                run_kind = kind
+                run.append(char)
         return text

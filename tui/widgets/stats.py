@@ -81,14 +81,18 @@ class StatsPanel(VerticalScroll, can_focus=False):
 
     def on_mount(self) -> None:
         self.border_title = "latency"
+        self._sections = {w.id: w for w in self.query(Static) if w.id}
+        self._texts: dict[str, str] = {}
+        self._chart = self.query_one(ItlChart)
         self.show_live(None)
         self.show_context(0, 0, None, "ok")
 
-    def _set(self, widget_id: str, text: str) -> None:
-        widget = self.query_one(f"#{widget_id}", Static)
-        if getattr(widget, "_ondevice_text", None) != text:
-            widget._ondevice_text = text  # type: ignore[attr-defined]
-            widget.update(text)
+    def _set(self, widget_id: str, text: str, layout: bool = False) -> None:
+        """Update one section if its text changed. Sections have fixed heights (see the
+        stylesheet), so a live update repaints the section without a layout pass."""
+        if self._texts.get(widget_id) != text:
+            self._texts[widget_id] = text
+            self._sections[widget_id].update(text, layout=layout)
 
     def show_live(self, s: LiveStats | None, itl_s: Sequence[float] = ()) -> None:
         s = s or LiveStats(0, None, None, None, None, 0, None, None, None)
@@ -110,14 +114,14 @@ class StatsPanel(VerticalScroll, can_focus=False):
         self._set("stats-gauge", f"{hbar(eff, BAR_CELLS)} {gauge}")
         ref = f" ─ pred {s.predicted_step_s * 1000:.1f} ms" if s.predicted_step_s else " ms"
         self._set("stats-itl-label", f"ITL ({s.output_tokens} tok){ref}")
-        self.query_one(ItlChart).set_data(list(itl_s), s.predicted_step_s)
+        self._chart.set_data(itl_s, s.predicted_step_s)
         prefill = [_row("prefill", fmt_rate(s.prefill_tok_s))]
         cached = _DASH if s.cached_prompt_tokens is None else f"{s.cached_prompt_tokens}/{s.prompt_tokens} tok"
         prefill.append(_row("cached", cached))
         self._set("stats-prefill", "\n".join(prefill))
 
     def show_context(self, used: int, n_ctx: int, kv_bytes: int | None, level: str) -> None:
-        ctx = self.query_one("#stats-ctx", Static)
+        ctx = self._sections["stats-ctx"]
         for name in ("ok", "warn", "full"):
             ctx.set_class(name == level, f"ctx-{name}")
         fraction = used / n_ctx if n_ctx else None
@@ -131,4 +135,4 @@ class StatsPanel(VerticalScroll, can_focus=False):
         self._set("stats-mem", "\n".join([_row("RSS", fmt_bytes(rss_bytes)), _row("sys mem", sys_text)]))
 
     def show_model(self, lines: Sequence[str]) -> None:
-        self._set("stats-card", "\n".join(lines))
+        self._set("stats-card", "\n".join(lines), layout=True)

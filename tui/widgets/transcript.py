@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.widgets import Markdown, Static
 
-__all__ = ["Transcript", "UserMessage", "AssistantMessage", "Note"]
+__all__ = ["Transcript", "UserMessage", "AssistantMessage", "StreamTail", "Note"]
+
+TAIL_STEP = 4  # the streaming line's box grows by this many lines at a time
 
 
 class UserMessage(Static):
@@ -20,30 +23,66 @@ class UserMessage(Static):
         self.border_title = "you"
 
 
+class StreamTail(Static):
+    """The line being written, as plain text, in a box whose height grows in steps.
+
+    A change of height needs a layout pass, which reflows and repaints the whole screen;
+    growing by TAIL_STEP lines at a time makes that happen once every few wrapped lines
+    instead of on every tick (the unused lines show blank until the line completes)."""
+
+    def __init__(self) -> None:
+        super().__init__("", markup=False, classes="tail")
+        self._rows = 0  # height reserved now, lines
+
+    def show(self, text: str) -> None:
+        width = self.content_size.width or self.size.width
+        lines = (len(Content(text).wrap(width)) if width > 0 else 1) if text else 0
+        rows = self._rows if 0 < lines <= self._rows else (lines + TAIL_STEP - 1 if lines else 0)
+        if rows != self._rows:
+            self._rows = rows
+            self.styles.height = rows  # one layout pass
+        self.update(text, layout=False)
+
+
 class AssistantMessage(Vertical):
-    """The model's answer: Markdown appended in batches, then a one-line footer."""
+    """The model's answer. Whole lines go to the Markdown as they complete (one append per
+    UI tick at most); the line still being written shows as plain text below it. Then a
+    one-line footer with the message's stats."""
 
     def __init__(self, initial: str = "") -> None:
         super().__init__()
-        self.text = initial
+        self.text = initial  # everything received so far
         self._initial = initial
+        self._tail_text = ""  # received, not yet handed to the Markdown (no newline yet)
         self.finished = False
 
     def compose(self) -> ComposeResult:
         yield Markdown(self._initial, classes="answer")
+        yield StreamTail()
         yield Static("…", classes="footer", markup=False)
 
     def on_mount(self) -> None:
         self.border_title = "assistant"
 
     async def append(self, text: str) -> None:
-        """Append a batch of streamed text (one Markdown append per UI tick)."""
+        """Take a batch of streamed text (called once per UI tick)."""
         if not text:
             return
         self.text += text
-        await self.query_one(Markdown).append(text)
+        tail = self._tail_text + text
+        cut = tail.rfind("\n")
+        if cut >= 0:
+            await self.query_one(Markdown).append(tail[: cut + 1])
+            tail = tail[cut + 1 :]
+        self._tail_text = tail
+        self.query_one(StreamTail).show(tail)
 
-    def finish(self, footer: str, finish_reason: str | None) -> None:
+    async def finish(self, footer: str, finish_reason: str | None) -> None:
+        """The answer is complete (or cancelled): all of it as Markdown, then the footer."""
+        if self._tail_text:
+            await self.query_one(Markdown).append(self._tail_text)
+            self._tail_text = ""
+            self.query_one(StreamTail).show("")
         self.finished = True
         self.set_class(finish_reason == "cancelled", "cancelled")
         self.set_class(finish_reason == "error", "failed")
