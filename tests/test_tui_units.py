@@ -228,3 +228,19 @@ def test_cli_does_not_import_the_tui_until_chat_runs():
     code = "import sys; from ondevice.cli.main import build_parser; build_parser(); print('textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_cli_resume_ids(tmp_path):
+    from ondevice.cli.chat import _resume_id
+
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    assert _resume_id(store, None) is None
+    with pytest.raises(InvalidParameterError, match="no saved conversation"):
+        _resume_id(store, "last")
+    with pytest.raises(InvalidParameterError, match="history"):
+        _resume_id(None, "last")
+    cid = store.create_conversation("m")
+    store.add_message(cid, "user", "q")
+    assert _resume_id(store, "last") == cid and _resume_id(store, str(cid)) == cid
+    with pytest.raises(InvalidParameterError, match="integer"):
+        _resume_id(store, "abc")
