@@ -360,3 +360,15 @@ async def test_layout_fits(size, tmp_path):
         stats = screen.query_one(StatsPanel).region
         assert prompt.bottom <= size[1] - 1 and prompt.width >= 40
         assert stats.right <= size[0] and not prompt.overlaps(stats)
+
+
+@aio
+async def test_gil_switch_interval_is_restored_after_the_app():
+    import sys
+
+    before = sys.getswitchinterval()
+    app = ChatApp(lambda: FakeEngine(), memory_reader=FIXED_MEMORY)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        assert sys.getswitchinterval() <= 0.0005
+    assert sys.getswitchinterval() == before

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -32,6 +33,7 @@ __all__ = ["ChatApp", "EngineFactory", "terminal_theme", "process_memory"]
 
 log = logging.getLogger(__name__)
 EngineFactory = Callable[[], Any]
+GIL_SWITCH_S = 0.0005  # sys.setswitchinterval while the app runs (the default is 0.005)
 
 
 def process_memory() -> tuple[int | None, int | None, int | None]:
@@ -90,6 +92,16 @@ class ChatApp(App):
         self.load_error: str | None = None
         self.theme = theme or terminal_theme()
         self.sub_title = model_label
+
+    def on_mount(self) -> None:
+        # The decode thread needs the GIL back after each llama_decode; with the default 5 ms
+        # switch interval a busy UI frame can hold it that long, twice per token. 0.5 ms keeps
+        # that wait short. Restored when the app ends.
+        self._switch_interval_s = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval_s, GIL_SWITCH_S))
+
+    def on_unmount(self) -> None:
+        sys.setswitchinterval(getattr(self, "_switch_interval_s", sys.getswitchinterval()))
 
     def get_default_screen(self) -> ChatScreen:
         return ChatScreen()

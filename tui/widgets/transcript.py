@@ -63,6 +63,8 @@ class AssistantMessage(Vertical):
 
     def on_mount(self) -> None:
         self.border_title = "assistant"
+        self._markdown = self.query_one(Markdown)
+        self._tail = self.query_one(StreamTail)
 
     async def append(self, text: str) -> None:
         """Take a batch of streamed text (called once per UI tick)."""
@@ -72,17 +74,17 @@ class AssistantMessage(Vertical):
         tail = self._tail_text + text
         cut = tail.rfind("\n")
         if cut >= 0:
-            await self.query_one(Markdown).append(tail[: cut + 1])
+            await self._markdown.append(tail[: cut + 1])
             tail = tail[cut + 1 :]
         self._tail_text = tail
-        self.query_one(StreamTail).show(tail)
+        self._tail.show(tail)
 
     async def finish(self, footer: str, finish_reason: str | None) -> None:
         """The answer is complete (or cancelled): all of it as Markdown, then the footer."""
         if self._tail_text:
-            await self.query_one(Markdown).append(self._tail_text)
+            await self._markdown.append(self._tail_text)
             self._tail_text = ""
-            self.query_one(StreamTail).show("")
+            self._tail.show("")
         self.finished = True
         self.set_class(finish_reason == "cancelled", "cancelled")
         self.set_class(finish_reason == "error", "failed")
