@@ -5,11 +5,11 @@ one llama shape large enough to dwarf the caches per weight type (F16, and Q8_0/
 quantized from it); tiny models (weights of a few hundred KB, so ~0 bytes read from
 memory) with few/many layers and a small/large vocabulary; and a small attention model
 decoded after a short and after a long prompt. Each run goes through `ondevice.engine` on
-the backend the engine uses; its median inter-token latency is one point. One weighted
-least-squares fit over all points gives
+the backend the engine uses; its median inter-token latency is one point. The fit gives
 
     step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s + attn_macs * attn_s
 
+(each term set by the runs that carry its signal: see fit_points).
 bw_type is the effective bandwidth the runtime's kernels reach on that weight type (the KV
 cache, f16, counts as F16 bytes); t0 the fixed per-token cost (graph, launches, Python);
 layer_s the per-layer cost (op dispatch, thread barriers, kernel launches); vocab_s the
@@ -88,12 +88,14 @@ class ProbeRun:
     weight_type: str  # main weight type of the model
     path: Path  # the model file
     n_prompt: int  # prompt tokens before the timed steps
+    role: str  # "sized" (bandwidth), "tiny" (fixed costs) or "attn" (attention)
 
 
 @dataclass(frozen=True)
 class FitPoint:
     """One measured run, as the fit sees it."""
 
+    role: str  # "sized", "tiny" or "attn" (ProbeRun.role)
     weight_type: str  # main weight type ("F16", "Q8_0", "Q4_0")
     step_bytes: int  # weight + KV bytes one step reads
     n_layer: int  # blocks
@@ -148,14 +150,14 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
     runs: list[ProbeRun] = []
     cfg = _synth_kwargs(plan, "sized", plan.n_layer, plan.n_vocab)
     for t in plan.types:
-        runs.append(ProbeRun(t, _ensure(model_dir, "sized", cfg, t, progress), plan.n_prompt))
+        runs.append(ProbeRun(t, _ensure(model_dir, "sized", cfg, t, progress), plan.n_prompt, "sized"))
     tiny = [(plan.tiny_layers[0], 512, t) for t in plan.types]
     tiny += [(plan.tiny_layers[1], 512, "F16"), (plan.tiny_layers[0], plan.tiny_vocab, "F16")]
     for n_layer, n_vocab, t in tiny:
         runs.append(ProbeRun(t, _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress),
-                             plan.n_prompt))
+                             plan.n_prompt, "tiny"))
     attn = _ensure(model_dir, "attn", _synth_kwargs(plan, "attn", plan.attn_shape[3], 512), "F16", progress)
-    runs += [ProbeRun("F16", attn, plan.n_prompt), ProbeRun("F16", attn, plan.n_long)]
+    runs += [ProbeRun("F16", attn, plan.n_prompt, "attn"), ProbeRun("F16", attn, plan.n_long, "attn")]
     return runs
 
 
@@ -193,7 +195,7 @@ def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -
     from ondevice.roofline import attention_macs
 
     n = plan.mid_context(run.n_prompt)
-    return FitPoint(run.weight_type, spec.decode_weight_bytes + spec.kv_read_bytes(n), spec.n_layer or 0,
+    return FitPoint(run.role, run.weight_type, spec.decode_weight_bytes + spec.kv_read_bytes(n), spec.n_layer or 0,
                     spec.n_vocab or 0, attention_macs(spec, n), step_s)
 
 
@@ -213,7 +215,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         fp = fit_point(run, spec, step_s, plan)
         fit_in.append(fp)
         points.append(KernelPoint(run.weight_type, spec.decode_weight_bytes, fp.step_bytes - spec.decode_weight_bytes,
-                                  step_s, plan.n_tokens, plan.mid_context(run.n_prompt), fp.attn_macs))
+                                  step_s, plan.n_tokens, plan.mid_context(run.n_prompt), fp.attn_macs, run.role))
     fit = fit_points(fit_in, plan.types)
     return KernelProbe(
         backend=backend,
@@ -232,42 +234,70 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
 
 # ---------- the fit ----------
 
-_SMALL = ("t0_s", "layer_s", "vocab_s", "attn_s")  # the non-bandwidth terms, in column order
+_SMALL = ("t0_s", "layer_s", "vocab_s", "attn_s")  # the terms besides the bandwidths
 
 
 def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> dict:
-    """Weighted least squares (relative residuals) of step_s on bytes per type, 1, n_layer, n_vocab, attn_macs.
+    """Fit the step-time model so that each term is set by the runs that carry its signal:
 
-    The small terms are kept >= 0 by trying each subset of them at zero and keeping the
-    feasible solution with the smallest residual. Raises ProbeError when a step is not
-    positive, a type has no point, or no fit has positive bandwidths.
+    bandwidth of a type: the sized runs of that type (least squares, relative residuals);
+    t0, layer_s, vocab_s: the tiny runs (least squares), their few cache-resident bytes
+    counted at the fitted bandwidths; attn_s: the attention model's long run against its
+    short run (same weights; the extra KV bytes at the F16 bandwidth). These conditions
+    are solved together as one linear system. The small terms are kept >= 0 by trying each
+    subset of them at zero and keeping the feasible solution with the smallest residual
+    over all runs. Raises ProbeError when a step is not positive, a type has no sized run,
+    or no solution has positive bandwidths.
     """
     if any(not p.step_s > 0 for p in points):
         raise ProbeError("kernel probe: a decode step time was not positive")
-    present = [t for t in types if any(p.weight_type == t for p in points)]
-    if len(present) != len(types):
-        raise ProbeError(f"kernel probe: no measurement for {sorted(set(types) - set(present))}")
-    cols, n_small = len(types), len(_SMALL)
-    a = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab, p.attn_macs]
+    missing = sorted(set(types) - {p.weight_type for p in points if p.role == "sized"})
+    if missing:
+        raise ProbeError(f"kernel probe: no measurement for {missing}")
+    cols = len(types)
+    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab, p.attn_macs]
                   for p in points], dtype=np.float64)
-    y = np.array([p.step_s for p in points], dtype=np.float64)
-    w = 1.0 / y
+    y = np.array([p.step_s for p in points])
+    w2 = 1.0 / y**2
+    scale = np.abs(m).max(axis=0)  # solve for x * scale: columns of bytes, counts and MACs differ by 1e8
+    scale[scale == 0] = 1.0
+    rows, rhs = _conditions(points, types, m / scale, y, w2)
     best = None
-    subsets = itertools.chain.from_iterable(itertools.combinations(range(n_small), k) for k in range(n_small + 1))
-    for zeroed in subsets:
-        keep = [i for i in range(cols + n_small) if i - cols not in zeroed]
-        sol, *_ = np.linalg.lstsq(a[:, keep] * w[:, None], y * w, rcond=None)
-        x = np.zeros(cols + n_small)
-        x[keep] = sol
-        if (x[cols:] < 0).any() or (x[:cols] <= 0).any():
-            continue
-        resid = float(np.sum(((a @ x - y) * w) ** 2))
-        if best is None or resid < best[0]:
-            best = (resid, x)
+    for k in range(len(_SMALL) + 1):
+        for zeroed in itertools.combinations(range(len(_SMALL)), k):
+            keep = [i for i in range(cols + len(_SMALL)) if i - cols not in zeroed]
+            eqs = [r for r in range(len(rows)) if r in keep]  # condition r sets unknown r
+            x = np.zeros(cols + len(_SMALL))
+            x[keep] = np.linalg.lstsq(rows[np.ix_(eqs, keep)], rhs[eqs], rcond=None)[0] / scale[keep]
+            if (x[:cols] <= 0).any() or (x[cols:] < 0).any():
+                continue
+            resid = float(np.sum(w2 * (m @ x - y) ** 2))
+            if best is None or resid < best[0]:
+                best = (resid, x)
     if best is None:
-        raise ProbeError("kernel probe: measurements are inconsistent (no positive bandwidth fit); run it again")
+        raise ProbeError("kernel probe: decode was no slower than the fixed costs for some type; "
+                         "run it again on a quieter machine")
     x = best[1]
     out = {"type_gbs": {t: float(1.0 / x[i] / 1e9) for i, t in enumerate(types)}}
     out.update({name: float(x[cols + i]) for i, name in enumerate(_SMALL)})
     out["rms_rel_error"] = float(np.sqrt(best[0] / len(points)))
     return out
+
+
+def _conditions(points, types, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
+    """One linear condition per unknown (row i sets unknown i): sum_j c_j * (y_j - m_j . x) = 0."""
+    n = len(types) + len(_SMALL)
+    rows, rhs = np.zeros((n, n)), np.zeros(n)
+    sized = np.array([p.role == "sized" for p in points])
+    tiny = np.array([p.role == "tiny" for p in points])
+    for i, t in enumerate(types):  # least squares in inv_bw over the sized runs of type t
+        c = w2 * m[:, i] * (sized & np.array([p.weight_type == t for p in points]))
+        rows[i], rhs[i] = c @ m, c @ y
+    for k in range(3):  # least squares in t0, layer_s, vocab_s over the tiny runs
+        c = w2 * m[:, len(types) + k] * tiny
+        rows[len(types) + k], rhs[len(types) + k] = c @ m, c @ y
+    attn = [j for j, p in enumerate(points) if p.role == "attn"]
+    if len(attn) >= 2:  # the long attention run minus the short one
+        short, long = min(attn, key=lambda j: m[j, -1]), max(attn, key=lambda j: m[j, -1])
+        rows[-1], rhs[-1] = m[long] - m[short], y[long] - y[short]
+    return rows, rhs

@@ -27,6 +27,7 @@ class KernelPoint:
     n_tokens: int  # decode steps timed
     n_ctx: int = 0  # context at the middle of the timed steps, tokens
     attn_macs: int = 0  # attention multiply-adds per step at n_ctx (roofline.attention_macs)
+    role: str = ""  # "sized", "tiny" or "attn": what the fit used the run for
 
 
 @dataclass(frozen=True)
@@ -79,12 +80,13 @@ class ProbeResult:
         """The bandwidth of the pure roofline bound, GB/s.
 
         The best figure measured on this machine: host read/copy/triad and the kernels'
-        raw rate (bytes / step time, t0 included). On a GPU backend the nameplate figure
+        raw rate on the models that dwarf the caches (bytes / step time, t0 included). On a GPU backend the nameplate figure
         (a physical bound of the device memory) is used when known and higher.
         """
         measured = [self.memory.read_gbs, self.memory.copy_gbs, self.memory.triad_gbs]
         if self.kernel:
-            measured += [(p.decode_bytes + p.kv_bytes) / p.step_s / 1e9 for p in self.kernel.points if p.step_s > 0]
+            measured += [(p.decode_bytes + p.kv_bytes) / p.step_s / 1e9 for p in self.kernel.points
+                         if p.step_s > 0 and p.role in ("sized", "")]  # tiny models read from cache
         best = max(measured)
         if self.backend.upper() != "CPU" and self.nameplate:
             best = max(best, self.nameplate.bandwidth_gbs)
