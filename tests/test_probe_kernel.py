@@ -76,6 +76,7 @@ def test_plan_sizes_dwarf_the_cache():
 
 
 def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
+    """Real models built (tiny), measurement replaced by the model above: the fit comes back exactly."""
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(kernel, "measure", fake_measure(calls))
     said: list[str] = []
