@@ -63,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
     from ondevice.bench.record import model_digests
 
     digests = model_digests(plans)
-    if args.no_progress or not sys.stderr.isatty():
+    if args.no_progress:
         outcome = run_bench(config, plans)
+    elif not sys.stderr.isatty():  # a log file: one plain line per step
+        outcome = run_bench(config, plans, progress=_plain_progress)
     else:
         from rich.console import Console
 
@@ -73,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         with ProgressBar(Console(stderr=True)) as bar:
             outcome = run_bench(config, plans, progress=bar)
     return _report(args, outcome, digests, slo_bounds)
+
+
+def _plain_progress(event) -> None:
+    print(f"[{event.done}/{event.total}] {event.description}", file=sys.stderr, flush=True)
 
 
 def _report(args, outcome, digests, slo_bounds) -> int:
