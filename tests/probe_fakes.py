@@ -72,8 +72,8 @@ def fake_measure(calls: list | None = None):
         n = plan.mid_context(n_prompt)
         if calls is not None:
             calls.append((path.name, n_prompt))
-        step = model_time(main, spec.decode_weight_bytes + spec.kv_read_bytes(n), spec.n_layer, spec.n_vocab,
-                          attention_macs(spec, n))
+        nbytes = 0 if path.name.startswith("tiny-") else spec.decode_weight_bytes + spec.kv_read_bytes(n)  # cached
+        step = model_time(main, nbytes, spec.n_layer, spec.n_vocab, attention_macs(spec, n))
         return step, "CPU", 3, spec
 
     return measure

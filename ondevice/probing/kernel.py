@@ -109,8 +109,9 @@ class FitPoint:
 def _synth_kwargs(plan: KernelPlan, kind: str, n_layer: int, n_vocab: int) -> dict:
     """SynthConfig fields of a sized, tiny or attention probe model."""
     if kind == "tiny":
-        d = plan.tiny_d_model
-        return dict(d_model=d, n_head=max(1, d // 32), n_head_kv=max(1, d // 64), d_ff=2 * d, n_layer=n_layer,
+        d = plan.tiny_d_model if n_vocab <= 512 else plan.tiny_d_model // 4  # a thin head: the vocabulary's
+        # per-entry cost (logits, sampling) more than the head's cache-speed matmul
+        return dict(d_model=d, n_head=max(1, d // 32), n_head_kv=1, d_ff=2 * d, n_layer=n_layer,
                     n_vocab=n_vocab, n_ctx_train=1024, seed=7, name="ondevice-probe-tiny")
     if kind == "attn":
         d, heads, kv_heads, blocks = plan.attn_shape
@@ -195,8 +196,9 @@ def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -
     from ondevice.roofline import attention_macs
 
     n = plan.mid_context(run.n_prompt)
-    return FitPoint(run.role, run.weight_type, spec.decode_weight_bytes + spec.kv_read_bytes(n), spec.n_layer or 0,
-                    spec.n_vocab or 0, attention_macs(spec, n), step_s)
+    step_bytes = spec.decode_weight_bytes + spec.kv_read_bytes(n)
+    return FitPoint(run.role, run.weight_type, 0 if run.role == "tiny" else step_bytes, spec.n_layer or 0,
+                    spec.n_vocab or 0, attention_macs(spec, n), step_s)  # tiny models: cache-resident, 0 bytes
 
 
 def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = None, n_gpu_layers="auto",
@@ -241,13 +243,13 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     """Fit the step-time model so that each term is set by the runs that carry its signal:
 
     bandwidth of a type: the sized runs of that type (least squares, relative residuals);
-    t0, layer_s, vocab_s: the tiny runs (least squares), their few cache-resident bytes
-    counted at the fitted bandwidths; attn_s: the attention model's long run against its
+    t0, layer_s, vocab_s: the tiny runs (least squares; their weights sit in the caches and
+    count as 0 bytes); attn_s: the attention model's long run against its
     short run (same weights; the extra KV bytes at the F16 bandwidth). These conditions
-    are solved together as one linear system. The small terms are kept >= 0 by trying each
-    subset of them at zero and keeping the feasible solution with the smallest residual
-    over all runs. Raises ProbeError when a step is not positive, a type has no sized run,
-    or no solution has positive bandwidths.
+    are solved together as one linear system. A small term that comes out negative (noise)
+    is pinned at zero and the rest solved again; if a bandwidth still comes out non-positive
+    (fixed costs above a sized run), all small terms are pinned. Raises ProbeError when a
+    step is not positive, a type has no sized run, or no bandwidth can be positive.
     """
     if any(not p.step_s > 0 for p in points):
         raise ProbeError("kernel probe: a decode step time was not positive")
@@ -262,26 +264,31 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     scale = np.abs(m).max(axis=0)  # solve for x * scale: columns of bytes, counts and MACs differ by 1e8
     scale[scale == 0] = 1.0
     rows, rhs = _conditions(points, types, m / scale, y, w2)
-    best = None
-    for k in range(len(_SMALL) + 1):
-        for zeroed in itertools.combinations(range(len(_SMALL)), k):
-            keep = [i for i in range(cols + len(_SMALL)) if i - cols not in zeroed]
-            eqs = [r for r in range(len(rows)) if r in keep]  # condition r sets unknown r
-            x = np.zeros(cols + len(_SMALL))
-            x[keep] = np.linalg.lstsq(rows[np.ix_(eqs, keep)], rhs[eqs], rcond=None)[0] / scale[keep]
-            if (x[:cols] <= 0).any() or (x[cols:] < 0).any():
-                continue
-            resid = float(np.sum(w2 * (m @ x - y) ** 2))
-            if best is None or resid < best[0]:
-                best = (resid, x)
-    if best is None:
+    x = _solve(rows, rhs, scale, cols, set())
+    if (x[:cols] <= 0).any():  # fixed costs above a sized run (a busy moment): bandwidths from the sized runs alone
+        x = _solve(rows, rhs, scale, cols, set(range(len(_SMALL))))
+    if (x[:cols] <= 0).any():
         raise ProbeError("kernel probe: decode was no slower than the fixed costs for some type; "
                          "run it again on a quieter machine")
-    x = best[1]
+    resid = float(np.sum(w2 * (m @ x - y) ** 2))
     out = {"type_gbs": {t: float(1.0 / x[i] / 1e9) for i, t in enumerate(types)}}
     out.update({name: float(x[cols + i]) for i, name in enumerate(_SMALL)})
-    out["rms_rel_error"] = float(np.sqrt(best[0] / len(points)))
+    out["rms_rel_error"] = float(np.sqrt(resid / len(points)))
     return out
+
+
+def _solve(rows: np.ndarray, rhs: np.ndarray, scale: np.ndarray, cols: int, zeroed: set[int]) -> np.ndarray:
+    """Solve the conditions with the small terms in `zeroed` pinned at 0; a small term that comes
+    out negative is pinned too, one at a time (an active set)."""
+    zeroed = set(zeroed)
+    while True:
+        keep = [i for i in range(cols + len(_SMALL)) if i - cols not in zeroed]
+        x = np.zeros(cols + len(_SMALL))
+        x[keep] = np.linalg.lstsq(rows[np.ix_(keep, keep)], rhs[keep], rcond=None)[0] / scale[keep]
+        worst = min(range(len(_SMALL)), key=lambda k: x[cols + k])
+        if x[cols + worst] >= 0:
+            return x
+        zeroed.add(worst)
 
 
 def _conditions(points, types, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
