@@ -1,14 +1,17 @@
 """The main screen: transcript and input on the left, the stats panel on the right.
 
 Generation runs in a thread worker that only pushes token events into a LiveFeed; a
-20 Hz timer drains it, appends the new text to the Markdown in one batch and refreshes
-the stats. Engine calls never run on the UI thread.
+timer drains it (at most 10 frames a second, fewer when the UI thread would spend more
+than its CPU budget), appends the new text in one batch (whole lines to the Markdown,
+the line being written as plain text) and refreshes the stats. A tick with no new
+token repaints nothing. Engine calls never run on the UI thread.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -32,9 +35,10 @@ if TYPE_CHECKING:
 __all__ = ["ChatScreen", "TICK_S"]
 
 log = logging.getLogger(__name__)
-TICK_S = 1 / 10  # text refresh period while tokens stream (10 Hz, under the ~20 Hz cap)
-STATS_EVERY = 2  # the stats panel refreshes every STATS_EVERY-th tick (5 Hz) and at the end
-MEMORY_TICK_S = 1.0  # RSS / system memory refresh period
+TICK_S = 1 / 10  # timer period while tokens stream: at most 10 frames a second (cap ~20 Hz)
+MAX_FRAME_S = 0.5  # ... and at least 2 frames a second, however slow the machine
+UI_CPU_BUDGET = 0.04  # share of one core the UI thread may spend while tokens stream
+MEMORY_TICK_S = 2.0  # RSS / system memory refresh period
 
 
 @dataclass
@@ -48,7 +52,8 @@ class Turn:
     feed: LiveFeed = field(default_factory=LiveFeed)
     cancel: threading.Event = field(default_factory=threading.Event)
     dropped: bool = False  # no longer in the model's context
-    ticks: int = 0  # UI ticks that brought new tokens
+    next_frame_s: float = 0.0  # perf_counter() time before which ticks are skipped (frame pacing)
+    frame_cpu_s: float | None = None  # UI thread CPU time (thread_time) at the last frame
 
 
 class ChatScreen(Screen):
@@ -78,7 +83,9 @@ class ChatScreen(Screen):
 
     def on_mount(self) -> None:
         self._panel = self.query_one(StatsPanel)
-        self.query_one("#prompt", Input).focus()
+        prompt = self.query_one("#prompt", Input)
+        prompt.cursor_blink = False  # a blinking cursor repaints twice a second, also while tokens stream
+        prompt.focus()
         self._tick = self.set_interval(TICK_S, self._on_tick, pause=True)
         self.set_interval(MEMORY_TICK_S, self.refresh_memory)
         self.refresh_memory()
@@ -177,15 +184,22 @@ class ChatScreen(Screen):
     # -- the timer ---------------------------------------------------------------------------
 
     async def _on_tick(self) -> None:
+        """One frame: new text, then the stats. Frames are paced so that the UI thread's CPU
+        (the frame's own rendering included) stays within UI_CPU_BUDGET of one core: on a
+        fast machine that is the full 10 Hz, on a slow or busy one fewer frames."""
         turn = self.turn
-        if turn is None:
+        now = time.perf_counter()
+        if turn is None or now < turn.next_frame_s:
             return
         events = turn.feed.drain()
         if not events:  # nothing new: no repaint at all
             return
+        cpu = time.thread_time()
+        spent = cpu - turn.frame_cpu_s if turn.frame_cpu_s is not None else 0.0
+        turn.frame_cpu_s = cpu
+        turn.next_frame_s = now + min(MAX_FRAME_S, max(TICK_S, spent / UI_CPU_BUDGET)) - TICK_S / 2
         await turn.assistant.append(turn.tracker.add(events))
-        turn.ticks += 1
-        if turn is self.turn and turn.ticks % STATS_EVERY == 1:  # it may have ended during the append
+        if turn is self.turn:  # it may have ended during the append
             self.show_turn_stats(turn)
 
     def show_turn_stats(self, turn: Turn) -> None:

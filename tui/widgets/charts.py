@@ -1,17 +1,26 @@
-"""Small text charts: a horizontal bar, and the ITL sparkline with a reference line."""
+"""Cheap text drawing for the live panel: styled lines kept as ready Strips, the ITL sparkline
+with a reference line, and a horizontal bar.
+
+The panel repaints up to 10 times a second while tokens stream, so its widgets draw from
+cached Strips (built once per change) instead of going through a Static's text pipeline.
+"""
 
 from __future__ import annotations
 
 from typing import ClassVar, Sequence
 
+from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
-__all__ = ["hbar", "ItlChart", "column_cells"]
+__all__ = ["hbar", "column_cells", "StyledLines", "ItlChart", "Run", "Line"]
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
 _REF_CHAR = "─"
+
+Run = tuple[str, "str | None"]  # text, and a style name from StyledLines.COMPONENT_CLASSES (None: plain)
+Line = tuple[Run, ...]
 
 
 def hbar(fraction: float | None, width: int) -> str:
@@ -57,51 +66,107 @@ def column_cells(values: Sequence[float], ref: float | None, rows: int) -> list[
     return grid
 
 
-class ItlChart(Widget):
-    """Per-token inter-token latencies, newest on the right; `─` marks the predicted step."""
+def runs(cells: Sequence[tuple[str, str]]) -> Line:
+    """Merge neighbouring cells of the same kind into runs ("blank" -> plain)."""
+    out: list[Run] = []
+    for char, kind in cells:
+        style = None if kind == "blank" else kind
+        if out and out[-1][1] == style:
+            out[-1] = (out[-1][0] + char, style)
+        else:
+            out.append((char, style))
+    return tuple(out)
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"itlchart--bar", "itlchart--slow", "itlchart--ref"}
+
+class StyledLines(Widget):
+    """Lines of styled runs, drawn from Strips cached until the lines or the theme change."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "lines--gauge", "lines--warn", "lines--full", "lines--bar", "lines--slow", "lines--ref", "lines--dim",
+    }
+    DEFAULT_CSS = """
+    StyledLines { height: auto; }
+    StyledLines > .lines--gauge { color: $success; }
+    StyledLines > .lines--warn { color: $warning; }
+    StyledLines > .lines--full { color: $error; text-style: bold; }
+    StyledLines > .lines--bar { color: $primary; }
+    StyledLines > .lines--slow { color: $warning; }
+    StyledLines > .lines--ref { color: $success; }
+    StyledLines > .lines--dim { text-style: dim; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None):
+        super().__init__(id=id, classes=classes)
+        self._lines: tuple[Line, ...] = ()
+        self._strips: list[Strip] | None = None  # built on the next paint
+        self._styles: dict[str | None, Style] | None = None
+
+    @property
+    def plain(self) -> str:
+        """The text shown, without styles."""
+        return "\n".join("".join(text for text, _ in line) for line in self._lines)
+
+    def set_lines(self, lines: Sequence[Sequence[Run]]) -> None:
+        """Show these lines; repaint only when they differ from what is shown."""
+        new = tuple(tuple(line) for line in lines)
+        if new != self._lines:
+            self._lines, self._strips = new, None
+            self.refresh()
+
+    def notify_style_update(self) -> None:
+        self._styles, self._strips = None, None
+        super().notify_style_update()
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self._lines)
+
+    def _style(self, name: str | None) -> Style:
+        if self._styles is None:
+            base = self.rich_style
+            self._styles = {None: base}
+            for cls in self.COMPONENT_CLASSES:
+                self._styles[cls.removeprefix("lines--")] = base + self.get_component_rich_style(cls, partial=True)
+        return self._styles.get(name, self._styles[None])
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._strips is None or (self._strips and self._strips[0].cell_length != width):
+            self._strips = [
+                Strip([Segment(text, self._style(style)) for text, style in line]).crop_extend(0, width, self._style(None))
+                for line in self._lines
+            ]
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(width, self._style(None))
+
+
+class ItlChart(StyledLines):
+    """Per-token inter-token latencies, newest on the right; the band marks the predicted step."""
+
     DEFAULT_CSS = """
     ItlChart { height: 3; }
-    ItlChart > .itlchart--bar { color: $primary; }
-    ItlChart > .itlchart--slow { color: $warning; }
-    ItlChart > .itlchart--ref { color: $success; }
     """
+    ROWS = 3
 
     def __init__(self, *, id: str | None = None, classes: str | None = None):
         super().__init__(id=id, classes=classes)
         self._values: tuple[float, ...] = ()
         self._ref: float | None = None
+        self._lines = ((("waiting for tokens…", "dim"),),)
 
     def set_data(self, values: Sequence[float], ref: float | None) -> None:
         """Show the newest values that fit; repaint only when something changed."""
         width = max(1, self.size.width or 40)
         n = len(values)
         new = tuple(values[i] for i in range(max(0, n - width), n))  # works for a deque too
-        if new != self._values or ref != self._ref:
-            self._values, self._ref = new, ref
-            self.refresh()
+        if new == self._values and ref == self._ref:
+            return
+        self._values, self._ref = new, ref
+        if not new:
+            self.set_lines([(("waiting for tokens…", "dim"),)])
+        else:
+            self.set_lines([runs(row) for row in column_cells(new, ref, self.ROWS)])
 
-    def render(self) -> Text:
-        width, rows = max(1, self.size.width), max(1, self.size.height)
-        values = self._values[-width:]
-        if not values:
-            return Text("waiting for tokens…", style="dim")
-        styles = {
-            "bar": self.get_component_rich_style("itlchart--bar"),
-            "slow": self.get_component_rich_style("itlchart--slow"),
-            "ref": self.get_component_rich_style("itlchart--ref"),
-            "blank": Style(),
-        }
-        text = Text(no_wrap=True, overflow="crop")
-        for n, line in enumerate(column_cells(values, self._ref, rows)):
-            if n:
-                text.append("\n")
-            run_kind, run = None, []
-            for char, kind in line + [("", None)]:  # one span per run of the same kind
-                if kind != run_kind and run:
-                    text.append("".join(run), styles[run_kind])
-                    run = []
-                run_kind = kind
-                run.append(char)
-        return text
+    def on_resize(self) -> None:
+        values, self._values = self._values, ()
+        self.set_data(values, self._ref)

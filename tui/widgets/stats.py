@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from tui.live import LiveStats
-from tui.widgets.charts import ItlChart, hbar
+from tui.widgets.charts import ItlChart, StyledLines, hbar
 
 __all__ = ["StatsPanel", "fmt_ms", "fmt_rate", "fmt_bytes", "model_card_lines"]
 
@@ -67,72 +67,74 @@ def model_card_lines(info: Any) -> list[str]:
 
 
 class StatsPanel(VerticalScroll, can_focus=False):
-    """Right-hand panel. Call the show_* methods from the UI thread."""
+    """Right-hand panel. Call the show_* methods from the UI thread.
+
+    Few widgets on purpose: every widget costs render time on every frame, so the live
+    figures, the gauge and the chart label are one block, context/prefill/memory another.
+    """
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="stats-live", markup=False)
-        yield Static("", id="stats-gauge", markup=False)
-        yield Static("", id="stats-itl-label", markup=False)
+        yield StyledLines(id="stats-live")
         yield ItlChart(id="stats-itl")
-        yield Static("", id="stats-ctx", markup=False)
-        yield Static("", id="stats-prefill", markup=False)
-        yield Static("", id="stats-mem", markup=False)
+        yield StyledLines(id="stats-ctx")
         yield Static("loading…", id="stats-card", markup=False)
 
     def on_mount(self) -> None:
         self.border_title = "latency"
-        self._sections = {w.id: w for w in self.query(Static) if w.id}
-        self._texts: dict[str, str] = {}
+        self._live = self.query_one("#stats-live", StyledLines)
+        self._bottom = self.query_one("#stats-ctx", StyledLines)
         self._chart = self.query_one(ItlChart)
+        self._parts: dict[str, list] = {"ctx": [], "prefill": [], "mem": []}
         self.show_live(None)
         self.show_context(0, 0, None, "ok")
 
-    def _set(self, widget_id: str, text: str, layout: bool = False) -> None:
-        """Update one section if its text changed. Sections have fixed heights (see the
-        stylesheet), so a live update repaints the section without a layout pass."""
-        if self._texts.get(widget_id) != text:
-            self._texts[widget_id] = text
-            self._sections[widget_id].update(text, layout=layout)
-
     def show_live(self, s: LiveStats | None, itl_s: Sequence[float] = ()) -> None:
         s = s or LiveStats(0, None, None, None, None, 0, None, None, None)
-        self._set(
-            "stats-live",
-            "\n".join(
-                [
-                    _row("TTFT", fmt_ms(s.ttft_s)),
-                    _row("ITL last", fmt_ms(s.last_itl_s)),
-                    _row("TPOT", fmt_ms(s.tpot_s)),
-                    _row("decode", fmt_rate(s.decode_tok_s)),
-                    _row("ceiling", fmt_rate(s.ceiling_tok_s)),
-                    _row("predicted", fmt_rate(s.predicted_tok_s)),
-                ]
-            ),
-        )
         eff = s.efficiency
         gauge = f"{eff * 100:4.0f}% of pred" if eff else " no prediction"
-        self._set("stats-gauge", f"{hbar(eff, BAR_CELLS)} {gauge}")
         ref = f" ─ pred {s.predicted_step_s * 1000:.1f} ms" if s.predicted_step_s else " ms"
-        self._set("stats-itl-label", f"ITL ({s.output_tokens} tok){ref}")
+        self._live.set_lines(
+            [
+                ((_row("TTFT", fmt_ms(s.ttft_s)), None),),
+                ((_row("ITL last", fmt_ms(s.last_itl_s)), None),),
+                ((_row("TPOT", fmt_ms(s.tpot_s)), None),),
+                ((_row("decode", fmt_rate(s.decode_tok_s)), None),),
+                ((_row("ceiling", fmt_rate(s.ceiling_tok_s)), None),),
+                ((_row("predicted", fmt_rate(s.predicted_tok_s)), None),),
+                ((f"{hbar(eff, BAR_CELLS)} {gauge}", "gauge"),),
+                ((f"ITL ({s.output_tokens} tok){ref}", "dim"),),
+            ]
+        )
         self._chart.set_data(itl_s, s.predicted_step_s)
-        prefill = [_row("prefill", fmt_rate(s.prefill_tok_s))]
         cached = _DASH if s.cached_prompt_tokens is None else f"{s.cached_prompt_tokens}/{s.prompt_tokens} tok"
-        prefill.append(_row("cached", cached))
-        self._set("stats-prefill", "\n".join(prefill))
+        self._parts["prefill"] = [((_row("prefill", fmt_rate(s.prefill_tok_s)), None),), ((_row("cached", cached), None),)]
+        self._show_bottom()
 
     def show_context(self, used: int, n_ctx: int, kv_bytes: int | None, level: str) -> None:
-        ctx = self._sections["stats-ctx"]
         for name in ("ok", "warn", "full"):
-            ctx.set_class(name == level, f"ctx-{name}")
+            self._bottom.set_class(name == level, f"ctx-{name}")
         fraction = used / n_ctx if n_ctx else None
-        lines = [f"ctx {hbar(fraction, BAR_CELLS)}", _row("", f"{used}/{n_ctx or '?'} tok"), _row("KV cache", fmt_bytes(kv_bytes))]
-        self._set("stats-ctx", "\n".join(lines))
+        style = None if level == "ok" else level
+        self._parts["ctx"] = [
+            ((f"ctx {hbar(fraction, BAR_CELLS)}", style),),
+            ((_row("", f"{used}/{n_ctx or '?'} tok"), style),),
+            ((_row("KV cache", fmt_bytes(kv_bytes)), None),),
+        ]
+        self._show_bottom()
 
     def show_memory(self, rss_bytes: int | None, sys_used_bytes: int | None, sys_total_bytes: int | None) -> None:
         sys_text = _DASH
         if sys_used_bytes is not None and sys_total_bytes:
             sys_text = f"{sys_used_bytes / sys_total_bytes:.0%} of {fmt_bytes(sys_total_bytes)}"
-        self._set("stats-mem", "\n".join([_row("RSS", fmt_bytes(rss_bytes)), _row("sys mem", sys_text)]))
+        self._parts["mem"] = [((_row("RSS", fmt_bytes(rss_bytes)), None),), ((_row("sys mem", sys_text), None),)]
+        self._show_bottom()
+
+    def _show_bottom(self) -> None:
+        blank = (("", None),)
+        lines = []
+        for part, height in (("ctx", 3), ("prefill", 2), ("mem", 2)):
+            lines += self._parts[part] or [blank] * height
+        self._bottom.set_lines(lines)
 
     def show_model(self, lines: Sequence[str]) -> None:
-        self._set("stats-card", "\n".join(lines), layout=True)
+        self.query_one("#stats-card", Static).update("\n".join(lines))
