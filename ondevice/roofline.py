@@ -9,7 +9,9 @@ it). The calibrated prediction uses what the runtime's own kernels reach per wei
     t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv + attn_macs(s) * attn_s
            + t0 + n_layer * layer_s + n_vocab * vocab_s
 
-(attn_macs: the attention work over the context, which on a CPU costs more than its bytes.)
+(attn_macs: the attention work over the context, which on a CPU costs more than its bytes.
+llama.cpp keeps every token in sliding-window layers by default and masks the window, so the
+calibrated KV and attention terms span the whole context there; the ceiling counts the window.)
 
 Weight types the kernel probe did not measure borrow a bandwidth interpolated linearly in
 bits per weight between the two nearest probed types (clamped at the ends): Q4_K (4.5
@@ -49,6 +51,9 @@ class Calibration:
     layer_s: float = 0.0  # per-block per-token cost, seconds
     vocab_s: float = 0.0  # per-vocabulary-entry per-token cost, seconds
     attn_s: float = 0.0  # cost per attention multiply-add (see attention_macs), seconds
+    swa_full: bool = True  # the runtime attends over every cached token in sliding-window layers, masked
+    # (llama.cpp's default swa_full, which ondevice.engine keeps): the calibrated KV and attention
+    # terms then span the whole context; the pure ceiling always counts only the window
     compute_gflops: float | None = None  # achievable GFLOP/s for the TTFT floor (None: unknown)
 
 
@@ -73,14 +78,14 @@ def effective_gbs(weight_type: str, cal: Calibration) -> float:
     return known[-1][1]  # pragma: no cover - the loop always finds the bracket
 
 
-def attention_macs(spec: ModelSpec, n_ctx: int) -> int:
+def attention_macs(spec: ModelSpec, n_ctx: int, *, windowed: bool = True) -> int:
     """Attention multiply-adds of one decode step at a context of n_ctx tokens: per layer,
-    span x n_head x (head_dim_k + head_dim_v) (QK and AV for every query head; windowed
-    layers span at most the window)."""
+    span x n_head x (head_dim_k + head_dim_v) (QK and AV for every query head). Windowed
+    layers span at most the window, unless windowed=False (a runtime that masks instead)."""
     per_token = (spec.n_head or 0) * ((spec.head_dim_k or 0) + (spec.head_dim_v or 0))
     if not per_token or not spec.n_layer:
         return 0
-    swa = set(spec.swa_layers) if spec.sliding_window else set()
+    swa = set(spec.swa_layers) if spec.sliding_window and windowed else set()
     n_swa = sum(1 for i in range(spec.n_layer) if i in swa)
     span_swa = min(n_ctx, spec.sliding_window) if spec.sliding_window else n_ctx
     return per_token * ((spec.n_layer - n_swa) * n_ctx + n_swa * span_swa)
@@ -107,11 +112,17 @@ class Predictor:
         self._kv_full = sum(b for i, b in enumerate(per_layer) if i not in swa)  # bytes per context token
         self._kv_window = sum(b for i, b in enumerate(per_layer) if i in swa)  # bytes per token, up to the window
         self._window = spec.sliding_window or 0
-        self._attn_full_s = self._attn_window_s = 0.0  # attention seconds per context token
+        # calibrated: per context token, KV seconds and attention seconds (all layers span it
+        # when the runtime masks sliding windows; else windowed layers are capped as above)
+        self._cal_window = 0 if calibration.swa_full else self._window
+        full_kv, window_kv = (self._kv_full + self._kv_window, 0) if calibration.swa_full else (self._kv_full, self._kv_window)
+        self._cal_full_s = full_kv / self._kv_bps
+        self._cal_window_s = window_kv / self._kv_bps
         if calibration.attn_s and spec.n_layer:
             per = (spec.n_head or 0) * ((spec.head_dim_k or 0) + (spec.head_dim_v or 0)) * calibration.attn_s
-            n_swa = sum(1 for i in range(spec.n_layer) if i in swa)
-            self._attn_full_s, self._attn_window_s = per * (spec.n_layer - n_swa), per * n_swa
+            n_swa = 0 if calibration.swa_full else sum(1 for i in range(spec.n_layer) if i in swa)
+            self._cal_full_s += per * (spec.n_layer - n_swa)
+            self._cal_window_s += per * n_swa
 
     def kv_read_bytes(self, n_ctx: int) -> int:
         """Same figure as ModelSpec.kv_read_bytes, from precomputed sums."""
@@ -125,11 +136,9 @@ class Predictor:
     def step_s(self, n_ctx: int) -> tuple[float, float]:
         """(ceiling_step_s, calibrated_step_s) for one decode step at a context of n_ctx tokens."""
         n = max(0, int(n_ctx))
-        kv = self.kv_read_bytes(n)
-        ceiling = self._weight_ceiling_s + kv / self._ceiling_bps
-        span = min(n, self._window) if self._window else n
-        attn = self._attn_full_s * n + self._attn_window_s * span
-        calibrated = self._weight_calibrated_s + kv / self._kv_bps + attn + self._fixed_s
+        ceiling = self._weight_ceiling_s + self.kv_read_bytes(n) / self._ceiling_bps
+        span = min(n, self._cal_window) if self._cal_window else n
+        calibrated = self._weight_calibrated_s + self._cal_full_s * n + self._cal_window_s * span + self._fixed_s
         return ceiling, max(calibrated, ceiling)
 
 

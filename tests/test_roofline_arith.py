@@ -229,3 +229,21 @@ def test_predictor_attention_term(tiny_model):
         _, a = Predictor(spec, base).step_s(n)
         _, b = Predictor(spec, with_attn).step_s(n)
         assert b - a == pytest.approx(attention_macs(spec, n) * 1e-9, rel=1e-9)
+
+
+def test_masked_windows_count_the_whole_context_in_the_calibrated_step(default_model):
+    """llama.cpp's default (swa_full) attends over every cached token, masked: calibrated terms span it all;
+    the ceiling still counts only the window (a bound)."""
+    from ondevice.roofline import attention_macs
+
+    spec = inspect(default_model)
+    cal = Calibration("CPU", ceiling_gbs=10, type_gbs={"Q8_0": 5.0}, kv_gbs=4.0, attn_s=1e-10)
+    n = 4096
+    masked, windowed = Predictor(spec, cal), Predictor(spec, replace(cal, swa_full=False))
+    base = masked.step_s(0)[1]
+    assert masked.step_s(n)[1] - base == pytest.approx(
+        n * spec.kv_bytes_per_token / 4e9 + attention_macs(spec, n, windowed=False) * 1e-10, rel=1e-9)
+    assert windowed.step_s(n)[1] - base == pytest.approx(
+        spec.kv_read_bytes(n) / 4e9 + attention_macs(spec, n) * 1e-10, rel=1e-9)
+    assert masked.step_s(n)[0] == windowed.step_s(n)[0] == pytest.approx(
+        (spec.decode_weight_bytes + spec.kv_read_bytes(n)) / 10e9)
