@@ -3,9 +3,11 @@
 One engine (the default model unless --model), loaded once. Interleaved pairs, order
 alternating (A B, B A, ...): A is one request through the whole bench path (run_bench with
 the resident scenario: runner, scenarios, peak-RSS meter, prompt builder), B is a bare
-`for _ in eng.stream(ids, ...): pass` on a prompt of the same length. Both read the engine's
-own per-token timings. Reported: per-pair ITL p50 ratio A/B, its median (the figure checked:
-within 2% of 1), and the pooled ITL p50 of each side.
+`for _ in eng.stream(ids, ...): pass` on the same prompt with the same sampling seed (so both
+generate the same tokens). Both read the engine's
+own per-token timings. Reported: per-pair ITL p50 ratio A/B and its median (how noisy the
+machine is), and the figure checked: the ITL p50 pooled over all of bench's runs (what bench
+reports) against the same over the bare runs, within 2%.
 
     python benchmarks/bench_overhead.py [--pairs 7] [--prompt 128] [--tokens 128] [--threads N]
 """
@@ -65,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return list(run.timings.itl_s)
 
     def bare_side(i: int) -> list[float]:
-        ids = prompts.ids(args.prompt, f"bare:{i}")
-        ts = eng.stream(ids, max_tokens=args.tokens, ignore_eos=True, reuse_prefix=False, seed=2000 + i, **sampling)
+        # the very prompt and sampling seed bench uses in pair i: both sides do identical work
+        same = PromptBuilder(lambda t, bos: eng.tokenize(t, add_bos=bos), seed=1000 + i)
+        ids = same.ids(args.prompt, f"p{args.prompt}_n{args.tokens}:resident:0")
+        ts = eng.stream(ids, max_tokens=args.tokens, ignore_eos=True, reuse_prefix=False, seed=1000 + i, **sampling)
         for _ in ts:
             pass
         return list(ts.generation.timings.itl_s)
@@ -92,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     pa, pb = summarize(pooled_a).p50, summarize(pooled_b).p50
     print(f"median of pair ratios (bench/bare ITL p50): {med:.4f}")
     print(f"pooled ITL p50: bench {pa * 1e3:.3f} ms, bare {pb * 1e3:.3f} ms, ratio {pa / pb:.4f}")
-    ok = abs(med - 1.0) <= 0.02
-    print(f"within 2%: {'yes' if ok else 'NO'}")
+    ok = abs(pa / pb - 1.0) <= 0.02
+    print(f"pooled ITL p50 within 2%: {'yes' if ok else 'NO'}")
     return 0 if ok else 1
 
 
