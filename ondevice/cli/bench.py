@@ -88,7 +88,7 @@ def _report(args, outcome, digests, slo_bounds) -> int:
     from ondevice.bench.stats import scenario_results
 
     results = scenario_results(outcome)
-    record = build_record(outcome, digests=digests)
+    record = build_record(outcome, argv=getattr(args, "argv", None), digests=digests)
     slo = {}
     if slo_bounds:
         for r in results:

@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = ["ondevice", *(sys.argv[1:] if argv is None else argv)]  # as typed, for result records
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
