@@ -259,7 +259,7 @@ def render(report: dict) -> str:
         f = report["decode"]["interleaved_fit"]
         lines.append("interleaved calibration: " + ", ".join(f"{t} {g:.1f}" for t, g in f["type_gbs"].items())
                      + f" GB/s; t0 {1e3 * f['t0_s']:.3f} ms, layer {1e6 * f['layer_s']:.1f} us, "
-                     f"vocab {1e9 * f['vocab_s']:.2f} ns, attention {1e12 * f['attn_s']:.0f} ps/MAC; "
+                     f"vocab {1e9 * f['vocab_s']:.2f} ns, attention {1e9 * f['attn_s']:.1f} ns/score; "
                      f"fit rms {100 * f['rms_rel_error']:.1f}%")
         lines.append("")
         lines.append("| model | weight types | MB/token | ctx | measured tok/s | predicted tok/s | error "

@@ -6,10 +6,11 @@ bytes by the machine's best measured read bandwidth (a bound: measured must neve
 it). The calibrated prediction uses what the runtime's own kernels reach per weight type
 (kernel probe) and the fixed costs the probe fitted:
 
-    t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv + attn_macs(s) * attn_s
+    t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv + attn_scores(s) * attn_s
            + t0 + n_layer * layer_s + n_vocab * vocab_s
 
-(attn_macs: the attention work over the context, which on a CPU costs more than its bytes.
+(attn_scores: query heads x context tokens x layers, the attention work over the context,
+which on a CPU costs more than its bytes: a short dot product, a softmax entry, a weighted sum.
 llama.cpp keeps every token in sliding-window layers by default and masks the window, so the
 calibrated KV and attention terms span the whole context there; the ceiling counts the window.)
 
@@ -27,7 +28,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["Calibration", "Predictor", "default_predictor", "bits_per_weight", "effective_gbs", "attention_macs",
+__all__ = ["Calibration", "Predictor", "default_predictor", "bits_per_weight", "effective_gbs", "attention_scores",
            "predict", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict"]
 
 _GB = 1e9
@@ -50,7 +51,7 @@ class Calibration:
     t0_s: float = 0.0  # fixed per-token cost, seconds
     layer_s: float = 0.0  # per-block per-token cost, seconds
     vocab_s: float = 0.0  # per-vocabulary-entry per-token cost, seconds
-    attn_s: float = 0.0  # cost per attention multiply-add (see attention_macs), seconds
+    attn_s: float = 0.0  # cost per attention score (query head x context token x layer), seconds
     swa_full: bool = True  # the runtime attends over every cached token in sliding-window layers, masked
     # (llama.cpp's default swa_full, which ondevice.engine keeps): the calibrated KV and attention
     # terms then span the whole context; the pure ceiling always counts only the window
@@ -78,17 +79,17 @@ def effective_gbs(weight_type: str, cal: Calibration) -> float:
     return known[-1][1]  # pragma: no cover - the loop always finds the bracket
 
 
-def attention_macs(spec: ModelSpec, n_ctx: int, *, windowed: bool = True) -> int:
-    """Attention multiply-adds of one decode step at a context of n_ctx tokens: per layer,
-    span x n_head x (head_dim_k + head_dim_v) (QK and AV for every query head). Windowed
-    layers span at most the window, unless windowed=False (a runtime that masks instead)."""
-    per_token = (spec.n_head or 0) * ((spec.head_dim_k or 0) + (spec.head_dim_v or 0))
-    if not per_token or not spec.n_layer:
+def attention_scores(spec: ModelSpec, n_ctx: int, *, windowed: bool = True) -> int:
+    """Attention scores of one decode step at a context of n_ctx tokens: every query head
+    scores every cached token, in every layer (n_head x span per layer; a score is a dot
+    product of head_dim, a softmax entry and a weighted sum of values). Windowed layers span
+    at most the window, unless windowed=False (a runtime that masks instead)."""
+    if not spec.n_head or not spec.n_layer:
         return 0
     swa = set(spec.swa_layers) if spec.sliding_window and windowed else set()
     n_swa = sum(1 for i in range(spec.n_layer) if i in swa)
     span_swa = min(n_ctx, spec.sliding_window) if spec.sliding_window else n_ctx
-    return per_token * ((spec.n_layer - n_swa) * n_ctx + n_swa * span_swa)
+    return spec.n_head * ((spec.n_layer - n_swa) * n_ctx + n_swa * span_swa)
 
 
 class Predictor:
@@ -119,7 +120,7 @@ class Predictor:
         self._cal_full_s = full_kv / self._kv_bps
         self._cal_window_s = window_kv / self._kv_bps
         if calibration.attn_s and spec.n_layer:
-            per = (spec.n_head or 0) * ((spec.head_dim_k or 0) + (spec.head_dim_v or 0)) * calibration.attn_s
+            per = (spec.n_head or 0) * calibration.attn_s
             n_swa = 0 if calibration.swa_full else sum(1 for i in range(spec.n_layer) if i in swa)
             self._cal_full_s += per * (spec.n_layer - n_swa)
             self._cal_window_s += per * n_swa

@@ -16,7 +16,7 @@ def points(p=TRUE) -> list[FitPoint]:
     spec = [("sized", "Q4_0", 150e6, 5, 512, 0), ("sized", "Q8_0", 280e6, 5, 512, 0), ("sized", "F16", 520e6, 5, 512, 0),
             ("tiny", "Q4_0", 1e5, 2, 512, 0), ("tiny", "Q8_0", 2e5, 2, 512, 0), ("tiny", "F16", 3e5, 2, 512, 0),
             ("tiny", "F16", 2e6, 16, 512, 0), ("tiny", "F16", 4e6, 2, 32000, 0),
-            ("attn", "F16", 1e7, 4, 512, 10**5), ("attn", "F16", 1.2e7, 4, 512, 5 * 10**6)]
+            ("attn", "F16", 1e7, 2, 512, 1100), ("attn", "F16", 1.2e7, 2, 512, 66000)]
     return [FitPoint(r, t, int(b), n, v, m, model_time(t, int(b), n, v, m, p)) for r, t, b, n, v, m in spec]
 
 

@@ -207,20 +207,20 @@ def test_default_predictor_uses_only_the_cache(tiny_model, tmp_path, monkeypatch
     assert predict(spec, ctx=(32,)).calibrated  # the API reads the same cache
 
 
-def test_attention_macs_exact(tiny_model, default_model):
-    from ondevice.roofline import attention_macs
+def test_attention_scores_exact(tiny_model, default_model):
+    from ondevice.roofline import attention_scores
 
-    tiny = inspect(tiny_model)  # 2 layers, 4 query heads of 16
-    assert attention_macs(tiny, 100) == 2 * 100 * 4 * (16 + 16)
-    gemma = inspect(default_model)  # 18 layers, 4 heads of 256; 15 layers slide over 512 tokens
-    per = gemma.n_head * (gemma.head_dim_k + gemma.head_dim_v)
-    assert attention_macs(gemma, 300) == 18 * 300 * per
-    assert attention_macs(gemma, 4096) == (3 * 4096 + 15 * 512) * per
-    assert attention_macs(replace(gemma, n_head=None), 4096) == 0
+    tiny = inspect(tiny_model)  # 2 layers, 4 query heads
+    assert attention_scores(tiny, 100) == 2 * 100 * 4
+    gemma = inspect(default_model)  # 18 layers, 4 heads; 15 layers slide over 512 tokens
+    assert attention_scores(gemma, 300) == 18 * 300 * 4
+    assert attention_scores(gemma, 4096) == (3 * 4096 + 15 * 512) * 4
+    assert attention_scores(gemma, 4096, windowed=False) == 18 * 4096 * 4
+    assert attention_scores(replace(gemma, n_head=None), 4096) == 0
 
 
 def test_predictor_attention_term(tiny_model):
-    from ondevice.roofline import attention_macs
+    from ondevice.roofline import attention_scores
 
     spec = inspect(tiny_model)
     base = Calibration("CPU", ceiling_gbs=20, type_gbs={"F16": 8.0}, t0_s=1e-4)
@@ -228,13 +228,13 @@ def test_predictor_attention_term(tiny_model):
     for n in (1, 300):
         _, a = Predictor(spec, base).step_s(n)
         _, b = Predictor(spec, with_attn).step_s(n)
-        assert b - a == pytest.approx(attention_macs(spec, n) * 1e-9, rel=1e-9)
+        assert b - a == pytest.approx(attention_scores(spec, n) * 1e-9, rel=1e-9)
 
 
 def test_masked_windows_count_the_whole_context_in_the_calibrated_step(default_model):
     """llama.cpp's default (swa_full) attends over every cached token, masked: calibrated terms span it all;
     the ceiling still counts only the window (a bound)."""
-    from ondevice.roofline import attention_macs
+    from ondevice.roofline import attention_scores
 
     spec = inspect(default_model)
     cal = Calibration("CPU", ceiling_gbs=10, type_gbs={"Q8_0": 5.0}, kv_gbs=4.0, attn_s=1e-10)
@@ -242,8 +242,8 @@ def test_masked_windows_count_the_whole_context_in_the_calibrated_step(default_m
     masked, windowed = Predictor(spec, cal), Predictor(spec, replace(cal, swa_full=False))
     base = masked.step_s(0)[1]
     assert masked.step_s(n)[1] - base == pytest.approx(
-        n * spec.kv_bytes_per_token / 4e9 + attention_macs(spec, n, windowed=False) * 1e-10, rel=1e-9)
+        n * spec.kv_bytes_per_token / 4e9 + attention_scores(spec, n, windowed=False) * 1e-10, rel=1e-9)
     assert windowed.step_s(n)[1] - base == pytest.approx(
-        spec.kv_read_bytes(n) / 4e9 + attention_macs(spec, n) * 1e-10, rel=1e-9)
+        spec.kv_read_bytes(n) / 4e9 + attention_scores(spec, n) * 1e-10, rel=1e-9)
     assert masked.step_s(n)[0] == windowed.step_s(n)[0] == pytest.approx(
         (spec.decode_weight_bytes + spec.kv_read_bytes(n)) / 10e9)

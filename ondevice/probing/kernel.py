@@ -7,14 +7,14 @@ memory) with few/many layers and a small/large vocabulary; and a small attention
 decoded after a short and after a long prompt. Each run goes through `ondevice.engine` on
 the backend the engine uses; its median inter-token latency is one point. The fit gives
 
-    step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s + attn_macs * attn_s
+    step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s + attn_scores * attn_s
 
 (each term set by the runs that carry its signal: see fit_points).
 bw_type is the effective bandwidth the runtime's kernels reach on that weight type (the KV
 cache, f16, counts as F16 bytes); t0 the fixed per-token cost (graph, launches, Python);
 layer_s the per-layer cost (op dispatch, thread barriers, kernel launches); vocab_s the
-per-vocabulary-entry cost (logits, sampling); attn_s the cost per attention multiply-add
-(QK and AV over the context, per query head: what GQA does not save on a CPU).
+per-vocabulary-entry cost (logits, sampling); attn_s the cost per attention score (one
+query head against one cached token in one layer: what GQA does not save on a CPU).
 A run's weight bytes are all counted as its main type (norms and the small head are < 1%).
 """
 
@@ -56,7 +56,7 @@ class KernelPlan:
     tiny_d_model: int = 64  # width of the tiny models (weights stay in cache)
     tiny_layers: tuple[int, int] = (2, 16)  # blocks of the two tiny models (per-layer cost)
     tiny_vocab: int = 32000  # vocabulary of the large-vocab tiny model (per-entry cost)
-    attn_shape: tuple[int, int, int, int] = (256, 4, 1, 4)  # attention model: d_model, heads, KV heads, blocks
+    attn_shape: tuple[int, int, int, int] = (1024, 16, 4, 2)  # attention model: d_model, heads, KV heads, blocks
     n_long: int = 2048  # prompt tokens of the attention model's long-context run (attention dominates there)
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
@@ -100,7 +100,7 @@ class FitPoint:
     step_bytes: int  # weight + KV bytes one step reads
     n_layer: int  # blocks
     n_vocab: int  # vocabulary entries
-    attn_macs: int  # attention multiply-adds one step does (roofline.attention_macs)
+    attn_scores: int  # attention scores one step computes (roofline.attention_scores)
     step_s: float  # measured median step, seconds
 
 
@@ -193,12 +193,12 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
 
 
 def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -> FitPoint:
-    from ondevice.roofline import attention_macs
+    from ondevice.roofline import attention_scores
 
     n = plan.mid_context(run.n_prompt)
     step_bytes = spec.decode_weight_bytes + spec.kv_read_bytes(n)
     return FitPoint(run.role, run.weight_type, 0 if run.role == "tiny" else step_bytes, spec.n_layer or 0,
-                    spec.n_vocab or 0, attention_macs(spec, n), step_s)  # tiny models: cache-resident, 0 bytes
+                    spec.n_vocab or 0, attention_scores(spec, n), step_s)  # tiny models: cache-resident, 0 bytes
 
 
 def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = None, n_gpu_layers="auto",
@@ -217,7 +217,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         fp = fit_point(run, spec, step_s, plan)
         fit_in.append(fp)
         points.append(KernelPoint(run.weight_type, spec.decode_weight_bytes, fp.step_bytes - spec.decode_weight_bytes,
-                                  step_s, plan.n_tokens, plan.mid_context(run.n_prompt), fp.attn_macs, run.role))
+                                  step_s, plan.n_tokens, plan.mid_context(run.n_prompt), fp.attn_scores, run.role))
     fit = fit_points(fit_in, plan.types)
     return KernelProbe(
         backend=backend,
@@ -257,11 +257,11 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     if missing:
         raise ProbeError(f"kernel probe: no measurement for {missing}")
     cols = len(types)
-    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab, p.attn_macs]
+    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab, p.attn_scores]
                   for p in points], dtype=np.float64)
     y = np.array([p.step_s for p in points])
     w2 = 1.0 / y**2
-    scale = np.abs(m).max(axis=0)  # solve for x * scale: columns of bytes, counts and MACs differ by 1e8
+    scale = np.abs(m).max(axis=0)  # solve for x * scale: columns of bytes and counts differ by 1e8
     scale[scale == 0] = 1.0
     rows, rhs = _conditions(points, types, m / scale, y, w2)
     x = _solve(rows, rhs, scale, cols, set())

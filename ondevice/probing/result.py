@@ -13,7 +13,7 @@ from ondevice.roofline import Calibration
 
 __all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class KernelPoint:
     step_s: float  # median decode step time, seconds
     n_tokens: int  # decode steps timed
     n_ctx: int = 0  # context at the middle of the timed steps, tokens
-    attn_macs: int = 0  # attention multiply-adds per step at n_ctx (roofline.attention_macs)
+    attn_scores: int = 0  # attention scores per step at n_ctx (roofline.attention_scores)
     role: str = ""  # "sized", "tiny" or "attn": what the fit used the run for
 
 
@@ -41,7 +41,7 @@ class KernelProbe:
     t0_s: float  # fixed per-token cost, seconds (intercept of the fit, >= 0)
     layer_s: float  # extra cost per transformer block per token, seconds (>= 0)
     vocab_s: float  # extra cost per vocabulary entry per token (logits, sampling), seconds (>= 0)
-    attn_s: float  # cost per attention multiply-add (context x query heads x head dims), seconds (>= 0)
+    attn_s: float  # cost per attention score (query head x context token x layer), seconds (>= 0)
     fit_rms_rel: float  # root-mean-square relative residual of the fit (0.02 = 2%)
     points: tuple[KernelPoint, ...]  # every measurement the fit used
     elapsed_s: float  # wall time of the kernel probe, seconds (models from cache or built)
