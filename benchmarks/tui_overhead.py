@@ -69,8 +69,8 @@ async def _run_tui(engine, tokens: int) -> dict:
         app.chat_screen.query_one("#prompt").value = MESSAGE
         cpu0, wall0 = time.thread_time(), time.perf_counter()
         await pilot.press("enter")
-        while app.generating:  # plain sleeps: Pilot.pause() would force extra screen updates
-            await asyncio.sleep(0.05)
+        while app.generating:  # rare plain sleeps: Pilot.pause() would force screen updates
+            await asyncio.sleep(0.5)
         ui_share = (time.thread_time() - cpu0) / (time.perf_counter() - wall0)
         await pilot.pause(0.05)
         turn = app.chat_screen.turns[0]

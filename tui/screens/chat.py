@@ -20,6 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Header, Input, Static
 
 from ondevice.errors import OndeviceError
@@ -52,7 +53,6 @@ class Turn:
     feed: LiveFeed = field(default_factory=LiveFeed)
     cancel: threading.Event = field(default_factory=threading.Event)
     dropped: bool = False  # no longer in the model's context
-    next_frame_s: float = 0.0  # perf_counter() time before which ticks are skipped (frame pacing)
     frame_cpu_s: float | None = None  # UI thread CPU time (thread_time) at the last frame
 
 
@@ -86,7 +86,7 @@ class ChatScreen(Screen):
         prompt = self.query_one("#prompt", Input)
         prompt.cursor_blink = False  # a blinking cursor repaints twice a second, also while tokens stream
         prompt.focus()
-        self._tick = self.set_interval(TICK_S, self._on_tick, pause=True)
+        self._tick: Timer | None = None  # one-shot, re-armed after each frame (see _on_tick)
         self.set_interval(MEMORY_TICK_S, self.refresh_memory)
         self.refresh_memory()
         self.chat_app.start_loading()
@@ -155,7 +155,7 @@ class ChatScreen(Screen):
         self.turn = turn
         self.turns.append(turn)
         self.set_status("generating · Esc cancels", "busy")
-        self._tick.resume()
+        self._arm_tick(TICK_S)
         self._generate(turn, app.session)
 
     @work(thread=True, group="generate", exit_on_error=False)
@@ -183,24 +183,36 @@ class ChatScreen(Screen):
 
     # -- the timer ---------------------------------------------------------------------------
 
+    def _arm_tick(self, delay_s: float) -> None:
+        """One timer at a time, one-shot: the UI thread wakes only when a frame is due."""
+        if self._tick is not None:
+            self._tick.stop()
+        self._tick = self.set_timer(delay_s, self._on_tick)
+
+    def _stop_tick(self) -> None:
+        if self._tick is not None:
+            self._tick.stop()
+            self._tick = None
+
     async def _on_tick(self) -> None:
         """One frame: new text, then the stats. Frames are paced so that the UI thread's CPU
         (the frame's own rendering included) stays within UI_CPU_BUDGET of one core: on a
         fast machine that is the full 10 Hz, on a slow or busy one fewer frames."""
+        self._tick = None
         turn = self.turn
-        now = time.perf_counter()
-        if turn is None or now < turn.next_frame_s:
+        if turn is None:
             return
         events = turn.feed.drain()
-        if not events:  # nothing new: no repaint at all
+        if not events:  # nothing new: no repaint at all; look again in a tick
+            self._arm_tick(TICK_S)
             return
         cpu = time.thread_time()
         spent = cpu - turn.frame_cpu_s if turn.frame_cpu_s is not None else 0.0
         turn.frame_cpu_s = cpu
-        turn.next_frame_s = now + min(MAX_FRAME_S, max(TICK_S, spent / UI_CPU_BUDGET)) - TICK_S / 2
         await turn.assistant.append(turn.tracker.add(events))
         if turn is self.turn:  # it may have ended during the append
             self.show_turn_stats(turn)
+            self._arm_tick(min(MAX_FRAME_S, max(TICK_S, spent / UI_CPU_BUDGET)))
 
     def show_turn_stats(self, turn: Turn) -> None:
         panel = self._panel
@@ -220,7 +232,7 @@ class ChatScreen(Screen):
         return level
 
     def refresh_memory(self) -> None:
-        self.query_one(StatsPanel).show_memory(*self.chat_app.memory_reader())
+        self._panel.show_memory(*self.chat_app.memory_reader())
 
     # -- turn end ----------------------------------------------------------------------------
 
@@ -245,7 +257,7 @@ class ChatScreen(Screen):
             await turn.assistant.finish(f"error: {error}", "error")
             await self.note(error or "generation failed", "error")
         self.turn = None
-        self._tick.pause()
+        self._stop_tick()
         self.show_turn_stats(turn)
         self.show_context()  # the engine's own count once the turn is over
         await self._after_turn()
@@ -279,7 +291,7 @@ class ChatScreen(Screen):
         if self.turn is not None:
             self.turn.cancel.set()
         self.turn = None
-        self._tick.pause()
+        self._stop_tick()
         self.turns.clear()
         self.queue.clear()
         self._ctx_level = "ok"
