@@ -104,11 +104,17 @@ async def test_escape_cancels_and_keeps_partial_answer(tmp_path):
         app.chat_screen.query_one("#prompt").value = "tell me"
         await pilot.press("enter")
         await asyncio.get_running_loop().run_in_executor(None, engine.held.wait, 5)
+        answer = app.chat_screen.query_one(AssistantMessage)
+        for _ in range(100):  # the next frame shows the partial answer, still as plain text
+            if answer._tail.text:
+                break
+            await pilot.pause(0.02)
+        assert answer._tail.text == "Here is a " and answer._tail._rows == ["Here is a "]
         await pilot.press("escape")
         engine.gate.set()
         await settle(pilot, app)
-        answer = app.chat_screen.query_one(AssistantMessage)
         assert answer.text == "Here is a "
+        assert answer._tail.text == ""  # all of it went to the Markdown
         assert answer.has_class("cancelled")
         assert str(answer.query_one(".footer").render()).endswith("cancelled")
         # the engine stays usable: the next message streams in full

@@ -244,3 +244,30 @@ def test_cli_resume_ids(tmp_path):
     assert _resume_id(store, "last") == cid and _resume_id(store, str(cid)) == cid
     with pytest.raises(InvalidParameterError, match="integer"):
         _resume_id(store, "abc")
+
+
+def test_wrap_cells():
+    from tui.widgets.transcript import wrap_cells
+
+    assert wrap_cells("hello world this is a test of wrapping", 10) == ["hello", "world this", "is a test", "of", "wrapping"]
+    assert wrap_cells("abcdefghijklmnopqrstuvwxyz", 10) == ["abcdefghij", "klmnopqrst", "uvwxyz"]
+    assert wrap_cells("日本語のテキストを折り返す", 10) == ["日本語のテ", "キストを折", "り返す"]  # 2 cells each
+    assert wrap_cells("", 10) == [""] and wrap_cells("short", 0) == ["short"]
+
+
+def test_stream_tail_incremental_rows_match_a_full_wrap():
+    import random
+
+    from tui.widgets.transcript import StreamTail, wrap_cells
+
+    text = "The keeper climbed the stairs, one hundred and twelve of them.\nA storm came in. " * 6
+    rng = random.Random(3)
+    tail = StreamTail()
+    tail._width = 23  # as if laid out 23 cells wide (no app needed for the row arithmetic)
+    shown = ""
+    while len(shown) < len(text):
+        shown = text[: len(shown) + rng.randint(1, 9)]
+        tail._append(shown[len(tail.text):])
+        tail.text = shown
+        tail._rows = [row for rows in tail._logical for row in rows]
+    assert tail._rows == [row for line in text.split("\n") for row in wrap_cells(line, 23)]

@@ -124,6 +124,7 @@ class ChatApp(App):
         """Called by the chat screen once it is mounted."""
         screen = self.chat_screen
         screen.busy_reason = "loading"
+        screen.set_title(self.model_label)
         screen.set_status(f"loading {self.model_label}… (you can type meanwhile)", "busy")
         self._load()
 
@@ -166,6 +167,7 @@ class ChatApp(App):
         self.engine, self.session = engine, session
         info = engine.info
         self.sub_title = info.spec.name or self.model_label
+        screen.set_title(self.sub_title)
         self.query_one(StatsPanel).show_model(model_card_lines(info))
         if conv is not None:
             await screen.show_conversation(conv)

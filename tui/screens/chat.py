@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Input, Static
 
 from ondevice.errors import OndeviceError
 from tui.live import LiveFeed, LiveTracker, context_level, generation_stats
@@ -40,6 +40,9 @@ TICK_S = 1 / 10  # timer period while tokens stream: at most 10 frames a second 
 MAX_FRAME_S = 0.5  # ... and at least 2 frames a second, however slow the machine
 UI_CPU_BUDGET = 0.04  # share of one core the UI thread may spend while tokens stream
 MEMORY_TICK_S = 2.0  # RSS / system memory refresh period
+# One line each instead of Textual's Header and Footer: fewer widgets make every frame and
+# every layout pass cheaper while tokens stream.
+KEYS_BAR = "[b]esc[/] cancel  [b]^n[/] new  [b]f2[/] settings  [b]^o[/] history  [b]^s[/] export  [b]f1[/] keys  [b]^q[/] quit"
 
 
 @dataclass
@@ -72,14 +75,14 @@ class ChatScreen(Screen):
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
-        yield Header(icon="◆")
+        yield Static("◆ ondevice chat", id="title", markup=False)
         with Horizontal(id="main"):
             with Vertical(id="chat-column"):
                 yield Transcript(id="transcript")
                 yield Static("", id="status", markup=False)
                 yield Input(placeholder="Message — Enter sends, F1 keys", id="prompt")
             yield StatsPanel(id="stats")
-        yield Footer()
+        yield Static(KEYS_BAR, id="keys")
 
     def on_mount(self) -> None:
         self._panel = self.query_one(StatsPanel)
@@ -98,11 +101,14 @@ class ChatScreen(Screen):
 
     # -- status ------------------------------------------------------------------------------
 
+    def set_title(self, model: str) -> None:
+        self.query_one("#title", Static).update(f"◆ ondevice chat — {model}", layout=False)
+
     def set_status(self, text: str, kind: str = "info") -> None:
         status = self.query_one("#status", Static)
         for name in ("info", "busy", "error"):
             status.set_class(name == kind, f"status-{name}")
-        status.update(text)
+        status.update(text, layout=False)  # one line, always: no layout pass needed
 
     def idle_status(self) -> None:
         if self.chat_app.session is None:
@@ -144,12 +150,14 @@ class ChatScreen(Screen):
 
     async def _start_turn(self, text: str, user: UserMessage | None) -> None:
         transcript = self.query_one(Transcript)
+        assistant = AssistantMessage()
         if user is None:
-            user = await transcript.add_user(text)
+            user = UserMessage(text)
+            await transcript.mount_all([user, assistant])  # one layout pass for both
         else:
             user.remove_class("queued")
+            await transcript.mount(assistant)
         transcript.scroll_end(animate=False)
-        assistant = await transcript.add_assistant()
         app = self.chat_app
         turn = Turn(text, user, assistant, LiveTracker(app.engine.predictor, app.engine.kv_cache_tokens))
         self.turn = turn

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
+from rich.cells import cell_len, chop_cells
+from rich.segment import Segment
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.content import Content
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
-__all__ = ["Transcript", "UserMessage", "AssistantMessage", "StreamTail", "Note"]
+__all__ = ["Transcript", "UserMessage", "AssistantMessage", "StreamTail", "Note", "wrap_cells"]
+_WORDS = re.compile(r"\S+\s*|\s+")
 
-TAIL_STEP = 4  # the streaming line's box grows by this many lines at a time
+TAIL_STEP = 5  # the streaming block's box grows by at least this many lines at a time
 
 
 class UserMessage(Static):
@@ -23,31 +30,104 @@ class UserMessage(Static):
         self.border_title = "you"
 
 
-class StreamTail(Static):
-    """The line being written, as plain text, in a box whose height grows in steps.
+def wrap_cells(line: str, width: int) -> list[str]:
+    """Greedy word wrap of one line to `width` terminal cells (wide characters count 2)."""
+    if width <= 0 or cell_len(line) <= width:
+        return [line]
+    out: list[str] = []
+    cur, cur_w = "", 0
+    for word in _WORDS.findall(line):
+        w = cell_len(word)
+        if cur_w + cell_len(word.rstrip()) <= width:
+            cur, cur_w = cur + word, cur_w + w
+            continue
+        if cur:
+            out.append(cur.rstrip())
+        pieces = chop_cells(word, width) if cell_len(word.rstrip()) > width else [word]
+        out.extend(pieces[:-1])
+        cur = pieces[-1]
+        cur_w = cell_len(cur)
+    out.append(cur.rstrip())
+    return out
 
-    A change of height needs a layout pass, which reflows and repaints the whole screen;
-    growing by TAIL_STEP lines at a time makes that happen once every few wrapped lines
-    instead of on every tick (the unused lines show blank until the line completes)."""
+
+class StreamTail(Widget):
+    """The block being written, as plain text, drawn from cached Strips.
+
+    Only the last logical line is re-wrapped and re-drawn when text arrives, so a frame
+    costs the same however long the block is. The box grows in steps (TAIL_STEP lines or
+    half the block, whichever is more): a change of height needs a layout pass, which
+    reflows and repaints the whole screen, and stepping makes that happen once every few
+    wrapped lines instead of on every frame (the unused lines show blank meanwhile)."""
+
+    DEFAULT_CSS = """
+    StreamTail { height: 0; }
+    """
 
     def __init__(self) -> None:
-        super().__init__("", markup=False, classes="tail")
-        self._rows = 0  # height reserved now, lines
+        super().__init__(classes="tail")
+        self.text = ""
+        self._width = 0
+        self._logical: list[list[str]] = []  # wrapped rows of each logical line
+        self._rows: list[str] = []  # all wrapped rows, flattened
+        self._strips: dict[int, Strip] = {}  # row -> strip, for rows drawn already
+        self._reserved = 0  # height reserved now, rows
 
     def show(self, text: str) -> None:
-        width = self.content_size.width or self.size.width
-        lines = (len(Content(text).wrap(width)) if width > 0 else 1) if text else 0
-        rows = self._rows if 0 < lines <= self._rows else (lines + TAIL_STEP - 1 if lines else 0)
-        if rows != self._rows:
-            self._rows = rows
-            self.styles.height = rows  # one layout pass
-        self.update(text, layout=False)
+        width = self.content_size.width or self.size.width or 80
+        if width != self._width or not text.startswith(self.text):
+            self._width, self.text, self._logical, self._strips = width, "", [], {}
+            self.refresh()
+        first_changed = self._append(text[len(self.text):])
+        self.text = text
+        self._rows = [row for rows in self._logical for row in rows]
+        for y in [y for y in self._strips if y >= first_changed]:
+            del self._strips[y]
+        n = len(self._rows) if text else 0
+        reserved = self._reserved if 0 < n <= self._reserved else (n + max(TAIL_STEP, n // 2) if n else 0)
+        if reserved != self._reserved:
+            self._reserved = reserved
+            self.styles.height = reserved  # one layout pass
+        elif n:
+            self.refresh(Region(0, first_changed, width, max(1, n - first_changed)))
+
+    def _append(self, new: str) -> int:
+        """Extend the wrapped rows with `new` text; return the first row that changed."""
+        if not new:
+            return len(self._rows)
+        lines = new.split("\n")
+        if self._logical:
+            first_changed = len(self._rows) - len(self._logical[-1])
+            last = self._logical_text_last() + lines[0]
+            self._logical[-1] = wrap_cells(last, self._width)
+        else:
+            first_changed = 0
+            self._logical.append(wrap_cells(lines[0], self._width))
+        for line in lines[1:]:
+            self._logical.append(wrap_cells(line, self._width))
+        return first_changed
+
+    def _logical_text_last(self) -> str:
+        return self.text[self.text.rfind("\n") + 1 :]
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return self._reserved
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        strip = self._strips.get(y)
+        if strip is None or strip.cell_length != width:
+            style = self.rich_style
+            text = self._rows[y] if y < len(self._rows) else ""
+            strip = self._strips[y] = Strip([Segment(text, style)]).crop_extend(0, width, style)
+        return strip
 
 
 class AssistantMessage(Vertical):
-    """The model's answer. Whole lines go to the Markdown as they complete (one append per
-    UI tick at most); the line still being written shows as plain text below it. Then a
-    one-line footer with the message's stats."""
+    """The model's answer. Whole blocks (up to a blank line) go to the Markdown as they
+    complete, at most one append per frame; the block still being written shows as plain
+    text below it (a Markdown append re-parses and re-lays-out the block it extends, which
+    made every frame cost more as a paragraph grew). Then a one-line footer with the stats."""
 
     def __init__(self, initial: str = "") -> None:
         super().__init__()
@@ -72,10 +152,10 @@ class AssistantMessage(Vertical):
             return
         self.text += text
         tail = self._tail_text + text
-        cut = tail.rfind("\n")
-        if cut >= 0:
-            await self._markdown.append(tail[: cut + 1])
-            tail = tail[cut + 1 :]
+        cut = tail.rfind("\n\n")
+        if cut >= 0:  # whole blocks: the Markdown parses and lays out each block once
+            await self._markdown.append(tail[: cut + 2])
+            tail = tail[cut + 2 :]
         self._tail_text = tail
         self._tail.show(tail)
 
