@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -113,3 +114,22 @@ def test_unknown_backend_is_refused(tmp_path):
 
 def test_public_name_is_lazy():
     assert ondevice.probe is run_probe
+
+
+def test_best_of_two_memory_probes():
+    from ondevice.probing import best_of
+
+    a, b = fake_result(build="A").memory, fake_result(build="A", read_gbs=30.0).memory
+    best = best_of(a, b)
+    assert (best.read_gbs, best.copy_gbs, best.triad_gbs) == (30.0, 27.0, 24.0)
+    assert best.passes == 10 and best_of(b, a).read_gbs == 30.0
+
+
+def test_probe_measures_memory_before_and_after_the_kernels(tmp_path, fast_probe, monkeypatch):
+    from ondevice.probing import host
+
+    rates = iter([5.0, 9.0])
+    real = host.probe_memory
+    monkeypatch.setattr(host, "probe_memory", lambda *a, **k: replace(real(*a, **k), read_gbs=next(rates)))
+    r = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
+    assert r.memory.read_gbs == 9.0 and r.memory.passes == 2
