@@ -379,3 +379,15 @@ async def test_gil_switch_interval_is_restored_after_the_app():
         await settle(pilot, app)
         assert sys.getswitchinterval() <= 0.0005
     assert sys.getswitchinterval() == before
+
+
+@aio
+async def test_answer_box_shrinks_to_its_text_when_done(tmp_path):
+    engine = FakeEngine(script="Short.")
+    app = make_app(engine, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await send(pilot, app, "hi")
+        answer = app.chat_screen.query_one(AssistantMessage)
+        assert answer._tail._reserved == 0 and answer._tail.region.height == 0
+        assert answer.region.height == 4  # border, the answer line, the footer line, border: no blank rows

@@ -69,6 +69,7 @@ class ChatScreen(Screen):
         self.queue: list[tuple[str, UserMessage]] = []  # sent while busy; go out in order
         self.busy_reason: str | None = None  # "loading", "resetting", ...: engine not free for a turn
         self._ctx_level = "ok"
+        self._last_memory_s = 0.0  # perf_counter() of the last memory refresh
 
     @property
     def chat_app(self) -> "ChatApp":
@@ -90,7 +91,7 @@ class ChatScreen(Screen):
         prompt.cursor_blink = False  # a blinking cursor repaints twice a second, also while tokens stream
         prompt.focus()
         self._tick: Timer | None = None  # one-shot, re-armed after each frame (see _on_tick)
-        self.set_interval(MEMORY_TICK_S, self.refresh_memory)
+        self.set_interval(MEMORY_TICK_S, self._memory_tick)
         self.refresh_memory()
         self.chat_app.start_loading()
 
@@ -227,6 +228,8 @@ class ChatScreen(Screen):
         stats = turn.tracker.stats()
         panel.show_live(stats, turn.tracker.itl_s)
         self.show_context(stats.n_ctx_used)
+        if time.perf_counter() - self._last_memory_s >= MEMORY_TICK_S:
+            self.refresh_memory()
 
     def show_context(self, used: int | None = None) -> str:
         engine = self.chat_app.engine
@@ -239,7 +242,12 @@ class ChatScreen(Screen):
         self._panel.show_context(used, engine.n_ctx, kv_bytes, level)
         return level
 
+    def _memory_tick(self) -> None:
+        if self.turn is None:  # while tokens stream, frames refresh it (no extra repaint)
+            self.refresh_memory()
+
     def refresh_memory(self) -> None:
+        self._last_memory_s = time.perf_counter()
         self._panel.show_memory(*self.chat_app.memory_reader())
 
     # -- turn end ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from textual.widgets import Markdown, Static
 __all__ = ["Transcript", "UserMessage", "AssistantMessage", "StreamTail", "Note", "wrap_cells"]
 _WORDS = re.compile(r"\S+\s*|\s+")
 
-TAIL_STEP = 5  # the streaming block's box grows by at least this many lines at a time
+TAIL_STEP = 6  # the streaming block's box starts this tall and at least doubles when it fills
 
 
 class UserMessage(Static):
@@ -55,23 +55,24 @@ class StreamTail(Widget):
     """The block being written, as plain text, drawn from cached Strips.
 
     Only the last logical line is re-wrapped and re-drawn when text arrives, so a frame
-    costs the same however long the block is. The box grows in steps (TAIL_STEP lines or
-    half the block, whichever is more): a change of height needs a layout pass, which
-    reflows and repaints the whole screen, and stepping makes that happen once every few
-    wrapped lines instead of on every frame (the unused lines show blank meanwhile)."""
+    costs the same however long the block is. The box starts TAIL_STEP rows tall and at
+    least doubles when it fills: a change of height needs a layout pass, which reflows and
+    repaints the whole screen, and stepping makes that happen a few times per block
+    instead of on every frame (the unused rows show blank meanwhile)."""
 
     DEFAULT_CSS = """
     StreamTail { height: 0; }
     """
 
-    def __init__(self) -> None:
+    def __init__(self, reserve: int = 0) -> None:
         super().__init__(classes="tail")
         self.text = ""
         self._width = 0
         self._logical: list[list[str]] = []  # wrapped rows of each logical line
         self._rows: list[str] = []  # all wrapped rows, flattened
         self._strips: dict[int, Strip] = {}  # row -> strip, for rows drawn already
-        self._reserved = 0  # height reserved now, rows
+        self._reserved = reserve  # height reserved now, rows
+        self.styles.height = reserve
 
     def show(self, text: str) -> None:
         width = self.content_size.width or self.size.width or 80
@@ -84,7 +85,7 @@ class StreamTail(Widget):
         for y in [y for y in self._strips if y >= first_changed]:
             del self._strips[y]
         n = len(self._rows) if text else 0
-        reserved = self._reserved if 0 < n <= self._reserved else (n + max(TAIL_STEP, n // 2) if n else 0)
+        reserved = self._reserved if 0 < n <= self._reserved else (n + max(TAIL_STEP, n) if n else 0)
         if reserved != self._reserved:
             self._reserved = reserved
             self.styles.height = reserved  # one layout pass
@@ -133,12 +134,13 @@ class AssistantMessage(Vertical):
         super().__init__()
         self.text = initial  # everything received so far
         self._initial = initial
-        self._tail_text = ""  # received, not yet handed to the Markdown (no newline yet)
+        self._tail_text = ""  # received, not yet handed to the Markdown (no blank line after it yet)
         self.finished = False
 
     def compose(self) -> ComposeResult:
         yield Markdown(self._initial, classes="answer")
-        yield StreamTail()
+        # A streaming answer starts with rows reserved, saving a layout pass at the first token.
+        yield StreamTail(reserve=0 if self._initial else TAIL_STEP)
         yield Static("…", classes="footer", markup=False)
 
     def on_mount(self) -> None:
@@ -164,7 +166,7 @@ class AssistantMessage(Vertical):
         if self._tail_text:
             await self._markdown.append(self._tail_text)
             self._tail_text = ""
-            self._tail.show("")
+        self._tail.show("")  # also gives back the rows reserved for a stream that never came
         self.finished = True
         self.set_class(finish_reason == "cancelled", "cancelled")
         self.set_class(finish_reason == "error", "failed")
