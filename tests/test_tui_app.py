@@ -391,3 +391,33 @@ async def test_answer_box_shrinks_to_its_text_when_done(tmp_path):
         answer = app.chat_screen.query_one(AssistantMessage)
         assert answer._tail._reserved == 0 and answer._tail.region.height == 0
         assert answer.region.height == 4  # border, the answer line, the footer line, border: no blank rows
+
+
+@aio
+async def test_view_follows_a_long_streaming_answer_then_sticks_to_the_bottom(tmp_path):
+    long_script = " ".join(f"word{i}" for i in range(200))
+    engine = FakeEngine(script=long_script, hold_after=150)
+    app = make_app(engine, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        app.chat_screen.query_one("#prompt").value = "go"
+        await pilot.press("enter")
+        await asyncio.get_running_loop().run_in_executor(None, engine.held.wait, 5)
+        answer = app.chat_screen.query_one(AssistantMessage)
+        for _ in range(100):
+            if answer.tail.text.count("word") == 150:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        transcript = app.chat_screen.query_one("#transcript")
+        view = transcript.scrollable_content_region
+        tail = answer.tail
+        assert tail.row_count > view.height  # longer than the view: it had to scroll
+        last_row_y = tail.region.y + tail.row_count - 1
+        assert view.y <= last_row_y < view.bottom  # the newest text is on screen
+        assert tail.region.height > tail.row_count  # the box was sized ahead, no growth needed
+        engine.gate.set()
+        await settle(pilot, app)
+        await pilot.pause(0.1)
+        assert answer.tail.region.height == 0
+        assert transcript.scroll_y == transcript.max_scroll_y  # stuck to the bottom again

@@ -57,6 +57,8 @@ class Turn:
     cancel: threading.Event = field(default_factory=threading.Event)
     dropped: bool = False  # no longer in the model's context
     frame_cpu_s: float | None = None  # UI thread CPU time (thread_time) at the last frame
+    following: bool = True  # the view follows the text (until the user scrolls up)
+    scrolled_y: float | None = None  # the transcript's scroll offset after the last follow
 
 
 class ChatScreen(Screen):
@@ -151,15 +153,16 @@ class ChatScreen(Screen):
 
     async def _start_turn(self, text: str, user: UserMessage | None) -> None:
         transcript = self.query_one(Transcript)
-        assistant = AssistantMessage()
+        app = self.chat_app
+        assistant = AssistantMessage(reserve_rows=transcript.reserve_for(app.settings.max_tokens))
         if user is None:
             user = UserMessage(text)
             await transcript.mount_all([user, assistant])  # one layout pass for both
         else:
             user.remove_class("queued")
             await transcript.mount(assistant)
-        transcript.scroll_end(animate=False)
-        app = self.chat_app
+        transcript.scroll_to_widget(user, animate=False, immediate=True, top=True)
+        transcript.anchor(False)  # the view follows the text by hand (Transcript.follow)
         turn = Turn(text, user, assistant, LiveTracker(app.engine.predictor, app.engine.kv_cache_tokens))
         self.turn = turn
         self.turns.append(turn)
@@ -220,8 +223,15 @@ class ChatScreen(Screen):
         turn.frame_cpu_s = cpu
         await turn.assistant.append(turn.tracker.add(events))
         if turn is self.turn:  # it may have ended during the append
+            self._follow(turn)
             self.show_turn_stats(turn)
             self._arm_tick(min(MAX_FRAME_S, max(TICK_S, spent / UI_CPU_BUDGET)))
+
+    def _follow(self, turn: Turn) -> None:
+        if turn.following:
+            tail = turn.assistant.tail
+            turn.scrolled_y = self.query_one(Transcript).follow(tail, max(0, tail.row_count - 1), turn.scrolled_y)
+            turn.following = turn.scrolled_y is not None
 
     def show_turn_stats(self, turn: Turn) -> None:
         panel = self._panel
@@ -274,6 +284,8 @@ class ChatScreen(Screen):
             await self.note(error or "generation failed", "error")
         self.turn = None
         self._stop_tick()
+        if turn.following:
+            self.query_one(Transcript).anchor()  # back to sticking to the bottom
         self.show_turn_stats(turn)
         self.show_context()  # the engine's own count once the turn is over
         await self._after_turn()

@@ -92,7 +92,7 @@ class StatsPanel(VerticalScroll, can_focus=False):
         s = s or LiveStats(0, None, None, None, None, 0, None, None, None)
         eff = s.efficiency
         gauge = f"{eff * 100:4.0f}% of pred" if eff else " no prediction"
-        ref = f" ─ pred {s.predicted_step_s * 1000:.1f} ms" if s.predicted_step_s else " ms"
+        ref = f" ─ pred {s.predicted_step_s * 1000:.1f} ms" if s.predicted_step_s else ""
         self._live.set_lines(
             [
                 ((_row("TTFT", fmt_ms(s.ttft_s)), None),),
@@ -102,7 +102,7 @@ class StatsPanel(VerticalScroll, can_focus=False):
                 ((_row("ceiling", fmt_rate(s.ceiling_tok_s)), None),),
                 ((_row("predicted", fmt_rate(s.predicted_tok_s)), None),),
                 ((f"{hbar(eff, BAR_CELLS)} {gauge}", "gauge"),),
-                ((f"ITL ({s.output_tokens} tok){ref}", "dim"),),
+                ((f"ITL {s.output_tokens} tok{ref}", "dim"),),
             ]
         )
         self._chart.set_data(itl_s, s.predicted_step_s)

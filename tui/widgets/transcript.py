@@ -111,6 +111,11 @@ class StreamTail(Widget):
     def _logical_text_last(self) -> str:
         return self.text[self.text.rfind("\n") + 1 :]
 
+    @property
+    def row_count(self) -> int:
+        """Wrapped rows written so far."""
+        return len(self._rows)
+
     def get_content_height(self, container, viewport, width: int) -> int:
         return self._reserved
 
@@ -130,8 +135,9 @@ class AssistantMessage(Vertical):
     text below it (a Markdown append re-parses and re-lays-out the block it extends, which
     made every frame cost more as a paragraph grew). Then a one-line footer with the stats."""
 
-    def __init__(self, initial: str = "") -> None:
+    def __init__(self, initial: str = "", *, reserve_rows: int = TAIL_STEP) -> None:
         super().__init__()
+        self.reserve_rows = reserve_rows  # rows held for the streaming block from the start
         self.text = initial  # everything received so far
         self._initial = initial
         self._tail_text = ""  # received, not yet handed to the Markdown (no blank line after it yet)
@@ -139,14 +145,19 @@ class AssistantMessage(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Markdown(self._initial, classes="answer")
-        # A streaming answer starts with rows reserved, saving a layout pass at the first token.
-        yield StreamTail(reserve=0 if self._initial else TAIL_STEP)
+        # A streaming answer starts with rows reserved (see Transcript.reserve_for): growing
+        # the box means a layout pass, a 30-150 ms stall of the UI thread on a small machine.
+        yield StreamTail(reserve=0 if self._initial else self.reserve_rows)
         yield Static("…", classes="footer", markup=False)
 
     def on_mount(self) -> None:
         self.border_title = "assistant"
         self._markdown = self.query_one(Markdown)
         self._tail = self.query_one(StreamTail)
+
+    @property
+    def tail(self) -> StreamTail:
+        return self._tail
 
     async def append(self, text: str) -> None:
         """Take a batch of streamed text (called once per UI tick)."""
@@ -182,12 +193,35 @@ class Note(Static):
 
 
 class Transcript(VerticalScroll):
-    """Scrolls to the newest message while the user is at the bottom."""
+    """Scrolls to the newest message while the user is at the bottom.
+
+    While an answer streams, its box is sized once for the whole answer (max_tokens) and
+    the view follows the last written row by scrolling, which repaints but needs no
+    layout pass; anchoring to the bottom would show the reserved blank rows instead."""
 
     can_focus = False
+    CHARS_PER_TOKEN = 4.5  # a generous estimate for sizing the streaming box
+    MAX_RESERVE_ROWS = 400
 
     def on_mount(self) -> None:
         self.anchor()
+
+    def reserve_for(self, max_tokens: int) -> int:
+        """Rows to hold for an answer of up to max_tokens tokens at the current width."""
+        width = max(10, self.scrollable_content_region.width - 8)  # the answer box's border and margins
+        rows = -(-int(max_tokens * self.CHARS_PER_TOKEN) // width) + 1
+        return max(TAIL_STEP, min(self.MAX_RESERVE_ROWS, rows))
+
+    def follow(self, widget: Widget, row: int, since_y: float | None) -> float | None:
+        """Scroll so `row` of `widget` is in view at the bottom. Returns the scroll offset to
+        pass back next time, or None once the user has scrolled up (then stop following)."""
+        if since_y is not None and self.scroll_y < since_y - 0.5:
+            return None
+        y = widget.region.y - self.scrollable_content_region.y + round(self.scroll_y) + row
+        height = self.scrollable_content_region.height
+        if y >= self.scroll_y + height:
+            self.scroll_to(y=y - height + 1, animate=False, immediate=True)
+        return self.scroll_y
 
     async def add_user(self, text: str, *, queued: bool = False) -> UserMessage:
         widget = UserMessage(text, queued=queued)
