@@ -18,7 +18,10 @@ from typing import Any, Mapping
 from ondevice import paths
 from ondevice.errors import OndeviceError
 
-__all__ = ["HistoryStore", "StoredMessage", "Conversation", "ConversationSummary", "HistoryError", "default_db_path"]
+__all__ = [
+    "HistoryStore", "StoredMessage", "Conversation", "ConversationSummary", "HistoryError", "default_db_path",
+    "stats_footer", "to_markdown",
+]
 
 SCHEMA_VERSION = 1
 _TITLE_CHARS = 60

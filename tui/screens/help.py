@@ -24,7 +24,8 @@ KEYS = (
 _ABOUT = (
     "Right panel: TTFT, last inter-token gap (ITL), mean gap (TPOT) and decode tok/s, "
     "against the bandwidth ceiling and the calibrated prediction (run `ondevice probe` "
-    "once to get them). Bars over the ─ line were slower than predicted."
+    "once to get them). In the ITL chart the green band marks the predicted step time; "
+    "yellow bars were over 10% slower than predicted."
 )
 
 
