@@ -48,6 +48,24 @@ def test_slices_cover_the_array_once():
         assert s[0][0] == 0 and s[-1][1] == n and all(x[1] == y[0] for x, y in zip(s, s[1:]))
 
 
+def test_pass_runs_every_slice_at_once():
+    """The slices of a pass run together (each waits here for the other: run one after the other,
+    the barrier would break), and a pass is timed from the first start to the last end."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    together = threading.Barrier(2, timeout=10)
+    seen: list[int] = []
+
+    def kernel(lo: int, hi: int) -> None:
+        together.wait()
+        seen.append(lo)
+
+    with ThreadPoolExecutor(2) as pool:
+        took = host._best(pool, [(0, 4), (4, 8)], 3, kernel)
+    assert sorted(seen) == [0, 0, 0, 4, 4, 4] and 0 < took < 10
+
+
 @pytest.mark.parametrize("threads, passes", [(0, 1), (1, 0), (-2, 3)])
 def test_memory_probe_bad_arguments(threads, passes):
     with pytest.raises(ProbeError):

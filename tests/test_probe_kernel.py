@@ -81,7 +81,8 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel, "measure", fake_measure(calls))
     said: list[str] = []
     k = probe_kernels(TINY, tmp_path / "models", progress=said.append)
-    assert len(calls) == 10 * TINY.passes and len(k.points) == 10 and calls[:10] == calls[10:]
+    assert len(calls) == 10 * TINY.passes and len(k.points) == 10
+    assert all(calls[10 * i:10 * (i + 1)] == calls[:10] for i in range(TINY.passes))  # round-robin passes
     assert calls[-1][1] == TINY.n_long and calls[-2][0] == calls[-1][0]  # the attention model, short then long
     assert any(s.startswith("building") for s in said) and any(s.startswith("quantizing") for s in said)
     for t, gbs in TRUE["type_gbs"].items():
@@ -132,7 +133,7 @@ def test_a_run_stops_at_its_time_budget(tmp_path, monkeypatch):
 
 
 def test_the_fastest_pass_counts(tmp_path, monkeypatch):
-    """A busy first pass (everything twice as slow) does not move the fit: the second pass is kept."""
+    """A busy first pass (everything twice as slow) does not move the fit: a later pass is kept."""
     exact = fake_measure()
     n = {"calls": 0}
 
@@ -143,5 +144,5 @@ def test_the_fastest_pass_counts(tmp_path, monkeypatch):
 
     monkeypatch.setattr(kernel, "measure", busy_first_pass)
     k = probe_kernels(TINY, tmp_path / "models")
-    assert n["calls"] == 20
+    assert n["calls"] == 10 * TINY.passes
     assert k.type_gbs["F16"] == pytest.approx(TRUE["type_gbs"]["F16"], rel=1e-6)

@@ -62,7 +62,7 @@ class KernelPlan:
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
     n_warmup: int = 3  # decode steps dropped first (page faults, caches)
     run_budget_s: float = 4.0  # a run stops decoding after this many seconds (>= 4 timed steps kept)
-    passes: int = 2  # every run is decoded this many times, round-robin; the fastest counts
+    passes: int = 3  # every run is decoded this many times, round-robin; the fastest counts
     types: tuple[str, ...] = PROBE_TYPES  # weight types probed
 
     def layer_bytes_f16(self) -> int:
