@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ondevice  # noqa: E402
-from ondevice.engine.chat import FALLBACK_STOP  # noqa: E402
+from ondevice.engine.chat import FALLBACK_STOPS  # noqa: E402
 from tui.app import ChatApp  # noqa: E402
 from tui.session import ChatSettings  # noqa: E402
 
@@ -49,7 +49,7 @@ def run_engine_alone(engine, tokens: int) -> dict:
 def _engine_alone(engine, tokens: int) -> dict:
     chat = engine.chat()
     ids = chat.prompt_tokens(MESSAGE)
-    stop = (FALLBACK_STOP,) if chat.template_source == "fallback" else ()  # the same stop as the chat's
+    stop = FALLBACK_STOPS if chat.template_source == "fallback" else ()  # the same stop as the chat's
     engine.reset()
     stream = engine.stream(ids, max_tokens=tokens, temperature=0.0, top_p=1.0, ignore_eos=True, stop=stop, reuse_prefix=False)
     for _ in stream:

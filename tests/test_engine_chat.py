@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from ondevice.engine import load
-from ondevice.engine.chat import FALLBACK_STOP, render_plain
+from ondevice.engine.chat import FALLBACK_STOPS, render_plain
 from tests._engine_models import BOS, EOS, build_successor_model, token_id
 
 SP = "\u2581"
@@ -42,7 +42,7 @@ def test_render_plain():
     msgs = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"},
             {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
     assert render_plain(msgs) == "Be terse.\n\nUser: Hi\nAssistant: Hello.\nUser: Bye\nAssistant:"
-    assert FALLBACK_STOP == "\nUser:"
+    assert FALLBACK_STOPS == ("\nUser:", "\nAssistant:")
 
 
 def test_fallback_chat_and_prefix_reuse(plain):

@@ -11,7 +11,8 @@ a plain transcript that base models continue well:
     User: {user text}
     Assistant:
 
-with "\\nUser:" as a stop string. A reply is stored without the one space the model
+with "\\nUser:" and "\\nAssistant:" as stop strings (a base model that goes on to write the
+next turn itself is cut there). A reply is stored without the one space the model
 writes after "Assistant:", so the next turn's transcript reproduces the generated text
 exactly and the whole previous conversation is served from the KV cache: every turn
 re-renders the conversation, and the engine keeps the longest common prefix with what
@@ -29,9 +30,9 @@ from ondevice.engine.sampling import SAMPLING_KEYS, make_params
 from ondevice.errors import InvalidParameterError
 from ondevice.results import Generation
 
-__all__ = ["Chat", "ChatTemplate", "FALLBACK_STOP", "render_plain"]
+__all__ = ["Chat", "ChatTemplate", "FALLBACK_STOPS", "render_plain"]
 
-FALLBACK_STOP = "\nUser:"  # the fallback transcript's stop string
+FALLBACK_STOPS = ("\nUser:", "\nAssistant:")  # the fallback transcript's stop strings: a new turn
 _ROLES = ("system", "user", "assistant")
 _log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class ChatTemplate:
     @property
     def stop(self) -> tuple[str, ...]:
         """Stop strings this rendering needs (end-of-turn tokens stop a templated reply by themselves)."""
-        return () if self._jinja else (FALLBACK_STOP,)
+        return () if self._jinja else FALLBACK_STOPS
 
     def render(self, messages: list[dict[str, str]]) -> str:
         if self._jinja is None:
