@@ -7,8 +7,10 @@ A: Engine.stream(prompt ids) with the very token ids the chat renders for the me
    KV cache cleared, consumed in a bare loop in a worker thread (the TUI decodes in one).
 B: the chat app (ChatApp, 120x40, Markdown streaming, stats panel, 20 Hz timer) sends the
    same message on the same engine, KV cache cleared; its Generation's timings are read.
-Both: greedy, ignore_eos, the chat template's stop string, max_tokens N. Target: median of
-the per-pair ratios B/A >= 0.97. One warm-up of each is not counted.
+Both: greedy, ignore_eos, no stop strings, max_tokens N, so both decode exactly N tokens (the
+built-in base model, chatting through the plain User/Assistant transcript, would start the
+next turn itself after a dozen tokens and stop there). Target: median of the per-pair
+ratios B/A >= 0.97. One warm-up of each is not counted.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ondevice  # noqa: E402
-from ondevice.engine.chat import FALLBACK_STOPS  # noqa: E402
+from ondevice.engine.chat import ChatTemplate  # noqa: E402
 from tui.app import ChatApp  # noqa: E402
 from tui.session import ChatSettings  # noqa: E402
 
@@ -49,9 +51,8 @@ def run_engine_alone(engine, tokens: int) -> dict:
 def _engine_alone(engine, tokens: int) -> dict:
     chat = engine.chat()
     ids = chat.prompt_tokens(MESSAGE)
-    stop = FALLBACK_STOPS if chat.template_source == "fallback" else ()  # the same stop as the chat's
     engine.reset()
-    stream = engine.stream(ids, max_tokens=tokens, temperature=0.0, top_p=1.0, ignore_eos=True, stop=stop, reuse_prefix=False)
+    stream = engine.stream(ids, max_tokens=tokens, temperature=0.0, top_p=1.0, ignore_eos=True, reuse_prefix=False)
     for _ in stream:
         pass
     return _row(stream.generation)
@@ -101,6 +102,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
+    ChatTemplate.stop = property(lambda self: ())  # no stop strings in the chat either: N tokens on both sides
     engine = ondevice.load(args.model, n_ctx=2048, n_threads=args.threads)
     try:
         run_engine_alone(engine, args.tokens), run_tui(engine, args.tokens)  # warm-up, not counted

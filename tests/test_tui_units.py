@@ -271,3 +271,12 @@ def test_stream_tail_incremental_rows_match_a_full_wrap():
         tail.text = shown
         tail._rows = [row for rows in tail._logical for row in rows]
     assert tail._rows == [row for line in text.split("\n") for row in wrap_cells(line, 23)]
+
+
+def test_ui_budget_shrinks_when_the_engine_takes_every_core():
+    from tui.screens.chat import UI_CPU_BUDGET, UI_CPU_BUDGET_NO_SPARE_CORE, ui_cpu_budget
+
+    assert UI_CPU_BUDGET_NO_SPARE_CORE < UI_CPU_BUDGET
+    assert ui_cpu_budget(2, 2) == ui_cpu_budget(4, 2) == UI_CPU_BUDGET_NO_SPARE_CORE
+    assert ui_cpu_budget(4, 8) == UI_CPU_BUDGET
+    assert ui_cpu_budget(None, 2) == ui_cpu_budget(2, None) == UI_CPU_BUDGET  # unknown: the usual budget

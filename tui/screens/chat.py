@@ -10,6 +10,7 @@ token repaints nothing. Engine calls never run on the UI thread.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,16 +34,25 @@ from tui.widgets.transcript import AssistantMessage, Note, Transcript, UserMessa
 if TYPE_CHECKING:
     from tui.app import ChatApp
 
-__all__ = ["ChatScreen", "TICK_S"]
+__all__ = ["ChatScreen", "TICK_S", "ui_cpu_budget"]
 
 log = logging.getLogger(__name__)
 TICK_S = 1 / 10  # timer period while tokens stream: at most 10 frames a second (cap ~20 Hz)
 MAX_FRAME_S = 0.5  # ... and at least 2 frames a second, however slow the machine
-UI_CPU_BUDGET = 0.04  # share of one core the UI thread may spend while tokens stream
+UI_CPU_BUDGET = 0.04  # share of one core the UI thread may spend while tokens stream ...
+UI_CPU_BUDGET_NO_SPARE_CORE = 0.015  # ... when the engine's threads take every core: each slice
+# the UI takes stalls one decode thread, and the others wait for it at the next barrier
 MEMORY_TICK_S = 2.0  # RSS / system memory refresh period
 # One line each instead of Textual's Header and Footer: fewer widgets make every frame and
 # every layout pass cheaper while tokens stream.
 KEYS_BAR = "[b]esc[/] cancel  [b]^n[/] new  [b]f2[/] settings  [b]^o[/] history  [b]^s[/] export  [b]f1[/] keys  [b]^q[/] quit"
+
+
+def ui_cpu_budget(engine_threads: int | None, cpu_count: int | None) -> float:
+    """The UI thread's CPU share while tokens stream: less when no core is left to it."""
+    if engine_threads and cpu_count and engine_threads >= cpu_count:
+        return UI_CPU_BUDGET_NO_SPARE_CORE
+    return UI_CPU_BUDGET
 
 
 @dataclass
@@ -208,7 +218,7 @@ class ChatScreen(Screen):
 
     async def _on_tick(self) -> None:
         """One frame: new text, then the stats. Frames are paced so that the UI thread's CPU
-        (the frame's own rendering included) stays within UI_CPU_BUDGET of one core: on a
+        (the frame's own rendering included) stays within its budget (ui_cpu_budget): on a
         fast machine that is the full 10 Hz, on a slow or busy one fewer frames."""
         self._tick = None
         turn = self.turn
@@ -225,7 +235,9 @@ class ChatScreen(Screen):
         if turn is self.turn:  # it may have ended during the append
             self._follow(turn)
             self.show_turn_stats(turn)
-            self._arm_tick(min(MAX_FRAME_S, max(TICK_S, spent / UI_CPU_BUDGET)))
+            threads = getattr(getattr(self.chat_app.engine, "info", None), "n_threads", None)
+            budget = ui_cpu_budget(threads, os.cpu_count())
+            self._arm_tick(min(MAX_FRAME_S, max(TICK_S, spent / budget)))
 
     def _follow(self, turn: Turn) -> None:
         if turn.following:
