@@ -35,6 +35,8 @@ def run_predict(model_or_spec, *, ctx, probe, bandwidth_gbs, prompt_tokens, n_ba
                           compute_gflops=probe.compute.f32_gflops if probe else None)
         source, calibrated = "given", False
         notes.append("bandwidth given: the prediction is the pure ceiling (no kernel calibration)")
+        if probe is not None:
+            notes.append("TTFT floor and memory verdict are for this machine (its measured compute and free memory)")
     else:
         cal = probe.calibration()
         calibrated = cal is not None

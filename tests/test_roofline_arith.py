@@ -174,6 +174,15 @@ def test_predict_without_kernel_probe_is_ceiling_only(tiny_model):
     assert any("ondevice probe" in n for n in p.notes)
 
 
+def test_given_bandwidth_says_what_stays_this_machines(tiny_model):
+    p = predict(tiny_model, ctx=(16,), probe=fake_result(build="b"), bandwidth_gbs=50.0, prompt_tokens=8)
+    assert p.bandwidth_source == "given" and not p.calibrated and p.contexts[0].predicted_tok_s is None
+    assert p.ttft.compute_gflops == 100.0  # the probe's compute: this machine's
+    assert any("for this machine" in n for n in p.notes)
+    alone = predict(tiny_model, ctx=(16,), bandwidth_gbs=50.0, prompt_tokens=8)
+    assert alone.ttft is None and not any("for this machine" in n for n in alone.notes)
+
+
 @pytest.mark.parametrize("kw, err, msg", [
     (dict(bandwidth_gbs=0), InvalidParameterError, "bandwidth must be positive"),
     (dict(bandwidth_gbs=-5), InvalidParameterError, "bandwidth must be positive"),
