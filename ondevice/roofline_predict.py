@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Iterable
 
@@ -11,6 +10,7 @@ from ondevice.modelspec import ModelSpec, inspect
 from ondevice.roofline import (
     Calibration, ContextPrediction, MemoryVerdict, Prediction, Predictor, TTFTPrediction,
 )
+from ondevice.roofline_spec import positive_number
 
 __all__ = ["run_predict", "prefill_flops", "memory_verdict", "FITS_SHARE"]
 
@@ -26,7 +26,7 @@ def run_predict(model_or_spec, *, ctx, probe, bandwidth_gbs, prompt_tokens, n_ba
     if prompt_tokens is not None:
         prompt_tokens = _positive_int("prompt tokens", prompt_tokens)
     if bandwidth_gbs is not None:
-        bandwidth_gbs = _bandwidth(bandwidth_gbs)
+        bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s")
     if probe is None and bandwidth_gbs is None:
         probe = _cached_probe()
     notes = list(spec.warnings)
@@ -80,16 +80,6 @@ def _positive_int(name: str, v) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise InvalidParameterError(f"{name} must be a positive integer, not {v!r}")
     return v
-
-
-def _bandwidth(v) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"bandwidth must be a number of GB/s, not {v!r}") from None
-    if not math.isfinite(x) or x <= 0:
-        raise InvalidParameterError(f"bandwidth must be positive (GB/s), not {v!r}")
-    return x
 
 
 def _contexts(ctx, spec: ModelSpec) -> tuple[int, ...]:

@@ -22,7 +22,7 @@ from ondevice.errors import SpecError
 from ondevice.modelspec import KV_CACHE_ELEMENT_BYTES, ModelSpec
 from ondevice.roofline import bits_per_weight
 
-__all__ = ["QUANT_MIXES", "mix_for", "mix_bits_per_weight", "spec_from_flags"]
+__all__ = ["QUANT_MIXES", "mix_for", "mix_bits_per_weight", "spec_from_flags", "positive_number"]
 
 _V, _O, _D = 0.02, 0.07, 0.27  # shares of a llama block: attn_v, attn_output, ffn_down
 _HALF = 0.5  # share of layers llama.cpp's use_more_bits() upgrades
@@ -78,8 +78,8 @@ def spec_from_flags(*, params: float | None, quant: str | None, layers: int | No
                               ("--kv-heads", kv_heads), ("--head-dim", head_dim)) if v is None]
     if missing:
         raise SpecError(f"a spec needs {', '.join(missing)} (with --params, --quant, --layers, --kv-heads, --head-dim)")
-    n_params = _positive_number("--params", params)
-    n_active = _positive_number("--active-params", active_params) if active_params is not None else n_params
+    n_params = positive_number("--params", params)
+    n_active = positive_number("--active-params", active_params) if active_params is not None else n_params
     if n_active > n_params:
         raise SpecError(f"--active-params ({n_active:g}) exceeds --params ({n_params:g})")
     for flag, v in (("--layers", layers), ("--kv-heads", kv_heads), ("--head-dim", head_dim), ("--d-model", d_model),
@@ -122,13 +122,14 @@ def spec_from_flags(*, params: float | None, quant: str | None, layers: int | No
     )
 
 
-def _positive_number(flag: str, v) -> float:
+def positive_number(what: str, v, error: type[Exception] = SpecError, unit: str = "") -> float:
+    """float(v) when it is a finite number above zero; else `error` naming `what` (and its unit)."""
     try:
         x = float(v)
     except (TypeError, ValueError):
-        raise SpecError(f"{flag} must be a number, not {v!r}") from None
+        raise error(f"{what} must be a number{f' of {unit}' if unit else ''}, not {v!r}") from None
     if not math.isfinite(x) or x <= 0:
-        raise SpecError(f"{flag} must be positive, not {v!r}")
+        raise error(f"{what} must be positive{f' ({unit})' if unit else ''}, not {v!r}")
     return x
 
 

@@ -1,9 +1,8 @@
 """Thin helpers over llama-cpp-python's low-level API, for quant's own use.
 
-- `route_llama_log()`: send llama.cpp's log to the `logging` logger "ondevice.llama_cpp"
-  (llama-cpp-python's own callback prints to stderr) and let a caller listen to the lines
-  (quantize reads its per-tensor progress from them). The engine installs a callback of its
-  own to the same logger with the same levels; whichever is installed last serves both.
+- llama.cpp's log goes to the `logging` logger "ondevice.llama_cpp" through the engine's
+  router (`ondevice.engine.loader.route_llama_log`); `log_listener` lets a caller read the
+  lines too (quantize reads its per-tensor progress from them).
 - `LogitsModel`: a model + context that scores token windows and returns their logits
   (quality evaluation; copying logits is fine here, this is not the decode hot path).
 
@@ -12,78 +11,15 @@ llama_cpp is imported inside functions: importing quant stays cheap.
 
 from __future__ import annotations
 
-import ctypes
-import logging
-import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from ondevice.engine.loader import log_listener, route_llama_log
 from ondevice.errors import ModelLoadError, QuantError
 
-__all__ = ["route_llama_log", "log_listener", "LogitsModel"]
-
-_LOG = logging.getLogger("ondevice.llama_cpp")
-# enum ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continue the previous line)
-_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-
-
-class _LogRouter:
-    """The ctypes callback llama.cpp calls for each log fragment (from any thread)."""
-
-    def __init__(self) -> None:
-        import llama_cpp
-
-        self.listeners: list[Callable[[str], None]] = []
-        self._lock = threading.Lock()
-        self._last = logging.INFO
-        self.c_callback = llama_cpp.llama_log_callback(self._on_log)  # keep a reference
-
-    def _on_log(self, level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-        line = text.decode("utf-8", "replace") if text else ""
-        self._last = _LEVELS.get(level, self._last)  # 5 = continue the previous level
-        if line.strip(" .\n") and _LOG.isEnabledFor(self._last):
-            _LOG.log(self._last, "%s", line.rstrip("\n"))
-        with self._lock:
-            listeners = list(self.listeners)
-        for listen in listeners:
-            listen(line)
-
-
-_router: _LogRouter | None = None  # created on first use; the C side keeps a pointer to it
-_router_lock = threading.Lock()
-
-
-def route_llama_log() -> _LogRouter:
-    """Install (once) the callback that sends llama.cpp's log to `logging`."""
-    global _router
-    import llama_cpp
-
-    with _router_lock:
-        if _router is None:
-            _router = _LogRouter()
-            _LOG.addHandler(logging.NullHandler())  # unconfigured logging: no last-resort printing
-        llama_cpp.llama_log_set(_router.c_callback, ctypes.c_void_p(0))
-        return _router
-
-
-class log_listener:
-    """Context manager: call `fn(text)` for each llama.cpp log fragment while inside."""
-
-    def __init__(self, fn: Callable[[str], None]):
-        self.fn = fn
-
-    def __enter__(self) -> "log_listener":
-        router = route_llama_log()
-        with router._lock:
-            router.listeners.append(self.fn)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        router = route_llama_log()
-        with router._lock:
-            router.listeners.remove(self.fn)
+__all__ = ["route_llama_log", "log_listener", "LogitsModel"]  # the first two: re-exported from the engine
 
 
 def gpu_layers(n_gpu_layers: int | str | None) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGUFWriter
 
 from ondevice.errors import GGUFFormatError, ModelNotFoundError
 from ondevice.gguf_file import read_gguf

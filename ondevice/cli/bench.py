@@ -51,7 +51,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.models[:1] == ["compare"]:
         return run_compare(args)
-    from ondevice.bench.runner import BenchConfig, plan_bench, run_bench
+    from ondevice.bench.runner import plan_bench, run_bench
 
     config = _config(args)
     slo_bounds = None

@@ -20,7 +20,6 @@ A run's weight bytes are all counted as its main type (norms and the small head 
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import time
 from dataclasses import dataclass, replace
