@@ -9,7 +9,7 @@
    Q4_0 / Q8_0 / F16 models of 50-1000 MB, at contexts 128 and 2048. Each (model, context)
    keeps its own engine with the prompt prefilled once; repetitions reuse that prefix
    (only the last prompt token is recomputed). Every round re-runs the kernel probe's own
-   decode runs and then every row, so each round's calibration is paired with that round's
+   decode runs and every row, alternating, so each round's calibration is paired with that round's
    measurements: this shared machine's memory bandwidth drifts by 10% or more within a
    minute, and only figures taken together can be compared. A row's error is the median
    over rounds of predicted / measured - 1. The standalone probe (run once before, as
@@ -17,7 +17,7 @@
    measured figure. Target: within +-10%, and the pure ceiling (the best host bandwidth
    measured in any round) never below the fastest round of any row.
 
-    python benchmarks/probe_accuracy.py [--reps 5] [--tokens 32] [--cold] [--json out.json]
+    python benchmarks/probe_accuracy.py [--reps 7] [--tokens 32] [--cold] [--json out.json]
 """
 
 from __future__ import annotations
@@ -174,13 +174,18 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     memory = probe_result.memory
     for r in range(reps):
         memory = best_of(memory, probe_memory(memory.n_threads, memory.array_bytes, passes=3))
-        for i, run in enumerate(probe_runs):
-            step, _, _, probe_specs[i] = kernel.measure(run.path, plan, n_prompt=run.n_prompt, n_threads=threads,
-                                                        n_gpu_layers=0 if probe_result.backend == "CPU" else -1)
-            probe_steps[i].append(step)
-        for row in rows:
-            g = row["eng"].generate(row["ids"], max_tokens=tokens, ignore_eos=True, reuse_prefix=True)
-            row["tok_s"].append(g.timings.decode_tok_s)
+        # probe runs and rows alternate (P1 R1 P2 R2 ...), so neither side owns the start or the
+        # end of a round (a CPU that boosts after a pause, a neighbour that starts mid-round)
+        for k in range(max(len(probe_runs), len(rows))):
+            if k < len(probe_runs):
+                run = probe_runs[k]
+                step, _, _, probe_specs[k] = kernel.measure(run.path, plan, n_prompt=run.n_prompt, n_threads=threads,
+                                                            n_gpu_layers=0 if probe_result.backend == "CPU" else -1)
+                probe_steps[k].append(step)
+            if k < len(rows):
+                row = rows[k]
+                g = row["eng"].generate(row["ids"], max_tokens=tokens, ignore_eos=True, reuse_prefix=True)
+                row["tok_s"].append(g.timings.decode_tok_s)
         say(f"round {r + 1}/{reps} done")
     # Paired: each round's probe runs calibrate a prediction for that round's rows (the same
     # minute of a shared machine whose memory bandwidth drifts by +-10% or more); a row's error
@@ -198,7 +203,8 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
             fits.append(None)
     cals = [None if f is None else Calibration(
         backend=standalone.backend, ceiling_gbs=ceiling_gbs, type_gbs=f["type_gbs"], kv_gbs=f["type_gbs"]["F16"],
-        t0_s=f["t0_s"], layer_s=f["layer_s"], vocab_s=f["vocab_s"], attn_s=f["attn_s"]) for f in fits]
+        t0_s=f["t0_s"], layer_s=f["layer_s"], vocab_s=f["vocab_s"], attn_s=f["attn_s"],
+        attn_dim_s=f["attn_dim_s"]) for f in fits]
     out = []
     for row in rows:
         spec = row["eng"].info.spec
@@ -222,7 +228,7 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=5, help="round-robin repetitions of every row (default 5)")
+    ap.add_argument("--reps", type=int, default=7, help="round-robin repetitions of every row (default 7)")
     ap.add_argument("--tokens", type=int, default=32, help="output tokens per repetition (default 32)")
     ap.add_argument("--host-rounds", type=int, default=9, help="C/numpy alternations (default 9)")
     ap.add_argument("--cold", action="store_true", help="delete the probe's models first: time a first-run probe")
@@ -274,14 +280,16 @@ def render(report: dict) -> str:
                      f"read {p['memory']['read_gbs']:.1f} GB/s, ceiling {p['ceiling_gbs']:.1f} GB/s; kernels "
                      + ", ".join(f"{t} {g:.1f}" for t, g in k["type_gbs"].items())
                      + f" GB/s; t0 {1e3 * k['t0_s']:.3f} ms, layer {1e6 * k['layer_s']:.1f} us, "
-                     f"vocab {1e9 * k['vocab_s']:.2f} ns; fit rms {100 * k['fit_rms_rel']:.1f}%")
+                     f"vocab {1e9 * k['vocab_s']:.2f} ns, attention {1e9 * k['attn_s']:.1f} ns/score "
+                     f"+ {1e12 * k['attn_dim_s']:.1f} ps/score/head dim; fit rms {100 * k['fit_rms_rel']:.1f}%")
     if "decode" in report:
         fits = [f for f in report["decode"]["round_fits"] if f]
         med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
         lines.append(f"per-round calibration ({len(fits)} rounds fitted), medians: "
                      + ", ".join(f"{t} {med([f['type_gbs'][t] for f in fits]):.1f}" for t in (fits[0]["type_gbs"] if fits else ()))
                      + f" GB/s; t0 {1e3 * med([f['t0_s'] for f in fits]):.3f} ms, layer {1e6 * med([f['layer_s'] for f in fits]):.1f} us, "
-                     f"vocab {1e9 * med([f['vocab_s'] for f in fits]):.2f} ns, attention {1e9 * med([f['attn_s'] for f in fits]):.1f} ns/score; "
+                     f"vocab {1e9 * med([f['vocab_s'] for f in fits]):.2f} ns, attention {1e9 * med([f['attn_s'] for f in fits]):.1f} ns/score "
+                     f"+ {1e12 * med([f['attn_dim_s'] for f in fits]):.1f} ps/score/head dim; "
                      f"ceiling {report['decode']['ceiling_gbs']:.1f} GB/s (best host figure of all rounds)")
         lines.append("")
         lines.append("| model | weight types | MB/token | ctx | measured tok/s (median; best) | paired error, median "

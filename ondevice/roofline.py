@@ -6,11 +6,13 @@ bytes by the machine's best measured read bandwidth (a bound: measured must neve
 it). The calibrated prediction uses what the runtime's own kernels reach per weight type
 (kernel probe) and the fixed costs the probe fitted:
 
-    t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv + attn_scores(s) * attn_s
+    t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv
+           + attn_scores(s) * (attn_s + (head_dim_k + head_dim_v) * attn_dim_s)
            + t0 + n_layer * layer_s + n_vocab * vocab_s
 
 (attn_scores: query heads x context tokens x layers, the attention work over the context,
-which on a CPU costs more than its bytes: a short dot product, a softmax entry, a weighted sum.
+which on a CPU costs more than its bytes: a softmax entry (attn_s, per score) and a dot
+product and a weighted sum as long as the head (attn_dim_s, per score and head dimension).
 llama.cpp keeps every token in sliding-window layers by default and masks the window, so the
 calibrated KV and attention terms span the whole context there; the ceiling counts the window.)
 
@@ -29,7 +31,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from ondevice.modelspec import ModelSpec
 
 __all__ = ["Calibration", "Predictor", "default_predictor", "bits_per_weight", "effective_gbs", "attention_scores",
-           "predict", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict"]
+           "attention_head_dims", "predict", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict"]
 
 _GB = 1e9
 
@@ -52,6 +54,7 @@ class Calibration:
     layer_s: float = 0.0  # per-block per-token cost, seconds
     vocab_s: float = 0.0  # per-vocabulary-entry per-token cost, seconds
     attn_s: float = 0.0  # cost per attention score (query head x context token x layer), seconds
+    attn_dim_s: float = 0.0  # ... plus this per score and head dimension (key + value dims), seconds
     swa_full: bool = True  # the runtime attends over every cached token in sliding-window layers, masked
     # (llama.cpp's default swa_full, which ondevice.engine keeps): the calibrated KV and attention
     # terms then span the whole context; the pure ceiling always counts only the window
@@ -92,6 +95,12 @@ def attention_scores(spec: ModelSpec, n_ctx: int, *, windowed: bool = True) -> i
     return spec.n_head * ((spec.n_layer - n_swa) * n_ctx + n_swa * span_swa)
 
 
+def attention_head_dims(spec: ModelSpec) -> int:
+    """Head dimensions one attention score works through: the key's (dot product) plus the
+    value's (weighted sum); 0 when unknown."""
+    return (spec.head_dim_k or 0) + (spec.head_dim_v or 0)
+
+
 class Predictor:
     """Step-time model of one model on one machine; step_s() is pure arithmetic (cheap per token)."""
 
@@ -119,8 +128,8 @@ class Predictor:
         full_kv, window_kv = (self._kv_full + self._kv_window, 0) if calibration.swa_full else (self._kv_full, self._kv_window)
         self._cal_full_s = full_kv / self._kv_bps
         self._cal_window_s = window_kv / self._kv_bps
-        if calibration.attn_s and spec.n_layer:
-            per = (spec.n_head or 0) * calibration.attn_s
+        if (calibration.attn_s or calibration.attn_dim_s) and spec.n_layer:
+            per = (spec.n_head or 0) * (calibration.attn_s + attention_head_dims(spec) * calibration.attn_dim_s)
             n_swa = 0 if calibration.swa_full else sum(1 for i in range(spec.n_layer) if i in swa)
             self._cal_full_s += per * (spec.n_layer - n_swa)
             self._cal_window_s += per * n_swa

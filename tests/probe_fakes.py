@@ -28,6 +28,7 @@ def fake_result(*, build: str, backend: str = "CPU", kernel: bool = True, read_g
         k = KernelProbe(
             backend=backend, n_threads=4, n_gpu_layers=0 if backend == "CPU" else -1,
             type_gbs={"Q4_0": 10.0, "Q8_0": 14.0, "F16": 16.0}, t0_s=1e-4, layer_s=2e-5, vocab_s=1e-9, attn_s=1e-10,
+            attn_dim_s=1e-12,
             fit_rms_rel=0.01, points=(KernelPoint("F16", 400_000_000, 1_000_000, 0.03, 32),), elapsed_s=20.0,
         )
     return ProbeResult(
@@ -50,21 +51,22 @@ def nvidia_host() -> HostInfo:
 
 # Known step-time model for the kernel-probe pipeline tests.
 TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9,
-        "attn_s": 1.5e-8}
+        "attn_s": 1.0e-8, "attn_dim_s": 5e-11}
 TINY = KernelPlan(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, tiny_layers=(1, 4), tiny_vocab=1024,
-                  attn_shape=(128, 4, 2, 2), n_long=64, n_prompt=8, n_tokens=4, n_warmup=1)
+                  attn_shapes=((128, 4, 2, 2), (128, 1, 1, 2)), attn_d_ff=64, n_long=64, n_prompt=8, n_tokens=4, n_warmup=1)
 
 
-def model_time(t: str, nbytes: int, n_layer: int, n_vocab: int, attn_scores: int = 0, p=TRUE) -> float:
+def model_time(t: str, nbytes: int, n_layer: int, n_vocab: int, attn_scores: int = 0, head_dims: int = 0,
+               p=TRUE) -> float:
     return (nbytes / (p["type_gbs"][t] * 1e9) + p["t0_s"] + n_layer * p["layer_s"] + n_vocab * p["vocab_s"]
-            + attn_scores * p["attn_s"])
+            + attn_scores * (p["attn_s"] + head_dims * p["attn_dim_s"]))
 
 
 def fake_measure(calls: list | None = None):
     """A stand-in for kernel.measure: the step time of model_time() for the file's bytes."""
     from ondevice.modelspec import inspect
 
-    from ondevice.roofline import attention_scores
+    from ondevice.roofline import attention_head_dims, attention_scores
 
     def measure(path, plan, *, n_prompt, n_threads, n_gpu_layers):
         spec = inspect(path)
@@ -73,7 +75,7 @@ def fake_measure(calls: list | None = None):
         if calls is not None:
             calls.append((path.name, n_prompt))
         nbytes = 0 if path.name.startswith("tiny-") else spec.decode_weight_bytes + spec.kv_read_bytes(n)  # cached
-        step = model_time(main, nbytes, spec.n_layer, spec.n_vocab, attention_scores(spec, n))
+        step = model_time(main, nbytes, spec.n_layer, spec.n_vocab, attention_scores(spec, n), attention_head_dims(spec))
         return step, "CPU", 3, spec
 
     return measure

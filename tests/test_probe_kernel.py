@@ -13,29 +13,39 @@ from ondevice.probing.kernel import FitPoint, fit_points, plan_for, probe_kernel
 from tests.probe_fakes import TINY, TRUE, fake_measure, model_time
 
 def points(p=TRUE) -> list[FitPoint]:
-    spec = [("sized", "Q4_0", 150e6, 5, 512, 0), ("sized", "Q8_0", 280e6, 5, 512, 0), ("sized", "F16", 520e6, 5, 512, 0),
-            ("tiny", "Q4_0", 1e5, 2, 512, 0), ("tiny", "Q8_0", 2e5, 2, 512, 0), ("tiny", "F16", 3e5, 2, 512, 0),
-            ("tiny", "F16", 2e6, 16, 512, 0), ("tiny", "F16", 4e6, 2, 32000, 0),
-            ("attn", "F16", 1e7, 2, 512, 1100), ("attn", "F16", 1.2e7, 2, 512, 66000)]
-    return [FitPoint(r, t, int(b), n, v, m, model_time(t, int(b), n, v, m, p)) for r, t, b, n, v, m in spec]
+    spec = [("sized", "Q4_0", 150e6, 5, 512, 0, 0), ("sized", "Q8_0", 280e6, 5, 512, 0, 0),
+            ("sized", "F16", 520e6, 5, 512, 0, 0), ("tiny", "Q4_0", 1e5, 2, 512, 0, 0), ("tiny", "Q8_0", 2e5, 2, 512, 0, 0),
+            ("tiny", "F16", 3e5, 2, 512, 0, 0), ("tiny", "F16", 2e6, 16, 512, 0, 0), ("tiny", "F16", 4e6, 2, 32000, 0, 0),
+            ("attn", "F16", 1e7, 4, 512, 2200, 128), ("attn", "F16", 1.4e7, 4, 512, 132000, 128),
+            ("attn", "F16", 1e7, 4, 512, 550, 512), ("attn", "F16", 1.4e7, 4, 512, 33000, 512)]
+    return [FitPoint(r, t, int(b), n, v, m, h, model_time(t, int(b), n, v, m, h, p)) for r, t, b, n, v, m, h in spec]
 
 
 def test_fit_recovers_known_parameters_exactly():
     fit = fit_points(points())
     for t, gbs in TRUE["type_gbs"].items():
         assert fit["type_gbs"][t] == pytest.approx(gbs, rel=1e-9)
-    for k in ("t0_s", "layer_s", "vocab_s", "attn_s"):
+    for k in ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s"):
         assert fit[k] == pytest.approx(TRUE[k], rel=1e-6)
     assert fit["rms_rel_error"] < 1e-9
 
+
+def test_one_attention_model_leaves_the_head_term_out():
+    """Without a second head size the per-dimension term cannot be told apart: it stays 0 and
+    the per-score term takes the whole attention cost of that model."""
+    pts = [q for q in points() if q.head_dims != 512]
+    fit = fit_points(pts)
+    assert fit["attn_dim_s"] == 0.0
+    assert fit["attn_s"] == pytest.approx(TRUE["attn_s"] + 128 * TRUE["attn_dim_s"], rel=1e-3)
 
 def test_fit_keeps_small_terms_non_negative():
     p = {**TRUE, "layer_s": 0.0, "vocab_s": 0.0}
     pts = points(p)
     pts[6] = replace(pts[6], step_s=pts[6].step_s * 0.7)  # more layers, faster: noise
     pts[9] = replace(pts[9], step_s=pts[8].step_s)  # a long context no slower: noise
+    pts[11] = replace(pts[11], step_s=pts[10].step_s)
     fit = fit_points(pts)
-    assert min(fit["layer_s"], fit["vocab_s"], fit["t0_s"], fit["attn_s"]) >= 0
+    assert min(fit["layer_s"], fit["vocab_s"], fit["t0_s"], fit["attn_s"], fit["attn_dim_s"]) >= 0
     assert fit["rms_rel_error"] > 0
 
 
@@ -50,7 +60,7 @@ def test_fit_errors():
     with pytest.raises(ProbeError, match="no measurement for \\['Q8_0'\\]"):
         fit_points([p for p in points() if not (p.weight_type == "Q8_0" and p.role == "sized")])
     with pytest.raises(ProbeError, match="not positive"):
-        fit_points([FitPoint("tiny", "F16", 1, 1, 1, 0, 0.0)] + points())
+        fit_points([FitPoint("tiny", "F16", 1, 1, 1, 0, 0, 0.0)] + points())
 
 
 def test_fixed_costs_above_the_sized_runs_are_dropped():
@@ -81,14 +91,17 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel, "measure", fake_measure(calls))
     said: list[str] = []
     k = probe_kernels(TINY, tmp_path / "models", progress=said.append)
-    assert len(calls) == 10 * TINY.passes and len(k.points) == 10
-    assert all(calls[10 * i:10 * (i + 1)] == calls[:10] for i in range(TINY.passes))  # round-robin passes
-    assert calls[-1][1] == TINY.n_long and calls[-2][0] == calls[-1][0]  # the attention model, short then long
+    n = 8 + 2 * len(TINY.attn_shapes)  # sized x3, tiny x5, each attention model short and long
+    assert len(calls) == n * TINY.passes and len(k.points) == n
+    assert all(calls[n * i:n * (i + 1)] == calls[:n] for i in range(TINY.passes))  # round-robin passes
+    assert calls[-1][1] == TINY.n_long and calls[-2][0] == calls[-1][0]  # an attention model, short then long
+    assert calls[-3][1] == TINY.n_long and calls[-3][0] != calls[-1][0]  # ... and the other one
     assert any(s.startswith("building") for s in said) and any(s.startswith("quantizing") for s in said)
     for t, gbs in TRUE["type_gbs"].items():
         assert k.type_gbs[t] == pytest.approx(gbs, rel=1e-6)
     assert k.t0_s == pytest.approx(TRUE["t0_s"], rel=1e-6) and k.backend == "CPU" and k.n_threads == 3
     assert k.attn_s == pytest.approx(TRUE["attn_s"], rel=1e-6)
+    assert k.attn_dim_s == pytest.approx(TRUE["attn_dim_s"], rel=1e-6)
     said.clear()
     probe_kernels(TINY, tmp_path / "models", progress=said.append)  # second time: models come from the cache
     assert not any(s.startswith(("building", "quantizing")) for s in said)
@@ -140,9 +153,9 @@ def test_the_fastest_pass_counts(tmp_path, monkeypatch):
     def busy_first_pass(path, plan, **kw):
         n["calls"] += 1
         step, *rest = exact(path, plan, **kw)
-        return (step * 2 if n["calls"] <= 10 else step, *rest)
+        return (step * 2 if n["calls"] <= 8 + 2 * len(TINY.attn_shapes) else step, *rest)
 
     monkeypatch.setattr(kernel, "measure", busy_first_pass)
     k = probe_kernels(TINY, tmp_path / "models")
-    assert n["calls"] == 10 * TINY.passes
+    assert n["calls"] == (8 + 2 * len(TINY.attn_shapes)) * TINY.passes
     assert k.type_gbs["F16"] == pytest.approx(TRUE["type_gbs"]["F16"], rel=1e-6)

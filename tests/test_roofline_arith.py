@@ -240,6 +240,21 @@ def test_predictor_attention_term(tiny_model):
         assert b - a == pytest.approx(attention_scores(spec, n) * 1e-9, rel=1e-9)
 
 
+def test_predictor_attention_head_term(tiny_model, default_model):
+    """Per score, attn_dim_s for every key and value dimension: gemma's 256 + 256, the tiny model's 16 + 16."""
+    from ondevice.roofline import attention_head_dims, attention_scores
+
+    assert attention_head_dims(inspect(default_model)) == 512
+    spec = inspect(tiny_model)
+    assert attention_head_dims(spec) == 2 * spec.head_dim_k
+    base = Calibration("CPU", ceiling_gbs=20, type_gbs={"F16": 8.0}, attn_s=1e-9)
+    wider = replace(base, attn_dim_s=1e-11)
+    for n in (1, 300):
+        _, a = Predictor(spec, base).step_s(n)
+        _, b = Predictor(spec, wider).step_s(n)
+        assert b - a == pytest.approx(attention_scores(spec, n) * attention_head_dims(spec) * 1e-11, rel=1e-9)
+
+
 def test_masked_windows_count_the_whole_context_in_the_calibrated_step(default_model):
     """llama.cpp's default (swa_full) attends over every cached token, masked: calibrated terms span it all;
     the ceiling still counts only the window (a bound)."""

@@ -86,7 +86,8 @@ def render(r) -> str:
         rows = [[t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%"] for t, g in k.type_gbs.items()]
         lines.append("  " + table(["weights", "GB/s", "of host read"], rows, align="lrr").replace("\n", "\n  "))
         lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
-                     f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns, per attention score {1e9 * k.attn_s:.1f} ns")
+                     f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns,")
+        lines.append(f"  per attention score {1e9 * k.attn_s:.1f} ns + {1e12 * k.attn_dim_s:.1f} ps per head dimension")
     lines.append("")
     lines.append(f"ceiling bandwidth (pure roofline bound): {r.ceiling_gbs:.1f} GB/s")
     if r.nameplate:

@@ -3,18 +3,21 @@
 Models (built once by quant's synthetic builder, quantized by llama.cpp, kept in the cache):
 one llama shape large enough to dwarf the caches per weight type (F16, and Q8_0/Q4_0
 quantized from it); tiny models (weights of a few hundred KB, so ~0 bytes read from
-memory) with few/many layers and a small/large vocabulary; and a small attention model
-decoded after a short and after a long prompt. Each run goes through `ondevice.engine` on
+memory) with few/many layers and a small/large vocabulary; and two small attention models
+(head dimension 64 and 256) decoded after a short and after a long prompt. Each run goes through `ondevice.engine` on
 the backend the engine uses; its median inter-token latency is one point. The fit gives
 
-    step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s + attn_scores * attn_s
+    step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s
+             + attn_scores * (attn_s + head_dims * attn_dim_s)
 
 (each term set by the runs that carry its signal: see fit_points).
 bw_type is the effective bandwidth the runtime's kernels reach on that weight type (the KV
 cache, f16, counts as F16 bytes); t0 the fixed per-token cost (graph, launches, Python);
 layer_s the per-layer cost (op dispatch, thread barriers, kernel launches); vocab_s the
 per-vocabulary-entry cost (logits, sampling); attn_s the cost per attention score (one
-query head against one cached token in one layer: what GQA does not save on a CPU).
+query head against one cached token in one layer: what GQA does not save on a CPU) and
+attn_dim_s its part that grows with the head (key + value dimensions: the dot product and
+the weighted sum), told apart by two attention models with heads of 64 and 256.
 A run's weight bytes are all counted as its main type (norms and the small head are < 1%).
 """
 
@@ -55,7 +58,9 @@ class KernelPlan:
     tiny_d_model: int = 64  # width of the tiny models (weights stay in cache)
     tiny_layers: tuple[int, int] = (2, 16)  # blocks of the two tiny models (per-layer cost)
     tiny_vocab: int = 32000  # vocabulary of the large-vocab tiny model (per-entry cost)
-    attn_shape: tuple[int, int, int, int] = (1024, 16, 4, 2)  # attention model: d_model, heads, KV heads, blocks
+    attn_shapes: tuple[tuple[int, int, int, int], ...] = ((1024, 16, 4, 4), (1024, 4, 1, 4))  # attention models:
+    # d_model, heads, KV heads, blocks (head dimension 64 and 256; the same weights and KV bytes)
+    attn_d_ff: int = 256  # feed-forward width of the attention models (small: the context's cost stands out)
     n_long: int = 2048  # prompt tokens of the attention model's long-context run (attention dominates there)
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
@@ -101,21 +106,22 @@ class FitPoint:
     n_layer: int  # blocks
     n_vocab: int  # vocabulary entries
     attn_scores: int  # attention scores one step computes (roofline.attention_scores)
+    head_dims: int  # key + value head dimensions (roofline.attention_head_dims)
     step_s: float  # measured median step, seconds
 
 
 # ---------- models ----------
 
-def _synth_kwargs(plan: KernelPlan, kind: str, n_layer: int, n_vocab: int) -> dict:
-    """SynthConfig fields of a sized, tiny or attention probe model."""
+def _synth_kwargs(plan: KernelPlan, kind: str, n_layer: int, n_vocab: int, attn_shape=None) -> dict:
+    """SynthConfig fields of a sized, tiny or attention probe model (attn_shape: one of plan.attn_shapes)."""
     if kind == "tiny":
         d = plan.tiny_d_model if n_vocab <= 512 else plan.tiny_d_model // 4  # a thin head: the vocabulary's
         # per-entry cost (logits, sampling) more than the head's cache-speed matmul
         return dict(d_model=d, n_head=max(1, d // 32), n_head_kv=1, d_ff=2 * d, n_layer=n_layer,
                     n_vocab=n_vocab, n_ctx_train=1024, seed=7, name="ondevice-probe-tiny")
     if kind == "attn":
-        d, heads, kv_heads, blocks = plan.attn_shape
-        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=d, n_layer=blocks, n_vocab=n_vocab,
+        d, heads, kv_heads, blocks = attn_shape
+        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=plan.attn_d_ff, n_layer=blocks, n_vocab=n_vocab,
                     n_ctx_train=max(1024, 2 * plan.n_long), seed=5, name="ondevice-probe-attn")
     return dict(d_model=plan.d_model, n_head=plan.n_head, n_head_kv=plan.n_head_kv, d_ff=plan.d_ff, n_layer=n_layer,
                 n_vocab=n_vocab, n_ctx_train=1024, seed=11, name="ondevice-probe")
@@ -157,8 +163,9 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
     for n_layer, n_vocab, t in tiny:
         runs.append(ProbeRun(t, _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress),
                              plan.n_prompt, "tiny"))
-    attn = _ensure(model_dir, "attn", _synth_kwargs(plan, "attn", plan.attn_shape[3], 512), "F16", progress)
-    runs += [ProbeRun("F16", attn, plan.n_prompt, "attn"), ProbeRun("F16", attn, plan.n_long, "attn")]
+    for shape in plan.attn_shapes:
+        attn = _ensure(model_dir, "attn", _synth_kwargs(plan, "attn", shape[3], 512, shape), "F16", progress)
+        runs += [ProbeRun("F16", attn, plan.n_prompt, "attn"), ProbeRun("F16", attn, plan.n_long, "attn")]
     return runs
 
 
@@ -193,12 +200,12 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
 
 
 def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -> FitPoint:
-    from ondevice.roofline import attention_scores
+    from ondevice.roofline import attention_head_dims, attention_scores
 
     n = plan.mid_context(run.n_prompt)
     step_bytes = spec.decode_weight_bytes + spec.kv_read_bytes(n)
     return FitPoint(run.role, run.weight_type, 0 if run.role == "tiny" else step_bytes, spec.n_layer or 0,
-                    spec.n_vocab or 0, attention_scores(spec, n), step_s)  # tiny models: cache-resident, 0 bytes
+                    spec.n_vocab or 0, attention_scores(spec, n), attention_head_dims(spec), step_s)  # tiny: in cache, 0 B
 
 
 def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = None, n_gpu_layers="auto",
@@ -220,7 +227,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
     fit_in = [fit_point(run, spec, step_s, plan) for run, spec, step_s in zip(runs, specs, best)]
     points = [KernelPoint(run.weight_type, spec.decode_weight_bytes, fp.step_bytes - spec.decode_weight_bytes if
                           run.role != "tiny" else spec.kv_read_bytes(plan.mid_context(run.n_prompt)), fp.step_s,
-                          plan.n_tokens, plan.mid_context(run.n_prompt), fp.attn_scores, run.role)
+                          plan.n_tokens, plan.mid_context(run.n_prompt), fp.attn_scores, fp.head_dims, run.role)
               for run, spec, fp in zip(runs, specs, fit_in)]
     fit = fit_points(fit_in, plan.types)
     return KernelProbe(
@@ -232,6 +239,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         layer_s=fit["layer_s"],
         vocab_s=fit["vocab_s"],
         attn_s=fit["attn_s"],
+        attn_dim_s=fit["attn_dim_s"],
         fit_rms_rel=fit["rms_rel_error"],
         points=tuple(points),
         elapsed_s=time.perf_counter() - t_start,
@@ -240,7 +248,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
 
 # ---------- the fit ----------
 
-_SMALL = ("t0_s", "layer_s", "vocab_s", "attn_s")  # the terms besides the bandwidths
+_SMALL = ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s")  # the terms besides the bandwidths
 
 
 def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> dict:
@@ -248,8 +256,9 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
 
     bandwidth of a type: the sized runs of that type (least squares, relative residuals);
     t0, layer_s, vocab_s: the tiny runs (least squares; their weights sit in the caches and
-    count as 0 bytes); attn_s: the attention model's long run against its
-    short run (same weights; the extra KV bytes at the F16 bandwidth). These conditions
+    count as 0 bytes); attn_s and attn_dim_s: each attention model's long run against its
+    short run (same weights; the extra KV bytes at the F16 bandwidth), the narrowest heads
+    setting attn_s and the widest attn_dim_s (with one attention model, attn_dim_s is 0). These conditions
     are solved together as one linear system. A small term that comes out negative (noise)
     is pinned at zero and the rest solved again; if a bandwidth still comes out non-positive
     (fixed costs above a sized run), all small terms are pinned. Raises ProbeError when a
@@ -261,14 +270,15 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     if missing:
         raise ProbeError(f"kernel probe: no measurement for {missing}")
     cols = len(types)
-    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab, p.attn_scores]
-                  for p in points], dtype=np.float64)
+    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types]
+                  + [1.0, p.n_layer, p.n_vocab, p.attn_scores, p.attn_scores * p.head_dims] for p in points], dtype=np.float64)
     y = np.array([p.step_s for p in points])
     w2 = 1.0 / y**2
     scale = np.abs(m).max(axis=0)  # solve for x * scale: columns of bytes and counts differ by 1e8
     scale[scale == 0] = 1.0
     rows, rhs = _conditions(points, types, m / scale, y, w2)
-    x = _solve(rows, rhs, scale, cols, set())
+    one_head_size = len({p.head_dims for p in points if p.role == "attn"}) < 2
+    x = _solve(rows, rhs, scale, cols, {_SMALL.index("attn_dim_s")} if one_head_size else set())
     if (x[:cols] <= 0).any():  # fixed costs above a sized run (a busy moment): bandwidths from the sized runs alone
         x = _solve(rows, rhs, scale, cols, set(range(len(_SMALL))))
     if (x[:cols] <= 0).any():
@@ -307,8 +317,10 @@ def _conditions(points, types, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
     for k in range(3):  # least squares in t0, layer_s, vocab_s over the tiny runs
         c = w2 * m[:, len(types) + k] * tiny
         rows[len(types) + k], rhs[len(types) + k] = c @ m, c @ y
-    attn = [j for j, p in enumerate(points) if p.role == "attn"]
-    if len(attn) >= 2:  # the long attention run minus the short one
-        short, long = min(attn, key=lambda j: m[j, -1]), max(attn, key=lambda j: m[j, -1])
-        rows[-1], rhs[-1] = m[long] - m[short], y[long] - y[short]
+    widths = sorted({p.head_dims for p in points if p.role == "attn"})
+    for row, width in ((-2, widths[0] if widths else None), (-1, widths[-1] if len(widths) > 1 else None)):
+        runs = [j for j, p in enumerate(points) if p.role == "attn" and p.head_dims == width]
+        if len(runs) >= 2:  # the long attention run minus the short one
+            short, long = min(runs, key=lambda j: m[j, -2]), max(runs, key=lambda j: m[j, -2])
+            rows[row], rhs[row] = m[long] - m[short], y[long] - y[short]
     return rows, rhs

@@ -13,7 +13,7 @@ from ondevice.roofline import Calibration
 
 __all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class KernelPoint:
     n_tokens: int  # decode steps timed
     n_ctx: int = 0  # context at the middle of the timed steps, tokens
     attn_scores: int = 0  # attention scores per step at n_ctx (roofline.attention_scores)
+    head_dims: int = 0  # key + value head dimensions of the model (roofline.attention_head_dims)
     role: str = ""  # "sized", "tiny" or "attn": what the fit used the run for
 
 
@@ -42,6 +43,7 @@ class KernelProbe:
     layer_s: float  # extra cost per transformer block per token, seconds (>= 0)
     vocab_s: float  # extra cost per vocabulary entry per token (logits, sampling), seconds (>= 0)
     attn_s: float  # cost per attention score (query head x context token x layer), seconds (>= 0)
+    attn_dim_s: float  # ... plus this per score and head dimension (key + value dims), seconds (>= 0)
     fit_rms_rel: float  # root-mean-square relative residual of the fit (0.02 = 2%)
     points: tuple[KernelPoint, ...]  # every measurement the fit used
     elapsed_s: float  # wall time of the kernel probe, seconds (models from cache or built)
@@ -106,6 +108,7 @@ class ProbeResult:
             layer_s=self.kernel.layer_s,
             vocab_s=self.kernel.vocab_s,
             attn_s=self.kernel.attn_s,
+            attn_dim_s=self.kernel.attn_dim_s,
             compute_gflops=self.compute.f32_gflops,
         )
 
