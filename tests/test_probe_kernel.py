@@ -102,6 +102,7 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     assert k.t0_s == pytest.approx(TRUE["t0_s"], rel=1e-6) and k.backend == "CPU" and k.n_threads == 3
     assert k.attn_s == pytest.approx(TRUE["attn_s"], rel=1e-6)
     assert k.attn_dim_s == pytest.approx(TRUE["attn_dim_s"], rel=1e-6)
+    assert k.pass_spread == 0.0
     said.clear()
     probe_kernels(TINY, tmp_path / "models", progress=said.append)  # second time: models come from the cache
     assert not any(s.startswith(("building", "quantizing")) for s in said)
@@ -145,17 +146,22 @@ def test_a_run_stops_at_its_time_budget(tmp_path, monkeypatch):
     assert ts.generation.timings.output_tokens == plan.n_warmup + 6
 
 
-def test_the_fastest_pass_counts(tmp_path, monkeypatch):
-    """A busy first pass (everything twice as slow) does not move the fit: a later pass is kept."""
+def test_the_median_pass_counts(tmp_path, monkeypatch):
+    """A busy pass (twice as slow) and a lucky one (a third faster) do not move the fit: the middle one is kept."""
     exact = fake_measure()
+    n_runs = 8 + 2 * len(TINY.attn_shapes)
+    factor = {0: 2.0, 1: 1.0, 2: 2 / 3}  # pass -> step time factor
     n = {"calls": 0}
 
-    def busy_first_pass(path, plan, **kw):
-        n["calls"] += 1
+    def uneven_passes(path, plan, **kw):
         step, *rest = exact(path, plan, **kw)
-        return (step * 2 if n["calls"] <= 8 + 2 * len(TINY.attn_shapes) else step, *rest)
+        k = n["calls"] // n_runs
+        n["calls"] += 1
+        return (step * factor.get(k, 1.0), *rest)
 
-    monkeypatch.setattr(kernel, "measure", busy_first_pass)
+    monkeypatch.setattr(kernel, "measure", uneven_passes)
     k = probe_kernels(TINY, tmp_path / "models")
-    assert n["calls"] == (8 + 2 * len(TINY.attn_shapes)) * TINY.passes
+    assert TINY.passes == 3 and n["calls"] == n_runs * TINY.passes
     assert k.type_gbs["F16"] == pytest.approx(TRUE["type_gbs"]["F16"], rel=1e-6)
+    assert k.attn_dim_s == pytest.approx(TRUE["attn_dim_s"], rel=1e-6)
+    assert k.pass_spread == pytest.approx(2.0 / (2 / 3) - 1)  # slowest / fastest pass - 1

@@ -77,6 +77,16 @@ def test_probe_shows_the_cached_result(seeded_cache, capsys):
     out = capsys.readouterr().out
     assert "cached; --refresh to measure again" in out and "read 20.0 GB/s" in out
     assert "Q8_0" in out and "fixed cost per token 0.100 ms" in out and "nameplate" in out
+    assert "per head dimension" in out and "passes differed" not in out  # a steady machine: no warning
+
+
+def test_probe_says_when_the_machine_is_unsteady(empty_cache, capsys):
+    from dataclasses import replace
+
+    r = fake_result(build=cache.build_id())
+    cache.save(replace(r, kernel=replace(r.kernel, pass_spread=0.25)))
+    assert main(["probe"]) == 0
+    assert "passes differed by 25%" in capsys.readouterr().out
 
 
 def test_probe_json(seeded_cache, capsys):

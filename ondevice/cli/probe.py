@@ -88,6 +88,9 @@ def render(r) -> str:
         lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
                      f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns,")
         lines.append(f"  per attention score {1e9 * k.attn_s:.1f} ns + {1e12 * k.attn_dim_s:.1f} ps per head dimension")
+        if k.pass_spread > 0.05:
+            lines.append(f"  passes differed by {100 * k.pass_spread:.0f}% (median over the large models): this machine's "
+                         "speed moves about that much, and so will measurements against the prediction")
     lines.append("")
     lines.append(f"ceiling bandwidth (pure roofline bound): {r.ceiling_gbs:.1f} GB/s")
     if r.nameplate:

@@ -58,7 +58,7 @@ class KernelPlan:
     tiny_d_model: int = 64  # width of the tiny models (weights stay in cache)
     tiny_layers: tuple[int, int] = (2, 16)  # blocks of the two tiny models (per-layer cost)
     tiny_vocab: int = 32000  # vocabulary of the large-vocab tiny model (per-entry cost)
-    attn_shapes: tuple[tuple[int, int, int, int], ...] = ((1024, 16, 4, 4), (1024, 4, 1, 4))  # attention models:
+    attn_shapes: tuple[tuple[int, int, int, int], ...] = ((1024, 16, 4, 8), (1024, 4, 1, 8))  # attention models:
     # d_model, heads, KV heads, blocks (head dimension 64 and 256; the same weights and KV bytes)
     attn_d_ff: int = 256  # feed-forward width of the attention models (small: the context's cost stands out)
     n_long: int = 2048  # prompt tokens of the attention model's long-context run (attention dominates there)
@@ -66,7 +66,7 @@ class KernelPlan:
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
     n_warmup: int = 3  # decode steps dropped first (page faults, caches)
     run_budget_s: float = 4.0  # a run stops decoding after this many seconds (>= 4 timed steps kept)
-    passes: int = 3  # every run is decoded this many times, round-robin; the fastest counts
+    passes: int = 3  # every run is decoded this many times, round-robin; the median pass counts
     types: tuple[str, ...] = PROBE_TYPES  # weight types probed
 
     def layer_bytes_f16(self) -> int:
@@ -211,11 +211,12 @@ def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -
 def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = None, n_gpu_layers="auto",
                   progress: Progress | None = None) -> KernelProbe:
     """Build (or reuse) the probe models, decode each (plan.passes times, round-robin; the
-    fastest pass counts: a busy moment only slows a run down), and fit the step-time model."""
+    median pass counts: the prediction is for a typical generation, and one busy or lucky
+    pass moves it no more than a middle one), and fit the step-time model."""
     say = progress or (lambda _msg: None)
     t_start = time.perf_counter()
     runs = probe_models(plan, model_dir, say)
-    best: list[float] = [float("inf")] * len(runs)
+    steps: list[list[float]] = [[] for _ in runs]  # step_s of each pass, per run
     specs: list[ModelSpec | None] = [None] * len(runs)
     backend, threads = "CPU", 0
     for k in range(plan.passes):
@@ -223,8 +224,8 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
             say(f"decoding {run.path.name} after {run.n_prompt} prompt tokens (pass {k + 1} of {plan.passes})")
             step_s, backend, threads, specs[i] = measure(run.path, plan, n_prompt=run.n_prompt, n_threads=n_threads,
                                                          n_gpu_layers=n_gpu_layers)
-            best[i] = min(best[i], step_s)
-    fit_in = [fit_point(run, spec, step_s, plan) for run, spec, step_s in zip(runs, specs, best)]
+            steps[i].append(step_s)
+    fit_in = [fit_point(run, spec, statistics.median(st), plan) for run, spec, st in zip(runs, specs, steps)]
     points = [KernelPoint(run.weight_type, spec.decode_weight_bytes, fp.step_bytes - spec.decode_weight_bytes if
                           run.role != "tiny" else spec.kv_read_bytes(plan.mid_context(run.n_prompt)), fp.step_s,
                           plan.n_tokens, plan.mid_context(run.n_prompt), fp.attn_scores, fp.head_dims, run.role)
@@ -243,6 +244,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         fit_rms_rel=fit["rms_rel_error"],
         points=tuple(points),
         elapsed_s=time.perf_counter() - t_start,
+        pass_spread=statistics.median([max(st) / min(st) - 1 for run, st in zip(runs, steps) if run.role == "sized"]),
     )
 
 

@@ -47,6 +47,8 @@ class KernelProbe:
     fit_rms_rel: float  # root-mean-square relative residual of the fit (0.02 = 2%)
     points: tuple[KernelPoint, ...]  # every measurement the fit used
     elapsed_s: float  # wall time of the kernel probe, seconds (models from cache or built)
+    pass_spread: float = 0.0  # how far apart the passes were: median over the sized runs of
+    # slowest / fastest pass - 1 (0.1 = 10%); a shared or busy machine shows it here
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
