@@ -154,8 +154,8 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     from ondevice import paths
     from ondevice.engine import load
     from ondevice.errors import ProbeError
-    from ondevice.probing import best_of, kernel
-    from ondevice.probing.host import probe_memory
+    from ondevice.probing import kernel
+    from ondevice.probing.host import best_of, probe_memory
     from ondevice.roofline import Calibration, Predictor
 
     plan = kernel.plan_for(probe_result.host.llc_bytes)
@@ -203,8 +203,7 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
             fits.append(None)
     cals = [None if f is None else Calibration(
         backend=standalone.backend, ceiling_gbs=ceiling_gbs, type_gbs=f["type_gbs"], kv_gbs=f["type_gbs"]["F16"],
-        t0_s=f["t0_s"], layer_s=f["layer_s"], vocab_s=f["vocab_s"], attn_s=f["attn_s"],
-        attn_dim_s=f["attn_dim_s"]) for f in fits]
+        **{name: f[name] for name in kernel.SMALL_TERMS}) for f in fits]
     out = []
     for row in rows:
         spec = row["eng"].info.spec

@@ -117,7 +117,7 @@ def test_public_name_is_lazy():
 
 
 def test_best_of_two_memory_probes():
-    from ondevice.probing import best_of
+    from ondevice.probing.host import best_of
 
     a, b = fake_result(build="A").memory, fake_result(build="A", read_gbs=30.0).memory
     best = best_of(a, b)

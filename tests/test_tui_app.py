@@ -45,6 +45,22 @@ async def send(pilot, app: ChatApp, text: str, timeout_s: float = 10.0) -> None:
     await settle(pilot, app, timeout_s)
 
 
+async def send_until_held(pilot, app: ChatApp, engine: FakeEngine, text: str) -> AssistantMessage:
+    """Send `text` and wait until the fake engine holds mid-answer; the answer's widget."""
+    app.chat_screen.query_one("#prompt").value = text
+    await pilot.press("enter")
+    await asyncio.get_running_loop().run_in_executor(None, engine.held.wait, 5)
+    return app.chat_screen.query_one(AssistantMessage)
+
+
+async def until(pilot, holds, tries: int = 100) -> None:
+    """Pause in 20 ms steps until holds() is true, `tries` times at most (the caller asserts)."""
+    for _ in range(tries):
+        if holds():
+            return
+        await pilot.pause(0.02)
+
+
 def text_of(app: ChatApp, selector: str) -> str:
     widget = app.chat_screen.query_one(selector)
     return widget.plain if hasattr(widget, "plain") else str(widget.render())
@@ -101,20 +117,14 @@ async def test_escape_cancels_and_keeps_partial_answer(tmp_path):
     app = make_app(engine, tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
-        app.chat_screen.query_one("#prompt").value = "tell me"
-        await pilot.press("enter")
-        await asyncio.get_running_loop().run_in_executor(None, engine.held.wait, 5)
-        answer = app.chat_screen.query_one(AssistantMessage)
-        for _ in range(100):  # the next frame shows the partial answer, still as plain text
-            if answer._tail.text:
-                break
-            await pilot.pause(0.02)
-        assert answer._tail.text == "Here is a " and answer._tail._rows == ["Here is a "]
+        answer = await send_until_held(pilot, app, engine, "tell me")
+        await until(pilot, lambda: answer.tail.text)  # the next frame shows the partial answer, as plain text
+        assert answer.tail.text == "Here is a " and answer.tail._rows == ["Here is a "]
         await pilot.press("escape")
         engine.gate.set()
         await settle(pilot, app)
         assert answer.text == "Here is a "
-        assert answer._tail.text == ""  # all of it went to the Markdown
+        assert answer.tail.text == ""  # all of it went to the Markdown
         assert answer.has_class("cancelled")
         assert str(answer.query_one(".footer").render()).endswith("cancelled")
         # the engine stays usable: the next message streams in full
@@ -346,9 +356,7 @@ async def test_quit_while_generating_cancels(tmp_path):
     app = make_app(engine, tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
-        app.chat_screen.query_one("#prompt").value = "long answer"
-        await pilot.press("enter")
-        await asyncio.get_running_loop().run_in_executor(None, engine.held.wait, 5)
+        await send_until_held(pilot, app, engine, "long answer")
         turn = app.chat_screen.turn
         await pilot.press("ctrl+q")
         engine.gate.set()
@@ -389,7 +397,7 @@ async def test_answer_box_shrinks_to_its_text_when_done(tmp_path):
         await settle(pilot, app)
         await send(pilot, app, "hi")
         answer = app.chat_screen.query_one(AssistantMessage)
-        assert answer._tail._reserved == 0 and answer._tail.region.height == 0
+        assert answer.tail._reserved == 0 and answer.tail.region.height == 0
         assert answer.region.height == 4  # border, the answer line, the footer line, border: no blank rows
 
 
@@ -400,14 +408,8 @@ async def test_view_follows_a_long_streaming_answer_then_sticks_to_the_bottom(tm
     app = make_app(engine, tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
-        app.chat_screen.query_one("#prompt").value = "go"
-        await pilot.press("enter")
-        await asyncio.get_running_loop().run_in_executor(None, engine.held.wait, 5)
-        answer = app.chat_screen.query_one(AssistantMessage)
-        for _ in range(100):
-            if answer.tail.text.count("word") == 150:
-                break
-            await pilot.pause(0.02)
+        answer = await send_until_held(pilot, app, engine, "go")
+        await until(pilot, lambda: answer.tail.text.count("word") == 150)
         await pilot.pause(0.1)
         transcript = app.chat_screen.query_one("#transcript")
         view = transcript.scrollable_content_region

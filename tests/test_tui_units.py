@@ -269,7 +269,6 @@ def test_stream_tail_incremental_rows_match_a_full_wrap():
         shown = text[: len(shown) + rng.randint(1, 9)]
         tail._append(shown[len(tail.text):])
         tail.text = shown
-        tail._rows = [row for rows in tail._logical for row in rows]
     assert tail._rows == [row for line in text.split("\n") for row in wrap_cells(line, 23)]
 
 

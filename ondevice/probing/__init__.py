@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["probe", "default_backend", "best_of", "ProbeResult"]
+__all__ = ["probe", "default_backend", "ProbeResult"]
 
 Progress = Callable[[str], None]
 
@@ -25,15 +25,6 @@ def __getattr__(name: str):
 
         return ProbeResult
     raise AttributeError(name)
-
-
-def best_of(a, b):
-    """Two MemoryProbes of the same machine -> the best figure of each kernel (passes added up)."""
-    from dataclasses import replace
-
-    return replace(a, read_gbs=max(a.read_gbs, b.read_gbs), copy_gbs=max(a.copy_gbs, b.copy_gbs),
-                   triad_gbs=max(a.triad_gbs, b.triad_gbs), passes=a.passes + b.passes,
-                   elapsed_s=a.elapsed_s + b.elapsed_s)
 
 
 def default_backend() -> str:
@@ -63,7 +54,7 @@ def probe(*, refresh: bool = False, kernel: bool = True, backend: str | None = N
     from ondevice.errors import ProbeError
     from ondevice.nameplate import lookup
     from ondevice.probing import cache
-    from ondevice.probing.host import array_bytes_for, probe_compute, probe_memory
+    from ondevice.probing.host import array_bytes_for, best_of, probe_compute, probe_memory
     from ondevice.probing.result import ProbeResult
 
     say = progress or (lambda _msg: None)

@@ -33,10 +33,10 @@ import numpy as np
 
 from ondevice.errors import ProbeError
 from ondevice.modelspec import ModelSpec, inspect
-from ondevice.probing.result import KernelPoint, KernelProbe
+from ondevice.probing.result import SMALL_TERMS, KernelPoint, KernelProbe
 
 __all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "probe_models",
-           "PROBE_TYPES", "FitPoint", "ProbeRun"]
+           "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
 
 PROBE_TYPES = ("Q4_0", "Q8_0", "F16")
 _MB = 1 << 20
@@ -236,11 +236,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         n_threads=threads,
         n_gpu_layers=-1 if backend != "CPU" else 0,
         type_gbs=fit["type_gbs"],
-        t0_s=fit["t0_s"],
-        layer_s=fit["layer_s"],
-        vocab_s=fit["vocab_s"],
-        attn_s=fit["attn_s"],
-        attn_dim_s=fit["attn_dim_s"],
+        **{name: fit[name] for name in SMALL_TERMS},
         fit_rms_rel=fit["rms_rel_error"],
         points=tuple(points),
         elapsed_s=time.perf_counter() - t_start,
@@ -250,7 +246,6 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
 
 # ---------- the fit ----------
 
-_SMALL = ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s")  # the terms besides the bandwidths
 
 
 def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> dict:
@@ -280,15 +275,15 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     scale[scale == 0] = 1.0
     rows, rhs = _conditions(points, types, m / scale, y, w2)
     one_head_size = len({p.head_dims for p in points if p.role == "attn"}) < 2
-    x = _solve(rows, rhs, scale, cols, {_SMALL.index("attn_dim_s")} if one_head_size else set())
+    x = _solve(rows, rhs, scale, cols, {SMALL_TERMS.index("attn_dim_s")} if one_head_size else set())
     if (x[:cols] <= 0).any():  # fixed costs above a sized run (a busy moment): bandwidths from the sized runs alone
-        x = _solve(rows, rhs, scale, cols, set(range(len(_SMALL))))
+        x = _solve(rows, rhs, scale, cols, set(range(len(SMALL_TERMS))))
     if (x[:cols] <= 0).any():
         raise ProbeError("kernel probe: decode was no slower than the fixed costs for some type; "
                          "run it again on a quieter machine")
     resid = float(np.sum(w2 * (m @ x - y) ** 2))
     out = {"type_gbs": {t: float(1.0 / x[i] / 1e9) for i, t in enumerate(types)}}
-    out.update({name: float(x[cols + i]) for i, name in enumerate(_SMALL)})
+    out.update({name: float(x[cols + i]) for i, name in enumerate(SMALL_TERMS)})
     out["rms_rel_error"] = float(np.sqrt(resid / len(points)))
     return out
 
@@ -298,10 +293,10 @@ def _solve(rows: np.ndarray, rhs: np.ndarray, scale: np.ndarray, cols: int, zero
     out negative is pinned too, one at a time (an active set)."""
     zeroed = set(zeroed)
     while True:
-        keep = [i for i in range(cols + len(_SMALL)) if i - cols not in zeroed]
-        x = np.zeros(cols + len(_SMALL))
+        keep = [i for i in range(cols + len(SMALL_TERMS)) if i - cols not in zeroed]
+        x = np.zeros(cols + len(SMALL_TERMS))
         x[keep] = np.linalg.lstsq(rows[np.ix_(keep, keep)], rhs[keep], rcond=None)[0] / scale[keep]
-        worst = min(range(len(_SMALL)), key=lambda k: x[cols + k])
+        worst = min(range(len(SMALL_TERMS)), key=lambda k: x[cols + k])
         if x[cols + worst] >= 0:
             return x
         zeroed.add(worst)
@@ -309,7 +304,7 @@ def _solve(rows: np.ndarray, rhs: np.ndarray, scale: np.ndarray, cols: int, zero
 
 def _conditions(points, types, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
     """One linear condition per unknown (row i sets unknown i): sum_j c_j * (y_j - m_j . x) = 0."""
-    n = len(types) + len(_SMALL)
+    n = len(types) + len(SMALL_TERMS)
     rows, rhs = np.zeros((n, n)), np.zeros(n)
     sized = np.array([p.role == "sized" for p in points])
     tiny = np.array([p.role == "tiny" for p in points])

@@ -11,9 +11,12 @@ from ondevice.nameplate import Nameplate
 from ondevice.probing.host import ComputeProbe, MemoryProbe
 from ondevice.roofline import Calibration
 
-__all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION"]
+__all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION", "SMALL_TERMS"]
 
 SCHEMA_VERSION = 4
+# The step-time terms besides the bandwidths: fields of KernelProbe and of roofline.Calibration
+# by these names, and the keys of kernel.fit_points' result.
+SMALL_TERMS = ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s")
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,7 @@ class ProbeResult:
             ceiling_gbs=self.ceiling_gbs,
             type_gbs=dict(self.kernel.type_gbs),
             kv_gbs=kv,
-            t0_s=self.kernel.t0_s,
-            layer_s=self.kernel.layer_s,
-            vocab_s=self.kernel.vocab_s,
-            attn_s=self.kernel.attn_s,
-            attn_dim_s=self.kernel.attn_dim_s,
+            **{name: getattr(self.kernel, name) for name in SMALL_TERMS},
             compute_gflops=self.compute.f32_gflops,
         )
 

@@ -66,6 +66,7 @@ class Turn:
     feed: LiveFeed = field(default_factory=LiveFeed)
     cancel: threading.Event = field(default_factory=threading.Event)
     dropped: bool = False  # no longer in the model's context
+    ui_budget: float = UI_CPU_BUDGET  # share of a core the UI may spend on this turn's frames (ui_cpu_budget)
     frame_cpu_s: float | None = None  # UI thread CPU time (thread_time) at the last frame
     following: bool = True  # the view follows the text (until the user scrolls up)
     scrolled_y: float | None = None  # the transcript's scroll offset after the last follow
@@ -99,6 +100,7 @@ class ChatScreen(Screen):
 
     def on_mount(self) -> None:
         self._panel = self.query_one(StatsPanel)
+        self._transcript = self.query_one(Transcript)
         prompt = self.query_one("#prompt", Input)
         prompt.cursor_blink = False  # a blinking cursor repaints twice a second, also while tokens stream
         prompt.focus()
@@ -130,7 +132,7 @@ class ChatScreen(Screen):
         self.set_status(self.chat_app.status_line() + queued)
 
     async def note(self, text: str, kind: str = "info", before: Any = None) -> None:
-        transcript = self.query_one(Transcript)
+        transcript = self._transcript
         if before is not None and before.is_attached:
             await transcript.mount(Note(text, kind=kind), before=before)
         else:
@@ -150,7 +152,7 @@ class ChatScreen(Screen):
             if self.chat_app.load_error is not None:
                 await self.note(f"No model loaded: {self.chat_app.load_error}", "error")
                 return
-            widget = await self.query_one(Transcript).add_user(text, queued=True)
+            widget = await self._transcript.add_user(text, queued=True)
             self.queue.append((text, widget))
             self.set_status(f"{len(self.queue)} queued: will be sent when the model is free", "busy")
             return
@@ -162,7 +164,7 @@ class ChatScreen(Screen):
             await self._start_turn(text, widget)
 
     async def _start_turn(self, text: str, user: UserMessage | None) -> None:
-        transcript = self.query_one(Transcript)
+        transcript = self._transcript
         app = self.chat_app
         assistant = AssistantMessage(reserve_rows=transcript.reserve_for(app.settings.max_tokens))
         if user is None:
@@ -173,7 +175,8 @@ class ChatScreen(Screen):
             await transcript.mount(assistant)
         transcript.scroll_to_widget(user, animate=False, immediate=True, top=True)
         transcript.anchor(False)  # the view follows the text by hand (Transcript.follow)
-        turn = Turn(text, user, assistant, LiveTracker(app.engine.predictor, app.engine.kv_cache_tokens))
+        turn = Turn(text, user, assistant, LiveTracker(app.engine.predictor, app.engine.kv_cache_tokens),
+                    ui_budget=ui_cpu_budget(getattr(getattr(app.engine, "info", None), "n_threads", None), os.cpu_count()))
         self.turn = turn
         self.turns.append(turn)
         self.set_status("generating · Esc cancels", "busy")
@@ -235,14 +238,12 @@ class ChatScreen(Screen):
         if turn is self.turn:  # it may have ended during the append
             self._follow(turn)
             self.show_turn_stats(turn)
-            threads = getattr(getattr(self.chat_app.engine, "info", None), "n_threads", None)
-            budget = ui_cpu_budget(threads, os.cpu_count())
-            self._arm_tick(min(MAX_FRAME_S, max(TICK_S, spent / budget)))
+            self._arm_tick(min(MAX_FRAME_S, max(TICK_S, spent / turn.ui_budget)))
 
     def _follow(self, turn: Turn) -> None:
         if turn.following:
             tail = turn.assistant.tail
-            turn.scrolled_y = self.query_one(Transcript).follow(tail, max(0, tail.row_count - 1), turn.scrolled_y)
+            turn.scrolled_y = self._transcript.follow(tail, max(0, tail.row_count - 1), turn.scrolled_y)
             turn.following = turn.scrolled_y is not None
 
     def show_turn_stats(self, turn: Turn) -> None:
@@ -297,7 +298,7 @@ class ChatScreen(Screen):
         self.turn = None
         self._stop_tick()
         if turn.following:
-            self.query_one(Transcript).anchor()  # back to sticking to the bottom
+            self._transcript.anchor()  # back to sticking to the bottom
         self.show_turn_stats(turn)
         self.show_context()  # the engine's own count once the turn is over
         await self._after_turn()
@@ -335,12 +336,12 @@ class ChatScreen(Screen):
         self.turns.clear()
         self.queue.clear()
         self._ctx_level = "ok"
-        await self.query_one(Transcript).clear()
+        await self._transcript.clear()
         self.query_one(StatsPanel).show_live(None)
 
     async def show_conversation(self, conv: Conversation) -> None:
         """Rebuild the transcript of a saved conversation."""
-        transcript = self.query_one(Transcript)
+        transcript = self._transcript
         if conv.system:
             await transcript.add_note(f"System prompt: {conv.system}")
         for m in conv.messages:

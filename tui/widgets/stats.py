@@ -107,27 +107,31 @@ class StatsPanel(VerticalScroll, can_focus=False):
         )
         self._chart.set_data(itl_s, s.predicted_step_s)
         cached = _DASH if s.cached_prompt_tokens is None else f"{s.cached_prompt_tokens}/{s.prompt_tokens} tok"
-        self._parts["prefill"] = [((_row("prefill", fmt_rate(s.prefill_tok_s)), None),), ((_row("cached", cached), None),)]
-        self._show_bottom()
+        self._set_part("prefill", [((_row("prefill", fmt_rate(s.prefill_tok_s)), None),), ((_row("cached", cached), None),)])
 
     def show_context(self, used: int, n_ctx: int, kv_bytes: int | None, level: str) -> None:
         for name in ("ok", "warn", "full"):
             self._bottom.set_class(name == level, f"ctx-{name}")
         fraction = used / n_ctx if n_ctx else None
         style = None if level == "ok" else level
-        self._parts["ctx"] = [
+        self._set_part("ctx", [
             ((f"ctx {hbar(fraction, BAR_CELLS)}", style),),
             ((_row("", f"{used}/{n_ctx or '?'} tok"), style),),
             ((_row("KV cache", fmt_bytes(kv_bytes)), None),),
-        ]
-        self._show_bottom()
+        ])
 
     def show_memory(self, rss_bytes: int | None, sys_used_bytes: int | None, sys_total_bytes: int | None) -> None:
         sys_text = _DASH
         if sys_used_bytes is not None and sys_total_bytes:
             sys_text = f"{sys_used_bytes / sys_total_bytes:.0%} of {fmt_bytes(sys_total_bytes)}"
-        self._parts["mem"] = [((_row("RSS", fmt_bytes(rss_bytes)), None),), ((_row("sys mem", sys_text), None),)]
-        self._show_bottom()
+        self._set_part("mem", [((_row("RSS", fmt_bytes(rss_bytes)), None),), ((_row("sys mem", sys_text), None),)])
+
+    def _set_part(self, part: str, lines: list) -> None:
+        """One part of the bottom block; the block is rebuilt only when a part changed (a frame
+        sets the prefill, context and memory parts, and usually only the context moved)."""
+        if lines != self._parts[part]:
+            self._parts[part] = lines
+            self._show_bottom()
 
     def _show_bottom(self) -> None:
         blank = (("", None),)

@@ -70,20 +70,18 @@ class StreamTail(Widget):
         self._width = 0
         self._logical: list[list[str]] = []  # wrapped rows of each logical line
         self._rows: list[str] = []  # all wrapped rows, flattened
-        self._strips: dict[int, Strip] = {}  # row -> strip, for rows drawn already
+        self._strips: list[Strip | None] = []  # strip of row y, for rows drawn already (None: not yet)
         self._reserved = reserve  # height reserved now, rows
         self.styles.height = reserve
 
     def show(self, text: str) -> None:
         width = self.content_size.width or self.size.width or 80
         if width != self._width or not text.startswith(self.text):
-            self._width, self.text, self._logical, self._strips = width, "", [], {}
+            self._width, self.text, self._logical, self._rows, self._strips = width, "", [], [], []
             self.refresh()
         first_changed = self._append(text[len(self.text):])
         self.text = text
-        self._rows = [row for rows in self._logical for row in rows]
-        for y in [y for y in self._strips if y >= first_changed]:
-            del self._strips[y]
+        del self._strips[first_changed:]  # rows from there on are drawn again
         n = len(self._rows) if text else 0
         reserved = self._reserved if 0 < n <= self._reserved else (n + max(TAIL_STEP, n) if n else 0)
         if reserved != self._reserved:
@@ -93,19 +91,22 @@ class StreamTail(Widget):
             self.refresh(Region(0, first_changed, width, max(1, n - first_changed)))
 
     def _append(self, new: str) -> int:
-        """Extend the wrapped rows with `new` text; return the first row that changed."""
+        """Extend the wrapped rows with `new` text (only the last logical line is wrapped
+        again); return the first row that changed."""
         if not new:
             return len(self._rows)
         lines = new.split("\n")
         if self._logical:
             first_changed = len(self._rows) - len(self._logical[-1])
-            last = self._logical_text_last() + lines[0]
-            self._logical[-1] = wrap_cells(last, self._width)
+            del self._rows[first_changed:]
+            self._logical[-1] = wrap_cells(self._logical_text_last() + lines[0], self._width)
         else:
             first_changed = 0
             self._logical.append(wrap_cells(lines[0], self._width))
+        self._rows.extend(self._logical[-1])
         for line in lines[1:]:
             self._logical.append(wrap_cells(line, self._width))
+            self._rows.extend(self._logical[-1])
         return first_changed
 
     def _logical_text_last(self) -> str:
@@ -121,11 +122,14 @@ class StreamTail(Widget):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        strip = self._strips.get(y)
+        strip = self._strips[y] if y < len(self._strips) else None
         if strip is None or strip.cell_length != width:
             style = self.rich_style
             text = self._rows[y] if y < len(self._rows) else ""
-            strip = self._strips[y] = Strip([Segment(text, style)]).crop_extend(0, width, style)
+            strip = Strip([Segment(text, style)]).crop_extend(0, width, style)
+            if y >= len(self._strips):
+                self._strips.extend([None] * (y + 1 - len(self._strips)))
+            self._strips[y] = strip
         return strip
 
 
