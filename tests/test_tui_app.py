@@ -118,13 +118,13 @@ async def test_escape_cancels_and_keeps_partial_answer(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         answer = await send_until_held(pilot, app, engine, "tell me")
-        await until(pilot, lambda: answer.tail.text)  # the next frame shows the partial answer, as plain text
-        assert answer.tail.text == "Here is a " and answer.tail._rows == ["Here is a "]
+        await until(pilot, lambda: answer.stream.text)  # the next frame shows the partial answer, as plain text
+        assert answer.stream.text == "Here is a " and answer.stream._rows == ["Here is a "]
         await pilot.press("escape")
         engine.gate.set()
         await settle(pilot, app)
         assert answer.text == "Here is a "
-        assert answer.tail.text == ""  # all of it went to the Markdown
+        assert answer.stream.text == "" and answer.stream.region.height == 0  # all of it went to the Markdown
         assert answer.has_class("cancelled")
         assert str(answer.query_one(".footer").render()).endswith("cancelled")
         # the engine stays usable: the next message streams in full
@@ -133,6 +133,27 @@ async def test_escape_cancels_and_keeps_partial_answer(tmp_path):
         assert app.chat_screen.query(AssistantMessage)[1].text.strip() == SCRIPT.strip()
     conv = app.store.load(app.store.last_conversation_id())
     assert conv.messages[1].finish_reason == "cancelled" and conv.messages[1].content == "Here is a "
+
+
+@aio
+async def test_finished_blocks_stream_as_markdown_with_no_layout_pass(tmp_path):
+    engine = FakeEngine(hold_after=6)  # held after "Here is a **short** answer.\n\n- first "
+    app = make_app(engine, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        answer = await send_until_held(pilot, app, engine, "tell me")
+        stream = answer.stream
+        await until(pilot, lambda: stream.text.endswith("first "))
+        rows = [stream.render_line(y).text.rstrip() for y in range(stream.row_count)]
+        assert rows == ["Here is a short answer.", "", "- first"]  # the paragraph as Markdown, the open block as text
+        assert stream.render_line(0).text.startswith("Here is a short")
+        assert any(seg.style and seg.style.bold for seg in stream.render_line(0))  # **short** is bold
+        assert not answer.query("MarkdownBlock")  # nothing mounted while the answer streams
+        assert stream.region.height == answer.reserve_rows  # the box sized ahead did not change
+        engine.gate.set()
+        await settle(pilot, app)
+        assert answer.query("MarkdownBlock") and stream.region.height == 0  # the whole answer went to the Markdown
+        assert answer.text == SCRIPT + " "
 
 
 @aio
@@ -397,7 +418,7 @@ async def test_answer_box_shrinks_to_its_text_when_done(tmp_path):
         await settle(pilot, app)
         await send(pilot, app, "hi")
         answer = app.chat_screen.query_one(AssistantMessage)
-        assert answer.tail._reserved == 0 and answer.tail.region.height == 0
+        assert answer.stream._reserved == 0 and answer.stream.region.height == 0
         assert answer.region.height == 4  # border, the answer line, the footer line, border: no blank rows
 
 
@@ -409,17 +430,17 @@ async def test_view_follows_a_long_streaming_answer_then_sticks_to_the_bottom(tm
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         answer = await send_until_held(pilot, app, engine, "go")
-        await until(pilot, lambda: answer.tail.text.count("word") == 150)
+        await until(pilot, lambda: answer.stream.text.count("word") == 150)
         await pilot.pause(0.1)
         transcript = app.chat_screen.query_one("#transcript")
         view = transcript.scrollable_content_region
-        tail = answer.tail
-        assert tail.row_count > view.height  # longer than the view: it had to scroll
-        last_row_y = tail.region.y + tail.row_count - 1
+        stream = answer.stream
+        assert stream.row_count > view.height  # longer than the view: it had to scroll
+        last_row_y = stream.region.y + stream.row_count - 1
         assert view.y <= last_row_y < view.bottom  # the newest text is on screen
-        assert tail.region.height > tail.row_count  # the box was sized ahead, no growth needed
+        assert stream.region.height > stream.row_count  # the box was sized ahead, no growth needed
         engine.gate.set()
         await settle(pilot, app)
         await pilot.pause(0.1)
-        assert answer.tail.region.height == 0
+        assert answer.stream.region.height == 0
         assert transcript.scroll_y == transcript.max_scroll_y  # stuck to the bottom again

@@ -247,7 +247,7 @@ def test_cli_resume_ids(tmp_path):
 
 
 def test_wrap_cells():
-    from tui.widgets.transcript import wrap_cells
+    from tui.widgets.stream import wrap_cells
 
     assert wrap_cells("hello world this is a test of wrapping", 10) == ["hello", "world this", "is a test", "of", "wrapping"]
     assert wrap_cells("abcdefghijklmnopqrstuvwxyz", 10) == ["abcdefghij", "klmnopqrst", "uvwxyz"]
@@ -255,21 +255,40 @@ def test_wrap_cells():
     assert wrap_cells("", 10) == [""] and wrap_cells("short", 0) == ["short"]
 
 
-def test_stream_tail_incremental_rows_match_a_full_wrap():
+def test_streaming_rows_of_the_open_block_match_a_full_wrap():
     import random
 
-    from tui.widgets.transcript import StreamTail, wrap_cells
+    from tui.widgets.stream import StreamingMarkdown, wrap_cells
 
     text = "The keeper climbed the stairs, one hundred and twelve of them.\nA storm came in. " * 6
     rng = random.Random(3)
-    tail = StreamTail()
-    tail._width = 23  # as if laid out 23 cells wide (no app needed for the row arithmetic)
+    stream = StreamingMarkdown()
+    stream._width = 23  # as if laid out 23 cells wide (no app needed: no block is finished)
     shown = ""
     while len(shown) < len(text):
         shown = text[: len(shown) + rng.randint(1, 9)]
-        tail._append(shown[len(tail.text):])
-        tail.text = shown
-    assert tail._rows == [row for line in text.split("\n") for row in wrap_cells(line, 23)]
+        first_changed = stream._take(shown)
+        assert first_changed <= stream.row_count
+    assert stream._rows == [row for line in text.split("\n") for row in wrap_cells(line, 23)]
+    assert stream.open_text == text and not stream._done
+
+
+@pytest.mark.parametrize(
+    "text, end",
+    [
+        ("no blank line yet", 0),
+        ("One.\n\nTwo", len("One.\n\n")),
+        ("One.\n\nTwo.\n\n", len("One.\n\nTwo.\n\n")),
+        ("```py\nx = 1\n\ny = 2", 0),  # a blank line inside an open fence ends nothing
+        ("Intro.\n\n```py\nx = 1\n\ny = 2", len("Intro.\n\n")),
+        ("```py\nx = 1\n\ny = 2\n```\n\nAfter", len("```py\nx = 1\n\ny = 2\n```\n\n")),
+        ("~~~\na\n\nb\n~~~\n\n", len("~~~\na\n\nb\n~~~\n\n")),
+    ],
+)
+def test_finished_blocks_end_at_a_blank_line_outside_code_fences(text, end):
+    from tui.widgets.stream import finished_blocks_end
+
+    assert finished_blocks_end(text) == end
 
 
 def test_ui_budget_shrinks_when_the_engine_takes_every_core():

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input, Static
@@ -89,13 +88,13 @@ class ChatScreen(Screen):
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
+        # Laid out by the screen's grid (ondevice.tcss), without nested containers: every
+        # widget on screen is drawn again on every frame.
         yield Static("◆ ondevice chat", id="title", markup=False)
-        with Horizontal(id="main"):
-            with Vertical(id="chat-column"):
-                yield Transcript(id="transcript")
-                yield Static("", id="status", markup=False)
-                yield Input(placeholder="Message — Enter sends, F1 keys", id="prompt")
-            yield StatsPanel(id="stats")
+        yield Transcript(id="transcript")
+        yield StatsPanel(id="stats")
+        yield Static("", id="status", markup=False)
+        yield Input(placeholder="Message — Enter sends, F1 keys", id="prompt")
         yield Static(KEYS_BAR, id="keys")
 
     def on_mount(self) -> None:
@@ -181,7 +180,14 @@ class ChatScreen(Screen):
         self.turns.append(turn)
         self.set_status("generating · Esc cancels", "busy")
         self._arm_tick(TICK_S)
-        self._generate(turn, app.session)
+        # The request starts once the new messages are on screen: laying them out and
+        # painting them takes the UI thread 100-300 ms on a small machine, which would
+        # otherwise run during prefill, slow it, and count in this message's TTFT.
+        self.call_after_refresh(self._begin, turn, app.session)
+
+    def _begin(self, turn: Turn, session: ChatSession) -> None:
+        if turn is self.turn:  # not replaced by a new chat or a restore meanwhile
+            self._generate(turn, session)
 
     @work(thread=True, group="generate", exit_on_error=False)
     def _generate(self, turn: Turn, session: ChatSession) -> None:
@@ -242,8 +248,8 @@ class ChatScreen(Screen):
 
     def _follow(self, turn: Turn) -> None:
         if turn.following:
-            tail = turn.assistant.tail
-            turn.scrolled_y = self._transcript.follow(tail, max(0, tail.row_count - 1), turn.scrolled_y)
+            stream = turn.assistant.stream
+            turn.scrolled_y = self._transcript.follow(stream, max(0, stream.row_count - 1), turn.scrolled_y)
             turn.following = turn.scrolled_y is not None
 
     def show_turn_stats(self, turn: Turn) -> None:

@@ -11,6 +11,7 @@ from typing import ClassVar, Sequence
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -107,11 +108,20 @@ class StyledLines(Widget):
         return "\n".join("".join(text for text, _ in line) for line in self._lines)
 
     def set_lines(self, lines: Sequence[Sequence[Run]]) -> None:
-        """Show these lines; repaint only when they differ from what is shown."""
+        """Show these lines; repaint only the lines that differ from what is shown."""
         new = tuple(tuple(line) for line in lines)
-        if new != self._lines:
-            self._lines, self._strips = new, None
+        old, self._lines = self._lines, new
+        if new == old:
+            return
+        width = self.size.width
+        if self._strips is None or len(old) != len(new) or not width:
+            self._strips = None
             self.refresh()
+            return
+        changed = [y for y, (was, now) in enumerate(zip(old, new)) if was != now]
+        for y in changed:
+            self._strips[y] = self._strip(new[y], width)
+        self.refresh(*(Region(0, y, width, 1) for y in changed))
 
     def notify_style_update(self) -> None:
         self._styles, self._strips = None, None
@@ -128,13 +138,13 @@ class StyledLines(Widget):
                 self._styles[cls.removeprefix("lines--")] = base + self.get_component_rich_style(cls, partial=True)
         return self._styles.get(name, self._styles[None])
 
+    def _strip(self, line: Line, width: int) -> Strip:
+        return Strip([Segment(text, self._style(style)) for text, style in line]).crop_extend(0, width, self._style(None))
+
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if self._strips is None or (self._strips and self._strips[0].cell_length != width):
-            self._strips = [
-                Strip([Segment(text, self._style(style)) for text, style in line]).crop_extend(0, width, self._style(None))
-                for line in self._lines
-            ]
+            self._strips = [self._strip(line, width) for line in self._lines]
         if y < len(self._strips):
             return self._strips[y]
         return Strip.blank(width, self._style(None))
