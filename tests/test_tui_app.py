@@ -157,6 +157,26 @@ async def test_finished_blocks_stream_as_markdown_with_no_layout_pass(tmp_path):
 
 
 @aio
+async def test_streaming_answer_is_drawn_again_when_the_theme_changes(tmp_path):
+    engine = FakeEngine(hold_after=6)
+    app = make_app(engine, tmp_path, theme="textual-dark")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        answer = await send_until_held(pilot, app, engine, "tell me")
+        stream = answer.stream
+        await until(pilot, lambda: stream.text.endswith("first "))
+        dark = stream.render_line(0)
+        app.theme = "textual-light"
+        await pilot.pause()
+        stream.show(stream.text)  # what the next frame does
+        light = stream.render_line(0)
+        assert light.text == dark.text and list(light)[0].style != list(dark)[0].style
+        assert list(light)[0].style.bgcolor == stream.rich_style.bgcolor  # drawn in the new theme
+        engine.gate.set()
+        await settle(pilot, app)
+
+
+@aio
 async def test_new_chat_clears_transcript_and_kv_cache(tmp_path):
     engine = FakeEngine()
     app = make_app(engine, tmp_path)

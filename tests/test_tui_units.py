@@ -273,6 +273,16 @@ def test_streaming_rows_of_the_open_block_match_a_full_wrap():
     assert stream.open_text == text and not stream._done
 
 
+def test_streaming_rows_drop_control_codes_and_expand_tabs():
+    from tui.widgets.stream import StreamingMarkdown
+
+    stream = StreamingMarkdown()
+    stream._width = 40
+    stream._take("a\tb\rc\x1b[31md")
+    assert stream._rows == ["a    bc[31md"]  # nothing that moves the cursor or restyles the terminal
+    assert stream.text == "a\tb\rc\x1b[31md"  # the answer itself is kept as it came
+
+
 @pytest.mark.parametrize(
     "text, end",
     [

@@ -25,6 +25,7 @@ __all__ = ["StreamingMarkdown", "STREAM_STEP", "finished_blocks_end", "wrap_cell
 
 STREAM_STEP = 6  # the box grows by at least this many rows (at least doubling) when it fills
 _WORDS = re.compile(r"\S+\s*|\s+")
+_PLAIN = {c: None for c in (*range(0, 9), *range(11, 32), 127)} | {9: "    "}  # drop control codes, tabs as 4 spaces
 _FENCE = re.compile(r"^ {0,3}(?:```|~~~)", re.MULTILINE)
 
 
@@ -80,16 +81,20 @@ class StreamingMarkdown(Widget):
         self._rows: list[str] = []  # the open block's rows, flattened
         self._strips: list[Strip | None] = []  # strip of each open-block row drawn already (None: not yet)
         self._reserved = reserve  # height reserved now, rows
-        self._style: Style | None = None  # the widget's rich style (costly to look up), until the CSS changes
+        self._style: Style | None = None  # the widget's rich style (costly to look up each time)
+        self._style_stale = False  # the CSS changed since: look the style up again
         self.styles.height = reserve
 
     def notify_style_update(self) -> None:
-        self._style, self._strips, self._width = None, [], 0  # the next show() draws everything again
+        self._style_stale = True
         super().notify_style_update()
 
     def _base_style(self) -> Style:
-        if self._style is None:
-            self._style = self.rich_style
+        if self._style is None or self._style_stale:
+            style, self._style_stale = self.rich_style, False
+            if self._style is not None and style != self._style:  # a new theme: draw everything again
+                self._width, self._strips = 0, []
+            self._style = style
         return self._style
 
     @property
@@ -103,6 +108,7 @@ class StreamingMarkdown(Widget):
         return self.text[self._done_chars :]
 
     def show(self, text: str) -> None:
+        self._base_style()  # (a changed style resets the width: everything is drawn again)
         width = self.content_size.width or self.size.width or 80
         if width != self._width or not text.startswith(self.text):
             self._reset(width)
@@ -153,7 +159,7 @@ class StreamingMarkdown(Widget):
         wrapped again."""
         if not new:
             return
-        lines = new.split("\n")
+        lines = new.translate(_PLAIN).split("\n")
         if self._logical:
             del self._rows[len(self._rows) - len(self._logical[-1]) :]
             self._last_line += lines[0]
