@@ -177,6 +177,19 @@ async def test_streaming_answer_is_drawn_again_when_the_theme_changes(tmp_path):
 
 
 @aio
+async def test_request_starts_after_the_turn_is_painted_when_no_core_is_spare(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)  # and the fake engine runs 2 threads
+    engine = FakeEngine()
+    app = make_app(engine, tmp_path)
+    heights = []  # the answer box's height when the request starts: 0 until it is laid out
+    engine.on_request = lambda: heights.append(app.chat_screen.query_one(AssistantMessage).region.height)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await send(pilot, app, "hi")
+    assert heights and heights[0] > 0
+
+
+@aio
 async def test_new_chat_clears_transcript_and_kv_cache(tmp_path):
     engine = FakeEngine()
     app = make_app(engine, tmp_path)

@@ -302,9 +302,10 @@ def test_finished_blocks_end_at_a_blank_line_outside_code_fences(text, end):
 
 
 def test_ui_budget_shrinks_when_the_engine_takes_every_core():
-    from tui.screens.chat import UI_CPU_BUDGET, UI_CPU_BUDGET_NO_SPARE_CORE, ui_cpu_budget
+    from tui.screens.chat import UI_CPU_BUDGET, UI_CPU_BUDGET_NO_SPARE_CORE, no_spare_core, ui_cpu_budget
 
     assert UI_CPU_BUDGET_NO_SPARE_CORE < UI_CPU_BUDGET
     assert ui_cpu_budget(2, 2) == ui_cpu_budget(4, 2) == UI_CPU_BUDGET_NO_SPARE_CORE
     assert ui_cpu_budget(4, 8) == UI_CPU_BUDGET
     assert ui_cpu_budget(None, 2) == ui_cpu_budget(2, None) == UI_CPU_BUDGET  # unknown: the usual budget
+    assert no_spare_core(2, 2) and no_spare_core(3, 2) and not no_spare_core(4, 8) and not no_spare_core(None, 2)

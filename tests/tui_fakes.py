@@ -162,6 +162,8 @@ class FakeChat:
             raise EngineBusyError("busy")
         e.busy = True
         e.calls.append({"text": text, **opts})
+        if e.on_request is not None:
+            e.on_request()
         self.messages.append({"role": "user", "content": text})
         stream = FakeStream(e, prompt, max_tokens, opts.get("cancel"))
         chat = self
@@ -195,6 +197,7 @@ class FakeEngine:
     itl_pattern_s: tuple[float, ...] = (0.020, 0.022, 0.019, 0.031, 0.021)
     token_delay_s: float = 0.0  # real time between tokens (for cancel tests)
     hold_after: int | None = None  # wait on `gate` before this output token
+    on_request: Any = None  # called (from the generation thread) when a request starts
     with_predictor: bool = True
     kv_cache_tokens: int = 0
     closed: bool = False

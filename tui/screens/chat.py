@@ -33,7 +33,7 @@ from tui.widgets.transcript import AssistantMessage, Note, Transcript, UserMessa
 if TYPE_CHECKING:
     from tui.app import ChatApp
 
-__all__ = ["ChatScreen", "TICK_S", "ui_cpu_budget"]
+__all__ = ["ChatScreen", "TICK_S", "no_spare_core", "ui_cpu_budget"]
 
 log = logging.getLogger(__name__)
 TICK_S = 1 / 10  # timer period while tokens stream: at most 10 frames a second (cap ~20 Hz)
@@ -47,11 +47,14 @@ MEMORY_TICK_S = 2.0  # RSS / system memory refresh period
 KEYS_BAR = "[b]esc[/] cancel  [b]^n[/] new  [b]f2[/] settings  [b]^o[/] history  [b]^s[/] export  [b]f1[/] keys  [b]^q[/] quit"
 
 
+def no_spare_core(engine_threads: int | None, cpu_count: int | None) -> bool:
+    """The engine's threads take every core (unknown counts: assume a core is left)."""
+    return bool(engine_threads and cpu_count and engine_threads >= cpu_count)
+
+
 def ui_cpu_budget(engine_threads: int | None, cpu_count: int | None) -> float:
     """The UI thread's CPU share while tokens stream: less when no core is left to it."""
-    if engine_threads and cpu_count and engine_threads >= cpu_count:
-        return UI_CPU_BUDGET_NO_SPARE_CORE
-    return UI_CPU_BUDGET
+    return UI_CPU_BUDGET_NO_SPARE_CORE if no_spare_core(engine_threads, cpu_count) else UI_CPU_BUDGET
 
 
 @dataclass
@@ -174,16 +177,20 @@ class ChatScreen(Screen):
             await transcript.mount(assistant)
         transcript.scroll_to_widget(user, animate=False, immediate=True, top=True)
         transcript.anchor(False)  # the view follows the text by hand (Transcript.follow)
+        threads, cores = getattr(getattr(app.engine, "info", None), "n_threads", None), os.cpu_count()
         turn = Turn(text, user, assistant, LiveTracker(app.engine.predictor, app.engine.kv_cache_tokens),
-                    ui_budget=ui_cpu_budget(getattr(getattr(app.engine, "info", None), "n_threads", None), os.cpu_count()))
+                    ui_budget=ui_cpu_budget(threads, cores))
         self.turn = turn
         self.turns.append(turn)
         self.set_status("generating · Esc cancels", "busy")
         self._arm_tick(TICK_S)
-        # The request starts once the new messages are on screen: laying them out and
-        # painting them takes the UI thread 100-300 ms on a small machine, which would
-        # otherwise run during prefill, slow it, and count in this message's TTFT.
-        self.call_after_refresh(self._begin, turn, app.session)
+        if no_spare_core(threads, cores):
+            # The request starts once the new messages are on screen: laying them out and
+            # painting them takes the UI thread 100-300 ms on a small machine, which would
+            # otherwise take a core from prefill, slow it, and count in this message's TTFT.
+            self.call_after_refresh(self._begin, turn, app.session)
+        else:  # a core is left for the UI: painting and prefill run side by side
+            self._begin(turn, app.session)
 
     def _begin(self, turn: Turn, session: ChatSession) -> None:
         if turn is self.turn:  # not replaced by a new chat or a restore meanwhile
