@@ -83,6 +83,7 @@ class ChatScreen(Screen):
         self.turns: list[Turn] = []  # turns shown, oldest first
         self.queue: list[tuple[str, UserMessage]] = []  # sent while busy; go out in order
         self.busy_reason: str | None = None  # "loading", "resetting", ...: engine not free for a turn
+        self.starting = False  # a turn's widgets are being mounted (it has no Turn yet)
         self._ctx_level = "ok"
         self._last_memory_s = 0.0  # perf_counter() of the last memory refresh
 
@@ -150,7 +151,7 @@ class ChatScreen(Screen):
 
     async def submit(self, text: str) -> None:
         """Send now if the engine is free, else show the message as queued."""
-        if self.chat_app.session is None or self.turn is not None or self.busy_reason or self.queue:
+        if self.chat_app.session is None or self.turn is not None or self.starting or self.busy_reason or self.queue:
             if self.chat_app.load_error is not None:
                 await self.note(f"No model loaded: {self.chat_app.load_error}", "error")
                 return
@@ -161,7 +162,7 @@ class ChatScreen(Screen):
         await self._start_turn(text, None)
 
     async def send_queued(self) -> None:
-        if self.queue and self.turn is None and not self.busy_reason and self.chat_app.session is not None:
+        if self.queue and self.turn is None and not self.starting and not self.busy_reason and self.chat_app.session is not None:
             text, widget = self.queue.pop(0)
             await self._start_turn(text, widget)
 
@@ -169,12 +170,16 @@ class ChatScreen(Screen):
         transcript = self._transcript
         app = self.chat_app
         assistant = AssistantMessage(reserve_rows=transcript.reserve_for(app.settings.max_tokens))
-        if user is None:
-            user = UserMessage(text)
-            await transcript.mount_all([user, assistant])  # one layout pass for both
-        else:
-            user.remove_class("queued")
-            await transcript.mount(assistant)
+        self.starting = True  # until self.turn is set: the app is busy, a new message queues
+        try:
+            if user is None:
+                user = UserMessage(text)
+                await transcript.mount_all([user, assistant])  # one layout pass for both
+            else:
+                user.remove_class("queued")
+                await transcript.mount(assistant)
+        finally:
+            self.starting = False
         transcript.scroll_to_widget(user, animate=False, immediate=True, top=True)
         transcript.anchor(False)  # the view follows the text by hand (Transcript.follow)
         threads, cores = getattr(getattr(app.engine, "info", None), "n_threads", None), os.cpu_count()
