@@ -101,13 +101,20 @@ def synth_pair(tmp_path_factory):
     return small, large
 
 
+# Live timings on a shared machine drift by 10-40% within minutes, so these end-to-end
+# checks call only a change of more than half a change: the same model must never come out
+# 1.5x faster or slower than itself, and six times the layers always comes out slower. The
+# 5% verdicts themselves are checked on known data in test_bench_compare.py.
+LIVE_THRESHOLD = "0.5"
+
+
 def _bench_compare(tmp_path, capsys, models, name):
     out = tmp_path / f"{name}.json"
     rc = main(["bench", *map(str, models), "-p", "32", "-n", "48", "-r", "5", "-t", "1", "--scenarios", "resident",
                "--no-progress", "--json", str(out)])
     assert rc == 0
     capsys.readouterr()
-    assert main(["bench", "compare", str(out)]) == 0
+    assert main(["bench", "compare", str(out), "--threshold", LIVE_THRESHOLD]) == 0
     text = capsys.readouterr().out
     return [line for line in text.splitlines() if "=> verdict" in line], out
 

@@ -2,9 +2,10 @@
 
 Generation runs in a thread worker that only pushes token events into a LiveFeed; a
 timer drains it (at most 10 frames a second, fewer when the UI thread would spend more
-than its CPU budget), appends the new text in one batch (whole lines to the Markdown,
-the line being written as plain text) and refreshes the stats. A tick with no new
-token repaints nothing. Engine calls never run on the UI thread.
+than its CPU budget), appends the new text in one batch (finished blocks drawn as
+Markdown, the block being written as plain text, in a box sized ahead: no layout pass)
+and refreshes the stats. A tick with no new token repaints nothing. Engine calls never
+run on the UI thread.
 """
 
 from __future__ import annotations

@@ -177,10 +177,11 @@ class StreamingMarkdown(Widget):
         return self._reserved
 
     def render_line(self, y: int) -> Strip:
-        if y < len(self._done):
-            return self._done[y]
-        y -= len(self._done)
         width = self.size.width
+        if y < len(self._done):  # (resized since: cut or padded until the next show() draws it again)
+            strip = self._done[y]
+            return strip if strip.cell_length == width else strip.crop_extend(0, width, self._base_style())
+        y -= len(self._done)
         strip = self._strips[y] if y < len(self._strips) else None
         if strip is None or strip.cell_length != width:
             style = self._base_style()
