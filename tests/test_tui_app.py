@@ -66,6 +66,10 @@ def text_of(app: ChatApp, selector: str) -> str:
     return widget.plain if hasattr(widget, "plain") else str(widget.render())
 
 
+def stats_text(app: ChatApp, section: str) -> str:
+    return app.chat_screen.query_one(StatsPanel).section_text(section)
+
+
 def notes(app: ChatApp) -> list[str]:
     return [n.text for n in app.chat_screen.query(Note)]
 
@@ -83,13 +87,13 @@ async def test_send_streams_answer_and_fills_stats(tmp_path):
         assert answer.text.strip() == SCRIPT.strip()
         footer = str(answer.query_one(".footer").render())
         assert "TTFT 125 ms" in footer and "14 tok" in footer and footer.endswith("stop")
-        live = text_of(app, "#stats-live")
+        live = stats_text(app, "live")
         assert "125 ms" in live and "tok/s" in live and "predicted" in live
-        assert "%" in text_of(app, "#stats-live")
+        assert "%" in stats_text(app, "live")
         assert len(app.chat_screen.turns[0].tracker.itl_s) == 13
-        assert "/4096 tok" in text_of(app, "#stats-ctx")
-        assert "123.0 MiB" in text_of(app, "#stats-ctx")
-        assert "fake-model-1B" in text_of(app, "#stats-card")
+        assert "/4096 tok" in stats_text(app, "ctx")
+        assert "123.0 MiB" in stats_text(app, "mem")
+        assert "fake-model-1B" in stats_text(app, "card")
         assert engine.calls[0]["max_tokens"] == 512 and engine.calls[0]["temperature"] == 0.8
     conv = app.store.load(app.store.last_conversation_id())
     assert [m.role for m in conv.messages] == ["user", "assistant"]
@@ -203,7 +207,7 @@ async def test_new_chat_clears_transcript_and_kv_cache(tmp_path):
         assert not app.chat_screen.query(AssistantMessage)
         assert any("New chat" in n for n in notes(app))
         assert app.session.chat.messages == [] and app.session.conversation_id is None
-        assert "0/4096 tok" in text_of(app, "#stats-ctx")
+        assert "0/4096 tok" in stats_text(app, "ctx")
         await send(pilot, app, "second chat")
         assert app.session.conversation_id != first_id
     assert len(app.store.list_conversations()) == 2
@@ -254,7 +258,7 @@ async def test_context_full_warns_then_drops_oldest_turns(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         await send(pilot, app, "first question here")
-        assert app.chat_screen.query_one("#stats-ctx").has_class("ctx-warn")
+        assert app.chat_screen.query_one(StatsPanel).context_level == "warn"
         assert any("Context nearly full" in n for n in notes(app))
         await send(pilot, app, "second question here")
         assert any("dropped the oldest 1 turn" in n for n in notes(app))

@@ -8,7 +8,7 @@ import pytest
 
 import ondevice
 from ondevice.roofline import Calibration, Predictor
-from tests.test_tui_app import FIXED_MEMORY, notes, send, settle, text_of
+from tests.test_tui_app import FIXED_MEMORY, notes, send, settle, stats_text, text_of
 from tests.tui_fakes import Gated, aio
 from tui.app import ChatApp
 from tui.session import ChatSettings
@@ -54,12 +54,12 @@ async def test_send_fills_stats_from_the_real_engine(engine, tmp_path):
         assert stats.decode_tok_s == pytest.approx(g.timings.decode_tok_s)
         assert stats.ceiling_tok_s and stats.predicted_tok_s and stats.efficiency
         for label in ("TTFT", "decode", "ceiling", "predicted"):
-            assert label in text_of(app, "#stats-live")
-        assert "–" not in text_of(app, "#stats-live")
-        assert f"{engine.kv_cache_tokens}/512 tok" in text_of(app, "#stats-ctx")
+            assert label in stats_text(app, "live")
+        assert "–" not in stats_text(app, "live")
+        assert f"{engine.kv_cache_tokens}/512 tok" in stats_text(app, "ctx")
         footer = str(turn.assistant.query_one(".footer").render())
         assert "32 tok" in footer and footer.endswith("length")
-        assert "CPU" in text_of(app, "#stats-card")
+        assert "CPU" in stats_text(app, "card")
         await send(pilot, app, "again")
         assert app.chat_screen.turns[1].tracker.final.cached_prompt_tokens > 0
     saved = app.store.load(app.store.last_conversation_id()).messages

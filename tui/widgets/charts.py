@@ -15,7 +15,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-__all__ = ["hbar", "column_cells", "StyledLines", "ItlChart", "Run", "Line"]
+__all__ = ["hbar", "column_cells", "StyledLines", "ItlChartRows", "Run", "Line"]
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
 _REF_CHAR = "─"
@@ -84,6 +84,7 @@ class StyledLines(Widget):
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "lines--gauge", "lines--warn", "lines--full", "lines--bar", "lines--slow", "lines--ref", "lines--dim",
+        "lines--muted",
     }
     DEFAULT_CSS = """
     StyledLines { height: auto; }
@@ -94,6 +95,7 @@ class StyledLines(Widget):
     StyledLines > .lines--slow { color: $warning; }
     StyledLines > .lines--ref { color: $success; }
     StyledLines > .lines--dim { text-style: dim; }
+    StyledLines > .lines--muted { color: $text-muted; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None):
@@ -150,33 +152,24 @@ class StyledLines(Widget):
         return Strip.blank(width, self._style(None))
 
 
-class ItlChart(StyledLines):
-    """Per-token inter-token latencies, newest on the right; the band marks the predicted step."""
+class ItlChartRows:
+    """The ITL sparkline's rows: per-token gaps, newest on the right, as many as fit; the
+    band marks the predicted step. Remembers what it drew, so an unchanged chart is the
+    same list (and repaints nothing)."""
 
-    DEFAULT_CSS = """
-    ItlChart { height: 3; }
-    """
     ROWS = 3
+    WAITING: tuple[Line, ...] = ((("waiting for tokens…", "dim"),),)
 
-    def __init__(self, *, id: str | None = None, classes: str | None = None):
-        super().__init__(id=id, classes=classes)
-        self._values: tuple[float, ...] = ()
-        self._ref: float | None = None
-        self._lines = ((("waiting for tokens…", "dim"),),)
+    def __init__(self) -> None:
+        self.values: tuple[float, ...] = ()  # the gaps drawn, seconds, oldest first
+        self.ref: float | None = None  # the predicted step drawn, seconds
+        self._width = 0  # columns drawn
+        self._lines: list[Line] = list(self.WAITING)
 
-    def set_data(self, values: Sequence[float], ref: float | None) -> None:
-        """Show the newest values that fit; repaint only when something changed."""
-        width = max(1, self.size.width or 40)
+    def lines(self, values: Sequence[float], ref: float | None, width: int) -> list[Line]:
         n = len(values)
         new = tuple(values[i] for i in range(max(0, n - width), n))  # works for a deque too
-        if new == self._values and ref == self._ref:
-            return
-        self._values, self._ref = new, ref
-        if not new:
-            self.set_lines([(("waiting for tokens…", "dim"),)])
-        else:
-            self.set_lines([runs(row) for row in column_cells(new, ref, self.ROWS)])
-
-    def on_resize(self) -> None:
-        values, self._values = self._values, ()
-        self.set_data(values, self._ref)
+        if (new, ref, width) != (self.values, self.ref, self._width):
+            self.values, self.ref, self._width = new, ref, width
+            self._lines = [runs(row) for row in column_cells(new, ref, self.ROWS)] if new else list(self.WAITING)
+        return self._lines

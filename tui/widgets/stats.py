@@ -1,7 +1,7 @@
 """The stats panel: live latency, prediction gauge, ITL sparkline, context, memory, model card.
 
-Every section is one Static updated only when its text changes, so a timer tick with
-nothing new repaints nothing.
+All sections are lines of one StyledLines, repainted line by line when their text
+changes, so a timer tick with nothing new repaints nothing.
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from typing import Any, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from tui.live import LiveStats
-from tui.widgets.charts import ItlChart, StyledLines, hbar
+from tui.widgets.charts import ItlChartRows, StyledLines, hbar
 
 __all__ = ["StatsPanel", "fmt_ms", "fmt_rate", "fmt_bytes", "model_card_lines"]
 
@@ -69,32 +68,38 @@ def model_card_lines(info: Any) -> list[str]:
 class StatsPanel(VerticalScroll, can_focus=False):
     """Right-hand panel. Call the show_* methods from the UI thread.
 
-    Few widgets on purpose: every widget costs render time on every frame, so the live
-    figures, the gauge and the chart label are one block, context/prefill/memory another.
+    One StyledLines holds every section (live figures and gauge, the ITL chart, context /
+    prefill / memory, the model card): every widget on screen is drawn again on every
+    frame, and a frame repaints only the lines that changed.
     """
 
+    SECTIONS = (("live", 8), ("itl", ItlChartRows.ROWS), ("ctx", 3), ("prefill", 2), ("mem", 2), ("gap", 1), ("card", 0))
+
     def compose(self) -> ComposeResult:
-        yield StyledLines(id="stats-live")
-        yield ItlChart(id="stats-itl")
-        yield StyledLines(id="stats-ctx")
-        yield Static("loading…", id="stats-card", markup=False)
+        yield StyledLines(id="stats-lines")
 
     def on_mount(self) -> None:
         self.border_title = "latency"
-        self._live = self.query_one("#stats-live", StyledLines)
-        self._bottom = self.query_one("#stats-ctx", StyledLines)
-        self._chart = self.query_one(ItlChart)
-        self._parts: dict[str, list] = {"ctx": [], "prefill": [], "mem": []}
+        self._lines = self.query_one("#stats-lines", StyledLines)
+        self._sections: dict[str, list] = {name: [] for name, _ in self.SECTIONS}
+        self._chart = ItlChartRows()
+        self.context_level = "ok"  # ok / warn / full, as context_level() said last
         self.show_live(None)
         self.show_context(0, 0, None, "ok")
+        self.show_model(["loading…"])
+
+    def section_text(self, name: str) -> str:
+        """The plain text of one section (live, itl, ctx, prefill, mem, card)."""
+        return "\n".join("".join(text for text, _ in line) for line in self._sections[name])
 
     def show_live(self, s: LiveStats | None, itl_s: Sequence[float] = ()) -> None:
         s = s or LiveStats(0, None, None, None, None, 0, None, None, None)
         eff = s.efficiency
         gauge = f"{eff * 100:4.0f}% of pred" if eff else " no prediction"
         ref = f" ─ pred {s.predicted_step_s * 1000:.1f} ms" if s.predicted_step_s else ""
-        self._live.set_lines(
-            [
+        cached = _DASH if s.cached_prompt_tokens is None else f"{s.cached_prompt_tokens}/{s.prompt_tokens} tok"
+        self._set(
+            live=[
                 ((_row("TTFT", fmt_ms(s.ttft_s)), None),),
                 ((_row("ITL last", fmt_ms(s.last_itl_s)), None),),
                 ((_row("TPOT", fmt_ms(s.tpot_s)), None),),
@@ -103,18 +108,16 @@ class StatsPanel(VerticalScroll, can_focus=False):
                 ((_row("predicted", fmt_rate(s.predicted_tok_s)), None),),
                 ((f"{hbar(eff, BAR_CELLS)} {gauge}", "gauge"),),
                 ((f"ITL {s.output_tokens} tok{ref}", "dim"),),
-            ]
+            ],
+            itl=self._chart.lines(itl_s, s.predicted_step_s, self._chart_width()),
+            prefill=[((_row("prefill", fmt_rate(s.prefill_tok_s)), None),), ((_row("cached", cached), None),)],
         )
-        self._chart.set_data(itl_s, s.predicted_step_s)
-        cached = _DASH if s.cached_prompt_tokens is None else f"{s.cached_prompt_tokens}/{s.prompt_tokens} tok"
-        self._set_part("prefill", [((_row("prefill", fmt_rate(s.prefill_tok_s)), None),), ((_row("cached", cached), None),)])
 
     def show_context(self, used: int, n_ctx: int, kv_bytes: int | None, level: str) -> None:
-        for name in ("ok", "warn", "full"):
-            self._bottom.set_class(name == level, f"ctx-{name}")
+        self.context_level = level
         fraction = used / n_ctx if n_ctx else None
         style = None if level == "ok" else level
-        self._set_part("ctx", [
+        self._set(ctx=[
             ((f"ctx {hbar(fraction, BAR_CELLS)}", style),),
             ((_row("", f"{used}/{n_ctx or '?'} tok"), style),),
             ((_row("KV cache", fmt_bytes(kv_bytes)), None),),
@@ -124,21 +127,28 @@ class StatsPanel(VerticalScroll, can_focus=False):
         sys_text = _DASH
         if sys_used_bytes is not None and sys_total_bytes:
             sys_text = f"{sys_used_bytes / sys_total_bytes:.0%} of {fmt_bytes(sys_total_bytes)}"
-        self._set_part("mem", [((_row("RSS", fmt_bytes(rss_bytes)), None),), ((_row("sys mem", sys_text), None),)])
-
-    def _set_part(self, part: str, lines: list) -> None:
-        """One part of the bottom block; the block is rebuilt only when a part changed (a frame
-        sets the prefill, context and memory parts, and usually only the context moved)."""
-        if lines != self._parts[part]:
-            self._parts[part] = lines
-            self._show_bottom()
-
-    def _show_bottom(self) -> None:
-        blank = (("", None),)
-        lines = []
-        for part, height in (("ctx", 3), ("prefill", 2), ("mem", 2)):
-            lines += self._parts[part] or [blank] * height
-        self._bottom.set_lines(lines)
+        self._set(mem=[((_row("RSS", fmt_bytes(rss_bytes)), None),), ((_row("sys mem", sys_text), None),)])
 
     def show_model(self, lines: Sequence[str]) -> None:
-        self.query_one("#stats-card", Static).update("\n".join(lines))
+        self._set(card=[((line, "muted"),) for line in lines])
+
+    def on_resize(self) -> None:
+        self._set(itl=self._chart.lines(self._chart.values, self._chart.ref, self._chart_width()))
+
+    def _chart_width(self) -> int:
+        return self._lines.size.width or max(1, self.size.width - 4)
+
+    def _set(self, **sections: list) -> None:
+        """Replace some sections; the lines widget repaints the lines that changed."""
+        changed = False
+        for name, lines in sections.items():
+            if lines != self._sections[name]:
+                self._sections[name] = lines
+                changed = True
+        if changed:
+            blank = (("", None),)
+            out: list = []
+            for name, height in self.SECTIONS:
+                lines = self._sections[name]
+                out += lines + [blank] * (height - len(lines)) if height else lines
+            self._lines.set_lines(out)
