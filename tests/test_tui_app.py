@@ -62,8 +62,7 @@ async def until(pilot, holds, tries: int = 100) -> None:
 
 
 def text_of(app: ChatApp, selector: str) -> str:
-    widget = app.chat_screen.query_one(selector)
-    return widget.plain if hasattr(widget, "plain") else str(widget.render())
+    return str(app.chat_screen.query_one(selector).render())
 
 
 def stats_text(app: ChatApp, section: str) -> str:

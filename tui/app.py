@@ -114,9 +114,9 @@ class ChatApp(App):
 
     @property
     def generating(self) -> bool:
-        """True while an answer streams or starts, a message is queued or the engine is busy."""
+        """True while an answer streams, a message is queued or the engine is busy."""
         s = self.chat_screen
-        return s.turn is not None or s.starting or bool(s.queue) or bool(s.busy_reason)
+        return s.turn is not None or bool(s.queue) or bool(s.busy_reason)
 
     # -- loading -----------------------------------------------------------------------------
 

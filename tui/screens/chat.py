@@ -84,7 +84,6 @@ class ChatScreen(Screen):
         self.turns: list[Turn] = []  # turns shown, oldest first
         self.queue: list[tuple[str, UserMessage]] = []  # sent while busy; go out in order
         self.busy_reason: str | None = None  # "loading", "resetting", ...: engine not free for a turn
-        self.starting = False  # a turn's widgets are being mounted (it has no Turn yet)
         self._ctx_level = "ok"
         self._last_memory_s = 0.0  # perf_counter() of the last memory refresh
 
@@ -152,7 +151,7 @@ class ChatScreen(Screen):
 
     async def submit(self, text: str) -> None:
         """Send now if the engine is free, else show the message as queued."""
-        if self.chat_app.session is None or self.turn is not None or self.starting or self.busy_reason or self.queue:
+        if self.chat_app.session is None or self.turn is not None or self.busy_reason or self.queue:
             if self.chat_app.load_error is not None:
                 await self.note(f"No model loaded: {self.chat_app.load_error}", "error")
                 return
@@ -163,31 +162,29 @@ class ChatScreen(Screen):
         await self._start_turn(text, None)
 
     async def send_queued(self) -> None:
-        if self.queue and self.turn is None and not self.starting and not self.busy_reason and self.chat_app.session is not None:
+        if self.queue and self.turn is None and not self.busy_reason and self.chat_app.session is not None:
             text, widget = self.queue.pop(0)
             await self._start_turn(text, widget)
 
     async def _start_turn(self, text: str, user: UserMessage | None) -> None:
         transcript = self._transcript
         app = self.chat_app
+        queued, user = user is not None, user or UserMessage(text)
         assistant = AssistantMessage(reserve_rows=transcript.reserve_for(app.settings.max_tokens))
-        self.starting = True  # until self.turn is set: the app is busy, a new message queues
-        try:
-            if user is None:
-                user = UserMessage(text)
-                await transcript.mount_all([user, assistant])  # one layout pass for both
-            else:
-                user.remove_class("queued")
-                await transcript.mount(assistant)
-        finally:
-            self.starting = False
-        transcript.scroll_to_widget(user, animate=False, immediate=True, top=True)
-        transcript.anchor(False)  # the view follows the text by hand (Transcript.follow)
         threads, cores = getattr(getattr(app.engine, "info", None), "n_threads", None), os.cpu_count()
         turn = Turn(text, user, assistant, LiveTracker(app.engine.predictor, app.engine.kv_cache_tokens),
                     ui_budget=ui_cpu_budget(threads, cores))
-        self.turn = turn
+        self.turn = turn  # from now on the app is busy (a new message queues), also while the widgets mount
         self.turns.append(turn)
+        if queued:
+            user.remove_class("queued")
+            await transcript.mount(assistant)
+        else:
+            await transcript.mount_all([user, assistant])  # one layout pass for both
+        if turn is not self.turn:  # a new chat or a restore came while they mounted
+            return
+        transcript.scroll_to_widget(user, animate=False, immediate=True, top=True)
+        transcript.anchor(False)  # the view follows the text by hand (Transcript.follow)
         self.set_status("generating · Esc cancels", "busy")
         self._arm_tick(TICK_S)
         if no_spare_core(threads, cores):
@@ -238,7 +235,7 @@ class ChatScreen(Screen):
             self._tick.stop()
             self._tick = None
 
-    async def _on_tick(self) -> None:
+    def _on_tick(self) -> None:
         """One frame: new text, then the stats. Frames are paced so that the UI thread's CPU
         (the frame's own rendering included) stays within its budget (ui_cpu_budget): on a
         fast machine that is the full 10 Hz, on a slow or busy one fewer frames."""
@@ -253,11 +250,10 @@ class ChatScreen(Screen):
         cpu = time.thread_time()
         spent = cpu - turn.frame_cpu_s if turn.frame_cpu_s is not None else 0.0
         turn.frame_cpu_s = cpu
-        await turn.assistant.append(turn.tracker.add(events))
-        if turn is self.turn:  # it may have ended during the append
-            self._follow(turn)
-            self.show_turn_stats(turn)
-            self._arm_tick(min(MAX_FRAME_S, max(TICK_S, spent / turn.ui_budget)))
+        turn.assistant.append(turn.tracker.add(events))
+        self._follow(turn)
+        self.show_turn_stats(turn)
+        self._arm_tick(min(MAX_FRAME_S, max(TICK_S, spent / turn.ui_budget)))
 
     def _follow(self, turn: Turn) -> None:
         if turn.following:
@@ -306,7 +302,7 @@ class ChatScreen(Screen):
     async def _finish_turn(self, turn: Turn, result: Any, error: str | None) -> None:
         if turn is not self.turn:  # a new chat or a restore replaced it
             return
-        await turn.assistant.append(turn.tracker.add(turn.feed.drain()))
+        turn.assistant.append(turn.tracker.add(turn.feed.drain()))
         if result is not None:
             g = result.generation
             turn.tracker.finish(g)

@@ -15,7 +15,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-__all__ = ["hbar", "column_cells", "StyledLines", "ItlChartRows", "Run", "Line"]
+__all__ = ["hbar", "column_cells", "plain_text", "StyledLines", "ItlChartRows", "Run", "Line"]
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
 _REF_CHAR = "─"
@@ -67,6 +67,11 @@ def column_cells(values: Sequence[float], ref: float | None, rows: int) -> list[
     return grid
 
 
+def plain_text(lines: Sequence[Line]) -> str:
+    """Lines of runs as text, without styles."""
+    return "\n".join("".join(text for text, _ in line) for line in lines)
+
+
 def runs(cells: Sequence[tuple[str, str]]) -> Line:
     """Merge neighbouring cells of the same kind into runs ("blank" -> plain)."""
     out: list[Run] = []
@@ -103,11 +108,6 @@ class StyledLines(Widget):
         self._lines: tuple[Line, ...] = ()
         self._strips: list[Strip] | None = None  # built on the next paint
         self._styles: dict[str | None, Style] | None = None
-
-    @property
-    def plain(self) -> str:
-        """The text shown, without styles."""
-        return "\n".join("".join(text for text, _ in line) for line in self._lines)
 
     def set_lines(self, lines: Sequence[Sequence[Run]]) -> None:
         """Show these lines; repaint only the lines that differ from what is shown."""

@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
 from tui.live import LiveStats
-from tui.widgets.charts import ItlChartRows, StyledLines, hbar
+from tui.widgets.charts import ItlChartRows, StyledLines, hbar, plain_text
 
 __all__ = ["StatsPanel", "fmt_ms", "fmt_rate", "fmt_bytes", "model_card_lines"]
 
@@ -90,7 +90,7 @@ class StatsPanel(VerticalScroll, can_focus=False):
 
     def section_text(self, name: str) -> str:
         """The plain text of one section (live, itl, ctx, prefill, mem, card)."""
-        return "\n".join("".join(text for text, _ in line) for line in self._sections[name])
+        return plain_text(self._sections[name])
 
     def show_live(self, s: LiveStats | None, itl_s: Sequence[float] = ()) -> None:
         s = s or LiveStats(0, None, None, None, None, 0, None, None, None)

@@ -59,7 +59,7 @@ class AssistantMessage(Vertical):
     def stream(self) -> StreamingMarkdown:
         return self._stream
 
-    async def append(self, text: str) -> None:
+    def append(self, text: str) -> None:
         """Take a batch of streamed text (called once per UI frame)."""
         if text:
             self.text += text
