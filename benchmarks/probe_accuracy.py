@@ -118,8 +118,8 @@ def host_check(rounds: int, threads: int | None) -> dict:
 
 def build_models(root: Path) -> list[tuple[str, Path]]:
     from ondevice.materialize import resolve_model
-    from quant.quantize import quantize
-    from quant.synth import SynthConfig, build_synthetic_model
+    from ondevice.quant.quantize import quantize
+    from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
     root.mkdir(parents=True, exist_ok=True)
     out = [("default (gemma-3-270m Q4_K_M)", resolve_model(None))]

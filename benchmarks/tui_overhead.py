@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ondevice  # noqa: E402
 from ondevice.engine.chat import ChatTemplate  # noqa: E402
-from tui.app import ChatApp  # noqa: E402
-from tui.session import ChatSettings  # noqa: E402
+from ondevice.tui.app import ChatApp  # noqa: E402
+from ondevice.tui.session import ChatSettings  # noqa: E402
 
 MESSAGE = "Write a long, detailed story about a lighthouse keeper and a storm."
 TARGET = 0.97

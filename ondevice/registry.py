@@ -89,7 +89,11 @@ class Registry:
 
 
 def builtin_registry_path() -> Path:
-    return Path(__file__).resolve().parent.parent / "models.toml"
+    """The built-in models.toml: package data (ondevice/builtin/) in an installed wheel; in an
+    editable install, the file at the checkout's top level (where the package data comes from)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "builtin" / "models.toml"
+    return packaged if packaged.is_file() else here.parent / "models.toml"
 
 
 def user_registry_path() -> Path:

@@ -1,8 +1,7 @@
 """Thin helpers over llama-cpp-python's low-level API, for quant's own use.
 
-- llama.cpp's log goes to the `logging` logger "ondevice.llama_cpp" through the engine's
-  router (`ondevice.engine.loader.route_llama_log`); `log_listener` lets a caller read the
-  lines too (quantize reads its per-tensor progress from them).
+- llama.cpp's log goes to the `logging` logger "ondevice.llama_cpp" (ondevice.llama.log);
+  `log_listener` lets a caller read the lines too (quantize reads its per-tensor progress from them).
 - `LogitsModel`: a model + context that scores token windows and returns their logits
   (quality evaluation; copying logits is fine here, this is not the decode hot path).
 
@@ -11,15 +10,17 @@ llama_cpp is imported inside functions: importing quant stays cheap.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from ondevice.engine.loader import log_listener, route_llama_log
-from ondevice.errors import ModelLoadError, QuantError
+from ondevice.errors import QuantError
+from ondevice.llama.log import log_listener
+from ondevice.llama.model import load_model, new_context
 
-__all__ = ["route_llama_log", "log_listener", "LogitsModel"]  # the first two: re-exported from the engine
+__all__ = ["log_listener", "LogitsModel"]  # log_listener: re-exported from ondevice.llama.log
 
 
 def gpu_layers(n_gpu_layers: int | str | None) -> int:
@@ -38,37 +39,19 @@ class LogitsModel:
         import llama_cpp
 
         self._ll = llama_cpp
-        route_llama_log()
-        llama_cpp.llama_backend_init()
         self.path = Path(path)
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = gpu_layers(n_gpu_layers)
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
-        if not self._model:
-            raise ModelLoadError(f"{self.path}: llama.cpp could not load the model (see --log-level INFO)")
+        self._model, _ = load_model(self.path, n_gpu_layers=gpu_layers(n_gpu_layers), lib=llama_cpp)
         self._ctx = None
         try:
             self._vocab = llama_cpp.llama_model_get_vocab(self._model)
             self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
             self.n_ctx = int(n_ctx)
-            self._ctx = self._new_context(n_threads)
+            self._ctx, _ = new_context(self._model, n_ctx=self.n_ctx, n_threads=int(n_threads or os.cpu_count() or 1),
+                                       n_batch=self.n_ctx,  # one llama_decode call per window
+                                       n_ubatch=min(self.n_ctx, 512), lib=llama_cpp)
         except BaseException:
             self.close()
             raise
-
-    def _new_context(self, n_threads: int | None):
-        ll = self._ll
-        cparams = ll.llama_context_default_params()
-        cparams.n_ctx = self.n_ctx
-        cparams.n_batch = self.n_ctx  # one llama_decode call per window
-        cparams.n_ubatch = min(self.n_ctx, 512)
-        cparams.n_seq_max = 1
-        if n_threads:
-            cparams.n_threads = cparams.n_threads_batch = int(n_threads)
-        ctx = ll.llama_init_from_model(self._model, cparams)
-        if not ctx:
-            raise ModelLoadError(f"{self.path}: llama.cpp could not create a context of {self.n_ctx} tokens")
-        return ctx
 
     def tokenize(self, text: str, *, add_bos: bool = False) -> list[int]:
         data = text.encode("utf-8")

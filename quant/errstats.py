@@ -16,8 +16,8 @@ from gguf import quants as gguf_quants
 
 from ondevice.errors import QuantError
 from ondevice.gguf_file import GGUFFile, TensorInfo, read_gguf
-from quant import reference
-from quant.formats import block_format
+from ondevice.quant import reference
+from ondevice.quant.formats import block_format
 
 __all__ = ["TensorError", "tensor_errors", "read_tensor", "iter_tensor_rows"]
 

@@ -18,8 +18,8 @@ from ondevice import paths
 from ondevice.errors import GGUFFormatError, InvalidParameterError, QuantError
 from ondevice.gguf_file import read_gguf
 from ondevice.modelspec import ModelSpec, inspect
-from quant import quality
-from quant.quantize import file_type, is_quantized, quantize
+from ondevice.quant import quality
+from ondevice.quant.quantize import file_type, is_quantized, quantize
 
 __all__ = ["Rung", "Ladder", "BenchPlan", "run_ladder", "rung_path", "parse_types"]
 
@@ -105,7 +105,7 @@ def parse_types(types: str | Sequence[str]) -> list[str]:
 
 
 def _types_by_value() -> dict[str, Any]:
-    from quant.quantize import file_types
+    from ondevice.quant.quantize import file_types
 
     return file_types()
 

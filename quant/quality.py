@@ -22,7 +22,7 @@ import numpy as np
 
 from ondevice.errors import InvalidParameterError, QuantError
 from ondevice.gguf_file import ArrayRef, GGUFFile, read_gguf
-from quant._llama import LogitsModel
+from ondevice.quant._llama import LogitsModel
 
 __all__ = ["Perplexity", "Comparison", "default_text", "perplexity", "compare", "compare_many", "check_same_vocabulary", "DEFAULT_TEXT", "DEFAULT_N_CTX"]
 
@@ -76,7 +76,7 @@ class Comparison:
 
 def default_text() -> str:
     """The shipped evaluation text (public domain; see quant/data/README.md)."""
-    folder = resources.files("quant") / "data"
+    folder = resources.files("ondevice.quant") / "data"
     return "\n\n".join(folder.joinpath(name).read_text(encoding="utf-8") for name in DEFAULT_TEXT)
 
 

@@ -23,7 +23,7 @@ from gguf import GGMLQuantizationType, LlamaFileType
 from ondevice import paths
 from ondevice.errors import GGUFFormatError, InvalidParameterError, QuantError
 from ondevice.gguf_file import GGUFFile, read_gguf
-from quant.formats import block_format
+from ondevice.quant.formats import block_format
 
 __all__ = ["quantize", "file_types", "file_type", "main_tensor_type", "is_quantized", "estimate_bytes", "Progress"]
 
@@ -155,7 +155,7 @@ def _check_space(dst: Path, need_bytes: int) -> None:
 def _run_llama_quantize(src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *, threads, allow_requantize, progress, pure) -> None:
     import llama_cpp
 
-    from quant._llama import log_listener
+    from ondevice.quant._llama import log_listener
 
     if getattr(llama_cpp, f"LLAMA_FTYPE_{ftype.name}", None) != ftype.value:
         raise QuantError(f"this llama.cpp build does not support {_label(ftype)}")

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ondevice.errors import QuantError
-from quant.formats import BlockFormat, Q4_0Format, Q8_0Format, block_format
+from ondevice.quant.formats import BlockFormat, Q4_0Format, Q8_0Format, block_format
 
 __all__ = [
     "quantize",

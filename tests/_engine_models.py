@@ -1,6 +1,6 @@
 """Test models for the engine: a synthetic llama whose greedy output is chosen token by token.
 
-`build_successor_model` starts from quant.synth's tiny F32 llama and rewrites its weights
+`build_successor_model` starts from ondevice.quant.synth's tiny F32 llama and rewrites its weights
 in place: every block matrix is zero (attention and FFN add nothing to the residual), the
 embedding of each "from" token is a one-hot vector, and the output head maps that vector
 to the wanted next token. The logits are then 80 for the successor and 0 elsewhere, so
@@ -14,7 +14,7 @@ from typing import Sequence
 
 from gguf import GGUFReader
 
-from quant.synth import SynthConfig, build_synthetic_model, synthetic_vocab
+from ondevice.quant.synth import SynthConfig, build_synthetic_model, synthetic_vocab
 
 __all__ = ["build_successor_model", "token_id", "byte_ids", "chain_text", "BOS", "EOS"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from quant.synth import SynthConfig, build_synthetic_model
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 
 @pytest.fixture(scope="session")

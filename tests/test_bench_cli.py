@@ -10,7 +10,7 @@ import math
 import pytest
 
 from ondevice.cli.main import main
-from quant.synth import SynthConfig, build_synthetic_model
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 LAYOUT = {"model", "scenario", "prompt_tokens", "output_tokens", "repeats", "ttft_s", "itl_s", "tpot_s", "e2e_s",
           "prefill_tok_s", "decode_tok_s", "ceiling_tok_s", "predicted_tok_s", "efficiency", "failures", "runs"}

@@ -12,7 +12,7 @@ from gguf import GGUFWriter
 from ondevice.errors import GGUFFormatError, ModelNotFoundError
 from ondevice.gguf_file import read_gguf
 from ondevice.modelspec import inspect
-from quant.synth import SynthConfig, build_synthetic_model
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 
 def expected_bytes(cfg: SynthConfig) -> dict[str, int]:

@@ -8,8 +8,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 
 from ondevice.errors import QuantError
-from quant import reference
-from quant.formats import Q4_0Format, Q8_0Format, all_formats, block_format, tensor_bytes
+from ondevice.quant import reference
+from ondevice.quant.formats import Q4_0Format, Q8_0Format, all_formats, block_format, tensor_bytes
 
 
 def test_every_format_comes_from_gguf_table():

@@ -11,8 +11,8 @@ import pytest
 from ondevice.cli.main import main
 from ondevice.errors import QuantError
 from ondevice.modelspec import inspect
-from quant.ladder import BenchPlan, parse_types, rung_path, run_ladder
-from quant.synth import SynthConfig, build_synthetic_model
+from ondevice.quant.ladder import BenchPlan, parse_types, rung_path, run_ladder
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 WIDE = SynthConfig(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, n_vocab=512, seed=5)
 TYPES = "Q4_0,Q4_K_M,Q8_0,F16"
@@ -110,7 +110,7 @@ def test_cli_ladder(tiny_model, tmp_path, monkeypatch, capsys):
 
 
 def test_ladder_from_a_quantized_source_needs_permission(tiny_model, tmp_path, capsys):
-    from quant.quantize import quantize
+    from ondevice.quant.quantize import quantize
 
     q8 = quantize(tiny_model, tmp_path / "q8.gguf", "Q8_0")
     with pytest.raises(QuantError, match="allow-requantize"):

@@ -11,10 +11,10 @@ import pytest
 
 from ondevice.cli.main import main
 from ondevice.errors import InvalidParameterError, QuantError
-from quant import quality
-from quant._llama import LogitsModel
-from quant.quantize import quantize
-from quant.synth import SynthConfig, build_synthetic_model
+from ondevice.quant import quality
+from ondevice.quant._llama import LogitsModel
+from ondevice.quant.quantize import quantize
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 TOKENS = 1600  # of the shipped text: three full windows of 512 (BOS + 511), the short rest dropped
 

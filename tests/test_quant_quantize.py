@@ -17,11 +17,11 @@ from ondevice.cli.main import main
 from ondevice.errors import GGUFFormatError, InvalidParameterError, QuantError
 from ondevice.gguf_file import read_gguf
 from ondevice.modelspec import inspect
-from quant import reference
-from quant.errstats import read_tensor, tensor_errors
-from quant.formats import block_format
-from quant.quantize import estimate_bytes, file_type, file_types, main_tensor_type, quantize
-from quant.synth import SynthConfig, build_synthetic_model, tensor_shapes
+from ondevice.quant import reference
+from ondevice.quant.errstats import read_tensor, tensor_errors
+from ondevice.quant.formats import block_format
+from ondevice.quant.quantize import estimate_bytes, file_type, file_types, main_tensor_type, quantize
+from ondevice.quant.synth import SynthConfig, build_synthetic_model, tensor_shapes
 
 # Rows of 256 so the K-quant types apply without fallbacks.
 WIDE = SynthConfig(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, n_vocab=512, seed=3)

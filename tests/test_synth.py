@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quant.synth import SynthConfig, build_synthetic_model, synthetic_vocab
+from ondevice.quant.synth import SynthConfig, build_synthetic_model, synthetic_vocab
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

@@ -9,14 +9,14 @@ import pytest
 
 from ondevice.errors import ModelLoadError
 from tests.tui_fakes import SCRIPT, FakeEngine, aio
-from tui.app import ChatApp
-from tui.screens.help import HelpScreen
-from tui.screens.history import HistoryScreen
-from tui.screens.settings import SettingsScreen
-from tui.session import ChatSettings
-from tui.store import HistoryStore
-from tui.widgets.stats import StatsPanel
-from tui.widgets.transcript import AssistantMessage, Note, UserMessage
+from ondevice.tui.app import ChatApp
+from ondevice.tui.screens.help import HelpScreen
+from ondevice.tui.screens.history import HistoryScreen
+from ondevice.tui.screens.settings import SettingsScreen
+from ondevice.tui.session import ChatSettings
+from ondevice.tui.store import HistoryStore
+from ondevice.tui.widgets.stats import StatsPanel
+from ondevice.tui.widgets.transcript import AssistantMessage, Note, UserMessage
 
 FIXED_MEMORY = lambda: (123 << 20, 4 << 30, 16 << 30)  # noqa: E731
 

@@ -10,10 +10,10 @@ import ondevice
 from ondevice.roofline import Calibration, Predictor
 from tests.test_tui_app import FIXED_MEMORY, notes, send, settle, stats_text
 from tests.tui_fakes import Gated, aio
-from tui.app import ChatApp
-from tui.session import ChatSettings
-from tui.store import HistoryStore
-from tui.widgets.transcript import AssistantMessage
+from ondevice.tui.app import ChatApp
+from ondevice.tui.session import ChatSettings
+from ondevice.tui.store import HistoryStore
+from ondevice.tui.widgets.transcript import AssistantMessage
 
 GREEDY = ChatSettings(system="You are a test.", temperature=0.0, top_p=1.0, max_tokens=32)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from tests.test_tui_app import FIXED_MEMORY, settle
 from tests.tui_fakes import FakeEngine
-from tui.app import ChatApp
-from tui.session import ChatSettings
+from ondevice.tui.app import ChatApp
+from ondevice.tui.session import ChatSettings
 
 
 def scripted_app() -> ChatApp:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.store import HistoryError, HistoryStore, stats_footer, to_markdown
+from ondevice.tui.store import HistoryError, HistoryStore, stats_footer, to_markdown
 
 STATS = {
     "finish_reason": "stop",
@@ -125,7 +125,7 @@ def test_to_markdown_notes(tmp_path):
 _WRITER = textwrap.dedent(
     """
     import sys
-    from tui.store import HistoryStore
+    from ondevice.tui.store import HistoryStore
     store = HistoryStore(sys.argv[1])
     cid = store.create_conversation("m", system="s")
     i = 0

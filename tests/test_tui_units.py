@@ -11,12 +11,12 @@ from ondevice.cli.main import main
 from ondevice.errors import ContextOverflowError, InvalidParameterError
 from ondevice.results import Generation, Timings, TokenEvent
 from tests.tui_fakes import FakeEngine
-from tui.app import terminal_theme
-from tui.live import LiveFeed, LiveTracker, context_level
-from tui.session import ChatSession, ChatSettings
-from tui.store import HistoryStore
-from tui.widgets.charts import column_cells, hbar
-from tui.widgets.stats import fmt_bytes, fmt_ms, fmt_rate
+from ondevice.tui.app import terminal_theme
+from ondevice.tui.live import LiveFeed, LiveTracker, context_level
+from ondevice.tui.session import ChatSession, ChatSettings
+from ondevice.tui.store import HistoryStore
+from ondevice.tui.widgets.charts import column_cells, hbar
+from ondevice.tui.widgets.stats import fmt_bytes, fmt_ms, fmt_rate
 
 
 class StepModel:
@@ -247,7 +247,7 @@ def test_cli_resume_ids(tmp_path):
 
 
 def test_wrap_cells():
-    from tui.widgets.stream import wrap_cells
+    from ondevice.tui.widgets.stream import wrap_cells
 
     assert wrap_cells("hello world this is a test of wrapping", 10) == ["hello", "world this", "is a test", "of", "wrapping"]
     assert wrap_cells("abcdefghijklmnopqrstuvwxyz", 10) == ["abcdefghij", "klmnopqrst", "uvwxyz"]
@@ -258,7 +258,7 @@ def test_wrap_cells():
 def test_streaming_rows_of_the_open_block_match_a_full_wrap():
     import random
 
-    from tui.widgets.stream import StreamingMarkdown, wrap_cells
+    from ondevice.tui.widgets.stream import StreamingMarkdown, wrap_cells
 
     text = "The keeper climbed the stairs, one hundred and twelve of them.\nA storm came in. " * 6
     rng = random.Random(3)
@@ -274,7 +274,7 @@ def test_streaming_rows_of_the_open_block_match_a_full_wrap():
 
 
 def test_streaming_rows_drop_control_codes_and_expand_tabs():
-    from tui.widgets.stream import StreamingMarkdown
+    from ondevice.tui.widgets.stream import StreamingMarkdown
 
     stream = StreamingMarkdown()
     stream._width = 40
@@ -296,13 +296,13 @@ def test_streaming_rows_drop_control_codes_and_expand_tabs():
     ],
 )
 def test_finished_blocks_end_at_a_blank_line_outside_code_fences(text, end):
-    from tui.widgets.stream import finished_blocks_end
+    from ondevice.tui.widgets.stream import finished_blocks_end
 
     assert finished_blocks_end(text) == end
 
 
 def test_ui_budget_shrinks_when_the_engine_takes_every_core():
-    from tui.screens.chat import UI_CPU_BUDGET, UI_CPU_BUDGET_NO_SPARE_CORE, no_spare_core, ui_cpu_budget
+    from ondevice.tui.screens.chat import UI_CPU_BUDGET, UI_CPU_BUDGET_NO_SPARE_CORE, no_spare_core, ui_cpu_budget
 
     assert UI_CPU_BUDGET_NO_SPARE_CORE < UI_CPU_BUDGET
     assert ui_cpu_budget(2, 2) == ui_cpu_budget(4, 2) == UI_CPU_BUDGET_NO_SPARE_CORE

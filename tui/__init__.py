@@ -1,6 +1,6 @@
 """The `ondevice chat` terminal UI (Textual). Imported lazily by the CLI.
 
-    from tui.app import ChatApp
+    from ondevice.tui.app import ChatApp
     ChatApp(engine_factory=lambda: ondevice.load(), ...).run()
 """
 

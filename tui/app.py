@@ -21,13 +21,13 @@ from textual.binding import Binding
 
 from ondevice import paths
 from ondevice.errors import OndeviceError
-from tui.screens.chat import ChatScreen
-from tui.screens.help import HelpScreen
-from tui.screens.history import HistoryScreen
-from tui.screens.settings import SettingsScreen
-from tui.session import ChatSession, ChatSettings
-from tui.store import Conversation, HistoryStore
-from tui.widgets.stats import StatsPanel, model_card_lines
+from ondevice.tui.screens.chat import ChatScreen
+from ondevice.tui.screens.help import HelpScreen
+from ondevice.tui.screens.history import HistoryScreen
+from ondevice.tui.screens.settings import SettingsScreen
+from ondevice.tui.session import ChatSession, ChatSettings
+from ondevice.tui.store import Conversation, HistoryStore
+from ondevice.tui.widgets.stats import StatsPanel, model_card_lines
 
 __all__ = ["ChatApp", "EngineFactory", "terminal_theme", "process_memory"]
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ondevice.errors import ContextOverflowError, InvalidParameterError
 from ondevice.results import Generation, TokenEvent
-from tui.live import generation_stats
-from tui.store import Conversation, HistoryError, HistoryStore
+from ondevice.tui.live import generation_stats
+from ondevice.tui.store import Conversation, HistoryError, HistoryStore
 
 __all__ = ["ChatSettings", "ChatSession", "TurnResult", "dropped_note"]
 

@@ -45,8 +45,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from tui.session import ChatSettings
-    from tui.store import HistoryStore
+    from ondevice.tui.session import ChatSettings
+    from ondevice.tui.store import HistoryStore
 
     settings = ChatSettings(args.system, args.temperature, args.top_p, args.max_tokens).validated()
     if args.n_ctx < 16:
@@ -65,7 +65,7 @@ def run(args) -> int:
 
 
 def _run_app(path: Path, settings, store, resume: int | None, n_ctx: int, threads: int | None, layers) -> int:
-    from tui.app import ChatApp
+    from ondevice.tui.app import ChatApp
 
     def factory():
         from ondevice.engine import load
@@ -102,7 +102,7 @@ def _resume_id(store, resume: str | None) -> int | None:
 def _history_command(args) -> int:
     import time
 
-    from tui.store import HistoryStore
+    from ondevice.tui.store import HistoryStore
 
     store = HistoryStore(args.history_db)
     try:

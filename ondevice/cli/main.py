@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     level = getattr(logging, str(args.log_level).upper(), logging.WARNING)
-    logging.basicConfig(level=level, stream=sys.stderr)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(name)s: %(message)s")
     # llama.cpp's own warnings (model-file quirks, cache layout) only at --log-level INFO or lower
     logging.getLogger("ondevice.llama_cpp").setLevel(level if level <= logging.INFO else logging.ERROR)
     try:

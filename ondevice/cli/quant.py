@@ -85,7 +85,7 @@ def run_quantize(args) -> int:
     from ondevice.gguf_file import read_gguf
     from ondevice.materialize import resolve_model
     from ondevice.modelspec import inspect
-    from quant.quantize import file_type, is_quantized, quantize
+    from ondevice.quant.quantize import file_type, is_quantized, quantize
 
     file_type(args.qtype)  # an unknown type fails before anything is read
     src = resolve_model(args.src)
@@ -121,7 +121,7 @@ def _quality_opts(args) -> dict[str, Any]:
 
 def run_quality(args) -> int:
     from ondevice.materialize import resolve_model
-    from quant import quality
+    from ondevice.quant import quality
 
     base = resolve_model(args.base)
     other = resolve_model(args.other) if args.other else None
@@ -161,7 +161,7 @@ def render_comparison(c) -> str:
 
 def run_ladder_cmd(args) -> int:
     from ondevice.materialize import resolve_model
-    from quant.ladder import BenchPlan, parse_types, run_ladder
+    from ondevice.quant.ladder import BenchPlan, parse_types, run_ladder
 
     parse_types(args.types)  # unknown types fail before anything is read
     src = resolve_model(args.src)
@@ -234,8 +234,8 @@ def ladder_markdown(ladder) -> str:
 def run_tensors(model: Path, against: Path | None, as_json: bool) -> int:
     """`ondevice info MODEL --tensors [--against SRC]`: per-tensor types, and errors against a source."""
     from ondevice.gguf_file import read_gguf
-    from quant.errstats import tensor_errors
-    from quant.formats import block_format
+    from ondevice.quant.errstats import tensor_errors
+    from ondevice.quant.formats import block_format
 
     if against is None:
         rows = [{"name": t.name, "type": t.type_name, "shape": list(t.shape), "n_elements": t.n_elements,

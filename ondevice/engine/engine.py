@@ -24,15 +24,21 @@ def load(
     *,
     n_ctx: int = 4096,
     n_threads: int | None = None,
-    n_batch: int = 512,
+    n_batch: int | None = None,
     n_gpu_layers: int | str = "auto",
-    flash_attn: bool | str = False,
+    flash_attn: bool | str = "auto",
     seed: int = 0,
     predictor: Any = "auto",
+    n_ubatch: int | None = None,
+    cache_type_k: str = "f16",
+    cache_type_v: str = "f16",
 ) -> Engine:
     """Load a model (None = the default model, a registry name, or a GGUF path) into an Engine.
 
-    n_ctx 0 means the model's trained context. n_gpu_layers "auto" offloads every layer
+    n_ctx 0 means the model's trained context. n_batch / n_ubatch / flash_attn default to
+    llama.cpp's own defaults (2048 / 512 tokens, flash attention "auto"). cache_type_k/_v: the
+    KV cache element types ("f16", "q8_0", "q4_0", ...; a quantized V cache needs flash
+    attention). n_gpu_layers "auto" offloads every layer
     when this llama.cpp build can offload, else none. predictor "auto" uses the roofline
     prediction from the cached probe (None when no probe is cached); pass an object with
     step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s), or None for no prediction.
@@ -43,8 +49,8 @@ def load(
     path = resolve_model(model)
     spec = inspect_for_load(path)  # GGUFFormatError for a malformed or inconsistent file, before llama.cpp sees it
     handle, info = open_model(
-        path, spec, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
-        n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, seed=seed,
+        path, spec, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, n_ubatch=n_ubatch,
+        n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, seed=seed, cache_type_k=cache_type_k, cache_type_v=cache_type_v,
     )
     try:
         pred = _resolve_predictor(predictor, spec, info.backend)

@@ -1,34 +1,26 @@
-"""Open a GGUF with llama.cpp's low-level API: validate, load, time, detect the backend.
+"""Open a GGUF for the engine: check the arguments, load through the one open path
+(ondevice.llama.model, which applies the machine's crash-guard verdict), time it, detect the backend.
 
-The file is checked with `ondevice.modelspec.inspect` first (a malformed file raises
-GGUFFormatError and never reaches llama.cpp). llama.cpp's log goes to the `logging`
-logger "ondevice.llama_cpp", never to the terminal.
+The file is checked with `ondevice.loadcheck` first (a malformed file raises GGUFFormatError
+and never reaches llama.cpp). llama.cpp's log goes to the `logging` logger "ondevice.llama_cpp".
 """
 
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ondevice.errors import InvalidParameterError, ModelLoadError
+from ondevice.errors import InvalidParameterError
+from ondevice.kvtypes import DEFAULT_KV_TYPE, kv_ggml_type, kv_is_quantized
+from ondevice.llama.model import load_model, new_context
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["EngineInfo", "LlamaHandle", "open_model", "route_llama_log", "log_listener", "default_threads", "LOG_NAME"]
-
-LOG_NAME = "ondevice.llama_cpp"
-_log = logging.getLogger(LOG_NAME)
-# ggml_log_level (ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 = continues the previous line)
-_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-_log_state: dict[str, Any] = {}  # keeps the C callback alive for the process (llama.cpp holds a raw pointer)
-_log_lock = threading.Lock()  # two engines loading at once install one callback; guards _listeners
-_listeners: list[Callable[[str], None]] = []  # log_listener callbacks, called with each raw fragment
+__all__ = ["EngineInfo", "LlamaHandle", "open_model", "default_threads"]
 
 
 @dataclass(frozen=True)
@@ -46,61 +38,18 @@ class EngineInfo:
     load_s: float  # seconds from opening the file to the engine being ready
     llama_cpp_version: str  # llama-cpp-python version (and llama.cpp's, when it reports one)
     seed: int  # base seed; request k without a seed of its own draws with seed + k
+    n_ubatch: int = 512  # tokens per compute pass inside one llama_decode (as llama.cpp set it)
+    flash_attn_used: bool | None = None  # what llama.cpp resolved ("auto" included); None if it did not say
+    cache_type_k: str = DEFAULT_KV_TYPE  # K cache element type ("f16", "q8_0", "q4_0", ...)
+    cache_type_v: str = DEFAULT_KV_TYPE  # V cache element type
+    cpu_buffers: str = "all"  # extra CPU buffer types allowed: "all" | "repack" | "none" (the crash guard's verdict)
+    cpu_buffers_reason: str = ""  # why, e.g. "self-test: all: crashed (SIGSEGV); repack: ok"
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "spec"}
         d["model"] = self.spec.name
         d["quant"] = self.spec.quant
         return d
-
-
-def route_llama_log(lib: Any = None) -> None:
-    """Send llama.cpp/ggml log lines to logging, and to the listeners (log_listener).
-
-    One C callback per process (it must outlive every model: llama.cpp keeps a raw pointer),
-    set again on every call, so that a callback installed by someone else since (llama-cpp-
-    python installs its own on import) does not keep the lines from us.
-    """
-    if lib is None:
-        import llama_cpp as lib
-    with _log_lock:
-        if "callback" not in _log_state:
-            _log_state["callback"] = lib.llama_log_callback(_forward_log)
-            _log.addHandler(logging.NullHandler())  # unconfigured logging: no last-resort printing to stderr
-        lib.llama_log_set(_log_state["callback"], ctypes.c_void_p(0))
-
-
-class log_listener:
-    """Context manager: `fn(text)` gets every llama.cpp log fragment (raw, any thread) while inside."""
-
-    def __init__(self, fn: Callable[[str], None]):
-        self.fn = fn
-
-    def __enter__(self) -> "log_listener":
-        route_llama_log()
-        with _log_lock:
-            _listeners.append(self.fn)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        with _log_lock:
-            _listeners.remove(self.fn)
-
-
-def _forward_log(level: int, text: bytes, _user: Any) -> None:
-    if level == 5:  # continuation: same level as the line it continues
-        level = _log_state.get("last", 2)
-    else:
-        _log_state["last"] = level
-    py_level = _LEVELS.get(level, logging.INFO)
-    line = text.decode("utf-8", "replace") if text else ""
-    if line.strip(" .\n") and _log.isEnabledFor(py_level):
-        _log.log(py_level, "%s", line.rstrip("\n"))
-    if _listeners:
-        with _log_lock:
-            listeners = list(_listeners)
-        for listen in listeners:
-            listen(line)
 
 
 def default_threads() -> int:
@@ -207,72 +156,43 @@ def _positive(name: str, value: Any, *, allow_zero: bool = False) -> int:
 
 
 def open_model(
-    path: Path, spec: ModelSpec, *, n_ctx: Any, n_threads: Any, n_batch: Any, n_gpu_layers: Any, flash_attn: Any, seed: Any
+    path: Path, spec: ModelSpec, *, n_ctx: Any, n_threads: Any, n_batch: Any, n_gpu_layers: Any, flash_attn: Any,
+    seed: Any, n_ubatch: Any = None, cache_type_k: str = DEFAULT_KV_TYPE, cache_type_v: str = DEFAULT_KV_TYPE,
 ) -> tuple[LlamaHandle, EngineInfo]:
-    """Load `path` (already validated into `spec`) and create a one-sequence context."""
+    """Load `path` (already validated into `spec`) and create a one-sequence context.
+
+    n_batch / n_ubatch None keep llama.cpp's defaults (2048 / 512, capped at n_ctx)."""
     n_ctx = _positive("n_ctx", n_ctx, allow_zero=True) or (spec.n_ctx_train or 4096)
     n_threads = default_threads() if n_threads is None else _positive("n_threads", n_threads)
-    n_batch = _positive("n_batch", n_batch)
+    n_batch = None if n_batch is None else _positive("n_batch", n_batch)
+    n_ubatch = None if n_ubatch is None else _positive("n_ubatch", n_ubatch)
     seed = _positive("seed", seed, allow_zero=True)
     if seed > 2**32 - 1:
         raise InvalidParameterError(f"seed must be in [0, {2**32 - 1}], not {seed}")
+    type_k, type_v = kv_ggml_type(cache_type_k), kv_ggml_type(cache_type_v)
+    if kv_is_quantized(cache_type_v) and flash_attn is False:
+        raise InvalidParameterError(f"a quantized V cache ({cache_type_v}) needs flash attention: use flash_attn 'auto' or True")
     import llama_cpp as lib  # lazy: importing ondevice must not load llama.cpp
 
     fa_type = _flash_attn_type(lib, flash_attn)
     requested_layers, offloaded = _gpu_layers(lib, n_gpu_layers, spec)
-    route_llama_log(lib)
-    lib.llama_backend_init()
-    errors = _ErrorCollector()
-    _log.addHandler(errors)
+    t0 = time.perf_counter_ns()
+    model, placement = load_model(path, n_gpu_layers=requested_layers, lib=lib)
     try:
-        t0 = time.perf_counter_ns()
-        mparams = lib.llama_model_default_params()
-        mparams.n_gpu_layers = requested_layers
-        model = lib.llama_model_load_from_file(str(path).encode(), mparams)
-        if not model:
-            raise ModelLoadError(f"{path}: llama.cpp could not load the model{errors.detail()}")
-        ctx = lib.llama_init_from_model(model, _context_params(lib, n_ctx, n_batch, n_threads, fa_type))
-        if not ctx:
-            lib.llama_model_free(model)
-            raise ModelLoadError(f"{path}: llama.cpp could not create a context of {n_ctx} tokens{errors.detail()}")
-        handle = LlamaHandle(lib, model, ctx)
-        load_s = (time.perf_counter_ns() - t0) * 1e-9
-    finally:
-        _log.removeHandler(errors)
+        ctx, fa_used = new_context(model, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, n_ubatch=n_ubatch,
+                                   flash_attn_type=fa_type, type_k=int(type_k), type_v=int(type_v), lib=lib)
+    except BaseException:
+        lib.llama_model_free(model)
+        raise
+    handle = LlamaHandle(lib, model, ctx)
+    load_s = (time.perf_counter_ns() - t0) * 1e-9
     backends = detect_backends(lib)
     backend = backends[0] if (offloaded and backends[0].upper() not in _HOST_BACKENDS) else "CPU"
-    version = getattr(lib, "__version__", "unknown")
     info = EngineInfo(
         model_path=str(path), spec=spec, backend=backend, n_gpu_layers=offloaded if backend != "CPU" else 0,
         n_threads=n_threads, n_batch=handle.n_batch, n_ctx=handle.n_ctx, flash_attn=flash_attn, load_s=load_s,
-        llama_cpp_version=version, seed=seed,
+        llama_cpp_version=getattr(lib, "__version__", "unknown"), seed=seed, n_ubatch=int(lib.llama_n_ubatch(ctx)),
+        flash_attn_used=fa_used, cache_type_k=cache_type_k.lower(), cache_type_v=cache_type_v.lower(),
+        cpu_buffers=placement.cpu_buffers, cpu_buffers_reason=placement.reason,
     )
     return handle, info
-
-
-def _context_params(lib: Any, n_ctx: int, n_batch: int, n_threads: int, fa_type: int) -> Any:
-    cparams = lib.llama_context_default_params()
-    cparams.n_ctx = n_ctx
-    cparams.n_batch = n_batch
-    cparams.n_ubatch = n_batch
-    cparams.n_seq_max = 1
-    cparams.n_threads = n_threads
-    cparams.n_threads_batch = n_threads
-    cparams.flash_attn_type = fa_type
-    cparams.no_perf = True
-    return cparams
-
-
-class _ErrorCollector(logging.Handler):
-    """Keeps llama.cpp's error lines during a load, for the ModelLoadError message."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if len(self.lines) < 5:
-            self.lines.append(record.getMessage().strip())
-
-    def detail(self) -> str:
-        return f": {self.lines[-1]}" if self.lines else ""

@@ -134,7 +134,7 @@ def _model_path(model_dir: Path, kind: str, cfg: dict, weight_type: str) -> Path
 
 def _ensure(model_dir: Path, kind: str, cfg: dict, weight_type: str, progress: Progress) -> Path:
     """The F16 model for cfg (built if missing), quantized to weight_type (if missing)."""
-    from quant.synth import SynthConfig, build_synthetic_model
+    from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
     f16 = _model_path(model_dir, kind, cfg, "F16")
     if not f16.exists():
@@ -144,7 +144,7 @@ def _ensure(model_dir: Path, kind: str, cfg: dict, weight_type: str, progress: P
         return f16
     out = _model_path(model_dir, kind, cfg, weight_type)
     if not out.exists():
-        from quant.quantize import quantize
+        from ondevice.quant.quantize import quantize
 
         progress(f"quantizing {out.name}")
         quantize(f16, out, weight_type)

@@ -25,14 +25,14 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from ondevice.errors import OndeviceError
-from tui.live import LiveFeed, LiveTracker, context_level, generation_stats
-from tui.session import ChatSession, dropped_note
-from tui.store import Conversation, stats_footer
-from tui.widgets.stats import StatsPanel
-from tui.widgets.transcript import AssistantMessage, Note, Transcript, UserMessage
+from ondevice.tui.live import LiveFeed, LiveTracker, context_level, generation_stats
+from ondevice.tui.session import ChatSession, dropped_note
+from ondevice.tui.store import Conversation, stats_footer
+from ondevice.tui.widgets.stats import StatsPanel
+from ondevice.tui.widgets.transcript import AssistantMessage, Note, Transcript, UserMessage
 
 if TYPE_CHECKING:
-    from tui.app import ChatApp
+    from ondevice.tui.app import ChatApp
 
 __all__ = ["ChatScreen", "TICK_S", "no_spare_core", "ui_cpu_budget"]
 

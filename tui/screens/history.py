@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from tui.store import ConversationSummary
+from ondevice.tui.store import ConversationSummary
 
 __all__ = ["HistoryScreen"]
 

@@ -9,7 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ondevice.errors import InvalidParameterError
-from tui.session import ChatSettings
+from ondevice.tui.session import ChatSettings
 
 __all__ = ["SettingsScreen"]
 

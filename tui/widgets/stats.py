@@ -11,8 +11,8 @@ from typing import Any, Sequence
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
-from tui.live import LiveStats
-from tui.widgets.charts import ItlChartRows, StyledLines, hbar, plain_text
+from ondevice.tui.live import LiveStats
+from ondevice.tui.widgets.charts import ItlChartRows, StyledLines, hbar, plain_text
 
 __all__ = ["StatsPanel", "fmt_ms", "fmt_rate", "fmt_bytes", "model_card_lines"]
 

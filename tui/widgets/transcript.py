@@ -7,7 +7,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
-from tui.widgets.stream import STREAM_STEP, StreamingMarkdown
+from ondevice.tui.widgets.stream import STREAM_STEP, StreamingMarkdown
 
 __all__ = ["Transcript", "UserMessage", "AssistantMessage", "Note"]
 

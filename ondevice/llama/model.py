@@ -1,0 +1,125 @@
+"""The one path that opens models and contexts in llama.cpp.
+
+Every load (engine, quality/ladder, kernel probe, the native self-test) goes through
+`load_model`: it builds the only `llama_model_params` in the tree and applies the machine's
+crash-guard verdict (ondevice.llama.guard) to where the weights are placed. `new_context`
+builds the context parameters from llama.cpp's defaults, changing only what is asked.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ondevice.errors import ModelLoadError
+from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_buffer_types, repack_tensors
+from ondevice.llama.guard import Verdict, cpu_buffer_verdict
+from ondevice.llama.log import LOG_NAME, log_listener, route_llama_log
+
+__all__ = ["Placement", "load_model", "new_context", "ErrorLines"]
+
+_log = logging.getLogger(LOG_NAME)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model's CPU-side weights went."""
+
+    cpu_buffers: str  # "all" | "repack" | "none": the extra CPU buffer types allowed (ondevice.llama.buffers)
+    reason: str  # why: the crash guard's finding, e.g. "self-test: all: crashed (SIGSEGV); repack: ok"
+    repacked_tensors: int  # weights placed in CPU_REPACK by name (repack mode only; in "all" llama.cpp decides)
+
+
+def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None, lib: Any = None) -> tuple[Any, Placement]:
+    """Open `path` (a validated GGUF); returns (llama_model pointer, Placement). Raises ModelLoadError."""
+    if lib is None:
+        import llama_cpp as lib  # lazy: importing ondevice must not load llama.cpp
+    verdict = verdict or cpu_buffer_verdict()
+    if verdict.mode == "unusable":
+        raise ModelLoadError(verdict.note or "llama.cpp crashed in its self-test on this machine")
+    route_llama_log(lib)
+    lib.llama_backend_init()
+    mparams = lib.llama_model_default_params()
+    mparams.n_gpu_layers = n_gpu_layers
+    overrides = None
+    if verdict.mode != "all":
+        mparams.use_extra_bufts = False
+    if verdict.mode == "repack":
+        overrides = _repack_overrides(path, lib)
+        if overrides is not None:
+            mparams.tensor_buft_overrides = overrides.pointer
+    with ErrorLines() as errors:
+        model = lib.llama_model_load_from_file(str(path).encode(), mparams)  # reads the override patterns
+    if not model:
+        raise ModelLoadError(f"{path}: llama.cpp could not load the model{errors.detail()}")
+    return model, Placement(verdict.mode, f"{verdict.source}: {verdict.reason}", len(overrides.names) if overrides else 0)
+
+
+def _repack_overrides(path: Path, lib: Any) -> TensorOverrides | None:
+    from ondevice.gguf_file import read_gguf
+
+    buft = extra_buffer_types().get(REPACK)
+    if not buft:
+        return None
+    raw = lib.llama_print_system_info()
+    features = cpu_features(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))
+    tensors = [(t.name, t.type_name, tuple(t.shape)) for t in read_gguf(path).tensors]
+    names = repack_tensors(tensors, features)
+    return TensorOverrides(names, buft) if names else None
+
+
+def new_context(model: Any, *, n_ctx: int, n_threads: int, n_batch: int | None = None, n_ubatch: int | None = None,
+                n_seq_max: int = 1, flash_attn_type: int | None = None, type_k: int | None = None,
+                type_v: int | None = None, lib: Any = None) -> tuple[Any, bool | None]:
+    """A context on `model`; None arguments keep llama.cpp's defaults. Returns (context pointer,
+    flash attention in use: llama.cpp resolves "auto" while it builds the context, and says which in
+    its log; None if it did not say). Raises ModelLoadError."""
+    if lib is None:
+        import llama_cpp as lib
+    cparams = lib.llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_seq_max = n_seq_max
+    cparams.n_threads = cparams.n_threads_batch = n_threads
+    cparams.no_perf = True
+    for field, value in (("n_batch", n_batch), ("n_ubatch", n_ubatch), ("flash_attn_type", flash_attn_type),
+                         ("type_k", type_k), ("type_v", type_v)):
+        if value is not None:
+            setattr(cparams, field, value)
+    resolved: list[bool] = []
+
+    def on_log(text: str) -> None:
+        if "Flash Attention enabled" in text or "Flash Attention not supported" in text:
+            resolved.append("enabled" in text)
+
+    with ErrorLines() as errors, log_listener(on_log):
+        ctx = lib.llama_init_from_model(model, cparams)
+    if not ctx:
+        raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens{errors.detail()}")
+    fa_type = cparams.flash_attn_type
+    if fa_type == lib.LLAMA_FLASH_ATTN_TYPE_AUTO:
+        return ctx, (resolved[-1] if resolved else None)
+    return ctx, fa_type == lib.LLAMA_FLASH_ATTN_TYPE_ENABLED
+
+
+class ErrorLines(logging.Handler):
+    """Keeps llama.cpp's error lines while inside, for the ModelLoadError message."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def __enter__(self) -> "ErrorLines":
+        _log.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _log.removeHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.lines) < 5:
+            self.lines.append(record.getMessage().strip())
+
+    def detail(self) -> str:
+        return f": {self.lines[-1]}" if self.lines else ""
