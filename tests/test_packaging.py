@@ -30,9 +30,9 @@ def _import_name(folder: Path, package_dir: dict[str, str]) -> str:
 def test_every_package_in_the_tree_is_installed_under_ondevice():
     cfg = _setuptools()
     found = {
-        _import_name(init.parent, cfg["package-dir"])
+        _import_name(module.parent, cfg["package-dir"])
         for top in ("ondevice", "quant", "tui")
-        for init in (ROOT / top).rglob("__init__.py")
+        for module in (ROOT / top).rglob("*.py")
     }
     listed = set(cfg["packages"])
     assert found - listed == set(), "packages missing from pyproject.toml [tool.setuptools] packages"
