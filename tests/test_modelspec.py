@@ -216,16 +216,20 @@ def test_random_header_mutations_never_crash(tiny_model):
 
 
 _LOADER = """
-import ctypes, sys, llama_cpp
-_cb = llama_cpp.llama_log_callback(lambda level, text, data: None)
-llama_cpp.llama_log_set(_cb, ctypes.c_void_p(0))
-llama_cpp.llama_backend_init()
+import sys
+from pathlib import Path
+from ondevice.errors import ModelLoadError
+from ondevice.llama.guard import Verdict
+from ondevice.llama.model import load_model
+import llama_cpp
 for line in sys.stdin:
-    params = llama_cpp.llama_model_default_params()
-    model = llama_cpp.llama_model_load_from_file(line.strip().encode(), params)
-    if model:
+    try:
+        model, _ = load_model(Path(line.strip()), n_gpu_layers=0, verdict=Verdict("none", "test", "mutants"))
+    except ModelLoadError:
+        print("refused", flush=True)
+    else:
         llama_cpp.llama_model_free(model)
-    print("loaded" if model else "refused", flush=True)
+        print("loaded", flush=True)
 """
 
 
