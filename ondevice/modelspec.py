@@ -3,12 +3,12 @@
 DESIGN.md section 5: one decode step reads every weight that takes part in the step.
 The input embedding is a row gather unless the output head is tied to it (no
 `output.weight`), in which case the head reads it whole; for MoE only the experts used
-count. KV bytes per token assume an f16 cache.
+count. KV bytes per token are for an f16 cache unless `with_kv_cache` names other types.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class ModelSpec:
     has_chat_template: bool = False  # tokenizer.chat_template present
     tokenizer_model: str | None = None  # tokenizer.ggml.model
     warnings: tuple[str, ...] = field(default=())  # what could not be worked out
+    kv_cache_types: tuple[str, str] = ("f16", "f16")  # K and V cache element types kv_bytes_per_token_by_layer counts
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -86,6 +87,20 @@ class ModelSpec:
             total += span * per_token
         return total
 
+    def with_kv_cache(self, type_k: str, type_v: str) -> "ModelSpec":
+        """This spec with a K/V cache of the given element types ("f16", "q8_0", "q4_0", ...):
+        KV bytes per token, and so the roofline and the memory verdict, follow them."""
+        from ondevice.kvtypes import kv_bytes_per_element
+
+        old_k, old_v = (kv_bytes_per_element(t) for t in self.kv_cache_types)
+        new_k, new_v = kv_bytes_per_element(type_k), kv_bytes_per_element(type_v)
+        dim_k, dim_v = self.head_dim_k or 0, self.head_dim_v or 0
+        if not dim_k + dim_v:
+            return replace(self, kv_cache_types=(type_k.lower(), type_v.lower()))
+        heads = [b / (dim_k * old_k + dim_v * old_v) for b in self.kv_bytes_per_token_by_layer]  # KV heads per layer
+        per_layer = tuple(round(h * (dim_k * new_k + dim_v * new_v)) for h in heads)
+        return replace(self, kv_bytes_per_token_by_layer=per_layer, kv_cache_types=(type_k.lower(), type_v.lower()))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(
@@ -95,6 +110,7 @@ class ModelSpec:
             swa_layers=list(self.swa_layers),
             kv_bytes_per_token_by_layer=list(self.kv_bytes_per_token_by_layer),
             warnings=list(self.warnings),
+            kv_cache_types=list(self.kv_cache_types),
         )
         return d
 

@@ -67,6 +67,10 @@ class FakeInfo:
     load_s: float = 0.42
     llama_cpp_version: str = "0.3.36"
     seed: int = 0
+    cpu_buffers: str = "repack"
+    flash_attn_used: bool | None = True
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
 
 
 def count_tokens(text: str) -> int:

@@ -149,7 +149,9 @@ def _header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
         ("started", record.get("started_at")),
         ("host", f"{host.get('cpu_model') or '?'}, {host.get('os') or '?'}"),
         ("engine", f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
-                   f"n_batch {eng.get('n_batch', '?')}, flash attention {eng.get('flash_attn', '?')}"),
+                   f"n_batch {eng.get('n_batch', '?')}/{eng.get('n_ubatch', '?')}, flash attention "
+                   f"{eng.get('flash_attn_used', eng.get('flash_attn', '?'))}, KV {eng.get('cache_type_k', 'f16')}/"
+                   f"{eng.get('cache_type_v', 'f16')}, CPU buffers {eng.get('cpu_buffers', '?')}"),
         ("llama-cpp-python", (record.get("versions") or {}).get("llama_cpp_python")),
         ("probe", probe.get("note") or f"{probe.get('ceiling_gbs', 0):.1f} GB/s ceiling, {probe.get('age_s', 0) / 3600:.1f} h old"),
     ]

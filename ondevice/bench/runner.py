@@ -37,9 +37,12 @@ class BenchConfig:
     cap_to_context: bool = True  # built-in suites cap long prompts; custom -p/-n beyond the context is an error
     n_ctx: int | None = None  # context size, tokens (None: the smallest multiple of 256 that fits the suite)
     n_threads: int | None = None  # None: the engine's default
-    n_batch: int = 512  # prompt tokens per llama_decode call
+    n_batch: int | None = None  # prompt tokens per llama_decode call (None: llama.cpp's default)
     n_gpu_layers: int | str = "auto"  # layers offloaded
-    flash_attn: bool = False  # llama.cpp flash attention
+    flash_attn: bool | str = "auto"  # llama.cpp flash attention: "auto" (its default), True, False
+    n_ubatch: int | None = None  # tokens per compute pass inside a call (None: llama.cpp's default)
+    cache_type_k: str = "f16"  # K cache element type
+    cache_type_v: str = "f16"  # V cache element type
     sampling: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SAMPLING))  # sampler settings
     seed: int = 0  # prompt text and sampling seeds derive from it
     timeout_s: float | None = None  # per request, seconds
@@ -185,8 +188,9 @@ def _close(p: ModelPlan) -> None:
 
 def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
     engine = load_fn(
-        str(p.path), n_ctx=p.n_ctx, n_threads=config.n_threads, n_batch=config.n_batch,
+        str(p.path), n_ctx=p.n_ctx, n_threads=config.n_threads, n_batch=config.n_batch, n_ubatch=config.n_ubatch,
         n_gpu_layers=config.n_gpu_layers, flash_attn=config.flash_attn, seed=config.seed,
+        cache_type_k=config.cache_type_k, cache_type_v=config.cache_type_v,
     )
     p.warmed = False
     if not p.engine_info:
@@ -196,7 +200,8 @@ def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
 
 
 def _info_dict(info: Any) -> dict[str, Any]:
-    keys = ("backend", "n_gpu_layers", "n_threads", "n_batch", "n_ctx", "flash_attn", "llama_cpp_version", "seed")
+    keys = ("backend", "n_gpu_layers", "n_threads", "n_batch", "n_ubatch", "n_ctx", "flash_attn", "flash_attn_used",
+            "cache_type_k", "cache_type_v", "cpu_buffers", "cpu_buffers_reason", "llama_cpp_version", "seed")
     return {k: getattr(info, k, None) for k in keys}
 
 

@@ -11,6 +11,7 @@ import argparse
 import shutil
 import sys
 
+from ondevice.cli.engine_args import add_engine_args, engine_kwargs
 from ondevice.errors import BenchError
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -33,9 +34,8 @@ def register(sub) -> None:
     p.add_argument("--no-kv-cache", action="store_true", help="add the ablation: recompute the whole context for every token (short run)")
     p.add_argument("--n-ctx", type=int, help="context size (default: the smallest that fits the suite)")
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")
-    p.add_argument("--n-batch", type=int, default=512, help="prompt tokens per decode call (default 512)")
     p.add_argument("--n-gpu-layers", default="auto", help="layers to offload: a number or auto (default)")
-    p.add_argument("--flash-attn", action="store_true", help="llama.cpp flash attention")
+    add_engine_args(p)
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8; 0 = greedy)")
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt texts and the sampler (default 0)")
     p.add_argument("--timeout", type=float, help="seconds per request before it is cancelled and kept as a time-out")
@@ -131,7 +131,7 @@ def _config(args: argparse.Namespace):
         scenarios += (NO_KV_CACHE,)
     if not scenarios:
         raise BenchError("--scenarios: name at least one scenario")
-    for name, value in (("--threads", args.threads), ("--n-batch", args.n_batch), ("--n-ctx", args.n_ctx)):
+    for name, value in (("--threads", args.threads), ("--n-ctx", args.n_ctx)):
         if value is not None and value < 1:
             raise BenchError(f"{name} {value}: must be at least 1")
     if args.timeout is not None and not args.timeout > 0:
@@ -147,7 +147,7 @@ def _config(args: argparse.Namespace):
     models = tuple(args.models) or (None,)
     return BenchConfig(
         models=models, suite=suite, scenarios=scenarios, cap_to_context=not custom, n_ctx=args.n_ctx,
-        n_threads=args.threads, n_batch=args.n_batch, n_gpu_layers=gpu, flash_attn=args.flash_attn,
+        n_threads=args.threads, n_gpu_layers=gpu, **engine_kwargs(args),
         sampling=dict(DEFAULT_SAMPLING, temperature=args.temperature), seed=args.seed, timeout_s=args.timeout,
     )
 

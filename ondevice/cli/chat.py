@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from ondevice.cli.engine_args import add_engine_args, engine_kwargs
 from ondevice.errors import InvalidParameterError
 
 __all__ = ["register", "run"]
@@ -41,6 +42,7 @@ def register(sub) -> None:
     p.add_argument("--list", action="store_true", help="list saved conversations and exit")
     p.add_argument("--export", metavar="ID", help="write a saved conversation to --out and exit")
     p.add_argument("--out", type=Path, help="export file: .md (Markdown) or .json")
+    add_engine_args(p)
     p.set_defaults(func=run)
 
 
@@ -61,16 +63,20 @@ def run(args) -> int:
         raise InvalidParameterError("ondevice chat needs a terminal (stdin and stdout must be a TTY); use `ondevice run` in scripts")
     store = None if args.no_history else HistoryStore(args.history_db)
     resume = _resume_id(store, args.resume)
-    return _run_app(path, settings, store, resume, args.n_ctx, args.threads, layers)
+    load_kwargs = {"n_ctx": args.n_ctx, "n_threads": args.threads, "n_gpu_layers": layers, **engine_kwargs(args)}
+    from ondevice.llama.guard import cpu_buffer_verdict
+
+    cpu_buffer_verdict()  # a first-contact self-test, and its one line, before the app takes the screen
+    return _run_app(path, settings, store, resume, load_kwargs)
 
 
-def _run_app(path: Path, settings, store, resume: int | None, n_ctx: int, threads: int | None, layers) -> int:
+def _run_app(path: Path, settings, store, resume: int | None, load_kwargs: dict) -> int:
     from ondevice.tui.app import ChatApp
 
     def factory():
         from ondevice.engine import load
 
-        return load(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=layers)
+        return load(path, **load_kwargs)
 
     app = ChatApp(factory, settings=settings, store=store, model_label=path.name, resume=resume)
     try:

@@ -22,14 +22,25 @@ def run(args) -> int:
 
         return run_tensors(resolve_model(args.model), resolve_model(args.against) if args.against else None, args.json)
     spec = inspect(resolve_model(args.model))
+    buffers = cpu_buffers(spec)
     if args.json:
-        dump_json(spec.to_dict())
+        dump_json({**spec.to_dict(), "cpu_buffers": buffers})
     else:
-        print(render(spec))
+        print(render(spec, buffers))
     return 0
 
 
-def render(s: ModelSpec) -> str:
+def cpu_buffers(spec: ModelSpec) -> dict:
+    """Where this machine's loads put the model's CPU-side weights (the crash guard's verdict)."""
+    from ondevice.llama.guard import cpu_buffer_verdict
+    from ondevice.llama.model import repack_plan
+
+    verdict = cpu_buffer_verdict()
+    named = len(repack_plan(spec.path)) if verdict.mode == "repack" and spec.path else None
+    return {"mode": verdict.mode, "source": verdict.source, "reason": verdict.reason, "repacked_tensors": named}
+
+
+def render(s: ModelSpec, buffers: dict | None = None) -> str:
     lines = [f"{s.path}" + (f"  ({s.name})" if s.name else "")]
 
     def row(label: str, value: object) -> None:
@@ -59,7 +70,11 @@ def render(s: ModelSpec) -> str:
     row("file", f"{human_bytes(s.file_bytes)} ({s.file_bytes} B = header {s.header_bytes} + tensors {s.weight_bytes} + padding {s.padding_bytes})")
     row("weights", f"{human_bytes(s.weight_bytes)} ({s.n_tensors} tensors)")
     row("decode reads", f"{human_bytes(s.decode_weight_bytes)} of weights per token")
-    row("KV cache", f"{s.kv_bytes_per_token} B per token (f16); {human_bytes(s.kv_read_bytes(s.n_ctx_train or 0))} at the full trained context")
+    kv_types = s.kv_cache_types[0] if len(set(s.kv_cache_types)) == 1 else f"{s.kv_cache_types[0]} K, {s.kv_cache_types[1]} V"
+    row("KV cache", f"{s.kv_bytes_per_token} B per token ({kv_types}); {human_bytes(s.kv_read_bytes(s.n_ctx_train or 0))} at the full trained context")
+    if buffers:
+        named = f"; {buffers['repacked_tensors']} weights to CPU_REPACK" if buffers["repacked_tensors"] is not None else ""
+        row("CPU buffers", f"{buffers['mode']} on this machine ({buffers['source']}: {buffers['reason']}){named}")
     lines += [f"  note: {w}" for w in s.warnings]
     lines.append("")
     rows = [

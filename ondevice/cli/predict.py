@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from ondevice.cli.engine_args import add_kv_cache_args
 from ondevice.cli.fmt import dump_json, human_bytes, table
 
 __all__ = ["register", "run", "render", "DEFAULT_CONTEXTS"]
@@ -30,6 +31,7 @@ def register(sub) -> None:
     g.add_argument("--ctx-train", type=int, help="trained context length")
     g.add_argument("--active-params", type=float, help="parameters used per token (MoE)")
     g.add_argument("--tied", action="store_true", help="output head tied to the embedding")
+    add_kv_cache_args(p)
     p.set_defaults(func=run)
 
 
@@ -73,7 +75,7 @@ def run(args) -> int:
     from ondevice.errors import InvalidParameterError
     from ondevice.roofline import predict
 
-    spec = _spec(args)
+    spec = _spec(args).with_kv_cache(args.cache_type_k, args.cache_type_v)
     contexts = _contexts(args.ctx, spec)
     if args.prompt is not None and args.prompt <= 0:
         raise InvalidParameterError(f"--prompt must be a positive number of tokens, not {args.prompt}")
@@ -110,7 +112,7 @@ def render(p, spec, probe) -> str:
     head = p.model if p.model == name else f"{p.model}  ({name})"
     lines = [head + (f", {p.quant}" if p.quant and p.quant not in head else "")]
     lines.append(f"  reads {human_bytes(spec.decode_weight_bytes)} of weights per token; "
-                 f"KV {spec.kv_bytes_per_token} B per token of context")
+                 f"KV {spec.kv_bytes_per_token} B per token of context ({'/'.join(spec.kv_cache_types)} cache)")
     src = (f"measured by the probe {age_text(probe.age_s)}" if p.bandwidth_source == "measured" and probe
            else "given")
     backend = f"backend {p.backend}; " if p.backend != "given" else ""

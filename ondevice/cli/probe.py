@@ -6,7 +6,7 @@ import sys
 
 from ondevice.cli.fmt import dump_json, human_bytes, table
 
-__all__ = ["register", "run", "render", "age_text"]
+__all__ = ["register", "run", "render", "age_text", "cpu_buffers_text"]
 
 
 def register(sub) -> None:
@@ -30,16 +30,28 @@ def run(args) -> int:
 
     if args.threads is not None and args.threads < 1:
         raise InvalidParameterError(f"--threads must be at least 1, not {args.threads}")
+    if args.refresh:  # the native self-test runs again too
+        from ondevice.llama.guard import forget_verdict
+
+        forget_verdict()
     result = probe(refresh=args.refresh, kernel=args.kernel, backend=args.backend, n_threads=args.threads,
                    progress=None if args.json else _progress)
     if args.json:
         d = result.to_dict()
         d["age_s"] = result.age_s
         d["from_cache"] = result.from_cache
+        d["cpu_buffers"] = cpu_buffers_text()
         dump_json(d)
     else:
         print(render(result))
     return 0
+
+
+def cpu_buffers_text() -> str:
+    """The crash guard's verdict in a line: which extra CPU buffer types loads use here, and why."""
+    from ondevice.llama.guard import cpu_buffer_verdict
+
+    return cpu_buffer_verdict().label
 
 
 def age_text(seconds: float) -> str:
@@ -68,6 +80,7 @@ def render(r) -> str:
         if g.vendor != "Apple":
             row("GPU", f"{g.name}, {human_bytes(g.vram_total_bytes)} VRAM ({human_bytes(g.vram_free_bytes)} free)")
     row("llama.cpp", f"{h.llama_cpp_version or 'unknown'}; backends {', '.join(h.llama_backends) or 'unknown'}")
+    row("CPU buffers", cpu_buffers_text())
     for d in h.llama_devices:
         mem = f", {human_bytes(d.memory_total_bytes)}" if d.memory_total_bytes and d.kind != "CPU" else ""
         row("device", f"{d.name} ({d.kind}): {d.description}{mem}")
@@ -81,7 +94,7 @@ def render(r) -> str:
     if k is None:
         lines.append("kernels: not probed (run `ondevice probe --refresh` without --no-kernel)")
     else:
-        lines.append(f"llama.cpp decode kernels on {k.backend}, {k.n_threads} threads "
+        lines.append(f"llama.cpp decode kernels on {k.backend}, {k.n_threads} threads, CPU buffers {k.cpu_buffers} "
                      f"({len(k.points)} runs of synthetic models, fit error {100 * k.fit_rms_rel:.1f}% rms):")
         rows = [[t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%"] for t, g in k.type_gbs.items()]
         lines.append("  " + table(["weights", "GB/s", "of host read"], rows, align="lrr").replace("\n", "\n  "))

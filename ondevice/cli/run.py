@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from ondevice.cli.engine_args import add_engine_args, engine_kwargs, settings_text
 from ondevice.errors import InvalidParameterError
 
 __all__ = ["register", "run", "timings_line"]
@@ -32,6 +33,7 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
     p.add_argument("--no-predict", action="store_true", help="skip the roofline prediction")
+    add_engine_args(p)
     p.set_defaults(func=run)
 
 
@@ -45,7 +47,7 @@ def run(args) -> int:
         prompt = sys.stdin.read()
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
     engine = load(model, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=layers,
-                  predictor=None if args.no_predict else "auto")
+                  predictor=None if args.no_predict else "auto", **engine_kwargs(args))
     try:
         stream = engine.stream(
             prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -63,7 +65,7 @@ def run(args) -> int:
         sys.stdout.flush()
         g = stream.generation
         if g is not None:
-            print(timings_line(g, engine.info.load_s, engine.info.backend), file=sys.stderr)
+            print(f"{timings_line(g, engine.info.load_s, engine.info.backend)} | {settings_text(engine.info)}", file=sys.stderr)
         return 130 if g is not None and g.finish_reason == "cancelled" else 0
     finally:
         engine.close()

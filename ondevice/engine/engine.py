@@ -47,7 +47,8 @@ def load(
     from ondevice.materialize import resolve_model
 
     path = resolve_model(model)
-    spec = inspect_for_load(path)  # GGUFFormatError for a malformed or inconsistent file, before llama.cpp sees it
+    # GGUFFormatError for a malformed or inconsistent file, before llama.cpp sees it; KV bytes for the cache types used
+    spec = inspect_for_load(path).with_kv_cache(cache_type_k, cache_type_v)
     handle, info = open_model(
         path, spec, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, n_ubatch=n_ubatch,
         n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, seed=seed, cache_type_k=cache_type_k, cache_type_v=cache_type_v,

@@ -18,7 +18,7 @@ from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_
 from ondevice.llama.guard import Verdict, cpu_buffer_verdict
 from ondevice.llama.log import LOG_NAME, log_listener, route_llama_log
 
-__all__ = ["Placement", "load_model", "new_context", "ErrorLines"]
+__all__ = ["Placement", "load_model", "new_context", "repack_plan", "ErrorLines"]
 
 _log = logging.getLogger(LOG_NAME)
 
@@ -57,17 +57,23 @@ def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None,
     return model, Placement(verdict.mode, f"{verdict.source}: {verdict.reason}", len(overrides.names) if overrides else 0)
 
 
-def _repack_overrides(path: Path, lib: Any) -> TensorOverrides | None:
+def repack_plan(path: Path | str, lib: Any = None) -> list[str]:
+    """Names of the weights in `path` that CPU_REPACK takes on this CPU (empty when the build has no
+    CPU_REPACK or nothing qualifies)."""
     from ondevice.gguf_file import read_gguf
 
-    buft = extra_buffer_types().get(REPACK)
-    if not buft:
-        return None
+    if lib is None:
+        import llama_cpp as lib
+    if REPACK not in extra_buffer_types():
+        return []
     raw = lib.llama_print_system_info()
     features = cpu_features(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))
-    tensors = [(t.name, t.type_name, tuple(t.shape)) for t in read_gguf(path).tensors]
-    names = repack_tensors(tensors, features)
-    return TensorOverrides(names, buft) if names else None
+    return repack_tensors([(t.name, t.type_name, tuple(t.shape)) for t in read_gguf(path).tensors], features)
+
+
+def _repack_overrides(path: Path, lib: Any) -> TensorOverrides | None:
+    names = repack_plan(path, lib)
+    return TensorOverrides(names, extra_buffer_types()[REPACK]) if names else None
 
 
 def new_context(model: Any, *, n_ctx: int, n_threads: int, n_batch: int | None = None, n_ubatch: int | None = None,

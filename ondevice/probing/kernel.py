@@ -213,6 +213,8 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
     """Build (or reuse) the probe models, decode each (plan.passes times, round-robin; the
     median pass counts: the prediction is for a typical generation, and one busy or lucky
     pass moves it no more than a middle one), and fit the step-time model."""
+    from ondevice.llama.guard import cpu_buffer_verdict
+
     say = progress or (lambda _msg: None)
     t_start = time.perf_counter()
     runs = probe_models(plan, model_dir, say)
@@ -241,6 +243,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         points=tuple(points),
         elapsed_s=time.perf_counter() - t_start,
         pass_spread=statistics.median([max(st) / min(st) - 1 for run, st in zip(runs, steps) if run.role == "sized"]),
+        cpu_buffers=cpu_buffer_verdict().mode,
     )
 
 

@@ -52,6 +52,7 @@ class KernelProbe:
     elapsed_s: float  # wall time of the kernel probe, seconds (models from cache or built)
     pass_spread: float = 0.0  # how far apart the passes were: median over the sized runs of
     # slowest / fastest pass - 1 (0.1 = 10%); a shared or busy machine shows it here
+    cpu_buffers: str = "all"  # extra CPU buffer types the runs used ("all", "repack", "none": the crash guard's verdict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

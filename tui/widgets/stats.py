@@ -62,7 +62,14 @@ def model_card_lines(info: Any) -> list[str]:
         _row("backend", str(info.backend)),
         _row("offload", offload_text),
         _row("threads", str(info.n_threads)),
+        _row("buffers", f"CPU {getattr(info, 'cpu_buffers', 'all')}"),
+        _row("attention", "flash " + _on_off(getattr(info, "flash_attn_used", None))),
+        _row("KV type", f"{getattr(info, 'cache_type_k', 'f16')}/{getattr(info, 'cache_type_v', 'f16')}"),
     ]
+
+
+def _on_off(flag: bool | None) -> str:
+    return "?" if flag is None else ("on" if flag else "off")
 
 
 class StatsPanel(VerticalScroll, can_focus=False):
