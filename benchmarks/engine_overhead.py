@@ -1,12 +1,18 @@
 """What the engine costs on top of llama.cpp: Engine.stream vs a bare llama_decode loop.
 
-Interleaved A B A B ... in one process, on the same model and the same llama.cpp context
-(so the same threads, batch size, context size and weights in memory):
+Interleaved A B A B ... in one process, on the same model (the same weights in memory and the
+same threads), each side with its own context:
 
-  A  Engine.stream(prompt_ids, temperature=0, ignore_eos=True, reuse_prefix=False)
-  B  a bare loop on the low-level binding: clear the KV cache, llama_decode the prompt in
-     n_batch chunks, then llama_sampler_sample (a native greedy chain) + llama_decode per
-     token, timed with perf_counter_ns exactly where the engine marks its tokens.
+  A  Engine.stream(prompt_ids, temperature=0, ignore_eos=True, reuse_prefix=False) with the
+     engine's defaults
+  B  a bare loop on the low-level binding, in a context built from llama.cpp's own default
+     context parameters (llama_context_default_params: only n_ctx and threads set): clear the
+     KV cache, llama_decode the prompt in n_batch chunks, then llama_sampler_sample (a native
+     greedy chain) + llama_decode per token, timed with perf_counter_ns exactly where the
+     engine marks its tokens.
+
+So the ratio also checks that the engine's defaults (flash attention, batch sizes) are
+llama.cpp's. Exit status 1 when a target is missed or the two sides' tokens differ.
 
 Reported: decode tok/s ratio A/B and TTFT ratio A/B per pair, and their medians
 (targets: decode >= 0.98, TTFT <= 1.02). Both produce the same greedy tokens; the script
@@ -33,12 +39,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 DEC_TARGET, TTFT_TARGET = 0.98, 1.02
 
 
-def bare_run(eng, ids: list[int], n_out: int) -> tuple[float, float, list[int]]:
-    """(ttft_s, decode_tok_s, tokens) of a bare greedy loop on the engine's own context."""
+class BareContext:
+    """A context on the engine's model built from llama.cpp's default context parameters."""
+
+    def __init__(self, eng, n_ctx: int):
+        import llama_cpp as lib
+
+        from ondevice.llama.model import new_context
+
+        self.ctx, self.flash_attn = new_context(eng._h.model, n_ctx=n_ctx, n_threads=eng.info.n_threads, lib=lib)
+        self.memory = lib.llama_get_memory(self.ctx)
+        self.n_batch = int(lib.llama_n_batch(self.ctx))
+        self.n_ubatch = int(lib.llama_n_ubatch(self.ctx))
+
+    def close(self) -> None:
+        import llama_cpp as lib
+
+        lib.llama_free(self.ctx)
+
+
+def bare_run(bare: BareContext, ids: list[int], n_out: int) -> tuple[float, float, list[int]]:
+    """(ttft_s, decode_tok_s, tokens) of a bare greedy loop in the bare context."""
     import llama_cpp as lib
 
-    h = eng._h  # the engine's llama.cpp objects: the same context, not a copy
-    ctx, n_batch = h.ctx, eng.info.n_batch
+    ctx, n_batch = bare.ctx, bare.n_batch
     chain_params = lib.llama_sampler_chain_default_params()
     chain_params.no_perf = True
     smpl = lib.llama_sampler_chain_init(chain_params)
@@ -49,7 +73,7 @@ def bare_run(eng, ids: list[int], n_out: int) -> tuple[float, float, list[int]]:
     marks: list[int] = []
     out: list[int] = []
     start = perf_counter_ns()
-    lib.llama_memory_clear(h.memory, False)  # as the engine clears it
+    lib.llama_memory_clear(bare.memory, False)  # as the engine clears it
     for lo in range(0, len(ids), n_batch):
         n = min(n_batch, len(ids) - lo)
         ptr = ctypes.cast(ctypes.addressof(arr) + 4 * lo, ctypes.POINTER(ctypes.c_int32))
@@ -66,7 +90,6 @@ def bare_run(eng, ids: list[int], n_out: int) -> tuple[float, float, list[int]]:
         marks.append(perf_counter_ns())
         out.append(tok)
     lib.llama_sampler_free(smpl)
-    eng._kv.tokens[:] = ids + out[:-1]  # tell the engine what its cache now holds
     ttft = (marks[0] - start) * 1e-9
     return ttft, (len(marks) - 1) / ((marks[-1] - marks[0]) * 1e-9), out
 
@@ -94,14 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     eng = load(args.model, n_ctx=args.n_ctx, n_threads=args.threads)
     text = "The history of the printing press begins in the fifteenth century, when " * 64
     ids = eng.tokenize(text)[: args.prompt_tokens]
+    bare = BareContext(eng, args.n_ctx)
     engine_run(eng, ids, 8)  # warm-up, not counted
-    bare_run(eng, ids, 8)
+    bare_run(bare, ids, 8)
     rows = []
     for i in range(args.pairs):
         c0 = process_time_ns()
         a = engine_run(eng, ids, args.max_tokens)
         c1 = process_time_ns()
-        b = bare_run(eng, ids, args.max_tokens)
+        b = bare_run(bare, ids, args.max_tokens)
         c2 = process_time_ns()
         rows.append({
             "pair": i, "engine_ttft_s": a[0], "bare_ttft_s": b[0], "engine_decode_tok_s": a[1],
@@ -112,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "model": eng.info.spec.name, "backend": eng.info.backend, "n_threads": eng.info.n_threads,
         "n_batch": eng.info.n_batch, "n_ctx": eng.info.n_ctx, "prompt_tokens": len(ids),
+        "engine_settings": {"n_batch": eng.info.n_batch, "n_ubatch": eng.info.n_ubatch, "flash_attn": eng.info.flash_attn_used},
+        "bare_settings": {"n_batch": bare.n_batch, "n_ubatch": bare.n_ubatch, "flash_attn": bare.flash_attn},
+        "cpu_buffers": eng.info.cpu_buffers,
         "output_tokens": args.max_tokens, "pairs": args.pairs, "predictor": eng.predictor is not None,
         "median_decode_ratio": statistics.median(r["decode_ratio"] for r in rows),
         "median_ttft_ratio": statistics.median(r["ttft_ratio"] for r in rows),
@@ -122,20 +149,22 @@ def main(argv: list[str] | None = None) -> int:
     }
     summary["decode_ok"] = summary["median_decode_ratio"] >= DEC_TARGET
     summary["ttft_ok"] = summary["median_ttft_ratio"] <= TTFT_TARGET
+    bare.close()
     eng.close()
     if args.json:
         json.dump({"summary": summary, "pairs": rows}, sys.stdout, indent=2)
         print()
     else:
         print(render(summary, rows))
-    return 0
+    return 0 if summary["decode_ok"] and summary["ttft_ok"] and summary["all_same_tokens"] else 1
 
 
 def render(s: dict, rows: list[dict]) -> str:
     lines = [
         f"engine overhead: {s['model']} on {s['backend']}, {s['n_threads']} threads, n_batch {s['n_batch']}, "
         f"n_ctx {s['n_ctx']}, prompt {s['prompt_tokens']} tokens, {s['output_tokens']} output tokens, "
-        f"{s['pairs']} interleaved pairs, predictor {'on' if s['predictor'] else 'off'}",
+        f"{s['pairs']} interleaved pairs, predictor {'on' if s['predictor'] else 'off'}, CPU buffers {s['cpu_buffers']}",
+        f"settings: engine {s['engine_settings']}; bare (llama.cpp defaults) {s['bare_settings']}",
         f"{'pair':>4}  {'TTFT engine':>12}  {'TTFT bare':>10}  {'ratio':>6}  {'decode engine':>14}  {'decode bare':>12}  {'ratio':>6}  same",
     ]
     for r in rows:
