@@ -19,6 +19,8 @@ from typing import Callable
 
 import psutil
 
+from ondevice.llama.build import build_info
+
 __all__ = [
     "GPUInfo",
     "HostInfo",
@@ -32,7 +34,6 @@ __all__ = [
     "parse_cpuinfo",
     "parse_cache_size",
     "default_threads",
-    "llama_build_info",
     "NVIDIA_SMI_ARGS",
     "ROCM_SMI_ARGS",
     "SYSCTL_KEYS",
@@ -239,7 +240,7 @@ def detect(*, run: Runner = run_command, system_info: str | None = None, system:
         gpus=(),
         llama_backends=(),
         llama_features={},
-        llama_cpp_version=_llama_version(),
+        llama_cpp_version=build_info()[0],
     )
     if system == "Darwin":
         info = _apply_sysctl(info, run(["sysctl", *SYSCTL_KEYS]), warnings)
@@ -249,7 +250,9 @@ def detect(*, run: Runner = run_command, system_info: str | None = None, system:
     gpus = _detect_gpus(run, warnings) if system != "Darwin" else info.gpus
     live = system_info is None  # llama.cpp's own devices only when asking this process's llama.cpp
     if live:
-        system_info = _llama_system_info(warnings)
+        system_info = build_info()[1]
+        if system_info is None:
+            warnings.append("llama.cpp: cannot import it; backend unknown")
     backends, features = parse_system_info(system_info or "")
     if system_info and not backends:
         warnings.append("llama.cpp system info: unexpected format")
@@ -316,30 +319,6 @@ def _linux_llc(root: Path) -> int | None:
         if size and level >= best_level:
             best_level, best = level, size
     return best
-
-
-def _llama_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version("llama_cpp_python")
-    except Exception:  # noqa: BLE001 - not installed: unknown
-        return None
-
-
-def llama_build_info() -> tuple[str | None, str | None]:
-    """(llama-cpp-python version, llama_print_system_info() text); None parts when unavailable."""
-    return _llama_version(), _llama_system_info([])
-
-
-def _llama_system_info(warnings: list[str]) -> str | None:
-    try:
-        import llama_cpp
-    except Exception as exc:  # noqa: BLE001 - a broken build must not stop the report
-        warnings.append(f"llama.cpp: cannot import ({type(exc).__name__}); backend unknown")
-        return None
-    raw = llama_cpp.llama_print_system_info()
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
 _DEVICE_KINDS = {0: "CPU", 1: "GPU", 2: "ACCEL", 3: "IGPU"}

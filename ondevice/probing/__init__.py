@@ -52,6 +52,7 @@ def probe(*, refresh: bool = False, kernel: bool = True, backend: str | None = N
     """
     from ondevice import hardware
     from ondevice.errors import ProbeError
+    from ondevice.llama.build import build_id
     from ondevice.nameplate import lookup
     from ondevice.probing import cache
     from ondevice.probing.host import array_bytes_for, best_of, probe_compute, probe_memory
@@ -59,8 +60,7 @@ def probe(*, refresh: bool = False, kernel: bool = True, backend: str | None = N
 
     say = progress or (lambda _msg: None)
     backend = backend or default_backend()
-    version, system_info = hardware.llama_build_info()
-    build = cache.build_id(version, system_info)
+    build = build_id()
     if not refresh:
         cached = cache.load_cached(backend, build=build, root=cache_root)
         if cached is not None and (cached.kernel is not None or not kernel):

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from ondevice import paths
+from ondevice.llama.build import build_id
 from ondevice.probing.result import ProbeResult
 
 __all__ = ["cache_path", "load_cached", "save", "build_id", "machine_id", "probe_dir"]
@@ -33,14 +34,6 @@ def machine_id() -> str:
     parts = [platform.node(), platform.machine(), platform.processor(),
              str(psutil.cpu_count(logical=True)), str(psutil.virtual_memory().total)]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
-
-
-def build_id(llama_version: str | None = None, system_info: str | None = None) -> str:
-    """llama.cpp build fingerprint: package version + a hash of llama_print_system_info()."""
-    if llama_version is None or system_info is None:
-        llama_version, system_info = _live_build()
-    digest = hashlib.sha256((system_info or "").encode()).hexdigest()[:8]
-    return f"{_safe(llama_version or 'unknown')}.{digest}"
 
 
 def cache_path(backend: str, build: str | None = None, machine: str | None = None, root: Path | None = None) -> Path:
@@ -67,12 +60,6 @@ def save(result: ProbeResult, *, root: Path | None = None) -> Path:
     with paths.atomic_write(path, "w") as handle:
         json.dump(result.to_dict(), handle, indent=1)
     return path
-
-
-def _live_build() -> tuple[str | None, str | None]:
-    from ondevice.hardware import llama_build_info
-
-    return llama_build_info()
 
 
 def _safe(s: str) -> str:
