@@ -24,6 +24,14 @@ def _progress(msg: str) -> None:
     print(f"probing: {msg}", file=sys.stderr, flush=True)
 
 
+def _waiting_only(msg: str) -> None:
+    """--json: stdout is the document; stderr still says when this probe waits for another."""
+    from ondevice.probing import WAITING
+
+    if msg.startswith(WAITING):
+        _progress(msg)
+
+
 def run(args) -> int:
     from ondevice.errors import InvalidParameterError
     from ondevice.probing import probe
@@ -31,7 +39,7 @@ def run(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise InvalidParameterError(f"--threads must be at least 1, not {args.threads}")
     result = probe(refresh=args.refresh, kernel=args.kernel, backend=args.backend, n_threads=args.threads,
-                   progress=None if args.json else _progress)
+                   progress=_waiting_only if args.json else _progress)
     if args.json:
         d = result.to_dict()
         d["age_s"] = result.age_s
