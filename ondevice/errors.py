@@ -17,6 +17,7 @@ __all__ = [
     "SpecError",
     "QuantError",
     "BenchError",
+    "DestinationError",
 ]
 
 
@@ -74,3 +75,9 @@ class QuantError(OndeviceError):
 
 class BenchError(OndeviceError):
     """A benchmark configuration or result file is invalid."""
+
+
+class DestinationError(OndeviceError, OSError):
+    """An output cannot go where it was asked to: the folder is missing or not writable, the path
+    is a directory, a device or another special file, or an existing file without force.
+    Also an OSError, so callers that handle a failed write handle this one too."""

@@ -2,8 +2,9 @@
 
 A `pypi` source is a package (installed by pip, never fetched here) whose data files
 are the GGUF in chunks. On first use the chunks are concatenated into the user cache
-under a temporary name, the sha256 is checked, and only then renamed into place. The
-verified size and mtime are recorded beside the file so later uses skip the hash.
+under a temporary name, the sha256 is checked, and only then renamed into place (temp files
+that killed assemblies left are removed by later runs). The verified size and mtime are
+recorded beside the file so later uses skip the hash.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def _chunk_paths(entry: ModelEntry) -> list[Path]:
 
 def _materialize_pypi(entry: ModelEntry) -> Path:
     target = entry.local_path()
+    paths.remove_stale_temps(target.parent, owned=True)  # what killed assemblies left in the model cache
     if target.is_file() and _record_matches(target, entry):
         return target
     if target.is_file() and entry.sha256 and sha256_file(target) == entry.sha256:

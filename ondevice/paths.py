@@ -1,16 +1,45 @@
-"""Per-user directories and atomic file writes."""
+"""Per-user directories, atomic file writes and their temporary files, and the check of an
+output's destination.
+
+A write goes to a temporary file beside its target, named `.NAME.ondevice-tmp-PID-RANDOM`:
+hidden, never ending in the target's suffix (a killed write leaves nothing that looks like a
+model), and naming the writing process, so a later run can tell a dead writer's leftovers
+(`remove_stale_temps`) from a live one's. The rename only ever replaces a regular file: a
+directory, device, FIFO or socket (or a link to one) at the target is a DestinationError.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
+import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Iterator
 
 import platformdirs
+import psutil
+
+from ondevice.errors import DestinationError
+
+__all__ = ["APP_NAME", "TEMP_TAG", "cache_dir", "config_dir", "data_dir", "atomic_write", "atomic_path",
+           "check_destination", "ensure_replaceable", "remove_stale_temps"]
 
 APP_NAME = "ondevice"
+TEMP_TAG = ".ondevice-tmp-"  # temp file = "." + target name + TEMP_TAG + writer pid + "-" + random
+STALE_AFTER_S = 60.0  # a dead writer's temp file untouched this long is removed (a writer on another
+# machine sharing the folder, whose pid means nothing here, touches its file while it writes)
+OLD_STYLE_STALE_AFTER_S = 3600.0  # temp names from before they carried a pid: only by age, in our own folders
+_NAME_CHARS = 200  # of the target name kept in a temp name (a file name has at most 255 bytes)
+_TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.ondevice-tmp-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+_OLD_STYLE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # tempfile.mkstemp(prefix=".NAME.", suffix=".tmp")
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
@@ -31,44 +60,151 @@ def data_dir() -> Path:
     return Path(override) if override else Path(platformdirs.user_data_dir(APP_NAME))
 
 
+# ---------- atomic writes ----------
+
 @contextlib.contextmanager
 def atomic_write(path: Path, mode: str = "wb") -> Iterator[IO]:
     """Write to a temporary file beside `path`, fsync, then rename over it.
 
-    An exception (or a kill) before the rename leaves `path` untouched and the
-    temporary file removed (or, after a kill, a `.tmp` name nobody reads).
+    An exception before the rename leaves `path` untouched and the temporary file removed; a
+    kill leaves a temp name that a later run removes. Raises DestinationError (an OSError)
+    when `path` is something other than a regular file.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
+    with _replacing(Path(path)) as (fd, _tmp):
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
 
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path` for a writer that opens files itself;
-    rename it over `path` on success, remove it on failure."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield Path(tmp_name)
-        with open(tmp_name, "rb+") as handle:
+    """Yield a temporary path beside `path` for a writer that opens files itself; rename it
+    over `path` on success, remove it on failure (DestinationError as atomic_write)."""
+    with _replacing(Path(path)) as (fd, tmp):
+        os.close(fd)
+        yield tmp
+        with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, path)
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[tuple[int, Path]]:
+    """(fd, path) of a new temporary file beside `path`, renamed over it when the block ends
+    without an exception and removed otherwise."""
+    ensure_replaceable(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path.parent, target_name=path.name)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path.name))
+    tmp = Path(name)
+    try:
+        yield fd, tmp
+        os.chmod(tmp, 0o644)
+        ensure_replaceable(path)  # again: something else may have been put there meanwhile
+        os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
+
+
+def _temp_prefix(name: str) -> str:
+    return f".{name[:_NAME_CHARS]}{TEMP_TAG}{os.getpid()}-"
+
+
+def ensure_replaceable(path: Path) -> None:
+    """Raise DestinationError unless `path` is absent or a regular file (a link counts as what
+    it points to; the rename then replaces the link itself)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # a loop of links, a path through a file, no permission
+        raise DestinationError(f"{path}: {exc.strerror or exc}") from None
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+    raise DestinationError(f"{path} is {kind}, not a regular file: refusing to replace it")
+
+
+# ---------- leftovers of killed writers ----------
+
+def remove_stale_temps(folder: Path, *, target_name: str | None = None, owned: bool = False) -> list[Path]:
+    """Remove what killed writers left in `folder`: ondevice temp files (of `target_name` only,
+    when given) whose writing process is gone and that nobody touched for STALE_AFTER_S.
+
+    owned: the folder is ondevice's own (model or probe cache), so old-style temp names that
+    carry no pid (`.NAME.XXXXXXXX.tmp`) untouched for OLD_STYLE_STALE_AFTER_S go too; a
+    user's folder keeps every name ondevice does not write now. Returns the removed paths.
+    """
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # no folder yet, or not ours to read
+        return []
+    now, removed = time.time(), []
+    for entry in entries:
+        if not _is_stale(entry, target_name, owned, now):
+            continue
+        try:
+            os.unlink(entry.path)
+        except OSError as exc:  # another cleaner got there first, or no permission: leave it
+            log.debug("not removing %s: %s", entry.path, exc)
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _is_stale(entry: os.DirEntry, target_name: str | None, owned: bool, now: float) -> bool:
+    match = _TEMP_NAME.match(entry.name)
+    if match:
+        if target_name is not None and match["target"] != target_name[:_NAME_CHARS]:
+            return False
+        limit_s = STALE_AFTER_S
+    elif owned and target_name is None and _OLD_STYLE.match(entry.name):
+        limit_s = OLD_STYLE_STALE_AFTER_S
+    else:
+        return False
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or now - st.st_mtime <= limit_s:
+        return False
+    return match is None or not psutil.pid_exists(int(match["pid"]))
+
+
+# ---------- destinations of outputs ----------
+
+def check_destination(path: str | Path, *, force: bool = False) -> Path:
+    """Check, before any work, that an output can be written at `path`; return it as a Path.
+
+    The one rule for every file the CLI writes: the folder must exist and take a new file
+    (tried by creating one, since root passes os.access everywhere and a read-only mount or a
+    full disk only shows on a real write); `path` must be absent, or a regular file when
+    `force`; a directory, device, FIFO or socket (or a link to one) is refused even with
+    force. Raises DestinationError.
+    """
+    path = Path(path)
+    folder = path.parent
+    if not folder.exists():
+        raise DestinationError(f"destination folder {folder} does not exist")
+    if not folder.is_dir():
+        raise DestinationError(f"destination folder {folder} is not a directory")
+    ensure_replaceable(path)
+    if path.exists() and not force:
+        raise DestinationError(f"{path} already exists; pass --force to overwrite it")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise DestinationError(f"destination folder {folder} is not writable")
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=_temp_prefix(path.name))
+    except OSError as exc:
+        raise DestinationError(f"destination folder {folder} is not writable ({exc.strerror or exc})") from None
+    try:
+        os.write(fd, b"\0")
+    except OSError as exc:
+        raise DestinationError(f"cannot write in {folder} ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    return path

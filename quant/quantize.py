@@ -1,19 +1,18 @@
 """Quantize a GGUF file through llama.cpp's own quantizer (llama_model_quantize).
 
 The output is written to a hidden temporary name beside the destination and renamed only
-once llama.cpp has finished and the result reads back as a complete GGUF: an interrupted or
-failed run (disk full included) leaves nothing that looks like a model. An existing
-destination is never overwritten without `force`; an already-quantized source needs
+once llama.cpp has finished and the result reads back as a complete GGUF: a failed run (disk
+full included) leaves nothing, and a killed one a temp name that is no `.gguf` and that later
+runs remove. The destination follows paths.check_destination: an existing file is never
+overwritten without `force`, a directory or special file never; an already-quantized source needs
 `allow_requantize` (the precision it lost cannot come back).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Callable
@@ -21,7 +20,7 @@ from typing import Callable
 from gguf import GGMLQuantizationType, LlamaFileType
 
 from ondevice import paths
-from ondevice.errors import GGUFFormatError, InvalidParameterError, QuantError
+from ondevice.errors import DestinationError, GGUFFormatError, InvalidParameterError, QuantError
 from ondevice.gguf_file import GGUFFile, read_gguf
 from ondevice.quant.formats import block_format
 
@@ -122,25 +121,13 @@ def quantize(
 
 
 def _check_destination(src: Path, dst: Path, force: bool) -> None:
-    folder = dst.parent
-    if not folder.exists():
-        raise QuantError(f"destination folder {folder} does not exist")
-    if not folder.is_dir():
-        raise QuantError(f"destination folder {folder} is not a directory")
-    if dst.is_dir():
-        raise QuantError(f"destination {dst} is a directory")
     if dst.exists() and src.resolve() == dst.resolve():
         raise QuantError(f"destination {dst} is the source file")
-    if dst.exists() and not force:
-        raise QuantError(f"{dst} already exists; pass --force to overwrite it")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise QuantError(f"destination folder {folder} is not writable")
-    try:  # root passes os.access everywhere; a read-only mount only shows on a real create
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{dst.name}.", suffix=".probe")
-    except OSError as exc:
-        raise QuantError(f"destination folder {folder} is not writable ({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
+    try:
+        paths.check_destination(dst, force=force)
+    except DestinationError as exc:
+        raise QuantError(str(exc)) from None
+    paths.remove_stale_temps(dst.parent)  # our own temp names only: what killed runs left
 
 
 def _check_space(dst: Path, need_bytes: int) -> None:

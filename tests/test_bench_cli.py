@@ -6,11 +6,14 @@ import csv
 import hashlib
 import json
 import math
+import os
+from pathlib import Path
 
 import pytest
 
 from ondevice.cli.main import main
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
+from tests.file_fakes import SPECIAL_KINDS, file_kind, special_file
 
 LAYOUT = {"model", "scenario", "prompt_tokens", "output_tokens", "repeats", "ttft_s", "itl_s", "tpot_s", "e2e_s",
           "prefill_tok_s", "decode_tok_s", "ceiling_tok_s", "predicted_tok_s", "efficiency", "failures", "runs"}
@@ -216,3 +219,88 @@ def test_ctrl_c_writes_what_was_gathered(tmp_path, capsys, tiny_model, monkeypat
     assert doc["results"][0]["repeats"] == 3 and doc["results"][0]["ok_runs"] == 2
     assert doc["results"][0]["failures"][0]["status"] == "interrupted"
     assert "incomplete" in capsys.readouterr().err
+
+
+# ---------- output files (issue 13) ----------
+
+SMALL = ["-p", "8", "-n", "2", "-r", "1", "--warmup", "0", "--scenarios", "resident", "--no-progress"]
+
+
+def _no_bench(monkeypatch):
+    from ondevice.bench import runner
+
+    def ran(*a, **k):
+        raise AssertionError("the bench ran before its output files were checked")
+
+    monkeypatch.setattr(runner, "plan_bench", ran)
+    monkeypatch.setattr(runner, "run_bench", ran)
+
+
+@pytest.mark.parametrize("flag", ["--json", "--csv", "--md"])
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+def test_output_that_is_not_a_regular_file_is_refused_before_the_run(tmp_path, capsys, tiny_model, monkeypatch, flag, kind):
+    _no_bench(monkeypatch)
+    target = special_file(tmp_path, kind)
+    before = file_kind(target)
+    rc, err = _bad(capsys, ["bench", str(tiny_model), *SMALL, flag, str(target), "--force"])
+    assert rc == 2 and len(err) == 1 and err[0].startswith("ondevice: error:") and "not a regular file" in err[0], err
+    assert file_kind(target) == before
+
+
+@pytest.mark.parametrize("case", ["missing_folder", "read_only", "exists", "same_file"])
+def test_bad_output_is_refused_before_the_run(tmp_path, capsys, tiny_model, monkeypatch, case):
+    _no_bench(monkeypatch)
+    out, extra = tmp_path / "r.json", []
+    if case == "missing_folder":
+        out = tmp_path / "no" / "such" / "r.json"
+    elif case == "read_only":
+        if os.geteuid() == 0:  # root writes through permission bits: a read-only mount
+            out = Path("/sys/r.json")
+        else:
+            (tmp_path / "ro").mkdir(mode=0o555)
+            out = tmp_path / "ro" / "r.json"
+    elif case == "exists":
+        out.write_text("keep me")
+    else:
+        extra = ["--md", str(out)]
+    rc, err = _bad(capsys, ["bench", str(tiny_model), *SMALL, "--json", str(out), *extra])
+    assert rc == 2 and len(err) == 1 and err[0].startswith("ondevice: error:"), err
+    assert {"missing_folder": "does not exist", "read_only": "not writable", "exists": "already exists; pass --force",
+            "same_file": "same file"}[case] in err[0]
+    assert out.read_text() == "keep me" if case == "exists" else not out.exists()
+
+
+def test_existing_output_is_replaced_with_force(tmp_path, capsys, tiny_model):
+    out = tmp_path / "r.json"
+    out.write_text("old")
+    assert main(["bench", str(tiny_model), *SMALL, "--json", str(out), "--force"]) == 0
+    assert json.loads(out.read_text())["results"]
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "--force" in capsys.readouterr().out
+
+
+def test_write_failure_after_the_run_keeps_the_results(tmp_path, capsys, tiny_model, monkeypatch):
+    import errno
+
+    from ondevice.bench import report
+
+    monkeypatch.setenv("ONDEVICE_CACHE_DIR", str(tmp_path / "cache"))
+
+    out, md, real = tmp_path / "r.json", tmp_path / "r.md", report.write_json
+
+    def disk_full(path, doc):  # the disk holding --json fills up during the run
+        if Path(path) == out:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, doc)
+
+    monkeypatch.setattr(report, "write_json", disk_full)
+    rc = main(["bench", str(tiny_model), *SMALL, "--json", str(out), "--md", str(md)])
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "No space left on device" in err[0] and str(out) in err[0], err
+    assert "tiny-f16.gguf" in captured.out or "resident" in captured.out  # the table was still shown
+    kept = Path(err[0].rsplit(" ", 1)[-1])
+    assert kept.is_file() and kept.is_relative_to(tmp_path / "cache")
+    doc = json.loads(kept.read_text())
+    assert doc["results"][0]["ok_runs"] == 1 and not out.exists() and md.is_file()

@@ -281,3 +281,28 @@ def test_consumer_exception_releases_the_engine(engine):
     gc.collect()
     assert not engine.busy
     assert greedy(engine, max_tokens=2).finish_reason == "length"
+
+
+def test_leaving_a_for_loop_early_frees_the_engine(engine):
+    stream = engine.stream(PROMPT, max_tokens=20, temperature=0, ignore_eos=True)
+    for ev in stream:  # the caller still holds the stream: only leaving the loop says it is done
+        break
+    assert not engine.busy
+    assert greedy(engine, max_tokens=3).finish_reason == "length"  # the next request right away
+    g = stream.generation
+    assert g.finish_reason == "cancelled" and g.token_ids == (ev.token_id,)
+    assert list(stream) == []
+
+
+def test_with_block_and_dropped_streams_free_the_engine(engine):
+    with engine.stream(PROMPT, max_tokens=20, temperature=0, ignore_eos=True) as stream:
+        first = next(stream)
+    assert not engine.busy and stream.generation.token_ids == (first.token_id,)
+    stream = engine.stream(PROMPT, max_tokens=20)
+    next(stream)
+    del stream  # abandoned mid-generation: its finalizer ends it
+    assert not engine.busy
+    it = iter(engine.stream(PROMPT, max_tokens=20))
+    next(it)
+    it.close()  # an iterator closed as a generator is
+    assert not engine.busy and greedy(engine, max_tokens=2).finish_reason == "length"

@@ -12,7 +12,7 @@ import pytest
 
 from ondevice.llama import guard
 from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, repack_tensors
-from ondevice.llama.guard import CheckOutcome, Verdict, cpu_buffer_verdict, run_check
+from ondevice.llama.guard import CheckOutcome, cpu_buffer_verdict, run_check
 
 DATA = Path(__file__).parent / "data" / "hw"
 OK = CheckOutcome(True, False, "ok")

@@ -10,6 +10,7 @@ import pytest
 from ondevice import materialize
 from ondevice.errors import DefaultModelError
 from ondevice.registry import ModelEntry, load_registry
+from tests.file_fakes import age, stale_temp
 
 
 @pytest.fixture
@@ -100,3 +101,16 @@ def test_default_model_materialises_with_the_registered_hash(default_model):
     reg = load_registry(user=Path("/nonexistent.toml"))
     assert default_model.stat().st_size == reg.default.size_bytes
     assert materialize.sha256_file(default_model) == reg.default.sha256
+
+
+def test_assembly_removes_what_killed_assemblies_left(cache, chunk_package):
+    sha, data = chunk_package
+    models = cache / "models"
+    models.mkdir(parents=True)
+    dead = stale_temp(models, "m.gguf")
+    live = stale_temp(models, "m.gguf", pid=os.getpid())  # a writer still at work (here: this process)
+    old_style = models / ".m.gguf.x1y2z3ab.tmp"  # left before temp names carried the writer's pid
+    old_style.write_bytes(b"GGUF")
+    age(old_style, 2 * 3600)
+    assert materialize.materialize(entry(sha)).read_bytes() == data
+    assert not dead.exists() and not old_style.exists() and live.exists()

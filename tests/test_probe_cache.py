@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -11,6 +14,7 @@ import ondevice
 from ondevice.probing import cache, kernel
 from ondevice.probing import probe as run_probe
 from ondevice.probing.result import ProbeResult
+from tests.file_fakes import stale_temp
 from tests.probe_fakes import TINY, fake_measure, fake_result, nvidia_host
 
 
@@ -133,3 +137,81 @@ def test_probe_measures_memory_before_and_after_the_kernels(tmp_path, fast_probe
     monkeypatch.setattr(host, "probe_memory", lambda *a, **k: replace(real(*a, **k), read_gbs=next(rates)))
     r = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
     assert r.memory.read_gbs == 9.0 and r.memory.passes == 2
+
+
+# ---------- shared state (issue 13) ----------
+
+def test_a_second_probe_waits_for_the_first(tmp_path, fast_probe):
+    """Two probes at once would measure each other: the second waits, saying so, then measures."""
+    first_inside, second_waits = threading.Event(), threading.Event()
+    results, errors, lines = {}, [], []
+
+    def first_progress(msg: str) -> None:
+        if msg.startswith("host memory") and not first_inside.is_set():
+            first_inside.set()
+            second_waits.wait(timeout=120)  # keep measuring until the second probe has started
+
+    def second_progress(msg: str) -> None:
+        lines.append(msg)
+        if msg.startswith("another probe is running"):
+            second_waits.set()
+
+    def run(name, progress):
+        try:
+            results[name] = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1, refresh=True,
+                                      progress=progress)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    first = threading.Thread(target=run, args=("first", first_progress))
+    first.start()
+    assert first_inside.wait(timeout=120)
+    run("second", second_progress)
+    second_waits.set()  # never leave the first probe waiting, whatever happened
+    first.join()
+    assert not errors, errors
+    assert lines[0] == f"another probe is running (pid {os.getpid()}); waiting"
+    assert results["second"].created_unix_s >= results["first"].created_unix_s
+
+
+def test_a_probe_that_would_wait_too_long_says_so(tmp_path):
+    from ondevice.errors import ProbeError
+    from ondevice.filelock import FileLock
+
+    with FileLock(cache.lock_path(tmp_path)):  # another probe holds the lock
+        with pytest.raises(ProbeError, match=rf"another probe \(pid {os.getpid()}\) is still running"):
+            run_probe(cache_root=tmp_path, backend="CPU", kernel=False, refresh=True, lock_timeout_s=0)
+    assert not list((tmp_path / "probe").glob("*.json"))
+
+
+@pytest.mark.parametrize("slowdown,cached", [(0.1, True), (1.0, False)])
+def test_passes_that_disagree_are_not_cached(tmp_path, monkeypatch, slowdown, cached):
+    from ondevice.errors import ProbeError
+
+    monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
+    monkeypatch.setattr(kernel, "measure", fake_measure())
+    before = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
+    calm, passes = fake_measure(), Counter()
+
+    def contended(path, plan, **kw):  # each pass slower than the last, as with a second probe running
+        step, *rest = calm(path, plan, **kw)
+        passes[path.name, kw["n_prompt"]] += 1
+        return (step * (1 + slowdown * (passes[path.name, kw["n_prompt"]] - 1)), *rest)
+
+    monkeypatch.setattr(kernel, "measure", contended)
+    if cached:  # passes 20% apart: a busy moment, still cached
+        after = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1, refresh=True)
+        assert after.kernel.pass_spread == pytest.approx(0.2)
+        assert cache.load_cached("CPU", root=tmp_path).created_unix_s == after.created_unix_s
+        return
+    with pytest.raises(ProbeError, match=r"passes differed by 200% .*not cached.*kept"):
+        run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1, refresh=True)
+    assert cache.load_cached("CPU", root=tmp_path).created_unix_s == before.created_unix_s
+
+
+def test_probe_removes_what_killed_probes_left(tmp_path, fast_probe):
+    models = cache.probe_dir(tmp_path) / "models"
+    models.mkdir(parents=True)
+    stale = [stale_temp(models, "sized-x-F16.gguf"), stale_temp(cache.probe_dir(tmp_path), "cpu-x.json")]
+    run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
+    assert not any(p.exists() for p in stale)

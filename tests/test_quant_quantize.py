@@ -22,6 +22,7 @@ from ondevice.quant.errstats import read_tensor, tensor_errors
 from ondevice.quant.formats import block_format
 from ondevice.quant.quantize import estimate_bytes, file_type, file_types, main_tensor_type, quantize
 from ondevice.quant.synth import SynthConfig, build_synthetic_model, tensor_shapes
+from tests.file_fakes import SPECIAL_KINDS, file_kind, special_file, stale_temp
 
 # Rows of 256 so the K-quant types apply without fallbacks.
 WIDE = SynthConfig(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, n_vocab=512, seed=3)
@@ -170,7 +171,7 @@ def test_requantize_needs_permission(quantized, qdir):
 
 
 def _no_leftovers(folder: Path) -> None:
-    assert not [p.name for p in folder.iterdir() if p.name.endswith((".tmp", ".probe"))]
+    assert not [p.name for p in folder.iterdir() if p.name.endswith((".tmp", ".probe")) or "ondevice-tmp" in p.name]
 
 
 def test_bad_inputs_raise_typed_errors(wide, tmp_path):
@@ -281,3 +282,26 @@ def test_cli_bad_input_is_one_line_and_exit_2(case, wide, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("ondevice: error: ") and err.count("\n") == 1
     assert not Path(dst).exists()
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+def test_destination_that_is_not_a_regular_file_is_refused_even_with_force(kind, wide, tmp_path, capsys):
+    dst = special_file(tmp_path, kind, "out.gguf")
+    before = file_kind(dst)
+    assert main(["quantize", str(wide), str(dst), "--type", "Q8_0", "--force", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ondevice: error: ") and err.count("\n") == 1 and "not a regular file" in err
+    assert file_kind(dst) == before
+    with pytest.raises(QuantError, match="not a regular file"):
+        quantize(wide, dst, "Q8_0", force=True)
+    assert file_kind(dst) == before
+    _no_leftovers(tmp_path)
+
+
+def test_stale_temp_files_in_the_destination_folder_are_removed(wide, tmp_path):
+    stale = stale_temp(tmp_path, "other.gguf")
+    live = stale_temp(tmp_path, "third.gguf", pid=os.getpid())
+    foreign = tmp_path / ".other.gguf.x1y2z3ab.tmp"  # not a name ondevice writes now: a user's folder keeps it
+    foreign.write_bytes(b"x")
+    quantize(wide, tmp_path / "q.gguf", "Q8_0")
+    assert not stale.exists() and live.exists() and foreign.exists()

@@ -13,14 +13,18 @@ import csv
 import io
 import json
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
 from ondevice.bench.stats import METRICS, ScenarioResult, clean
+from ondevice import paths
 from ondevice.paths import atomic_write
 
-__all__ = ["result_document", "write_json", "write_csv", "write_markdown", "render_table", "table_rows", "HEADERS", "ProgressBar"]
+__all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_markdown", "render_table", "table_rows",
+           "HEADERS", "ProgressBar"]
 
 HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "ITL p50/p95/p99 ms",
            "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff", "notes")
@@ -43,6 +47,15 @@ def write_json(path: str | Path, doc: dict[str, Any]) -> None:
     with atomic_write(Path(path), "w") as f:
         json.dump(doc, f, indent=1, allow_nan=False)
         f.write("\n")
+
+
+def keep_unsaved(doc: dict[str, Any]) -> Path:
+    """Write the --json document to <cache dir>/bench/unsaved/ (when the file asked for could
+    not be written) and return its path."""
+    name = f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+    path = paths.cache_dir() / "bench" / "unsaved" / name
+    write_json(path, doc)
+    return path
 
 
 def _csv_header() -> list[str]:

@@ -1,13 +1,20 @@
 """`ondevice bench [MODEL...]` and `ondevice bench compare A.json B.json` (or one file of two models).
 
 Exit status: 0 when every run was ok (and every --slo passed); 1 when a run failed or timed
-out or an SLO failed (the results are still written); 2 for bad input; 130 after Ctrl-C
-(the runs gathered so far are written, marked incomplete).
+out or an SLO failed (the results are still written); 2 for bad input, or an output file that
+could not be written after the run (the results are then kept in the cache dir, and the
+one-line error names the file); 130 after Ctrl-C (the runs gathered so far are written,
+marked incomplete).
+
+Output files (--json, --csv, --md) follow one rule with `ondevice quantize`: checked before
+anything runs (paths.check_destination), an existing file is replaced only with --force, and
+a directory, device, FIFO or socket never.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 
@@ -22,7 +29,9 @@ def register(sub) -> None:
         "bench",
         help="measure TTFT/ITL/TPOT percentiles, load and cache states, against the roofline",
         description="Benchmark one or more models (default: the built-in model, the standard suite). "
-        "`ondevice bench compare A.json B.json` compares two result files.",
+        "`ondevice bench compare A.json B.json` compares two result files. "
+        "Output files are checked before the bench runs: an existing file is refused unless --force "
+        "(as `ondevice quantize` does), a directory, device or other special file always.",
     )
     p.add_argument("models", nargs="*", metavar="MODEL", help="registry names or .gguf paths (interleaved by repeat)")
     p.add_argument("--suite", help="quick or standard (default: standard; -p/-n make a custom suite)")
@@ -43,6 +52,7 @@ def register(sub) -> None:
     p.add_argument("--json", metavar="FILE", help="write the full results (record, summaries, per-run ITL traces)")
     p.add_argument("--csv", metavar="FILE", help="write one CSV row per scenario")
     p.add_argument("--md", metavar="FILE", help="write a Markdown report")
+    p.add_argument("--force", action="store_true", help="replace existing --json/--csv/--md files (refused without it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--threshold", type=float, default=0.05, help="compare: smallest change called a change (default 0.05 = 5%%)")
     p.set_defaults(func=run)
@@ -51,6 +61,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.models[:1] == ["compare"]:
         return run_compare(args)
+    _check_outputs(args, ("--json", "--csv", "--md"))
     from ondevice.bench.runner import plan_bench, run_bench
 
     config = _config(args)
@@ -81,6 +92,23 @@ def _plain_progress(event) -> None:
     print(f"[{event.done}/{event.total}] {event.description}", file=sys.stderr, flush=True)
 
 
+def _check_outputs(args, flags) -> None:
+    """Every output file, checked before any work: a writable folder, a regular file or none
+    (an existing one only with --force), and no file named twice."""
+    from ondevice.paths import check_destination
+
+    seen: dict[str, str] = {}
+    for flag in flags:
+        value = getattr(args, flag.lstrip("-"))
+        if value is None:
+            continue
+        key = os.path.realpath(value)
+        if key in seen:
+            raise BenchError(f"{seen[key]} and {flag} name the same file: {value}")
+        seen[key] = flag
+        check_destination(value, force=args.force)
+
+
 def _report(args, outcome, digests, slo_bounds) -> int:
     from ondevice.bench import report
     from ondevice.bench.record import build_record
@@ -96,19 +124,41 @@ def _report(args, outcome, digests, slo_bounds) -> int:
             if s is not None:
                 slo[(r.model, r.scenario, r.workload)] = s
     doc = report.result_document(record, results, slo)
-    if args.json:
-        report.write_json(args.json, doc)
-    if args.csv:
-        report.write_csv(args.csv, doc)
-    if args.md:
-        report.write_markdown(args.md, record, results, slo)
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     sys.stdout.write(report.render_table(record, results, slo, width=width))
+    _write_outputs(args, doc, record, results, slo)
     if outcome.incomplete:
         print("ondevice: bench interrupted: the results above are incomplete", file=sys.stderr)
         return EXIT_INTERRUPTED
     bad = any(r.status in ("failed", "timeout") for r in outcome.runs)
     return EXIT_FAILURES if bad or any(not s.passed for s in slo.values()) else EXIT_OK
+
+
+def _write_outputs(args, doc, record, results, slo) -> None:
+    """Write --json/--csv/--md. When one fails (a full disk, a folder gone read-only), the
+    results are kept in the cache dir and BenchError names that file: a run is never lost."""
+    from ondevice.bench import report
+
+    writers = (("--json", args.json, lambda p: report.write_json(p, doc)),
+               ("--csv", args.csv, lambda p: report.write_csv(p, doc)),
+               ("--md", args.md, lambda p: report.write_markdown(p, record, results, slo)))
+    failed = []
+    for flag, path, write in writers:
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as exc:
+            failed.append(f"{flag} {path} ({exc.strerror or exc})")
+    if not failed:
+        return
+    more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+    try:
+        kept = report.keep_unsaved(doc)
+    except OSError as exc:
+        raise BenchError(f"could not write {failed[0]}{more}, nor keep the results in the cache dir "
+                         f"({exc.strerror or exc}); the table above is all that is left") from None
+    raise BenchError(f"could not write {failed[0]}{more}; the results are kept in {kept}")
 
 
 def _config(args: argparse.Namespace):
@@ -155,6 +205,7 @@ def _config(args: argparse.Namespace):
 def run_compare(args: argparse.Namespace) -> int:
     from ondevice.bench.compare import compare_docs, load_results, render_comparison, split_models
 
+    _check_outputs(args, ("--json",))
     files = args.models[1:]
     if len(files) == 1:
         a, b, name_a, name_b = split_models(load_results(files[0]), files[0])

@@ -24,6 +24,14 @@ def _progress(msg: str) -> None:
     print(f"probing: {msg}", file=sys.stderr, flush=True)
 
 
+def _waiting_only(msg: str) -> None:
+    """--json: stdout is the document; stderr still says when this probe waits for another."""
+    from ondevice.probing import WAITING
+
+    if msg.startswith(WAITING):
+        _progress(msg)
+
+
 def run(args) -> int:
     from ondevice.errors import InvalidParameterError
     from ondevice.probing import probe
@@ -35,7 +43,7 @@ def run(args) -> int:
 
         forget_verdict()
     result = probe(refresh=args.refresh, kernel=args.kernel, backend=args.backend, n_threads=args.threads,
-                   progress=None if args.json else _progress)
+                   progress=_waiting_only if args.json else _progress)
     if args.json:
         d = result.to_dict()
         d["age_s"] = result.age_s

@@ -19,7 +19,8 @@ def register(sub) -> None:
     p.add_argument("--type", "-t", required=True, dest="qtype", help="target type, e.g. Q4_K_M, Q4_0, Q5_K_M, Q6_K, Q8_0, F16")
     p.add_argument("--threads", type=int, default=None, help="quantizer threads (default: all)")
     p.add_argument("--allow-requantize", action="store_true", help="accept an already-quantized source (quality lost cannot come back)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing destination")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite an existing destination (refused without it; a directory or special file always)")
     p.add_argument("--pure", action="store_true", help="every matrix in the type itself (no llama.cpp mix; e.g. Q4_0 output head)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
@@ -85,9 +86,11 @@ def run_quantize(args) -> int:
     from ondevice.gguf_file import read_gguf
     from ondevice.materialize import resolve_model
     from ondevice.modelspec import inspect
+    from ondevice.paths import check_destination
     from ondevice.quant.quantize import file_type, is_quantized, quantize
 
     file_type(args.qtype)  # an unknown type fails before anything is read
+    check_destination(args.dst, force=args.force)  # so does a destination that cannot take the output
     src = resolve_model(args.src)
     already = is_quantized(read_gguf(src))
     if already and args.allow_requantize:

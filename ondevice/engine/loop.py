@@ -11,7 +11,7 @@ import ctypes
 import threading
 from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import Any, Callable, Generator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
 from ondevice.engine.loader import LlamaHandle
 from ondevice.engine.sampling import SamplerChain, SamplingParams
@@ -208,10 +208,13 @@ def _rates(steps: list[tuple[float, float]]) -> tuple[float | None, float | None
 
 
 class TokenStream:
-    """Iterator of TokenEvent; `.generation` is the final Generation once it is exhausted.
+    """Iterator of TokenEvent; `.generation` is the final Generation once the stream has ended.
 
-    `close()` stops early (finish_reason "cancelled"). The engine stays busy until the
-    stream is exhausted or closed.
+    The engine is busy from the moment the stream is made until it ends: run to the end,
+    closed (`close()`, the end of a `with` block), or left. Leaving a `for` loop over it early
+    (break, an exception), closing or dropping an iterator of it, or dropping the stream
+    itself stops the generation there (finish_reason "cancelled"), so the engine is free for
+    the next request at once. `next(stream)` steps it without a loop.
     """
 
     def __init__(self, gen: Generator[TokenEvent, None, Generation], cancel: threading.Event, on_end: Callable):
@@ -221,8 +224,18 @@ class TokenStream:
         self._ended = False
         self.generation: Generation | None = None
 
-    def __iter__(self) -> TokenStream:
-        return self
+    def __iter__(self) -> Iterator[TokenEvent]:
+        """The events from here on. An iterator left before the end (a `for` loop's break or
+        exception, its close(), or dropping it) closes the stream."""
+        try:
+            while not self._ended:
+                try:
+                    event = self.__next__()
+                except StopIteration:
+                    return
+                yield event
+        finally:
+            self.close()
 
     def __next__(self) -> TokenEvent:
         if self._ended:
@@ -242,8 +255,11 @@ class TokenStream:
         if self._ended:
             return
         self._cancel.set()
-        for _ in self:
-            pass
+        while not self._ended:
+            try:
+                self.__next__()
+            except StopIteration:
+                break
 
     def _end(self, generation: Generation | None) -> None:
         if not self._ended:

@@ -20,13 +20,18 @@ from ondevice import paths
 from ondevice.llama.build import build_id
 from ondevice.probing.result import ProbeResult
 
-__all__ = ["cache_path", "load_cached", "save", "build_id", "machine_id", "probe_dir"]
+__all__ = ["cache_path", "load_cached", "save", "build_id", "machine_id", "probe_dir", "lock_path"]
 
 log = logging.getLogger(__name__)
 
 
 def probe_dir(root: Path | None = None) -> Path:
     return (root or paths.cache_dir()) / "probe"
+
+
+def lock_path(root: Path | None = None) -> Path:
+    """The file whose lock a measuring probe holds (see ondevice.filelock)."""
+    return probe_dir(root) / "probe.lock"
 
 
 def machine_id() -> str:
