@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model = resolve_model(args.model)
     eng = load(model, n_ctx=args.depth + args.gen_tokens + args.prompt_tokens + 16, n_threads=args.threads,
-               flash_attn=True, predictor=None)
+               flash_attn=True)
     text = "The history of the printing press begins in the fifteenth century, when " * 200
     all_ids = eng.tokenize(text)
     pp_ids, tg_ids = all_ids[: args.prompt_tokens], all_ids[: args.depth]

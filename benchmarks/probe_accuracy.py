@@ -165,7 +165,7 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     rows = []
     for label, path in models:
         for ctx in contexts:
-            eng = load(path, n_ctx=ctx + tokens + 16, n_threads=threads, predictor=None)
+            eng = load(path, n_ctx=ctx + tokens + 16, n_threads=threads)
             vocab = eng.info.spec.n_vocab or 1000
             ids = [1] + [3 + (i * 7919) % (vocab - 3) for i in range(ctx - 1)]
             say(f"prefilling {label} at {ctx}")

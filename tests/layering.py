@@ -30,7 +30,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (5, ("ondevice.api",)),
     (4, ("ondevice.probing", "ondevice.hardware", "ondevice.nameplate")),
     (3, ("ondevice.engine", "ondevice.quant.quality", "ondevice.quant.errstats")),
-    (2, ("ondevice.roofline", "ondevice.roofline_predict", "ondevice.roofline_spec")),
+    (2, ("ondevice.roofline",)),
     (1, ("ondevice.registry", "ondevice.materialize", "ondevice.gguf_file", "ondevice.modelspec", "ondevice.loadcheck",
          "ondevice.llama", "ondevice.quant")),
     (0, ("ondevice", "ondevice.errors", "ondevice.paths", "ondevice.results", "ondevice.metrics", "ondevice.kvtypes",

@@ -56,7 +56,7 @@ def test_roofline_columns_at_mid_context():
 
 
 def test_no_predictor_no_roofline():
-    r = build_result([run(0, 0.1, [0.01] * 3)], predictor=None, prompt_tokens=10, output_tokens=4)
+    r = build_result([run(0, 0.1, [0.01] * 3)], prompt_tokens=10, output_tokens=4)
     assert r.ceiling_tok_s is None and r.predicted_tok_s is None and r.efficiency is None
 
 

@@ -25,7 +25,7 @@ def reply_chain():
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     path = build_successor_model(tmp_path_factory.mktemp("chat") / "plain.gguf", [reply_chain()])
-    eng = load(path, n_ctx=256, n_threads=1, predictor=None)
+    eng = load(path, n_ctx=256, n_threads=1)
     yield eng
     eng.close()
 
@@ -33,7 +33,7 @@ def plain(tmp_path_factory):
 @pytest.fixture(scope="module")
 def templated(tmp_path_factory):
     path = build_successor_model(tmp_path_factory.mktemp("chat") / "tmpl.gguf", [reply_chain()], chat_template=TEMPLATE)
-    eng = load(path, n_ctx=256, n_threads=1, predictor=None)
+    eng = load(path, n_ctx=256, n_threads=1)
     yield eng
     eng.close()
 

@@ -17,7 +17,7 @@ from ondevice.errors import (
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    eng = load(tiny_model, n_ctx=256, n_threads=1, predictor=None)
+    eng = load(tiny_model, n_ctx=256, n_threads=1)
     assert eng.n_ctx == 256
     yield eng
     eng.close()
@@ -113,19 +113,19 @@ def test_malformed_file_never_reaches_llama_cpp(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 40)
     with pytest.raises(GGUFFormatError):
-        load(bad, predictor=None)
+        load(bad)
     with pytest.raises(GGUFFormatError):
         (tmp_path / "empty.gguf").write_bytes(b"")
-        load(tmp_path / "empty.gguf", predictor=None)
+        load(tmp_path / "empty.gguf")
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(ModelNotFoundError):
-        load(tmp_path / "nope.gguf", predictor=None)
+        load(tmp_path / "nope.gguf")
 
 
 def test_closed_engine(tiny_model):
-    eng = load(tiny_model, n_ctx=32, n_threads=1, predictor=None)
+    eng = load(tiny_model, n_ctx=32, n_threads=1)
     eng.close()
     eng.close()  # idempotent
     with pytest.raises(EngineError, match="closed"):

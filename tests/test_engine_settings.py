@@ -12,7 +12,7 @@ from ondevice.modelspec import inspect
 
 
 def test_defaults_are_llama_cpps(tiny_model):
-    with load(tiny_model, n_ctx=4096, n_threads=1, predictor=None) as eng:
+    with load(tiny_model, n_ctx=4096, n_threads=1) as eng:
         info = eng.info
     assert (info.n_batch, info.n_ubatch) == (2048, 512)  # llama_context_default_params
     assert info.flash_attn == "auto" and info.flash_attn_used is True  # the CPU backend has flash attention
@@ -20,7 +20,7 @@ def test_defaults_are_llama_cpps(tiny_model):
 
 
 def test_batch_sizes_and_flash_attention_as_asked(tiny_model):
-    with load(tiny_model, n_ctx=512, n_threads=1, n_batch=64, n_ubatch=32, flash_attn=False, predictor=None) as eng:
+    with load(tiny_model, n_ctx=512, n_threads=1, n_batch=64, n_ubatch=32, flash_attn=False) as eng:
         assert (eng.info.n_batch, eng.info.n_ubatch, eng.info.flash_attn_used) == (64, 32, False)
 
 
@@ -34,7 +34,7 @@ def head32_model(synth_dir):
 
 @pytest.mark.parametrize("k, v", [("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "f16")])
 def test_quantized_kv_cache_generates_and_the_spec_follows(head32_model, k, v):
-    with load(head32_model, n_ctx=256, n_threads=1, cache_type_k=k, cache_type_v=v, predictor=None) as eng:
+    with load(head32_model, n_ctx=256, n_threads=1, cache_type_k=k, cache_type_v=v) as eng:
         g = eng.generate("the tower", max_tokens=4, temperature=0, ignore_eos=True)
         spec = eng.info.spec
     assert g.timings.output_tokens == 4
@@ -49,14 +49,14 @@ def test_a_cache_type_the_heads_cannot_take_is_a_clear_error(tiny_model):
     from ondevice.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="does not divide n_embd_head_k=16"):
-        load(tiny_model, n_ctx=256, cache_type_k="q8_0", predictor=None)
+        load(tiny_model, n_ctx=256, cache_type_k="q8_0")
 
 
 def test_a_quantized_v_cache_needs_flash_attention(tiny_model):
     with pytest.raises(InvalidParameterError, match="needs flash attention"):
-        load(tiny_model, n_ctx=256, cache_type_v="q8_0", flash_attn=False, predictor=None)
+        load(tiny_model, n_ctx=256, cache_type_v="q8_0", flash_attn=False)
     with pytest.raises(InvalidParameterError, match="KV cache type"):
-        load(tiny_model, n_ctx=256, cache_type_k="q3_k", predictor=None)
+        load(tiny_model, n_ctx=256, cache_type_k="q3_k")
 
 
 def test_kv_type_arithmetic():
@@ -65,7 +65,7 @@ def test_kv_type_arithmetic():
 
 
 def test_memory_verdict_follows_the_cache_type(default_model):
-    from ondevice.roofline_predict import memory_verdict
+    from ondevice.roofline.prediction import memory_verdict
 
     spec = inspect(default_model)
     f16 = memory_verdict(spec, n_ctx=32768, n_batch=512, available_bytes=None, where="RAM")

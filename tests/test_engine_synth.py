@@ -15,7 +15,7 @@ PROMPT = "the people of the world are in the city of paris and"
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    eng = load(tiny_model, n_ctx=256, n_threads=1, predictor=None)
+    eng = load(tiny_model, n_ctx=256, n_threads=1)
     yield eng
     eng.close()
 
@@ -68,9 +68,9 @@ def test_timing_identities(engine):
 
 def test_prefill_in_small_chunks_matches_one_batch(tiny_model):
     long_prompt = " ".join([PROMPT] * 3)
-    with load(tiny_model, n_ctx=256, n_threads=1, n_batch=7, predictor=None) as small:
+    with load(tiny_model, n_ctx=256, n_threads=1, n_batch=7) as small:
         a = greedy(small, long_prompt, max_tokens=12)
-    with load(tiny_model, n_ctx=256, n_threads=1, predictor=None) as big:
+    with load(tiny_model, n_ctx=256, n_threads=1) as big:
         b = greedy(big, long_prompt, max_tokens=12)
     assert a.prompt_tokens == b.prompt_tokens > 7
     assert a.token_ids == b.token_ids
@@ -223,8 +223,8 @@ def test_predictor_fills_events_and_generation(tiny_model):
     assert g.efficiency == pytest.approx(g.timings.decode_tok_s / g.predicted_tok_s)
 
 
-def test_predictor_auto_resolves_through_roofline(tiny_model, monkeypatch):
-    import ondevice.roofline as roofline
+def test_predictor_auto_resolves_through_the_api(tiny_model, monkeypatch):
+    import ondevice.api as api
 
     seen = []
     sentinel = FakePredictor()
@@ -233,8 +233,8 @@ def test_predictor_auto_resolves_through_roofline(tiny_model, monkeypatch):
         seen.append((spec.path, backend))
         return sentinel
 
-    monkeypatch.setattr(roofline, "default_predictor", fake_default)
-    with load(tiny_model, n_ctx=64, n_threads=1) as eng:
+    monkeypatch.setattr(api, "cached_predictor", fake_default)
+    with api.load(tiny_model, n_ctx=64, n_threads=1) as eng:
         assert eng.predictor is sentinel
     assert seen == [(str(tiny_model), "CPU")]
 
@@ -243,7 +243,7 @@ def test_llama_log_goes_to_logging_not_the_terminal(tiny_model_f32, caplog, capf
     import logging
 
     with caplog.at_level(logging.DEBUG, logger="ondevice.llama_cpp"):
-        with load(tiny_model_f32, n_ctx=64, n_threads=1, predictor=None) as eng:
+        with load(tiny_model_f32, n_ctx=64, n_threads=1) as eng:
             eng.generate("hello", max_tokens=3)
     assert any(r.name == "ondevice.llama_cpp" for r in caplog.records)
     out, err = capfd.readouterr()

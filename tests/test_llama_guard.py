@@ -228,7 +228,7 @@ def test_fallback_loads_generate_the_same_text(q4_0_model, monkeypatch, mode):
 
     def greedy(setting: str) -> tuple[str, str, str]:
         monkeypatch.setenv(guard.ENV_VAR, setting)
-        with load(q4_0_model, n_ctx=256, n_threads=1, predictor=None) as eng:
+        with load(q4_0_model, n_ctx=256, n_threads=1) as eng:
             g = eng.generate("the tower", max_tokens=8, temperature=0, ignore_eos=True)
             return g.text, eng.info.cpu_buffers, eng.info.cpu_buffers_reason
 

@@ -9,9 +9,11 @@ import pytest
 
 from ondevice.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.modelspec import inspect
-from ondevice.roofline import Calibration, Predictor, bits_per_weight, default_predictor, effective_gbs, predict
-from ondevice.roofline_predict import memory_verdict, prefill_flops
-from ondevice.roofline_spec import QUANT_MIXES, mix_bits_per_weight, mix_for, spec_from_flags
+from ondevice.api import cached_predictor as default_predictor
+from ondevice.api import predict
+from ondevice.roofline import Calibration, Predictor, bits_per_weight, effective_gbs
+from ondevice.roofline.prediction import memory_verdict, prefill_flops
+from ondevice.roofline.spec import QUANT_MIXES, mix_bits_per_weight, mix_for, spec_from_flags
 from tests.probe_fakes import fake_result
 
 GB = 1e9

@@ -10,7 +10,7 @@ from ondevice.quant.synth import SynthConfig, build_synthetic_model, synthetic_v
 def llm(tiny_model):
     from ondevice.engine import load
 
-    with load(tiny_model, n_ctx=256, n_threads=1, seed=0, predictor=None) as eng:
+    with load(tiny_model, n_ctx=256, n_threads=1, seed=0) as eng:
         yield eng
 
 

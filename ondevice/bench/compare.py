@@ -221,7 +221,7 @@ def _overall(metrics: Sequence[MetricComparison]) -> str:
 
 
 def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: str) -> str:
-    from ondevice.cli.fmt import table
+    from ondevice.fmt import table
 
     def f(v: float | None, fmt: str) -> str:
         return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)

@@ -91,9 +91,9 @@ def _probe(backend: str | None) -> dict[str, Any]:
     if not backend:
         return {"note": "no model loaded: backend unknown"}
     try:
-        from ondevice.probing.cache import load_cached
+        from ondevice.probing import cached_probe
 
-        result = load_cached(backend)
+        result = cached_probe(backend)
     except Exception as exc:
         return {"note": f"probe cache unreadable: {type(exc).__name__}: {exc}"}
     if result is None:

@@ -146,7 +146,7 @@ def run_bench(
     if plans is None:
         plans = plan_bench(config)
     if load_fn is None:
-        from ondevice.engine import load as load_fn  # noqa: PLW0127 - lazy: importing llama.cpp is slow
+        from ondevice.api import load as load_fn  # noqa: PLW0127 - lazy: importing llama.cpp is slow
     rss = PeakRss()
     outcome = BenchOutcome(config, plans, [], time.time(), rss_method=rss.method)
     total, done = _steps(plans, config), [0]

@@ -74,7 +74,7 @@ def _run_app(path: Path, settings, store, resume: int | None, load_kwargs: dict)
     from ondevice.tui.app import ChatApp
 
     def factory():
-        from ondevice.engine import load
+        from ondevice.api import load
 
         return load(path, **load_kwargs)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ondevice.cli.fmt import dump_json, human_bytes, human_count, layer_ranges, table
+from ondevice.cli.output import dump_json
+from ondevice.fmt import human_bytes, human_count, layer_ranges, table
 from ondevice.materialize import resolve_model
 from ondevice.modelspec import ModelSpec, inspect
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ondevice.cli.fmt import dump_json, human_bytes, table
+from ondevice.cli.output import dump_json
+from ondevice.fmt import human_bytes, table
 from ondevice.registry import load_registry, user_registry_path
 
 

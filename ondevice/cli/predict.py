@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 from ondevice.cli.engine_args import add_kv_cache_args
-from ondevice.cli.fmt import dump_json, human_bytes, table
+from ondevice.cli.output import dump_json
+from ondevice.fmt import human_bytes, table
 
 __all__ = ["register", "run", "render", "DEFAULT_CONTEXTS"]
 
@@ -47,7 +48,7 @@ def _spec(args):
         return inspect(resolve_model(args.model))
     if args.model:
         raise SpecError("give either MODEL or a spec (--params, --quant, ...), not both")
-    from ondevice.roofline_spec import spec_from_flags
+    from ondevice.roofline.spec import spec_from_flags
 
     return spec_from_flags(
         params=args.params, quant=args.quant, layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim,
@@ -73,7 +74,7 @@ def _contexts(text: str | None, spec) -> tuple[int, ...]:
 
 def run(args) -> int:
     from ondevice.errors import InvalidParameterError
-    from ondevice.roofline import predict
+    from ondevice.api import predict
 
     spec = _spec(args).with_kv_cache(args.cache_type_k, args.cache_type_v)
     contexts = _contexts(args.ctx, spec)
@@ -92,13 +93,10 @@ def run(args) -> int:
 
 def _probe(args):
     """The cached probe; measured now (once, then cached) when none is and no --bandwidth is given."""
-    from ondevice.probing import default_backend, probe
-    from ondevice.probing.cache import load_cached
+    from ondevice.probing import cached_probe, probe
 
-    if args.bandwidth is not None:
-        return load_cached(default_backend())
-    cached = load_cached(default_backend())
-    if cached is not None and cached.kernel is not None:
+    cached = cached_probe()
+    if args.bandwidth is not None or (cached is not None and cached.kernel is not None):
         return cached
     print("ondevice: no probe results for this machine yet; probing now (up to a minute, cached afterwards)",
           file=sys.stderr, flush=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ondevice.cli.fmt import dump_json, human_bytes, table
+from ondevice.cli.output import dump_json
+from ondevice.fmt import human_bytes, table
 
 __all__ = ["register", "run", "render", "age_text", "cpu_buffers_text"]
 

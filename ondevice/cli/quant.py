@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ondevice.cli.fmt import dump_json, human_bytes, table
+from ondevice.cli.output import dump_json
+from ondevice.fmt import human_bytes, table
 
 __all__ = ["register", "render_ladder", "ladder_markdown"]
 

@@ -38,7 +38,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ondevice.engine import load
+    from ondevice.api import load
 
     if len(args.args) > 2:
         raise InvalidParameterError("expected [MODEL] PROMPT; quote a prompt that has spaces")

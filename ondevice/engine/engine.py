@@ -28,7 +28,7 @@ def load(
     n_gpu_layers: int | str = "auto",
     flash_attn: bool | str = "auto",
     seed: int = 0,
-    predictor: Any = "auto",
+    predictor: Any = None,
     n_ubatch: int | None = None,
     cache_type_k: str = "f16",
     cache_type_v: str = "f16",
@@ -38,14 +38,15 @@ def load(
     n_ctx 0 means the model's trained context. n_batch / n_ubatch / flash_attn default to
     llama.cpp's own defaults (2048 / 512 tokens, flash attention "auto"). cache_type_k/_v: the
     KV cache element types ("f16", "q8_0", "q4_0", ...; a quantized V cache needs flash
-    attention). n_gpu_layers "auto" offloads every layer
-    when this llama.cpp build can offload, else none. predictor "auto" uses the roofline
-    prediction from the cached probe (None when no probe is cached); pass an object with
-    step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s), or None for no prediction.
+    attention). n_gpu_layers "auto" offloads every layer when this llama.cpp build can
+    offload, else none. predictor: an object with step_s(n_ctx) -> (ceiling_step_s,
+    calibrated_step_s) that each token event is held against, or None (ondevice.load passes
+    the one from this machine's cached probe).
     """
     from ondevice.loadcheck import inspect_for_load
     from ondevice.materialize import resolve_model
 
+    pred = _check_predictor(predictor)
     path = resolve_model(model)
     # GGUFFormatError for a malformed or inconsistent file, before llama.cpp sees it; KV bytes for the cache types used
     spec = inspect_for_load(path).with_kv_cache(cache_type_k, cache_type_v)
@@ -53,25 +54,12 @@ def load(
         path, spec, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, n_ubatch=n_ubatch,
         n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, seed=seed, cache_type_k=cache_type_k, cache_type_v=cache_type_v,
     )
-    try:
-        pred = _resolve_predictor(predictor, spec, info.backend)
-    except BaseException:
-        handle.free()
-        raise
     return Engine(handle, info, pred)
 
 
-def _resolve_predictor(predictor: Any, spec: Any, backend: str) -> Any:
-    if predictor is None:
-        return None
-    if isinstance(predictor, str):
-        if predictor != "auto":
-            raise InvalidParameterError(f"predictor must be 'auto', None or an object with step_s(n_ctx), not {predictor!r}")
-        from ondevice.roofline import default_predictor  # lazy: written by the roofline area
-
-        return default_predictor(spec, backend)
-    if not callable(getattr(predictor, "step_s", None)):
-        raise InvalidParameterError("predictor must have a step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s) method")
+def _check_predictor(predictor: Any) -> Any:
+    if predictor is not None and not callable(getattr(predictor, "step_s", None)):
+        raise InvalidParameterError("predictor must be None or have a step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s) method")
     return predictor
 
 

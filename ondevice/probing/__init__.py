@@ -49,6 +49,14 @@ def default_backend() -> str:
     return gpu[0] if gpu else "CPU"
 
 
+def cached_probe(backend: str | None = None, *, cache_root: Path | None = None):
+    """This machine's cached ProbeResult for `backend` (default: the engine's), for this llama.cpp
+    build; None when none is cached or the file is unreadable. Never measures."""
+    from ondevice.probing import cache
+
+    return cache.load_cached(backend or default_backend(), root=cache_root)
+
+
 # Two probes at once measure each other (host read fell from 29 to 15 GB/s, a kernel from 14 to
 # 1.3 GB/s): one probe at a time per cache dir, the next waits, for up to this long (a first
 # kernel probe on a slow machine builds its models and takes several minutes).

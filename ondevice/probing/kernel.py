@@ -178,7 +178,7 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
 
     spec = inspect(path)
     n_ctx = n_prompt + plan.n_warmup + plan.n_tokens + 8
-    eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512, predictor=None)
+    eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512)
     try:
         vocab = spec.n_vocab or 512
         prompt = [1] + [3 + (i * 97) % (vocab - 3) for i in range(n_prompt - 1)]

@@ -1,6 +1,6 @@
-"""The roofline: from a ModelSpec and a machine's bandwidth, how fast decoding can go.
+"""The roofline's step-time model: from a ModelSpec and a calibration, how long a decode step takes.
 
-DESIGN.md section 5. A decode step at context s reads the weights used for one token plus
+A decode step at context s reads the weights used for one token plus
 the KV cache of s tokens (sliding-window layers capped). The pure ceiling divides those
 bytes by the machine's best measured read bandwidth (a bound: measured must never beat
 it). The calibrated prediction uses what the runtime's own kernels reach per weight type
@@ -30,8 +30,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["Calibration", "Predictor", "default_predictor", "bits_per_weight", "effective_gbs", "attention_scores",
-           "attention_head_dims", "predict", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict"]
+__all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "attention_scores", "attention_head_dims"]
 
 _GB = 1e9
 
@@ -150,89 +149,3 @@ class Predictor:
         span = min(n, self._cal_window) if self._cal_window else n
         calibrated = self._weight_calibrated_s + self._cal_full_s * n + self._cal_window_s * span + self._fixed_s
         return ceiling, max(calibrated, ceiling)
-
-
-def default_predictor(spec: ModelSpec, backend: str) -> Predictor | None:
-    """A Predictor from this machine's CACHED probe for `backend`; None when none is cached.
-
-    Never runs a probe (that takes up to a minute): `ondevice probe` does.
-    """
-    if not spec.decode_weight_bytes:
-        return None
-    from ondevice.probing.cache import load_cached
-
-    result = load_cached(backend=backend)
-    cal = result.calibration() if result is not None else None
-    return Predictor(spec, cal) if cal is not None else None
-
-
-# ---------- predictions ----------
-
-@dataclass(frozen=True)
-class ContextPrediction:
-    n_ctx: int  # context length, tokens
-    weight_bytes: int  # weight bytes one decode step reads
-    kv_bytes: int  # KV-cache bytes one decode step reads at this context
-    ceiling_step_s: float  # pure bandwidth bound on the step time, seconds
-    ceiling_tok_s: float  # 1 / ceiling_step_s: measured decode tok/s never beats it
-    predicted_step_s: float | None  # calibrated step time, seconds (None: no kernel probe)
-    predicted_tok_s: float | None  # 1 / predicted_step_s
-
-
-@dataclass(frozen=True)
-class TTFTPrediction:
-    prompt_tokens: int  # P
-    prefill_flops: float  # 2*N_matmul*P + attention FLOPs (causal, windows capped)
-    compute_gflops: float  # achievable GFLOP/s used
-    compute_s: float  # prefill_flops / compute
-    bandwidth_s: float  # one read of the weights (prefill reads them at least once)
-    floor_s: float  # max(compute_s, bandwidth_s): TTFT is at least this
-
-
-@dataclass(frozen=True)
-class MemoryVerdict:
-    weight_bytes: int  # all weights (every expert)
-    kv_bytes: int  # KV cache at n_ctx, every layer holding n_ctx cells (llama.cpp's default)
-    buffer_bytes: int  # compute buffers, estimated: 4 B x n_batch x max(n_vocab + d, n_head x n_ctx + 4d)
-    total_bytes: int  # sum of the three
-    n_ctx: int  # context the KV cache is sized for, tokens
-    available_bytes: int | None  # free RAM (CPU) or VRAM (GPU) when known
-    where: str  # "RAM", "VRAM", "unified memory"
-    verdict: str  # "fits" (<= 80% of available), "tight" (<= 100%), "does not fit", "unknown"
-
-
-@dataclass(frozen=True)
-class Prediction:
-    model: str  # file path or a description of the typed-in spec
-    quant: str | None  # quant label
-    backend: str  # backend the figures are for
-    bandwidth_gbs: float  # bandwidth of the pure ceiling, GB/s
-    bandwidth_source: str  # "measured" (probe), "given", ...
-    calibrated: bool  # a kernel probe calibrated predicted_* figures
-    contexts: tuple[ContextPrediction, ...]  # one per requested context
-    ttft: TTFTPrediction | None  # None without a compute figure or prompt length
-    memory: MemoryVerdict
-    notes: tuple[str, ...] = ()  # caveats (approximations, missing data)
-
-    def to_dict(self) -> dict:
-        from dataclasses import asdict
-
-        d = asdict(self)
-        d["contexts"] = [asdict(c) for c in self.contexts]
-        d["notes"] = list(self.notes)
-        return d
-
-
-def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: float | None = None,
-            prompt_tokens: int | None = 1024, n_batch: int = 512, available_bytes: int | None = None) -> Prediction:
-    """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model on this machine.
-
-    model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
-    probe: a ProbeResult; None uses the cached probe unless bandwidth_gbs is given.
-    bandwidth_gbs: a bandwidth to use instead of the measured one (a machine you do not own);
-    the prediction is then the pure ceiling only.
-    """
-    from ondevice.roofline_predict import run_predict
-
-    return run_predict(model_or_spec, ctx=ctx, probe=probe, bandwidth_gbs=bandwidth_gbs,
-                       prompt_tokens=prompt_tokens, n_batch=n_batch, available_bytes=available_bytes)

@@ -20,7 +20,7 @@ from typing import Mapping
 
 from ondevice.errors import SpecError
 from ondevice.modelspec import KV_CACHE_ELEMENT_BYTES, ModelSpec
-from ondevice.roofline import bits_per_weight
+from ondevice.roofline.model import bits_per_weight
 
 __all__ = ["QUANT_MIXES", "mix_for", "mix_bits_per_weight", "spec_from_flags", "positive_number"]
 

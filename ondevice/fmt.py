@@ -1,12 +1,10 @@
-"""Small text-formatting helpers shared by the CLI commands."""
+"""Text formatting of numbers and tables, shared by the CLI, the bench reports and the chat app."""
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any, Sequence
 
-__all__ = ["human_bytes", "human_count", "table", "dump_json", "layer_ranges"]
+__all__ = ["human_bytes", "human_count", "table", "layer_ranges"]
 
 
 def human_bytes(n: float | None) -> str:
@@ -41,11 +39,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-def dump_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
 
 
 def layer_ranges(layers: Sequence[int]) -> str:

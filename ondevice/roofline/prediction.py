@@ -2,23 +2,84 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
 from ondevice.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.modelspec import ModelSpec, inspect
-from ondevice.roofline import (
-    Calibration, ContextPrediction, MemoryVerdict, Prediction, Predictor, TTFTPrediction,
-)
-from ondevice.roofline_spec import positive_number
+from ondevice.roofline.model import Calibration, Predictor
+from ondevice.roofline.spec import positive_number
 
-__all__ = ["run_predict", "prefill_flops", "memory_verdict", "FITS_SHARE"]
+__all__ = ["predict", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict", "prefill_flops",
+           "memory_verdict", "FITS_SHARE"]
 
 FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
 _UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
 
 
-def run_predict(model_or_spec, *, ctx, probe, bandwidth_gbs, prompt_tokens, n_batch, available_bytes) -> Prediction:
+@dataclass(frozen=True)
+class ContextPrediction:
+    n_ctx: int  # context length, tokens
+    weight_bytes: int  # weight bytes one decode step reads
+    kv_bytes: int  # KV-cache bytes one decode step reads at this context
+    ceiling_step_s: float  # pure bandwidth bound on the step time, seconds
+    ceiling_tok_s: float  # 1 / ceiling_step_s: measured decode tok/s never beats it
+    predicted_step_s: float | None  # calibrated step time, seconds (None: no kernel probe)
+    predicted_tok_s: float | None  # 1 / predicted_step_s
+
+
+@dataclass(frozen=True)
+class TTFTPrediction:
+    prompt_tokens: int  # P
+    prefill_flops: float  # 2*N_matmul*P + attention FLOPs (causal, windows capped)
+    compute_gflops: float  # achievable GFLOP/s used
+    compute_s: float  # prefill_flops / compute
+    bandwidth_s: float  # one read of the weights (prefill reads them at least once)
+    floor_s: float  # max(compute_s, bandwidth_s): TTFT is at least this
+
+
+@dataclass(frozen=True)
+class MemoryVerdict:
+    weight_bytes: int  # all weights (every expert)
+    kv_bytes: int  # KV cache at n_ctx, every layer holding n_ctx cells (llama.cpp's default)
+    buffer_bytes: int  # compute buffers, estimated: 4 B x n_batch x max(n_vocab + d, n_head x n_ctx + 4d)
+    total_bytes: int  # sum of the three
+    n_ctx: int  # context the KV cache is sized for, tokens
+    available_bytes: int | None  # free RAM (CPU) or VRAM (GPU) when known
+    where: str  # "RAM", "VRAM", "unified memory"
+    verdict: str  # "fits" (<= 80% of available), "tight" (<= 100%), "does not fit", "unknown"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    model: str  # file path or a description of the typed-in spec
+    quant: str | None  # quant label
+    backend: str  # backend the figures are for
+    bandwidth_gbs: float  # bandwidth of the pure ceiling, GB/s
+    bandwidth_source: str  # "measured" (probe), "given", ...
+    calibrated: bool  # a kernel probe calibrated predicted_* figures
+    contexts: tuple[ContextPrediction, ...]  # one per requested context
+    ttft: TTFTPrediction | None  # None without a compute figure or prompt length
+    memory: MemoryVerdict
+    notes: tuple[str, ...] = ()  # caveats (approximations, missing data)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["contexts"] = [asdict(c) for c in self.contexts]
+        d["notes"] = list(self.notes)
+        return d
+
+
+def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: float | None = None,
+            prompt_tokens: int | None = 1024, n_batch: int = 512, available_bytes: int | None = None) -> Prediction:
+    """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model.
+
+    model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
+    probe: a ProbeResult (ondevice.predict passes this machine's cached one); needed unless
+    bandwidth_gbs is given. bandwidth_gbs: a bandwidth to use instead of the measured one (a
+    machine you do not own); the prediction is then the pure ceiling only.
+    """
     spec = model_or_spec if isinstance(model_or_spec, ModelSpec) else inspect(_resolve(model_or_spec))
     if not spec.decode_weight_bytes:
         raise SpecError(f"{spec.path or spec.name}: no weights to predict for")
@@ -28,7 +89,7 @@ def run_predict(model_or_spec, *, ctx, probe, bandwidth_gbs, prompt_tokens, n_ba
     if bandwidth_gbs is not None:
         bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s")
     if probe is None and bandwidth_gbs is None:
-        probe = _cached_probe()
+        raise ProbeError("no probe results: pass a probe (ondevice.predict reads this machine's cached one) or a bandwidth")
     notes = list(spec.warnings)
     if bandwidth_gbs is not None:
         cal = Calibration(backend=probe.backend if probe else "given", ceiling_gbs=bandwidth_gbs,
@@ -63,17 +124,6 @@ def _resolve(ref) -> Path:
     from ondevice.materialize import resolve_model
 
     return resolve_model(None if ref is None else str(ref))
-
-
-def _cached_probe():
-    from ondevice.probing import default_backend
-    from ondevice.probing.cache import load_cached
-
-    backend = default_backend()
-    result = load_cached(backend) or (load_cached("CPU") if backend != "CPU" else None)
-    if result is None:
-        raise ProbeError("no probe results for this machine: run `ondevice probe` first, or give a bandwidth")
-    return result
 
 
 def _positive_int(name: str, v) -> int:

@@ -1,0 +1,23 @@
+"""The roofline (pure arithmetic: no files, no caches): from a model's spec and a machine's
+bandwidth and calibration, how fast decoding can go and how long the first token takes.
+
+A decode step at context s reads the weights used for one token plus the KV cache of s tokens
+(sliding-window layers capped): ceiling tok/s = bandwidth / those bytes. The calibrated step
+time adds what the kernel probe measured (model.py has the formula, once).
+
+- model.py       bytes per weight type, Calibration, Predictor.step_s: the step-time model
+- prediction.py  predict(): ceilings and predictions per context, TTFT floor, memory verdict
+- spec.py        a spec typed in by hand (a model you do not have)
+"""
+
+from ondevice.roofline.model import (
+    Calibration, Predictor, attention_head_dims, attention_scores, bits_per_weight, effective_gbs,
+)
+from ondevice.roofline.prediction import (
+    ContextPrediction, MemoryVerdict, Prediction, TTFTPrediction, memory_verdict, predict, prefill_flops,
+)
+
+__all__ = [
+    "Calibration", "Predictor", "attention_head_dims", "attention_scores", "bits_per_weight", "effective_gbs",
+    "ContextPrediction", "MemoryVerdict", "Prediction", "TTFTPrediction", "memory_verdict", "predict", "prefill_flops",
+]
