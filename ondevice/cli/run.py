@@ -42,7 +42,7 @@ def run(args) -> int:
         raise InvalidParameterError("expected [MODEL] PROMPT; quote a prompt that has spaces")
     model, prompt = (None, args.args[0]) if len(args.args) == 1 else args.args
     if prompt == "-":
-        prompt = sys.stdin.read()
+        prompt = _read_stdin()
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
     engine = load(model, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=layers,
                   predictor=None if args.no_predict else "auto")
@@ -67,6 +67,14 @@ def run(args) -> int:
         return 130 if g is not None and g.finish_reason == "cancelled" else 0
     finally:
         engine.close()
+
+
+def _read_stdin() -> str:
+    """The prompt from stdin, read as bytes whatever the locale: invalid UTF-8 becomes U+FFFD."""
+    from ondevice.textclean import clean_text, decode_utf8
+
+    buffer = getattr(sys.stdin, "buffer", None)
+    return decode_utf8(buffer.read()) if buffer is not None else clean_text(sys.stdin.read())
 
 
 def _int_arg(name: str, value: str) -> int:

@@ -13,6 +13,7 @@ from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, r
 from ondevice.engine.sampling import make_params
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.results import Generation
+from ondevice.textclean import clean_text
 
 __all__ = ["load", "Engine"]
 
@@ -109,11 +110,12 @@ class Engine:
 
     # ---- text <-> tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
-        """Text -> token ids. add_bos: add the model's BOS when its vocabulary asks for one; special: parse special-token text."""
+        """Text -> token ids. add_bos: add the model's BOS when its vocabulary asks for one; special: parse special-token text.
+        Lone surrogates (bytes that were not UTF-8, escaped by Python) become U+FFFD, as in llama.cpp's tokenizer."""
         if not isinstance(text, str):
             raise InvalidParameterError(f"text must be a string, not {type(text).__name__}")
         self._check_open()
-        lib, raw = self._h.lib, text.encode("utf-8")
+        lib, raw = self._h.lib, clean_text(text).encode("utf-8")
         cap = len(raw) + 8
         buf = (ctypes.c_int32 * cap)()
         n = lib.llama_tokenize(self._h.vocab, raw, len(raw), buf, cap, add_bos, special)
