@@ -8,6 +8,7 @@ import logging
 import sys
 
 from ondevice.errors import OndeviceError
+from ondevice.llama.log import LOG_NAME  # the logger llama.cpp's lines go to (no llama.cpp import)
 
 # Each module exposes register(subparsers); a registered parser sets `func(args) -> int`.
 _COMMAND_MODULES = (
@@ -44,10 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
-    level = getattr(logging, str(args.log_level).upper(), logging.WARNING)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(name)s: %(message)s")
-    # llama.cpp's own warnings (model-file quirks, cache layout) only at --log-level INFO or lower
-    logging.getLogger("ondevice.llama_cpp").setLevel(level if level <= logging.INFO else logging.ERROR)
+    _configure_logging(getattr(logging, str(args.log_level).upper(), logging.WARNING))
     try:
         return int(args.func(args) or 0)
     except OndeviceError as exc:
@@ -58,6 +56,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+
+
+def _configure_logging(level: int) -> None:
+    """Log records to stderr from `level` up. llama.cpp's own lines (logger ondevice.llama_cpp) only
+    at INFO or lower: below that its warnings are dropped, and its errors reach only the load code,
+    which quotes the one that matters in its one-line error (and the chat's log file)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    if level > logging.INFO:
+        handler.addFilter(lambda record: not record.name.startswith(LOG_NAME))
+    logging.basicConfig(level=level, handlers=[handler])
+    logging.getLogger(LOG_NAME).setLevel(level if level <= logging.INFO else logging.ERROR)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,35 @@
+"""Hostile command lines (issue 13): one clear line and exit 2 for bad input, llama.cpp's log kept off the terminal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ondevice.cli.main import main
+
+QUIET = ["--threads", "1", "--no-predict"]
+
+
+@pytest.fixture(scope="module")
+def unknown_arch(tiny_model, tmp_path_factory):
+    """Passes our checks (a consistent GGUF) but llama.cpp refuses it: architecture 'llamb' is unknown."""
+    path = tmp_path_factory.mktemp("arch") / "llamb.gguf"
+    path.write_bytes(tiny_model.read_bytes().replace(b"llama", b"llamb"))
+    return path
+
+
+def _ondevice(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ondevice.cli.main", *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_llama_cpp_error_lines_go_to_the_log_only(unknown_arch):
+    proc = _ondevice("run", str(unknown_arch), "hi", *QUIET)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ondevice: error:") and "could not load" in lines[0], proc.stderr
+    shown = _ondevice("--log-level", "info", "run", str(unknown_arch), "hi", *QUIET)
+    assert shown.returncode == 2
+    assert "unknown model architecture: 'llamb'" in shown.stderr  # asked for: llama.cpp's lines are there
+    assert shown.stderr.strip().splitlines()[-1] == lines[0]
