@@ -33,3 +33,16 @@ def test_llama_cpp_error_lines_go_to_the_log_only(unknown_arch):
     assert shown.returncode == 2
     assert "unknown model architecture: 'llamb'" in shown.stderr  # asked for: llama.cpp's lines are there
     assert shown.stderr.strip().splitlines()[-1] == lines[0]
+
+
+def test_unknown_log_level_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--log-level", "BOGUS", "models", "--where"])
+    assert exit_.value.code == 2
+    assert "--log-level" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("level", ["debug", "Info", "WARNING", "error", "critical"])
+def test_log_level_is_case_insensitive(level, capsys):
+    assert main(["--log-level", level, "models", "--where"]) == 0
+    assert "user registry" in capsys.readouterr().out

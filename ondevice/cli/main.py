@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
 )
 
 EXIT_BAD_INPUT = 2
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_INTERRUPTED = 130
 
 
@@ -31,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ondevice",
         description="Run quantized GGUF models locally and see why they are as fast as they are.",
     )
-    parser.add_argument("--log-level", default="WARNING", help="log level for ondevice and llama.cpp (default WARNING)")
+    parser.add_argument("--log-level", default="WARNING", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
+                        help=f"{', '.join(LOG_LEVELS)} (any case; default WARNING; llama.cpp's own lines at INFO and DEBUG)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in _COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
-    _configure_logging(getattr(logging, str(args.log_level).upper(), logging.WARNING))
+    _configure_logging(getattr(logging, args.log_level))
     try:
         return int(args.func(args) or 0)
     except OndeviceError as exc:
