@@ -46,3 +46,34 @@ def test_unknown_log_level_is_refused(capsys):
 def test_log_level_is_case_insensitive(level, capsys):
     assert main(["--log-level", level, "models", "--where"]) == 0
     assert "user registry" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "MODEL", "-n", "2", "the city"],  # options between MODEL and PROMPT
+        ["run", "-n", "2", "MODEL", "the city"],
+        ["run", "MODEL", "the city", "-n", "2"],
+        ["generate", "MODEL", "-t", "0", "the city", "-n", "2"],
+        ["run", "MODEL", "-n", "2", "-"],  # '-' = stdin, after an option
+    ],
+)
+def test_options_may_go_anywhere_among_model_and_prompt(tiny_model, argv, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"the city")))
+    argv = [str(tiny_model) if a == "MODEL" else a for a in argv]
+    assert main([*argv, "--ignore-eos", "-c", "256", *QUIET]) == 0
+    err = capsys.readouterr().err
+    assert "+ 2 output" in err, err
+
+
+def test_unknown_option_among_positionals_is_still_refused(tiny_model, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(tiny_model), "--bogus", "the city", *QUIET])
+    assert exit_.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_three_positionals_are_one_line_and_exit_2(tiny_model, capsys):
+    assert main(["run", str(tiny_model), "a", "-n", "2", "b", *QUIET]) == 2
+    assert "[MODEL] PROMPT" in capsys.readouterr().err

@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _take_late_positionals(parser, args, extras)
     args.argv = ["ondevice", *(sys.argv[1:] if argv is None else argv)]  # as typed, for result records
     if not getattr(args, "func", None):
         parser.print_help()
@@ -58,6 +60,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+
+
+def _take_late_positionals(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> None:
+    """argparse fills a positional list only up to the first option: in `run MODEL -n 2 PROMPT`,
+    PROMPT comes back unrecognized. A command that names its list in `late_positionals` gets
+    such words appended; an unknown option is still an error (argparse's usage line, exit 2)."""
+    dest = getattr(args, "late_positionals", None)
+    words = [a for a in extras if a == "-" or not a.startswith("-")] if dest else []
+    unknown = [a for a in extras if a not in words]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    getattr(args, dest).extend(words)
 
 
 def _configure_logging(level: int) -> None:

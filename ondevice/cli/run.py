@@ -32,7 +32,7 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
     p.add_argument("--no-predict", action="store_true", help="skip the roofline prediction")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, late_positionals="args")  # `run MODEL -n 2 PROMPT` works (cli.main)
 
 
 def run(args) -> int:
