@@ -77,3 +77,25 @@ def test_unknown_option_among_positionals_is_still_refused(tiny_model, capsys):
 def test_three_positionals_are_one_line_and_exit_2(tiny_model, capsys):
     assert main(["run", str(tiny_model), "a", "-n", "2", "b", *QUIET]) == 2
     assert "[MODEL] PROMPT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "MODEL", "x", "-c", "1", *QUIET], "n_ctx 1 is below llama.cpp's smallest context of 256"),
+        (["run", "MODEL", "x", "-c", "64", *QUIET], "n_ctx 64 is below llama.cpp's smallest context of 256"),
+        (["chat", "MODEL", "-c", "64"], "n_ctx 64 is below llama.cpp's smallest context of 256"),
+        (["bench", "MODEL", "--n-ctx", "64", "--no-progress"], "n_ctx 64 is below llama.cpp's smallest context of 256"),
+        (["run", "MODEL", "x", "-c", "40000", *QUIET], "n_ctx 40000 is beyond the model's trained context of 512"),
+        (["chat", "MODEL", "-c", "40000"], "n_ctx 40000 is beyond the model's trained context of 512"),
+    ],
+)
+def test_context_size_rule_is_the_same_everywhere(tiny_model, tmp_path, argv, message, capsys):
+    argv = [str(tiny_model) if a == "MODEL" else a for a in argv]
+    if argv[0] == "chat":
+        argv += ["--history-db", str(tmp_path / "h.sqlite3")]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ondevice: error:") and message in lines[0], err
+    assert out == ""

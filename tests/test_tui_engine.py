@@ -137,7 +137,7 @@ async def test_settings_reach_the_real_engine(engine, tmp_path):
 
 @aio
 async def test_context_full_drops_oldest_turns_on_the_real_engine(tiny_model, tmp_path):
-    small = ondevice.load(tiny_model, n_ctx=160, n_threads=1, predictor=None)
+    small = ondevice.load(tiny_model, n_ctx=256, n_threads=1, predictor=None)
     try:
         app = real_app(small, tmp_path, ChatSettings(system="Sys.", temperature=0.0, max_tokens=40))
         async with app.run_test(size=(80, 24)) as pilot:

@@ -28,7 +28,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the engine's)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence")
-    p.add_argument("-c", "--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    p.add_argument("-c", "--n-ctx", type=int, default=None,
+                   help="context window in tokens, 256 up to the model's trained context; 0 = the trained context "
+                   "(default 4096, or the trained context when smaller)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
     p.add_argument("--no-predict", action="store_true", help="skip the roofline prediction")

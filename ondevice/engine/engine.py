@@ -23,7 +23,7 @@ _SEED_MOD = 2**32
 def load(
     model: str | Path | None = None,
     *,
-    n_ctx: int = 4096,
+    n_ctx: int | None = None,
     n_threads: int | None = None,
     n_batch: int | None = None,
     n_gpu_layers: int | str = "auto",
@@ -36,7 +36,9 @@ def load(
 ) -> Engine:
     """Load a model (None = the default model, a registry name, or a GGUF path) into an Engine.
 
-    n_ctx 0 means the model's trained context. n_batch / n_ubatch / flash_attn default to
+    n_ctx None is 4096 tokens, or the model's trained context when that is smaller; 0 is the trained
+    context; any other size must be from 256 (llama.cpp's smallest) up to the trained context, else
+    InvalidParameterError (llama.cpp rounds a size up to a multiple of 256). n_batch / n_ubatch / flash_attn default to
     llama.cpp's own defaults (2048 / 512 tokens, flash attention "auto"). cache_type_k/_v: the
     KV cache element types ("f16", "q8_0", "q4_0", ...; a quantized V cache needs flash
     attention). n_gpu_layers "auto" offloads every layer
