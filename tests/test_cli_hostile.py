@@ -99,3 +99,14 @@ def test_context_size_rule_is_the_same_everywhere(tiny_model, tmp_path, argv, me
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ondevice: error:") and message in lines[0], err
     assert out == ""
+
+
+def test_predict_refuses_past_the_trained_context_before_probing(tiny_model, monkeypatch, capsys):
+    import ondevice.probing as probing
+    import ondevice.probing.cache as probe_cache
+
+    monkeypatch.setattr(probe_cache, "load_cached", lambda backend: None)  # no probe yet: predict would probe first
+    monkeypatch.setattr(probing, "probe", lambda **kw: pytest.fail("probed before refusing the context"))
+    assert main(["predict", str(tiny_model), "--ctx", "256,1024"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ondevice: error: context 1024 is beyond the model's trained context of 512 tokens"]

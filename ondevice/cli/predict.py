@@ -73,8 +73,10 @@ def run(args) -> int:
     from ondevice.errors import InvalidParameterError
     from ondevice.roofline import predict
 
+    from ondevice.roofline_predict import check_contexts
+
     spec = _spec(args)
-    contexts = _contexts(args.ctx, spec)
+    contexts = check_contexts(_contexts(args.ctx, spec), spec)  # before any probing (a minute on a first run)
     if args.prompt is not None and args.prompt <= 0:
         raise InvalidParameterError(f"--prompt must be a positive number of tokens, not {args.prompt}")
     probe = _probe(args)
