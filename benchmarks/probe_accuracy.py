@@ -153,6 +153,7 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
 
     from ondevice import paths
     from ondevice.engine import load
+    from ondevice.engine.loader import MIN_N_CTX
     from ondevice.errors import ProbeError
     from ondevice.probing import kernel
     from ondevice.probing.host import best_of, probe_memory
@@ -165,7 +166,7 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     rows = []
     for label, path in models:
         for ctx in contexts:
-            eng = load(path, n_ctx=ctx + tokens + 16, n_threads=threads)
+            eng = load(path, n_ctx=max(MIN_N_CTX, ctx + tokens + 16), n_threads=threads)
             vocab = eng.info.spec.n_vocab or 1000
             ids = [1] + [3 + (i * 7919) % (vocab - 3) for i in range(ctx - 1)]
             say(f"prefilling {label} at {ctx}")

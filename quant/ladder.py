@@ -134,8 +134,9 @@ def _obtain(source: Path, qtype: str, cache_root: Path | None, allow_requantize:
 def _measure(path: Path, plan: BenchPlan) -> tuple[float | None, float | None, str]:
     """Median decode tok/s and TTFT over plan.runs runs (after one warm-up), and the backend."""
     from ondevice.engine import load
+    from ondevice.engine.loader import MIN_N_CTX
 
-    n_ctx = plan.prompt_tokens + plan.output_tokens + 8
+    n_ctx = max(MIN_N_CTX, plan.prompt_tokens + plan.output_tokens + 8)  # llama.cpp's smallest context at least
     with load(path, n_ctx=n_ctx, n_threads=plan.n_threads) as eng:
         ids = eng.tokenize(quality.default_text(), add_bos=True)[: plan.prompt_tokens]
         speeds, ttfts = [], []

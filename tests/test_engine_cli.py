@@ -18,7 +18,7 @@ def model(tmp_path_factory):
 
 @pytest.mark.parametrize("command", ["run", "generate"])
 def test_run_streams_text_then_timings(model, capsys, command):
-    rc = main([command, str(model), " of", "-t", "0", "-n", "8", "-c", "128", "--threads", "1", "--no-predict"])
+    rc = main([command, str(model), " of", "-t", "0", "-n", "8", "-c", "256", "--threads", "1", "--no-predict"])
     out, err = capsys.readouterr()
     assert rc == 0
     assert out == " hello world!\n"
@@ -30,7 +30,7 @@ def test_run_streams_text_then_timings(model, capsys, command):
 
 
 def test_run_stop_string_and_max_tokens(model, capsys):
-    assert main(["run", str(model), " of", "-t", "0", "-n", "2", "--stop", "xyz", "-c", "128", "--no-predict"]) == 0
+    assert main(["run", str(model), " of", "-t", "0", "-n", "2", "--stop", "xyz", "-c", "256", "--no-predict"]) == 0
     out, err = capsys.readouterr()
     assert out == " hello world\n" and "finish length" in err
 

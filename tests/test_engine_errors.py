@@ -125,7 +125,7 @@ def test_missing_file(tmp_path):
 
 
 def test_closed_engine(tiny_model):
-    eng = load(tiny_model, n_ctx=32, n_threads=1)
+    eng = load(tiny_model, n_ctx=256, n_threads=1)
     eng.close()
     eng.close()  # idempotent
     with pytest.raises(EngineError, match="closed"):
@@ -141,3 +141,26 @@ def test_chat_overflow_refused(engine):
         engine.chat(temprature=0.1)
     with pytest.raises(InvalidParameterError, match="top_p"):
         engine.chat(top_p=2)
+
+
+@pytest.mark.parametrize(
+    "n_ctx, message",
+    [
+        (1, "below llama.cpp's smallest context of 256 tokens"),
+        (64, "below llama.cpp's smallest context of 256 tokens"),
+        (255, "below llama.cpp's smallest context of 256 tokens"),
+        (513, "beyond the model's trained context of 512 tokens"),
+        (40000, "beyond the model's trained context of 512 tokens"),
+        (-1, "n_ctx must be a non-negative integer"),
+    ],
+)
+def test_n_ctx_outside_what_llama_cpp_and_the_model_take_is_refused(tiny_model, n_ctx, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        load(tiny_model, n_ctx=n_ctx, n_threads=1, predictor=None)
+
+
+@pytest.mark.parametrize("n_ctx, used", [(None, 512), (0, 512), (256, 256), (512, 512), (300, 512)])
+def test_n_ctx_default_trained_and_rounded(tiny_model, n_ctx, used):
+    """None: 4096 capped at the trained context (512 here); 0: the trained context; llama.cpp rounds up to 256s."""
+    with load(tiny_model, n_ctx=n_ctx, n_threads=1, predictor=None) as eng:
+        assert eng.n_ctx == used

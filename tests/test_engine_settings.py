@@ -11,8 +11,17 @@ from ondevice.kvtypes import kv_bytes_per_element, kv_is_quantized
 from ondevice.modelspec import inspect
 
 
-def test_defaults_are_llama_cpps(tiny_model):
-    with load(tiny_model, n_ctx=4096, n_threads=1) as eng:
+@pytest.fixture(scope="module")
+def head32_model(synth_dir):
+    """Heads of 32 dimensions: a multiple of the quantized cache types' block of 32."""
+    from ondevice.quant.synth import SynthConfig, build_synthetic_model
+
+    return build_synthetic_model(SynthConfig(d_model=128, n_head=4, n_head_kv=2, n_ctx_train=4096, seed=5),
+                                 synth_dir / "head32.gguf")
+
+
+def test_defaults_are_llama_cpps(head32_model):
+    with load(head32_model, n_ctx=4096, n_threads=1) as eng:
         info = eng.info
     assert (info.n_batch, info.n_ubatch) == (2048, 512)  # llama_context_default_params
     assert info.flash_attn == "auto" and info.flash_attn_used is True  # the CPU backend has flash attention
@@ -22,14 +31,6 @@ def test_defaults_are_llama_cpps(tiny_model):
 def test_batch_sizes_and_flash_attention_as_asked(tiny_model):
     with load(tiny_model, n_ctx=512, n_threads=1, n_batch=64, n_ubatch=32, flash_attn=False) as eng:
         assert (eng.info.n_batch, eng.info.n_ubatch, eng.info.flash_attn_used) == (64, 32, False)
-
-
-@pytest.fixture(scope="module")
-def head32_model(synth_dir):
-    """Heads of 32 dimensions: a multiple of the quantized cache types' block of 32."""
-    from ondevice.quant.synth import SynthConfig, build_synthetic_model
-
-    return build_synthetic_model(SynthConfig(d_model=128, n_head=4, n_head_kv=2, seed=5), synth_dir / "head32.gguf")
 
 
 @pytest.mark.parametrize("k, v", [("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "f16")])

@@ -31,7 +31,7 @@ def chains():
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory, chains):
     path = build_successor_model(tmp_path_factory.mktemp("succ") / "succ.gguf", list(chains.values()))
-    eng = load(path, n_ctx=128, n_threads=1)
+    eng = load(path, n_ctx=256, n_threads=1)
     yield eng
     eng.close()
 

@@ -209,7 +209,7 @@ class FakePredictor:
 
 def test_predictor_fills_events_and_generation(tiny_model):
     pred = FakePredictor()
-    with load(tiny_model, n_ctx=128, n_threads=1, predictor=pred) as eng:
+    with load(tiny_model, n_ctx=256, n_threads=1, predictor=pred) as eng:
         assert eng.predictor is pred
         stream = eng.stream(PROMPT, max_tokens=6, temperature=0, ignore_eos=True)
         events = list(stream)
@@ -234,7 +234,7 @@ def test_predictor_auto_resolves_through_the_api(tiny_model, monkeypatch):
         return sentinel
 
     monkeypatch.setattr(api, "cached_predictor", fake_default)
-    with api.load(tiny_model, n_ctx=64, n_threads=1) as eng:
+    with api.load(tiny_model, n_ctx=256, n_threads=1) as eng:
         assert eng.predictor is sentinel
     assert seen == [(str(tiny_model), "CPU")]
 
@@ -243,7 +243,7 @@ def test_llama_log_goes_to_logging_not_the_terminal(tiny_model_f32, caplog, capf
     import logging
 
     with caplog.at_level(logging.DEBUG, logger="ondevice.llama_cpp"):
-        with load(tiny_model_f32, n_ctx=64, n_threads=1) as eng:
+        with load(tiny_model_f32, n_ctx=256, n_threads=1) as eng:
             eng.generate("hello", max_tokens=3)
     assert any(r.name == "ondevice.llama_cpp" for r in caplog.records)
     out, err = capfd.readouterr()

@@ -135,7 +135,7 @@ def test_quantized_models_load_and_generate(quantized):
     import ondevice
 
     for path in quantized.values():
-        with ondevice.load(path, n_ctx=64, predictor=None) as eng:
+        with ondevice.load(path, n_ctx=256, predictor=None) as eng:
             g = eng.generate("the tower", max_tokens=6, ignore_eos=True, temperature=0.0)
             assert g.timings.output_tokens == 6 and g.finish_reason == "length"
 

@@ -67,6 +67,21 @@ async def test_send_fills_stats_from_the_real_engine(engine, tmp_path):
 
 
 @aio
+async def test_message_and_system_prompt_with_invalid_utf8(engine, tmp_path):
+    """Lone surrogates (bytes that were not UTF-8) become U+FFFD: the turn runs and the history is saved."""
+    settings = ChatSettings(system="Sys \udcff.", temperature=0.0, max_tokens=4)
+    app = real_app(engine, tmp_path, settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        await send(pilot, app, "caf\udcc3\udca9 \udcff \ud800!")
+        g = app.chat_screen.turns[0].tracker.final
+        assert g is not None and g.timings.output_tokens == 4
+        assert not [t for t in notes(app) if "rror" in t or "not saved" in t]
+    saved = app.store.load(app.store.last_conversation_id())
+    assert saved.system == "Sys \ufffd." and saved.messages[0].content == "café \ufffd \ufffd!"
+
+
+@aio
 async def test_escape_cancels_a_real_generation(engine, tmp_path):
     gated = Gated(engine, hold_after=5)
     app = real_app(gated, tmp_path, ChatSettings(temperature=0.0, max_tokens=200))
@@ -122,7 +137,7 @@ async def test_settings_reach_the_real_engine(engine, tmp_path):
 
 @aio
 async def test_context_full_drops_oldest_turns_on_the_real_engine(tiny_model, tmp_path):
-    small = ondevice.load(tiny_model, n_ctx=160, n_threads=1, predictor=None)
+    small = ondevice.load(tiny_model, n_ctx=256, n_threads=1, predictor=None)
     try:
         app = real_app(small, tmp_path, ChatSettings(system="Sys.", temperature=0.0, max_tokens=40))
         async with app.run_test(size=(80, 24)) as pilot:

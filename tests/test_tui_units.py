@@ -191,7 +191,7 @@ def test_terminal_theme():
         (["chat", "--temperature", "-1"], "temperature"),
         (["chat", "--top-p", "0"], "top_p"),
         (["chat", "--max-tokens", "0"], "max_tokens"),
-        (["chat", "--n-ctx", "4"], "--n-ctx"),
+        (["chat", "--n-ctx", "4"], "n_ctx 4 is below"),
         (["chat", "no-such-model-xyz"], "no-such-model-xyz"),
         (["chat", "--export", "1"], "--out"),
         (["chat", "--export", "77", "--out", "x.md"], "no conversation with id 77"),

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ondevice.errors import ContextOverflowError, InvalidParameterError
 from ondevice.results import Generation, TokenEvent
+from ondevice.textclean import clean_text
 from ondevice.tui.live import generation_stats
 from ondevice.tui.store import Conversation, HistoryError, HistoryStore
 
@@ -39,7 +40,7 @@ class ChatSettings:
             raise InvalidParameterError(f"top_p must be in (0, 1], got {self.top_p}")
         if int(self.max_tokens) != self.max_tokens or self.max_tokens < 1:
             raise InvalidParameterError(f"max_tokens must be a positive integer, got {self.max_tokens}")
-        system = self.system.strip() if self.system else None
+        system = clean_text(self.system).strip() if self.system else None  # storable and tokenizable
         return ChatSettings(system or None, float(self.temperature), float(self.top_p), int(self.max_tokens))
 
     def sampling(self) -> dict[str, Any]:

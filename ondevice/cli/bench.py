@@ -184,6 +184,10 @@ def _config(args: argparse.Namespace):
     for name, value in (("--threads", args.threads), ("--n-ctx", args.n_ctx)):
         if value is not None and value < 1:
             raise BenchError(f"{name} {value}: must be at least 1")
+    if args.n_ctx is not None:
+        from ondevice.engine.loader import resolve_n_ctx
+
+        resolve_n_ctx(args.n_ctx)  # llama.cpp's smallest context, as in run and chat (the runner checks the trained one)
     if args.timeout is not None and not args.timeout > 0:
         raise BenchError(f"--timeout {args.timeout}: must be a positive number of seconds")
     if args.temperature < 0:

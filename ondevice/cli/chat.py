@@ -32,7 +32,9 @@ def register(sub) -> None:
     p.add_argument("-t", "--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling (default 0.95)")
     p.add_argument("-n", "--max-tokens", type=int, default=512, help="tokens per answer at most (default 512)")
-    p.add_argument("-c", "--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    p.add_argument("-c", "--n-ctx", type=int, default=None,
+                   help="context window in tokens, 256 up to the model's trained context; 0 = the trained context "
+                   "(default 4096, or the trained context when smaller)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
     p.add_argument("--resume", nargs="?", const="last", default=None, metavar="ID",
@@ -51,14 +53,20 @@ def run(args) -> int:
     from ondevice.tui.store import HistoryStore
 
     settings = ChatSettings(args.system, args.temperature, args.top_p, args.max_tokens).validated()
-    if args.n_ctx < 16:
-        raise InvalidParameterError(f"--n-ctx must be at least 16, got {args.n_ctx}")
+    from ondevice.engine.loader import resolve_n_ctx
+
+    if args.n_ctx is not None:
+        resolve_n_ctx(args.n_ctx)  # the same rule as `run` and load(); the trained context once the model is known
     if args.list or args.export:
         return _history_command(args)
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
     from ondevice.materialize import resolve_model
 
     path = resolve_model(args.model)  # a bad model name fails here: one line, exit 2
+    if args.n_ctx is not None:  # before the screen is taken, not as a load error under it
+        from ondevice.modelspec import inspect
+
+        resolve_n_ctx(args.n_ctx, inspect(path).n_ctx_train)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise InvalidParameterError("ondevice chat needs a terminal (stdin and stdout must be a TTY); use `ondevice run` in scripts")
     store = None if args.no_history else HistoryStore(args.history_db)

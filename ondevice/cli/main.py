@@ -8,6 +8,7 @@ import logging
 import sys
 
 from ondevice.errors import OndeviceError
+from ondevice.llama.log import LOG_NAME  # the logger llama.cpp's lines go to (no llama.cpp import)
 
 # Each module exposes register(subparsers); a registered parser sets `func(args) -> int`.
 _COMMAND_MODULES = (
@@ -22,6 +23,7 @@ _COMMAND_MODULES = (
 )
 
 EXIT_BAD_INPUT = 2
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_INTERRUPTED = 130
 
 
@@ -30,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ondevice",
         description="Run quantized GGUF models locally and see why they are as fast as they are.",
     )
-    parser.add_argument("--log-level", default="WARNING", help="log level for ondevice and llama.cpp (default WARNING)")
+    parser.add_argument("--log-level", default="WARNING", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
+                        help=f"{', '.join(LOG_LEVELS)} (any case; default WARNING; llama.cpp's own lines at INFO and DEBUG)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in _COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
@@ -39,15 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _take_late_positionals(parser, args, extras)
     args.argv = ["ondevice", *(sys.argv[1:] if argv is None else argv)]  # as typed, for result records
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
-    level = getattr(logging, str(args.log_level).upper(), logging.WARNING)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(name)s: %(message)s")
-    # llama.cpp's own warnings (model-file quirks, cache layout) only at --log-level INFO or lower
-    logging.getLogger("ondevice.llama_cpp").setLevel(level if level <= logging.INFO else logging.ERROR)
+    _configure_logging(getattr(logging, args.log_level))
     try:
         return int(args.func(args) or 0)
     except OndeviceError as exc:
@@ -58,6 +60,30 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+
+
+def _take_late_positionals(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> None:
+    """argparse fills a positional list only up to the first option: in `run MODEL -n 2 PROMPT`,
+    PROMPT comes back unrecognized. A command that names its list in `late_positionals` gets
+    such words appended; an unknown option is still an error (argparse's usage line, exit 2)."""
+    dest = getattr(args, "late_positionals", None)
+    words = [a for a in extras if a == "-" or not a.startswith("-")] if dest else []
+    unknown = [a for a in extras if a not in words]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    getattr(args, dest).extend(words)
+
+
+def _configure_logging(level: int) -> None:
+    """Log records to stderr from `level` up. llama.cpp's own lines (logger ondevice.llama_cpp) only
+    at INFO or lower: below that its warnings are dropped, and its errors reach only the load code,
+    which quotes the one that matters in its one-line error (and the chat's log file)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    if level > logging.INFO:
+        handler.addFilter(lambda record: not record.name.startswith(LOG_NAME))
+    logging.basicConfig(level=level, handlers=[handler])
+    logging.getLogger(LOG_NAME).setLevel(level if level <= logging.INFO else logging.ERROR)
 
 
 if __name__ == "__main__":

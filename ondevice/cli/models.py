@@ -1,4 +1,4 @@
-"""`ondevice models`: the registry, with what is on this machine."""
+"""`ondevice models`: the registry, with what is on this machine; `--verify` / `--repair` hash the files again."""
 
 from __future__ import annotations
 
@@ -11,11 +11,17 @@ def register(sub) -> None:
     p = sub.add_parser("models", help="list the model registry")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--where", action="store_true", help="print the registry files read and the user registry path")
+    p.add_argument("--verify", action="store_true",
+                   help="hash every model on this machine against its registry sha256: ok / corrupt (exit 1 if any is corrupt)")
+    p.add_argument("--repair", action="store_true",
+                   help="--verify, then delete a corrupt model assembled from a package and assemble it again")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     reg = load_registry()
+    if args.verify or args.repair:
+        return verify(reg, args.repair, args.json)
     if args.where:
         for f in reg.files:
             print(f)
@@ -54,3 +60,23 @@ def run(args) -> int:
         )
     )
     return 0
+
+
+def verify(reg, repair: bool, as_json: bool) -> int:
+    """One line per model as it is checked (hashing takes a while); exit 1 if any is still corrupt."""
+    import sys
+
+    from ondevice.materialize import repair_model, verify_model
+
+    checks = []
+    for name, entry in sorted(reg.entries.items()):
+        check = repair_model(entry) if repair else verify_model(entry)
+        checks.append(check)
+        if not as_json:
+            print(f"{name:<24} {check.status:<9} {check.detail}", flush=True)
+    if as_json:
+        dump_json([c.to_dict() for c in checks])
+    corrupt = [c.name for c in checks if c.status == "corrupt"]
+    if corrupt:
+        print(f"ondevice: corrupt: {', '.join(corrupt)}", file=sys.stderr)
+    return 1 if corrupt else 0

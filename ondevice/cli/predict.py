@@ -76,8 +76,10 @@ def run(args) -> int:
     from ondevice.errors import InvalidParameterError
     from ondevice.api import predict
 
+    from ondevice.roofline.prediction import check_contexts
+
     spec = _spec(args).with_kv_cache(args.cache_type_k, args.cache_type_v)
-    contexts = _contexts(args.ctx, spec)
+    contexts = check_contexts(_contexts(args.ctx, spec), spec)  # before any probing (a minute on a first run)
     if args.prompt is not None and args.prompt <= 0:
         raise InvalidParameterError(f"--prompt must be a positive number of tokens, not {args.prompt}")
     probe = _probe(args)

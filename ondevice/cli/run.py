@@ -29,12 +29,14 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the engine's)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence")
-    p.add_argument("-c", "--n-ctx", type=int, default=4096, help="context window in tokens (default 4096)")
+    p.add_argument("-c", "--n-ctx", type=int, default=None,
+                   help="context window in tokens, 256 up to the model's trained context; 0 = the trained context "
+                   "(default 4096, or the trained context when smaller)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
     p.add_argument("--no-predict", action="store_true", help="skip the roofline prediction")
     add_engine_args(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, late_positionals="args")  # `run MODEL -n 2 PROMPT` works (cli.main)
 
 
 def run(args) -> int:
@@ -44,7 +46,7 @@ def run(args) -> int:
         raise InvalidParameterError("expected [MODEL] PROMPT; quote a prompt that has spaces")
     model, prompt = (None, args.args[0]) if len(args.args) == 1 else args.args
     if prompt == "-":
-        prompt = sys.stdin.read()
+        prompt = _read_stdin()
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
     engine = load(model, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=layers,
                   predictor=None if args.no_predict else "auto", **engine_kwargs(args))
@@ -69,6 +71,14 @@ def run(args) -> int:
         return 130 if g is not None and g.finish_reason == "cancelled" else 0
     finally:
         engine.close()
+
+
+def _read_stdin() -> str:
+    """The prompt from stdin, read as bytes whatever the locale: invalid UTF-8 becomes U+FFFD."""
+    from ondevice.textclean import clean_text, decode_utf8
+
+    buffer = getattr(sys.stdin, "buffer", None)
+    return decode_utf8(buffer.read()) if buffer is not None else clean_text(sys.stdin.read())
 
 
 def _int_arg(name: str, value: str) -> int:

@@ -13,6 +13,7 @@ from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, r
 from ondevice.engine.sampling import make_params
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.results import Generation
+from ondevice.textclean import clean_text
 
 __all__ = ["load", "Engine"]
 
@@ -22,7 +23,7 @@ _SEED_MOD = 2**32
 def load(
     model: str | Path | None = None,
     *,
-    n_ctx: int = 4096,
+    n_ctx: int | None = None,
     n_threads: int | None = None,
     n_batch: int | None = None,
     n_gpu_layers: int | str = "auto",
@@ -35,7 +36,9 @@ def load(
 ) -> Engine:
     """Load a model (None = the default model, a registry name, or a GGUF path) into an Engine.
 
-    n_ctx 0 means the model's trained context. n_batch / n_ubatch / flash_attn default to
+    n_ctx None is 4096 tokens, or the model's trained context when that is smaller; 0 is the trained
+    context; any other size must be from 256 (llama.cpp's smallest) up to the trained context, else
+    InvalidParameterError (llama.cpp rounds a size up to a multiple of 256). n_batch / n_ubatch / flash_attn default to
     llama.cpp's own defaults (2048 / 512 tokens, flash attention "auto"). cache_type_k/_v: the
     KV cache element types ("f16", "q8_0", "q4_0", ...; a quantized V cache needs flash
     attention). n_gpu_layers "auto" offloads every layer when this llama.cpp build can
@@ -98,11 +101,12 @@ class Engine:
 
     # ---- text <-> tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
-        """Text -> token ids. add_bos: add the model's BOS when its vocabulary asks for one; special: parse special-token text."""
+        """Text -> token ids. add_bos: add the model's BOS when its vocabulary asks for one; special: parse special-token text.
+        Lone surrogates (bytes that were not UTF-8, escaped by Python) become U+FFFD, as in llama.cpp's tokenizer."""
         if not isinstance(text, str):
             raise InvalidParameterError(f"text must be a string, not {type(text).__name__}")
         self._check_open()
-        lib, raw = self._h.lib, text.encode("utf-8")
+        lib, raw = self._h.lib, clean_text(text).encode("utf-8")
         cap = len(raw) + 8
         buf = (ctypes.c_int32 * cap)()
         n = lib.llama_tokenize(self._h.vocab, raw, len(raw), buf, cap, add_bos, special)

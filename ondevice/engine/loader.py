@@ -20,7 +20,12 @@ from ondevice.kvtypes import DEFAULT_KV_TYPE, kv_ggml_type, kv_is_quantized
 from ondevice.llama.model import load_model, new_context
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["EngineInfo", "LlamaHandle", "open_model", "default_threads"]
+__all__ = ["EngineInfo", "LlamaHandle", "open_model", "default_threads", "resolve_n_ctx", "MIN_N_CTX", "DEFAULT_N_CTX"]
+
+# llama.cpp rounds every context up to a multiple of 256 (llama-context.cpp: GGML_PAD(n_ctx, 256)),
+# so a smaller request is silently a context of 256 tokens.
+MIN_N_CTX = 256
+DEFAULT_N_CTX = 4096  # the context when none is asked for, capped at the model's trained context
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,29 @@ def _positive(name: str, value: Any, *, allow_zero: bool = False) -> int:
     return value
 
 
+def resolve_n_ctx(n_ctx: Any, n_ctx_train: int | None = None) -> int:
+    """The context size to ask llama.cpp for. None: DEFAULT_N_CTX, capped at the trained context;
+    0: the trained context; otherwise MIN_N_CTX up to the trained context (when known), else
+    InvalidParameterError. Past the trained context is refused rather than warned about: nothing
+    here sets RoPE scaling, so the positions past it are ones the model never saw and its text
+    degrades, which a warning line in a log (or under the chat's screen) would not make clear."""
+    trained = n_ctx_train or None
+    if n_ctx is None:
+        return max(MIN_N_CTX, min(DEFAULT_N_CTX, trained or DEFAULT_N_CTX))
+    n_ctx = _positive("n_ctx", n_ctx, allow_zero=True)
+    if n_ctx == 0:
+        return trained or DEFAULT_N_CTX
+    if n_ctx < MIN_N_CTX:
+        raise InvalidParameterError(
+            f"n_ctx {n_ctx} is below llama.cpp's smallest context of {MIN_N_CTX} tokens (it would use {MIN_N_CTX} "
+            f"anyway): give {MIN_N_CTX} or more, or 0 for the model's trained context")
+    if trained and n_ctx > max(trained, MIN_N_CTX):
+        raise InvalidParameterError(
+            f"n_ctx {n_ctx} is beyond the model's trained context of {trained} tokens (no RoPE scaling is set, so "
+            f"text past it degrades): give at most {trained}, or 0 for the trained context")
+    return n_ctx
+
+
 def open_model(
     path: Path, spec: ModelSpec, *, n_ctx: Any, n_threads: Any, n_batch: Any, n_gpu_layers: Any, flash_attn: Any,
     seed: Any, n_ubatch: Any = None, cache_type_k: str = DEFAULT_KV_TYPE, cache_type_v: str = DEFAULT_KV_TYPE,
@@ -162,7 +190,7 @@ def open_model(
     """Load `path` (already validated into `spec`) and create a one-sequence context.
 
     n_batch / n_ubatch None keep llama.cpp's defaults (2048 / 512, capped at n_ctx)."""
-    n_ctx = _positive("n_ctx", n_ctx, allow_zero=True) or (spec.n_ctx_train or 4096)
+    n_ctx = resolve_n_ctx(n_ctx, spec.n_ctx_train)
     n_threads = default_threads() if n_threads is None else _positive("n_threads", n_threads)
     n_batch = None if n_batch is None else _positive("n_batch", n_batch)
     n_ubatch = None if n_ubatch is None else _positive("n_ubatch", n_ubatch)

@@ -175,9 +175,10 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
             n_gpu_layers) -> tuple[float, str, int, ModelSpec]:
     """(median decode step s, backend, threads, spec) of one model decoded through the engine."""
     from ondevice.engine import load
+    from ondevice.engine.loader import MIN_N_CTX
 
     spec = inspect(path)
-    n_ctx = n_prompt + plan.n_warmup + plan.n_tokens + 8
+    n_ctx = max(MIN_N_CTX, n_prompt + plan.n_warmup + plan.n_tokens + 8)  # load() refuses less than llama.cpp's smallest
     eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512)
     try:
         vocab = spec.n_vocab or 512

@@ -11,8 +11,8 @@ from ondevice.modelspec import ModelSpec, inspect
 from ondevice.roofline.model import Calibration, Predictor
 from ondevice.roofline.spec import positive_number
 
-__all__ = ["predict", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict", "prefill_flops",
-           "memory_verdict", "FITS_SHARE"]
+__all__ = ["predict", "check_contexts", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict",
+           "prefill_flops", "memory_verdict", "FITS_SHARE"]
 
 FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
 _UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
@@ -83,7 +83,7 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
     spec = model_or_spec if isinstance(model_or_spec, ModelSpec) else inspect(_resolve(model_or_spec))
     if not spec.decode_weight_bytes:
         raise SpecError(f"{spec.path or spec.name}: no weights to predict for")
-    contexts = _contexts(ctx, spec)
+    contexts = check_contexts(ctx, spec)
     if prompt_tokens is not None:
         prompt_tokens = _positive_int("prompt tokens", prompt_tokens)
     if bandwidth_gbs is not None:
@@ -132,7 +132,8 @@ def _positive_int(name: str, v) -> int:
     return v
 
 
-def _contexts(ctx, spec: ModelSpec) -> tuple[int, ...]:
+def check_contexts(ctx, spec: ModelSpec) -> tuple[int, ...]:
+    """Context lengths to predict at: positive, and within the model's trained context (as load() requires)."""
     values: Iterable = (ctx,) if isinstance(ctx, int) else ctx
     out = tuple(_positive_int("context", int(c) if isinstance(c, str) and c.strip().isdigit() else c) for c in values)
     if not out:

@@ -25,6 +25,7 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from ondevice.errors import OndeviceError
+from ondevice.textclean import clean_text
 from ondevice.tui.live import LiveFeed, LiveTracker, context_level, generation_stats
 from ondevice.tui.session import ChatSession, dropped_note
 from ondevice.tui.store import Conversation, stats_footer
@@ -144,7 +145,7 @@ class ChatScreen(Screen):
     # -- sending -----------------------------------------------------------------------------
 
     async def on_input_submitted(self, event: Input.Submitted) -> None:
-        text = event.value.strip()
+        text = clean_text(event.value).strip()  # lone surrogates (a paste of non-UTF-8 bytes) become U+FFFD
         event.input.value = ""
         if text:
             await self.submit(text)
