@@ -9,7 +9,6 @@ fails or prints something unexpected leaves its fields unknown (None) and a warn
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -20,6 +19,8 @@ from typing import Callable
 import psutil
 
 from ondevice.llama.build import build_info
+from ondevice.llama.devices import LlamaDevice, is_gpu_backend, llama_devices
+from ondevice.llama.devices import default_threads as llama_default_threads
 
 __all__ = [
     "GPUInfo",
@@ -43,7 +44,6 @@ NVIDIA_SMI_ARGS = ("--query-gpu=name,memory.total,memory.free,driver_version", "
 ROCM_SMI_ARGS = ("--showproductname", "--showmeminfo", "vram", "--json")
 SYSCTL_KEYS = ("machdep.cpu.brand_string", "hw.memsize", "hw.physicalcpu", "hw.logicalcpu",
                "hw.perflevel0.physicalcpu", "hw.l2cachesize", "hw.l3cachesize", "hw.perflevel0.l2cachesize")
-_NOT_GPU_BACKENDS = {"CPU", "BLAS", "RPC", "ACCELERATE"}
 _MIB = 1 << 20
 
 Runner = Callable[[list[str]], "str | None"]  # argv -> stdout, or None when it cannot run
@@ -56,17 +56,6 @@ class GPUInfo:
     vram_total_bytes: int | None  # device memory, bytes (None: unknown)
     vram_free_bytes: int | None  # free device memory when detected, bytes
     driver: str | None = None  # driver version or GFX version
-
-
-@dataclass(frozen=True)
-class LlamaDevice:
-    """A device llama.cpp's ggml registered (ggml_backend_dev_*)."""
-
-    name: str  # "CPU", "CUDA0", "Metal", "Vulkan0", ...
-    description: str  # "AMD EPYC", "NVIDIA GeForce RTX 4090", ...
-    kind: str  # "CPU", "GPU", "ACCEL", "IGPU"
-    memory_total_bytes: int | None  # device memory, bytes
-    memory_free_bytes: int | None  # free device memory, bytes
 
 
 @dataclass(frozen=True)
@@ -92,7 +81,7 @@ class HostInfo:
     @property
     def accelerator_backend(self) -> str:
         """The GPU backend llama.cpp was built with ("CUDA", "Metal", "Vulkan", ...) or "CPU"."""
-        return next((b for b in self.llama_backends if b.upper() not in _NOT_GPU_BACKENDS), "CPU")
+        return next((b for b in self.llama_backends if is_gpu_backend(b)), "CPU")
 
     @property
     def chip_name(self) -> str | None:
@@ -321,44 +310,6 @@ def _linux_llc(root: Path) -> int | None:
     return best
 
 
-_DEVICE_KINDS = {0: "CPU", 1: "GPU", 2: "ACCEL", 3: "IGPU"}
-
-
-def llama_devices(lib=None) -> tuple[LlamaDevice, ...]:
-    """ggml's registered devices, through its C API (ctypes); () when that is unavailable."""
-    import ctypes
-
-    try:
-        if lib is None:
-            import llama_cpp  # noqa: F401 - loads the libraries first
-            from llama_cpp._ggml import libggml as lib
-        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-        for fn in (lib.ggml_backend_dev_name, lib.ggml_backend_dev_description):
-            fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
-        lib.ggml_backend_dev_type.restype, lib.ggml_backend_dev_type.argtypes = ctypes.c_int, [ctypes.c_void_p]
-        size_p = ctypes.POINTER(ctypes.c_size_t)
-        lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
-        out = []
-        for i in range(int(lib.ggml_backend_dev_count())):
-            dev = lib.ggml_backend_dev_get(i)
-            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-            out.append(LlamaDevice(
-                name=(lib.ggml_backend_dev_name(dev) or b"?").decode("utf-8", "replace"),
-                description=(lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
-                kind=_DEVICE_KINDS.get(int(lib.ggml_backend_dev_type(dev)), "?"),
-                memory_total_bytes=int(total.value) or None,
-                memory_free_bytes=int(free.value) or None,
-            ))
-        return tuple(out)
-    except Exception:  # noqa: BLE001 - an old or unusual build: devices unknown, the report goes on
-        return ()
-
-
 def default_threads(info: HostInfo | None = None) -> int:
-    """One thread per physical core (performance cores on Apple silicon)."""
-    if info is not None and (info.perf_cores or info.physical_cores):
-        return int(info.perf_cores or info.physical_cores)
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    """One thread per performance core this process may use (ondevice.llama.devices has the rule)."""
+    return llama_default_threads(info.perf_cores if info is not None else None)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ondevice.errors import InvalidParameterError, QuantError
 from ondevice.gguf_file import ArrayRef, GGUFFile, read_gguf
-from ondevice.quant._llama import LogitsModel
+from ondevice.llama.logits import LogitsModel
 
 __all__ = ["Perplexity", "Comparison", "default_text", "perplexity", "compare", "compare_many", "check_same_vocabulary", "DEFAULT_TEXT", "DEFAULT_N_CTX"]
 

@@ -140,17 +140,11 @@ def _check_space(dst: Path, need_bytes: int) -> None:
 
 
 def _run_llama_quantize(src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *, threads, allow_requantize, progress, pure) -> None:
-    import llama_cpp
+    from ondevice.llama.log import log_listener
+    from ondevice.llama.quantize import quantize_file, supports_file_type
 
-    from ondevice.quant._llama import log_listener
-
-    if getattr(llama_cpp, f"LLAMA_FTYPE_{ftype.name}", None) != ftype.value:
+    if not supports_file_type(ftype.name, ftype.value):
         raise QuantError(f"this llama.cpp build does not support {_label(ftype)}")
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype.value
-    params.nthread = int(threads or 0)  # 0: llama.cpp uses every hardware thread
-    params.allow_requantize = bool(allow_requantize)
-    params.pure = bool(pure)
     state = {"done": 0, "total": 0, "rc": None, "error": None, "errors": []}
 
     def on_log(text: str) -> None:
@@ -162,7 +156,8 @@ def _run_llama_quantize(src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *
 
     def work() -> None:
         try:
-            state["rc"] = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), llama_cpp.byref(params))
+            state["rc"] = quantize_file(src, tmp, ftype.value, threads=int(threads or 0),
+                                        allow_requantize=bool(allow_requantize), pure=bool(pure))
         except BaseException as exc:  # noqa: BLE001 - reported to the caller below
             state["error"] = exc
 

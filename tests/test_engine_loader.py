@@ -1,10 +1,10 @@
-"""Loader pieces that depend on the llama.cpp build: backend names, GPU offload counts, thread default."""
+"""What depends on the llama.cpp build: backend names, GPU offload counts, the thread default (ondevice.llama.devices)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ondevice.engine import loader
+from ondevice.llama import devices
 from ondevice.errors import InvalidParameterError
 
 
@@ -24,21 +24,21 @@ class Spec:
 
 
 def test_backends_from_devices_put_gpus_first(monkeypatch):
-    monkeypatch.setattr(loader, "_device_backends", lambda: ["CPU", "Metal", "BLAS"])
-    assert loader.detect_backends(FakeLib(True)) == ["Metal", "CPU", "BLAS"]
+    monkeypatch.setattr(devices, "_device_backends", lambda: ["CPU", "Metal", "BLAS"])
+    assert devices.detect_backends(FakeLib(True)) == ["Metal", "CPU", "BLAS"]
 
 
 def test_backends_fall_back_to_system_info(monkeypatch):
-    monkeypatch.setattr(loader, "_device_backends", lambda: [])
+    monkeypatch.setattr(devices, "_device_backends", lambda: [])
     info = b"CUDA : ARCHS = 890 | USE_GRAPHS = 1 | PEER_MAX_BATCH_SIZE = 128 | CPU : SSE3 = 1 | AVX2 = 1 | "
-    assert loader.detect_backends(FakeLib(True, info)) == ["CUDA", "CPU"]
-    assert loader.detect_backends(FakeLib(False, b"")) == ["CPU"]
+    assert devices.detect_backends(FakeLib(True, info)) == ["CUDA", "CPU"]
+    assert devices.detect_backends(FakeLib(False, b"")) == ["CPU"]
 
 
 def test_this_build_reports_its_cpu_device():
     import llama_cpp
 
-    assert "CPU" in loader.detect_backends(llama_cpp)
+    assert "CPU" in devices.detect_backends(llama_cpp)
 
 
 @pytest.mark.parametrize(
@@ -47,16 +47,16 @@ def test_this_build_reports_its_cpu_device():
      (-1, True, (-1, 19)), (0, True, (0, 0)), (7, False, (0, 0))],
 )
 def test_gpu_layer_counts(requested, gpu, expected):
-    assert loader._gpu_layers(FakeLib(gpu), requested, Spec()) == expected
+    assert devices.gpu_layers(FakeLib(gpu), requested, Spec.n_layer) == expected
 
 
 def test_gpu_layers_rejects_nonsense():
     with pytest.raises(InvalidParameterError, match="n_gpu_layers"):
-        loader._gpu_layers(FakeLib(True), True, Spec())
+        devices.gpu_layers(FakeLib(True), True, Spec.n_layer)
 
 
 def test_default_threads_is_positive_and_bounded():
     import os
 
-    n = loader.default_threads()
+    n = devices.default_threads()
     assert 1 <= n <= (os.cpu_count() or 1)

@@ -95,7 +95,10 @@ def test_cpuinfo_and_cache_sizes():
     assert parse_cache_size("big") is None
 
 
-def test_detect_macos_apple_silicon():
+def test_detect_macos_apple_silicon(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)  # all 12 cores usable
     info = detect(run=runner({"sysctl": rec("sysctl_m2_pro.txt")}), system_info=rec("sysinfo_metal.txt"), system="Darwin")
     assert info.apple_chip == "Apple M2 Pro" and info.unified_memory
     assert info.ram_total_bytes == 32 << 30 and info.physical_cores == 12 and info.perf_cores == 8

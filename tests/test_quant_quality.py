@@ -12,7 +12,7 @@ import pytest
 from ondevice.cli.main import main
 from ondevice.errors import InvalidParameterError, QuantError
 from ondevice.quant import quality
-from ondevice.quant._llama import LogitsModel
+from ondevice.llama.logits import LogitsModel
 from ondevice.quant.quantize import quantize
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
 

@@ -113,21 +113,12 @@ def _versions() -> dict[str, Any]:
             out[dist] = version(dist)
         except PackageNotFoundError:
             out[dist] = None
-    try:
-        from ondevice.probing.cache import build_id
+    from ondevice.llama.build import build_id, build_info, llama_cpp_version
 
-        out["llama_cpp_build"] = build_id()  # llama-cpp-python version + hash of llama.cpp's system info
-    except Exception:
-        out["llama_cpp_build"] = None
-    try:
-        import llama_cpp
-
-        raw = llama_cpp.llama_cpp.llama_version()
-        out["llama_cpp"] = raw.decode() if isinstance(raw, bytes) else str(raw)
-        info = llama_cpp.llama_print_system_info()
-        out["llama_cpp_system_info"] = (info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)).strip()
-    except Exception:  # an older binding without llama_version: the package version says enough
-        out.setdefault("llama_cpp", None)
+    version, system_info = build_info()
+    out["llama_cpp_build"] = build_id(version, system_info)  # llama-cpp-python version + hash of llama.cpp's system info
+    out["llama_cpp"] = llama_cpp_version()
+    out["llama_cpp_system_info"] = system_info.strip() if system_info else None
     return out
 
 

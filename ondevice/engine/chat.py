@@ -66,13 +66,13 @@ class ChatTemplate:
             self._init_jinja(raw.decode("utf-8", "replace"))
 
     def _init_jinja(self, template: str) -> None:
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        from ondevice.llama.model import chat_formatter
 
         lib, vocab = self._engine._h.lib, self._engine._h.vocab
         bos = self._token_text(lib.llama_vocab_bos(vocab))
         eos = self._token_text(lib.llama_vocab_eos(vocab))
         try:
-            fmt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos, add_generation_prompt=True)
+            fmt = chat_formatter(template, eos_token=eos, bos_token=bos)
             fmt(messages=[{"role": "user", "content": "Hi"}])
         except Exception as exc:  # a template this Jinja cannot run: keep chatting with the fallback
             _log.warning("chat template unusable (%s); using the plain User/Assistant transcript", exc)

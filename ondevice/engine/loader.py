@@ -7,9 +7,6 @@ and never reaches llama.cpp). llama.cpp's log goes to the `logging` logger "onde
 
 from __future__ import annotations
 
-import ctypes
-import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +14,11 @@ from typing import Any
 
 from ondevice.errors import InvalidParameterError
 from ondevice.kvtypes import DEFAULT_KV_TYPE, kv_ggml_type, kv_is_quantized
-from ondevice.llama.model import load_model, new_context
+from ondevice.llama.devices import default_threads, detect_backends, gpu_layers, is_gpu_backend
+from ondevice.llama.model import llama_lib, load_model, new_context
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["EngineInfo", "LlamaHandle", "open_model", "default_threads", "resolve_n_ctx", "MIN_N_CTX", "DEFAULT_N_CTX"]
+__all__ = ["EngineInfo", "LlamaHandle", "open_model", "resolve_n_ctx", "MIN_N_CTX", "DEFAULT_N_CTX"]
 
 # llama.cpp rounds every context up to a multiple of 256 (llama-context.cpp: GGML_PAD(n_ctx, 256)),
 # so a smaller request is silently a context of 256 tokens.
@@ -57,56 +55,6 @@ class EngineInfo:
         return d
 
 
-def default_threads() -> int:
-    """Physical cores this process may use (llama.cpp's own default is all physical cores)."""
-    try:
-        import psutil
-
-        physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except Exception:  # pragma: no cover - psutil is a dependency; stay usable without it
-        physical = os.cpu_count() or 1
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        usable = os.cpu_count() or physical
-    return max(1, min(physical, usable))
-
-
-def detect_backends(lib: Any) -> list[str]:
-    """Backend names of the devices this llama.cpp build registered, GPUs first, e.g. ['CUDA', 'CPU']."""
-    names = _device_backends()
-    if not names:  # an unusual build: fall back to the backends llama_print_system_info lists
-        try:
-            info = (lib.llama_print_system_info() or b"").decode("utf-8", "replace")
-        except Exception:  # pragma: no cover - defensive: the function exists in every 0.3.x
-            info = ""
-        names = list(dict.fromkeys(re.findall(r"(?:^|\|)\s*([A-Za-z][A-Za-z0-9_-]*) : ", info)))
-    gpus = [n for n in names if n.upper() not in _HOST_BACKENDS]
-    return gpus + [n for n in names if n not in gpus] or ["CPU"]
-
-
-_HOST_BACKENDS = ("CPU", "BLAS", "RPC")
-
-
-def _device_backends() -> list[str]:
-    """ggml registry name ("CUDA", "Metal", "Vulkan", "ROCm", "CPU", ...) of each device, through ggml's C API."""
-    try:
-        from llama_cpp._ggml import libggml as g
-
-        g.ggml_backend_dev_count.restype = ctypes.c_size_t
-        g.ggml_backend_dev_get.restype, g.ggml_backend_dev_get.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-        g.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
-        g.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
-        g.ggml_backend_reg_name.restype, g.ggml_backend_reg_name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
-        out = []
-        for i in range(int(g.ggml_backend_dev_count())):
-            reg = g.ggml_backend_dev_backend_reg(g.ggml_backend_dev_get(i))
-            out.append((g.ggml_backend_reg_name(reg) or b"?").decode("utf-8", "replace"))
-        return list(dict.fromkeys(out))
-    except Exception:  # noqa: BLE001 - no such symbols in this build: the caller falls back
-        return []
-
-
 class LlamaHandle:
     """The raw llama.cpp objects of one engine: model, context, vocabulary, memory."""
 
@@ -128,21 +76,6 @@ class LlamaHandle:
         if self.model:
             self.lib.llama_model_free(self.model)
             self.model = None
-
-
-def _gpu_layers(lib: Any, n_gpu_layers: Any, spec: ModelSpec) -> tuple[int, int]:
-    """(value passed to llama.cpp, layers actually offloaded)."""
-    all_layers = (spec.n_layer or 0) + 1  # blocks + output layer
-    if n_gpu_layers == "auto":
-        requested = -1
-    elif isinstance(n_gpu_layers, int) and not isinstance(n_gpu_layers, bool) and n_gpu_layers >= -1:
-        requested = n_gpu_layers
-    else:
-        raise InvalidParameterError(f"n_gpu_layers must be 'auto', -1 (all) or a count >= 0, not {n_gpu_layers!r}")
-    if not lib.llama_supports_gpu_offload():
-        return 0, 0
-    effective = all_layers if requested < 0 else min(requested, all_layers)
-    return requested, effective
 
 
 def _flash_attn_type(lib: Any, flash_attn: Any) -> int:
@@ -200,10 +133,10 @@ def open_model(
     type_k, type_v = kv_ggml_type(cache_type_k), kv_ggml_type(cache_type_v)
     if kv_is_quantized(cache_type_v) and flash_attn is False:
         raise InvalidParameterError(f"a quantized V cache ({cache_type_v}) needs flash attention: use flash_attn 'auto' or True")
-    import llama_cpp as lib  # lazy: importing ondevice must not load llama.cpp
+    lib = llama_lib()
 
     fa_type = _flash_attn_type(lib, flash_attn)
-    requested_layers, offloaded = _gpu_layers(lib, n_gpu_layers, spec)
+    requested_layers, offloaded = gpu_layers(lib, n_gpu_layers, spec.n_layer)
     t0 = time.perf_counter_ns()
     model, placement = load_model(path, n_gpu_layers=requested_layers, lib=lib)
     try:
@@ -215,7 +148,7 @@ def open_model(
     handle = LlamaHandle(lib, model, ctx)
     load_s = (time.perf_counter_ns() - t0) * 1e-9
     backends = detect_backends(lib)
-    backend = backends[0] if (offloaded and backends[0].upper() not in _HOST_BACKENDS) else "CPU"
+    backend = backends[0] if (offloaded and is_gpu_backend(backends[0])) else "CPU"
     info = EngineInfo(
         model_path=str(path), spec=spec, backend=backend, n_gpu_layers=offloaded if backend != "CPU" else 0,
         n_threads=n_threads, n_batch=handle.n_batch, n_ctx=handle.n_ctx, flash_attn=flash_attn, load_s=load_s,

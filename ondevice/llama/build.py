@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-__all__ = ["build_info", "build_id"]
+__all__ = ["build_info", "build_id", "llama_cpp_version"]
 
 
 def build_info() -> tuple[str | None, str | None]:
@@ -31,3 +31,14 @@ def build_id(llama_version: str | None = None, system_info: str | None = None) -
         llama_version, system_info = build_info()
     digest = hashlib.sha256((system_info or "").encode()).hexdigest()[:8]
     return f"{re.sub(r'[^A-Za-z0-9_.+]+', '_', llama_version or 'unknown')}.{digest}"
+
+
+def llama_cpp_version() -> str | None:
+    """llama.cpp's own version string (the binding's llama_version), when the binding has it."""
+    try:
+        import llama_cpp
+
+        raw = llama_cpp.llama_cpp.llama_version()
+    except Exception:  # noqa: BLE001 - an older binding without llama_version: the package version says enough
+        return None
+    return raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -18,9 +18,23 @@ from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_
 from ondevice.llama.guard import Verdict, cpu_buffer_verdict
 from ondevice.llama.log import LOG_NAME, log_listener, route_llama_log
 
-__all__ = ["Placement", "load_model", "new_context", "repack_plan", "ErrorLines"]
+__all__ = ["Placement", "llama_lib", "load_model", "new_context", "repack_plan", "chat_formatter", "ErrorLines"]
 
 _log = logging.getLogger(LOG_NAME)
+
+
+def llama_lib() -> Any:
+    """llama-cpp-python's low-level binding, imported on first use (importing ondevice must not load llama.cpp)."""
+    import llama_cpp
+
+    return llama_cpp
+
+
+def chat_formatter(template: str, *, bos_token: str, eos_token: str) -> Any:
+    """llama-cpp-python's Jinja renderer of a GGUF chat template: formatter(messages=[...]).prompt."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    return Jinja2ChatFormatter(template=template, eos_token=eos_token, bos_token=bos_token, add_generation_prompt=True)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ondevice import paths
+from ondevice.llama.devices import default_backend
 
-__all__ = ["probe", "default_backend", "ProbeResult", "LOCK_TIMEOUT_S", "MAX_PASS_SPREAD", "WAITING"]
+__all__ = ["probe", "cached_probe", "default_backend", "ProbeResult", "LOCK_TIMEOUT_S", "MAX_PASS_SPREAD", "WAITING"]
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +34,6 @@ def __getattr__(name: str):
 
         return ProbeResult
     raise AttributeError(name)
-
-
-def default_backend() -> str:
-    """The backend the engine uses by default: the build's GPU backend when it can offload, else "CPU"."""
-    import llama_cpp
-
-    from ondevice.hardware import parse_system_info
-
-    if not llama_cpp.llama_supports_gpu_offload():
-        return "CPU"
-    raw = llama_cpp.llama_print_system_info()
-    backends, _ = parse_system_info(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))
-    gpu = [b for b in backends if b.upper() not in ("CPU", "BLAS", "RPC")]
-    return gpu[0] if gpu else "CPU"
 
 
 def cached_probe(backend: str | None = None, *, cache_root: Path | None = None):

@@ -1,11 +1,7 @@
-"""Thin helpers over llama-cpp-python's low-level API, for quant's own use.
+"""`LogitsModel`: a model + context that scores token windows and returns their logits (quant's
+quality evaluation; copying logits is fine here, this is not the decode hot path).
 
-- llama.cpp's log goes to the `logging` logger "ondevice.llama_cpp" (ondevice.llama.log);
-  `log_listener` lets a caller read the lines too (quantize reads its per-tensor progress from them).
-- `LogitsModel`: a model + context that scores token windows and returns their logits
-  (quality evaluation; copying logits is fine here, this is not the decode hot path).
-
-llama_cpp is imported inside functions: importing quant stays cheap.
+llama_cpp is imported inside functions: importing this module stays cheap.
 """
 
 from __future__ import annotations
@@ -17,19 +13,10 @@ from typing import Sequence
 import numpy as np
 
 from ondevice.errors import QuantError
-from ondevice.llama.log import log_listener
+from ondevice.llama.devices import gpu_layers
 from ondevice.llama.model import load_model, new_context
 
-__all__ = ["log_listener", "LogitsModel"]  # log_listener: re-exported from ondevice.llama.log
-
-
-def gpu_layers(n_gpu_layers: int | str | None) -> int:
-    """"auto"/None: offload everything when this build has a GPU backend, else 0."""
-    import llama_cpp
-
-    if n_gpu_layers in (None, "auto"):
-        return 999 if llama_cpp.llama_supports_gpu_offload() else 0
-    return int(n_gpu_layers)
+__all__ = ["LogitsModel"]
 
 
 class LogitsModel:
@@ -40,7 +27,7 @@ class LogitsModel:
 
         self._ll = llama_cpp
         self.path = Path(path)
-        self._model, _ = load_model(self.path, n_gpu_layers=gpu_layers(n_gpu_layers), lib=llama_cpp)
+        self._model, _ = load_model(self.path, n_gpu_layers=gpu_layers(llama_cpp, n_gpu_layers or "auto", None)[0], lib=llama_cpp)
         self._ctx = None
         try:
             self._vocab = llama_cpp.llama_model_get_vocab(self._model)
