@@ -195,6 +195,18 @@ def test_failing_model_does_not_stop_the_others(tmp_path, capsys, tiny_model):
     assert "junk.gguf" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("slo, rc", [("ttft_p95=1e-9", 1), ("itl_max=1e-9", 1), ("ttft_p95=60,tpot_p95=60", 0)])
+def test_slo_verdict_sets_the_exit_status(tmp_path, capsys, tiny_model, slo, rc):
+    out = tmp_path / "slo.json"
+    got = main(["bench", str(tiny_model), "-p", "16", "-n", "4", "-r", "2", "--scenarios", "resident", "--no-progress",
+                "--slo", slo, "--json", str(out)])
+    assert got == rc
+    (r,) = json.loads(out.read_text())["results"]
+    assert r["ok_runs"] == 2 and r["failures"] == []  # every run was ok: the SLO alone decides the status
+    assert r["slo"]["passed"] is (rc == 0) and r["slo"]["goodput"] == (1.0 if rc == 0 else 0.0)
+    assert ("SLO FAIL" in capsys.readouterr().out) is (rc == 1)
+
+
 def test_ctrl_c_writes_what_was_gathered(tmp_path, capsys, tiny_model, monkeypatch):
     from ondevice.bench import scenarios
 
