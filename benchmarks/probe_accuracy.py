@@ -120,14 +120,21 @@ def host_check(rounds: int, threads: int | None) -> dict:
 
 # ---------- 2. decode: prediction against measurement ----------
 
-def build_models(root: Path) -> list[tuple[str, Path]]:
+def build_models(root: Path, only: list[str] | None = None) -> list[tuple[str, Path]]:
+    """The default model and the synthetic ones (built once, kept in `root`) whose label has one of `only`."""
     from ondevice.materialize import resolve_model
     from ondevice.quant.quantize import quantize
     from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
+    def wanted(label: str) -> bool:
+        return not only or any(k in label for k in only)
+
     root.mkdir(parents=True, exist_ok=True)
-    out = [("default (gemma-3-270m Q4_K_M)", resolve_model(None))]
+    default = "default (gemma-3-270m Q4_K_M)"
+    out = [(default, resolve_model(None))] if wanted(default) else []
     for label, qtype, shape in SYNTH:
+        if not wanted(label):
+            continue
         f16 = root / f"{label}-src-F16.gguf"
         final = root / f"{label}.gguf"
         if not final.exists():
@@ -256,9 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         # measured now, not saved: the user's cached probe stays as it was (models are reused)
         result = ondevice.probe(refresh=True, save=False, n_threads=args.threads, progress=lambda m: say(f"probe: {m}"))
         report["probe"] = {"elapsed_s": time.perf_counter() - t0, "cold": args.cold, **result.to_dict()}
-        models = build_models(paths.cache_dir() / "probe" / "accuracy")
-        if args.only:
-            models = [m for m in models if any(k in m[0] for k in args.only.split(","))]
+        models = build_models(paths.cache_dir() / "probe" / "accuracy", args.only.split(",") if args.only else None)
         contexts = tuple(int(c) for c in args.contexts.split(","))
         report["decode"] = decode_check(result, models, args.reps, args.tokens, contexts, args.threads)
     report["misses"] = misses(report)
