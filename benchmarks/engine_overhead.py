@@ -58,8 +58,9 @@ class BareContext:
         lib.llama_free(self.ctx)
 
 
-def bare_run(bare: BareContext, ids: list[int], n_out: int) -> tuple[float, float, list[int]]:
-    """(ttft_s, decode_tok_s, tokens) of a bare greedy loop in the bare context."""
+def bare_run(bare: BareContext, ids: list[int], n_out: int, marks: list[int] | None = None) -> tuple[float, float, list[int]]:
+    """(ttft_s, decode_tok_s, tokens) of a bare greedy loop in the bare context; `marks`, when
+    given (an empty list), receives the perf_counter_ns() moment each token was sampled."""
     import llama_cpp as lib
 
     ctx, n_batch = bare.ctx, bare.n_batch
@@ -70,7 +71,7 @@ def bare_run(bare: BareContext, ids: list[int], n_out: int) -> tuple[float, floa
     arr = (ctypes.c_int32 * len(ids))(*ids)
     one = (ctypes.c_int32 * 1)()
     batch_one = lib.llama_batch_get_one(one, 1)
-    marks: list[int] = []
+    marks = [] if marks is None else marks
     out: list[int] = []
     start = perf_counter_ns()
     lib.llama_memory_clear(bare.memory, False)  # as the engine clears it

@@ -17,6 +17,10 @@
    measured figure. Target: within +-10%, and the pure ceiling (the best host bandwidth
    measured in any round) never below the fastest round of any row.
 
+Exit status 1 when a target is missed: the numpy/C host ratio outside +-10%, a row's paired
+error outside +-10% (or not measured: no round fitted), or a ceiling below a row's fastest
+round. The standalone probe's error is reported beside them, not checked.
+
     python benchmarks/probe_accuracy.py [--reps 7] [--tokens 32] [--cold] [--json out.json]
 """
 
@@ -116,14 +120,21 @@ def host_check(rounds: int, threads: int | None) -> dict:
 
 # ---------- 2. decode: prediction against measurement ----------
 
-def build_models(root: Path) -> list[tuple[str, Path]]:
+def build_models(root: Path, only: list[str] | None = None) -> list[tuple[str, Path]]:
+    """The default model and the synthetic ones (built once, kept in `root`) whose label has one of `only`."""
     from ondevice.materialize import resolve_model
     from ondevice.quant.quantize import quantize
     from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
+    def wanted(label: str) -> bool:
+        return not only or any(k in label for k in only)
+
     root.mkdir(parents=True, exist_ok=True)
-    out = [("default (gemma-3-270m Q4_K_M)", resolve_model(None))]
+    default = "default (gemma-3-270m Q4_K_M)"
+    out = [(default, resolve_model(None))] if wanted(default) else []
     for label, qtype, shape in SYNTH:
+        if not wanted(label):
+            continue
         f16 = root / f"{label}-src-F16.gguf"
         final = root / f"{label}.gguf"
         if not final.exists():
@@ -253,15 +264,29 @@ def main(argv: list[str] | None = None) -> int:
         # measured now, not saved: the user's cached probe stays as it was (models are reused)
         result = ondevice.probe(refresh=True, save=False, n_threads=args.threads, progress=lambda m: say(f"probe: {m}"))
         report["probe"] = {"elapsed_s": time.perf_counter() - t0, "cold": args.cold, **result.to_dict()}
-        models = build_models(paths.cache_dir() / "probe" / "accuracy")
-        if args.only:
-            models = [m for m in models if any(k in m[0] for k in args.only.split(","))]
+        models = build_models(paths.cache_dir() / "probe" / "accuracy", args.only.split(",") if args.only else None)
         contexts = tuple(int(c) for c in args.contexts.split(","))
         report["decode"] = decode_check(result, models, args.reps, args.tokens, contexts, args.threads)
+    report["misses"] = misses(report)
     print(render(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
-    return 0
+    return 1 if report["misses"] else 0
+
+
+def misses(report: dict) -> list[str]:
+    """Every missed target, one line each (empty: all met)."""
+    out = []
+    h = report.get("host")
+    if h and "skipped" not in h and not h["within_10pct"]:
+        out.append(f"host read: numpy/C ratio {h['ratio']:.3f} outside +-10%")
+    for r in report.get("decode", {}).get("rows", []):
+        name = f"{r['model']} at {r['ctx']}"
+        if not abs(r["error"]) <= 0.10:  # NaN (no round fitted) is a miss too
+            out.append(f"{name}: paired error {100 * r['error']:+.1f}% outside +-10%")
+        if not r["ceiling_ok"]:
+            out.append(f"{name}: ceiling {r['ceiling_tok_s']:.2f} tok/s below the fastest round {r['best_tok_s']:.2f}")
+    return out
 
 
 def render(report: dict) -> str:
@@ -306,6 +331,7 @@ def render(report: dict) -> str:
         lines.append(f"within +-10%: paired {sum(abs(r['error']) <= 0.10 for r in rows)}/{len(rows)}, "
                      f"standalone {sum(abs(r['standalone_error']) <= 0.10 for r in rows)}/{len(rows)}; "
                      f"ceiling never below measured: {all(r['ceiling_ok'] for r in rows)}")
+    lines += [f"target NOT met: {m}" for m in report.get("misses", [])] or ["targets met"]
     return "\n".join(lines)
 
 

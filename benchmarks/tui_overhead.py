@@ -12,7 +12,9 @@ built-in base model, chatting through the plain User/Assistant transcript, would
 next turn itself after a dozen tokens and stop there). Each B is held against the mean of
 the two A runs around it (a steady drift of the machine cancels). Target: median of the
 ratios B/A >= 0.97; the bootstrap interval printed with it says how far this machine's
-noise alone moves that median. One warm-up of each is not counted.
+noise alone moves that median. Every run, A and B, must decode exactly N tokens (else the
+ratio compares different work). Exit status 1 when the target is missed or a run decoded
+another number of tokens. One warm-up of each is not counted.
 """
 
 from __future__ import annotations
@@ -112,6 +114,49 @@ def _row(g) -> dict:
             "prompt_tokens": g.prompt_tokens, "cached": g.cached_prompt_tokens, "chars": len(g.text)}
 
 
+def summarize_runs(engine, args, pairs: list, engine_runs: list) -> dict:
+    """The figures, the checks and every run."""
+    ratios = [b["decode_tok_s"] / a["decode_tok_s"] for a, b in pairs]
+    token_counts = sorted({r["tokens"] for r in engine_runs} | {b["tokens"] for _, b in pairs})
+    return {
+        "model": engine.info.spec.name,
+        "backend": engine.info.backend,
+        "threads": engine.info.n_threads,
+        "tokens": args.tokens,
+        "pairs": len(pairs),
+        "engine_decode_tok_s_median": statistics.median(a["decode_tok_s"] for a, _ in pairs),
+        "tui_decode_tok_s_median": statistics.median(b["decode_tok_s"] for _, b in pairs),
+        "engine_ttft_s_median": statistics.median(a["ttft_s"] for a, _ in pairs),
+        "tui_ttft_s_median": statistics.median(b["ttft_s"] for _, b in pairs),
+        "ui_cpu_share_median": statistics.median(b["ui_cpu_share"] for _, b in pairs),
+        "ratio_median": statistics.median(ratios),
+        "ratio_median_90pct": median_interval(ratios),
+        "ratio_min": min(ratios),
+        "target": TARGET,
+        "token_counts": token_counts,  # output tokens of every run, both sides: [N] when all decoded N
+        "same_tokens": token_counts == [args.tokens],
+        "pass": statistics.median(ratios) >= TARGET and token_counts == [args.tokens],
+        "runs": [{"engine": a, "tui": b, "ratio": r} for (a, b), r in zip(pairs, ratios)],
+        "engine_runs": engine_runs,  # A runs in order (each "engine" above is the mean of two)
+    }
+
+
+def render(summary: dict, args) -> None:
+    print(f"model {summary['model']} · {summary['backend']} · {summary['threads']} threads · {args.tokens} tokens, greedy")
+    print(f"{'pair':>4}  {'engine tok/s':>12}  {'TUI tok/s':>10}  {'ratio':>6}  {'tokens A/B':>10}  {'TTFT A/B ms':>13}")
+    for n, run in enumerate(summary["runs"], 1):
+        a, b, r = run["engine"], run["tui"], run["ratio"]
+        print(f"{n:>4}  {a['decode_tok_s']:>12.1f}  {b['decode_tok_s']:>10.1f}  {r:>6.3f}  "
+              f"{a['tokens']:>4}/{b['tokens']:<5}  {a['ttft_s'] * 1e3:>6.1f}/{b['ttft_s'] * 1e3:<6.1f}")
+    verdict = "PASS" if summary["pass"] else "FAIL"
+    lo, hi = summary["ratio_median_90pct"]
+    print(f"median ratio TUI/engine {summary['ratio_median']:.3f} (90% bootstrap interval {lo:.3f}-{hi:.3f}; "
+          f"min {summary['ratio_min']:.3f}); target >= {TARGET}; every run decoded {args.tokens} tokens: "
+          f"{'yes' if summary['same_tokens'] else 'NO, ' + str(summary['token_counts'])} -> {verdict}")
+    print(f"median decode tok/s: engine {summary['engine_decode_tok_s_median']:.1f}, TUI {summary['tui_decode_tok_s_median']:.1f}; "
+          f"UI thread CPU {summary['ui_cpu_share_median'] * 100:.1f}% of a core while streaming")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=11)
@@ -136,41 +181,12 @@ def main() -> int:
     finally:
         engine.close()
 
-    ratios = [b["decode_tok_s"] / a["decode_tok_s"] for a, b in pairs]
-    summary = {
-        "model": engine.info.spec.name,
-        "backend": engine.info.backend,
-        "threads": engine.info.n_threads,
-        "tokens": args.tokens,
-        "pairs": len(pairs),
-        "engine_decode_tok_s_median": statistics.median(a["decode_tok_s"] for a, _ in pairs),
-        "tui_decode_tok_s_median": statistics.median(b["decode_tok_s"] for _, b in pairs),
-        "engine_ttft_s_median": statistics.median(a["ttft_s"] for a, _ in pairs),
-        "tui_ttft_s_median": statistics.median(b["ttft_s"] for _, b in pairs),
-        "ui_cpu_share_median": statistics.median(b["ui_cpu_share"] for _, b in pairs),
-        "ratio_median": statistics.median(ratios),
-        "ratio_median_90pct": median_interval(ratios),
-        "ratio_min": min(ratios),
-        "target": TARGET,
-        "pass": statistics.median(ratios) >= TARGET,
-        "runs": [{"engine": a, "tui": b, "ratio": r} for (a, b), r in zip(pairs, ratios)],
-        "engine_runs": engine_runs,  # A runs in order (each "engine" above is the mean of two)
-    }
+    summary = summarize_runs(engine, args, pairs, engine_runs)
     if args.json:
         json.dump(summary, sys.stdout, indent=2)
         print()
-        return 0 if summary["pass"] else 1
-    print(f"model {summary['model']} · {summary['backend']} · {summary['threads']} threads · {args.tokens} tokens, greedy")
-    print(f"{'pair':>4}  {'engine tok/s':>12}  {'TUI tok/s':>10}  {'ratio':>6}  {'tokens A/B':>10}  {'TTFT A/B ms':>13}")
-    for n, ((a, b), r) in enumerate(zip(pairs, ratios), 1):
-        print(f"{n:>4}  {a['decode_tok_s']:>12.1f}  {b['decode_tok_s']:>10.1f}  {r:>6.3f}  "
-              f"{a['tokens']:>4}/{b['tokens']:<5}  {a['ttft_s'] * 1e3:>6.1f}/{b['ttft_s'] * 1e3:<6.1f}")
-    verdict = "PASS" if summary["pass"] else "FAIL"
-    lo, hi = summary["ratio_median_90pct"]
-    print(f"median ratio TUI/engine {summary['ratio_median']:.3f} (90% bootstrap interval {lo:.3f}-{hi:.3f}; "
-          f"min {summary['ratio_min']:.3f}); target >= {TARGET} -> {verdict}")
-    print(f"median decode tok/s: engine {summary['engine_decode_tok_s_median']:.1f}, TUI {summary['tui_decode_tok_s_median']:.1f}; "
-          f"UI thread CPU {summary['ui_cpu_share_median'] * 100:.1f}% of a core while streaming")
+    else:
+        render(summary, args)
     return 0 if summary["pass"] else 1
 
 

@@ -31,3 +31,17 @@ def default_model() -> Path:
     from ondevice.materialize import resolve_model
 
     return resolve_model(None)
+
+
+@pytest.fixture(scope="session")
+def offload_backend() -> str:
+    """Where a default load (n_gpu_layers "auto") runs the layers with this llama.cpp build: "CPU"
+    on a CPU-only build, else the GPU backend the build reports (CUDA, Metal, Vulkan, ...)."""
+    import llama_cpp
+
+    from ondevice.engine.loader import detect_backends
+
+    if not llama_cpp.llama_supports_gpu_offload():
+        return "CPU"
+    first = detect_backends(llama_cpp)[0]
+    return "CPU" if first.upper() in ("CPU", "BLAS", "RPC") else first

@@ -114,3 +114,55 @@ def test_load_results_errors(tmp_path):
     malformed.write_text(json.dumps({"record": {"schema": SCHEMA}, "results": [{"model": "x"}]}))
     with pytest.raises(BenchError, match="malformed"):
         load_results(malformed)
+
+
+A_TTFTS = [0.10, 0.11, 0.105, 0.102, 0.108]
+
+
+def test_compare_mixed_when_tested_metrics_disagree():
+    a = _doc("m.gguf", 0.01, A_TTFTS, 1)
+    b = _doc("m.gguf", 0.02, [t / 2 for t in A_TTFTS], 2)  # twice the ITL, half the TTFT
+    row = compare_docs(a, b)[0]
+    by = {m.metric: m.verdict for m in row.metrics}
+    assert (by["itl_s"], by["ttft_s"], row.verdict) == (SLOWER, FASTER, "mixed")
+
+
+def test_compare_not_comparable_without_ok_runs():
+    a = _doc("m.gguf", 0.01, A_TTFTS, 1)
+    b = _doc("m.gguf", 0.01, A_TTFTS, 2)
+    for r in b["results"][0]["runs"]:
+        r["status"] = "failed"
+    for x, y in ((a, b), (b, a)):
+        row = compare_docs(x, y)[0]
+        assert row.verdict == "not comparable: no ok runs on one side"
+        assert all(m.verdict is None for m in row.metrics)
+
+
+def test_compare_threshold_decides_a_real_but_small_change():
+    a = _doc("m.gguf", 0.01, A_TTFTS, 1)
+    b = _doc("m.gguf", 0.0112, [t * 1.12 for t in A_TTFTS], 2)  # 12% slower, clear of the noise
+    rows = {}
+    for threshold, verdict in ((0.05, SLOWER), (0.10, SLOWER), (0.15, SAME)):
+        rows[threshold] = row = compare_docs(a, b, threshold=threshold)[0]
+        assert [m.verdict for m in row.metrics if m.verdict] == [verdict, verdict], threshold
+        assert row.verdict == verdict, threshold
+    ttft = next(m for m in rows[0.15].metrics if m.metric == "ttft_s")  # a change, but under the threshold
+    assert ttft.ratio == pytest.approx(1.12) and ttft.p_value < 0.05 and ttft.ci_low > 1.0
+
+
+def test_cli_compare_two_different_files(tmp_path, capsys):
+    from ondevice.cli.main import main
+
+    fa, fb = tmp_path / "a.json", tmp_path / "b.json"
+    fa.write_text(json.dumps(_doc("m.gguf", 0.01, A_TTFTS, 1)))
+    fb.write_text(json.dumps(_doc("m.gguf", 0.0112, [t * 1.12 for t in A_TTFTS], 2)))
+    for extra, verdict in (([], SLOWER), (["--threshold", "0.15"], SAME)):
+        out = tmp_path / "c.json"
+        assert main(["bench", "compare", str(fa), str(fb), "--json", str(out), *extra]) == 0
+        lines = [line for line in capsys.readouterr().out.splitlines() if "=> verdict" in line]
+        assert len(lines) == 1 and lines[0].rstrip().endswith(verdict), lines
+        doc = json.loads(out.read_text())
+        assert [s["verdict"] for s in doc["scenarios"]] == [verdict]
+        assert doc["threshold"] == (0.15 if extra else 0.05) and (doc["a"], doc["b"]) == (str(fa), str(fb))
+    assert main(["bench", "compare", str(fb), str(fa)]) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if "=> verdict" in line][0].rstrip().endswith(FASTER)

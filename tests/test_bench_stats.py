@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import statistics
 
+import numpy as np
 import pytest
 
 from ondevice.bench.runs import PREFIX_HIT, RESIDENT, RunRecord
 from ondevice.bench.slo import evaluate, parse_slo
 from ondevice.bench.stats import build_result, clean
 from ondevice.errors import BenchError
+from ondevice.metrics import summarize
 from ondevice.results import Timings
 
 
@@ -43,6 +46,45 @@ def test_summaries_pool_itls_and_keep_failures():
     for name in ("ttft_s", "itl_s", "tpot_s", "e2e_s", "prefill_tok_s", "decode_tok_s"):
         s = r.summary(name)
         assert s.min <= s.p50 <= s.p95 <= s.p99 <= s.max
+
+
+# summarize() interpolates linearly between order statistics: numpy's default percentile method
+# ("linear", Hyndman-Fan type 7), which is statistics.quantiles(method="inclusive"); std is the
+# sample standard deviation (n - 1), statistics.stdev / np.std(ddof=1).
+@pytest.mark.parametrize("n", [2, 3, 10, 101, 1000])
+def test_summary_matches_numpy_and_statistics(n):
+    xs = np.random.default_rng(n).lognormal(-4.0, 0.6, n)  # skewed like real latencies, no ties
+    s = summarize([*xs.tolist(), None, math.nan])  # None and NaN samples are not counted
+    assert s.n == n
+    for got, q in ((s.p50, 50), (s.p95, 95), (s.p99, 99)):
+        assert got == pytest.approx(np.percentile(xs, q, method="linear"), rel=1e-12, abs=0)
+    cuts = statistics.quantiles(xs.tolist(), n=100, method="inclusive")  # cuts[k - 1] is the k-th percentile
+    assert (s.p50, s.p95, s.p99) == pytest.approx((cuts[49], cuts[94], cuts[98]), rel=1e-12, abs=0)
+    assert s.p50 == pytest.approx(statistics.median(xs.tolist()), rel=1e-12, abs=0)
+    assert s.std == pytest.approx(statistics.stdev(xs.tolist()), rel=1e-12, abs=0)
+    assert s.std == pytest.approx(np.std(xs, ddof=1), rel=1e-9, abs=0)
+    assert (s.mean, s.min, s.max) == pytest.approx((xs.mean(), xs.min(), xs.max()), rel=1e-12, abs=0)
+
+
+def test_one_sample_summary():
+    s = summarize([0.25])
+    assert (s.n, s.p50, s.p95, s.p99, s.mean, s.std, s.min, s.max) == (1, 0.25, 0.25, 0.25, 0.25, 0.0, 0.25, 0.25)
+
+
+def test_scenario_percentiles_match_numpy_on_pooled_itls():
+    rng = np.random.default_rng(42)
+    itls = [rng.gamma(20, 0.01 / 20, 63) for _ in range(7)]
+    ttfts = rng.gamma(10, 0.1 / 10, 7)
+    r = build_result([run(i, float(t), x.tolist()) for i, (t, x) in enumerate(zip(ttfts, itls))],
+                     prompt_tokens=100, output_tokens=64)
+    pooled = np.concatenate(itls)
+    for metric, xs in (("itl_s", pooled), ("ttft_s", ttfts)):
+        s = r.summary(metric)
+        assert s.n == len(xs)
+        assert [s.p50, s.p95, s.p99] == pytest.approx(np.percentile(xs, [50, 95, 99]), rel=1e-12, abs=0), metric
+        assert s.std == pytest.approx(np.std(xs, ddof=1), rel=1e-9, abs=0), metric
+    tpot = np.array([x.mean() for x in itls])  # per request: mean ITL
+    assert r.summary("tpot_s").p95 == pytest.approx(np.percentile(tpot, 95), rel=1e-9, abs=0)
 
 
 def test_roofline_columns_at_mid_context():

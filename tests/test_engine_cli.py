@@ -17,7 +17,7 @@ def model(tmp_path_factory):
 
 
 @pytest.mark.parametrize("command", ["run", "generate"])
-def test_run_streams_text_then_timings(model, capsys, command):
+def test_run_streams_text_then_timings(model, capsys, command, offload_backend):
     rc = main([command, str(model), " of", "-t", "0", "-n", "8", "-c", "256", "--threads", "1", "--no-predict"])
     out, err = capsys.readouterr()
     assert rc == 0
@@ -25,7 +25,7 @@ def test_run_streams_text_then_timings(model, capsys, command):
     lines = err.strip().splitlines()
     assert len(lines) == 1
     line = lines[0]
-    for field in ("TTFT", "TPOT", "decode", "tok/s", "prefill", "tokens 2 prompt + 4 output", "finish stop", "on CPU"):
+    for field in ("TTFT", "TPOT", "decode", "tok/s", "prefill", "tokens 2 prompt + 4 output", "finish stop", f"on {offload_backend}"):
         assert field in line
 
 

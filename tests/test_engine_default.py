@@ -50,8 +50,9 @@ def test_second_turn_reuses_the_whole_first_turn(engine):
     assert g2.timings.prompt_tokens_computed == len(ids2) - kv_after_first
     cold = engine.generate(ids2, max_tokens=1, temperature=0, reuse_prefix=False)
     assert cold.cached_prompt_tokens == 0 and cold.timings.prompt_tokens_computed == len(ids2)
-    # the cold prefill computes every token (> 200 here), the warm one only the new turn (~15)
-    assert g2.timings.prefill_s < cold.timings.prefill_s
+    # the cold prefill computes every token (> 200 here), the warm one only the new turn (~15); that
+    # this makes the warm prefill faster is a timing verdict: benchmarks/prefix_reuse.py checks it
+    assert cold.timings.prompt_tokens_computed > 200 and 10 * g2.timings.prompt_tokens_computed < len(ids2)
 
 
 def test_stream_pieces_concatenate_to_text(engine):

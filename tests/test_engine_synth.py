@@ -26,11 +26,12 @@ def greedy(engine, prompt=PROMPT, **kw):
     return engine.generate(prompt, temperature=0, **kw)
 
 
-def test_engine_info(engine, tiny_model):
+def test_engine_info(engine, tiny_model, offload_backend):
     info = engine.info
     assert isinstance(info, EngineInfo) and isinstance(info.spec, ModelSpec)
     assert info.model_path == str(tiny_model) and info.spec.path == str(tiny_model)
-    assert info.backend == "CPU" and info.n_gpu_layers == 0  # this test machine's build has no GPU offload
+    assert info.backend == offload_backend  # "CPU" on a CPU-only build; a GPU build offloads every layer
+    assert info.n_gpu_layers == (0 if offload_backend == "CPU" else info.spec.n_layer + 1)
     assert info.n_ctx == engine.n_ctx == 256 and info.n_threads == 1
     assert info.n_batch == 256  # asked 512; llama.cpp caps n_batch at n_ctx
     assert info.load_s > 0 and info.llama_cpp_version
@@ -223,7 +224,7 @@ def test_predictor_fills_events_and_generation(tiny_model):
     assert g.efficiency == pytest.approx(g.timings.decode_tok_s / g.predicted_tok_s)
 
 
-def test_predictor_auto_resolves_through_the_api(tiny_model, monkeypatch):
+def test_predictor_auto_resolves_through_the_api(tiny_model, monkeypatch, offload_backend):
     import ondevice.api as api
 
     seen = []
@@ -236,7 +237,7 @@ def test_predictor_auto_resolves_through_the_api(tiny_model, monkeypatch):
     monkeypatch.setattr(api, "cached_predictor", fake_default)
     with api.load(tiny_model, n_ctx=256, n_threads=1) as eng:
         assert eng.predictor is sentinel
-    assert seen == [(str(tiny_model), "CPU")]
+    assert seen == [(str(tiny_model), offload_backend)]
 
 
 def test_llama_log_goes_to_logging_not_the_terminal(tiny_model_f32, caplog, capfd):

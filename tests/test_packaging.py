@@ -7,6 +7,9 @@ added to the tree but not to the list, without building anything.)
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -55,3 +58,27 @@ def test_builtin_registry_found_packaged_or_in_checkout(tmp_path, monkeypatch):
     (pkg / "builtin" / "models.toml").write_text("")
     monkeypatch.setattr(registry, "__file__", str(pkg / "registry.py"))
     assert registry.builtin_registry_path() == pkg / "builtin" / "models.toml"
+
+
+HEAVY = ("numpy", "llama_cpp")
+PROBE = """
+import json, sys
+def heavy():
+    return sorted({name.split(".")[0] for name in sys.modules} & set(HEAVY))
+import ondevice
+after_import = heavy()
+ondevice.__version__, ondevice.errors, ondevice.Generation, ondevice.TokenEvent, ondevice.Timings
+after_light_names = heavy()
+import numpy  # the check itself sees a heavy import
+print(json.dumps([after_import, after_light_names, heavy()]))
+"""
+
+
+def test_import_ondevice_loads_neither_numpy_nor_llama_cpp():
+    """The package docstring's promise, in a fresh interpreter (this one has both loaded)."""
+    proc = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}" + PROBE], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    after_import, after_light_names, control = json.loads(proc.stdout)
+    assert after_import == [] and after_light_names == []
+    assert control == ["numpy"]

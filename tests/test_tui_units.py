@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import pytest
 
@@ -42,9 +43,10 @@ def test_feed_from_another_thread_loses_nothing():
     thread = threading.Thread(target=lambda: [feed.push(e) for e in evs])
     thread.start()
     got = []
-    while thread.is_alive() or len(got) < len(evs):
+    deadline = time.monotonic() + 10  # a lost event fails here instead of spinning for ever
+    while (thread.is_alive() or len(got) < len(evs)) and time.monotonic() < deadline:
         got += feed.drain()
-    thread.join()
+    thread.join(timeout=1)
     assert got == evs
 
 

@@ -4,6 +4,9 @@ Only ok runs enter the statistics; every other run is listed in `failures` with 
 and stays in `runs`. ITLs are pooled over all tokens of all ok runs; TPOT, TTFT, E2E and the
 rates are per request. The roofline is read at the scenario's mid-decode context
 (P + N/2): its step time is linear in the context, so that is the run's mean step.
+Percentiles (ondevice.metrics.summarize) interpolate linearly between order statistics: numpy's
+default method, Hyndman-Fan type 7, statistics.quantiles(method="inclusive"); std is the sample
+standard deviation (n - 1).
 """
 
 from __future__ import annotations
