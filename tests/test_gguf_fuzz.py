@@ -65,7 +65,8 @@ def summary(counts: Counter) -> str:
 
 def check(counts: Counter, crashes: list[str], n: int) -> None:
     print(f"\n{n} mutants: {summary(counts)}")
-    assert counts["crashed"] == 0 and not crashes, "llama.cpp crashed on:\n" + "\n".join(crashes)
+    listed = "\n".join(crashes[:20]) + (f"\n... and {len(crashes) - 20} more" if len(crashes) > 20 else "")
+    assert counts["crashed"] == 0 and not crashes, f"llama.cpp crashed on {len(crashes)} mutants:\n{listed}"
     classes = [REFUSED_BY_US, *OUTCOME_CLASS.values()]
     assert sum(counts[c] for c in classes) == n
     # the run must have exercised both sides: mutants refused by us and mutants that reached llama.cpp
