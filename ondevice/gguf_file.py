@@ -5,42 +5,31 @@ it walks the header itself: gguf.GGUFReader materialises a numpy view per string
 takes tens of seconds on a 262k-token vocabulary, and trusts counts and offsets that a
 malformed file can set to anything. Here every length, count and offset is checked
 against the file size before it is used, so a bad file raises GGUFFormatError and can
-never reach llama.cpp. Large arrays (the vocabulary) are kept as references and only
-decoded on request.
+never reach llama.cpp, and the work a header can ask for is bounded by the file
+(ondevice.gguf_cursor). Large arrays (the vocabulary) and arrays of arrays are kept as
+references and only decoded on request. Paths that are not regular files (FIFOs, devices)
+are refused before they are opened.
 """
 
 from __future__ import annotations
 
-import mmap
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType
 
 from ondevice.errors import GGUFFormatError, ModelNotFoundError
+from ondevice.gguf_cursor import ArrayRef, Cursor, not_regular_reason
 
-__all__ = ["GGUFFile", "TensorInfo", "ArrayRef", "read_gguf"]
+__all__ = ["GGUFFile", "TensorInfo", "ArrayRef", "read_gguf", "MAX_METADATA_ENTRIES", "MAX_TENSORS"]
 
-_SCALAR_DTYPES = {vt: np.dtype(t).newbyteorder("<") for vt, t in GGUFReader.gguf_scalar_to_np.items()}
 _MAX_DIMS = 4  # GGML_MAX_DIMS
-_SMALL_ARRAY = 64  # arrays up to this many items are decoded eagerly
-_MAX_NESTING = 4
-
-
-@dataclass(frozen=True)
-class ArrayRef:
-    """A metadata array left undecoded (too large to be worth it up front)."""
-
-    item_type: GGUFValueType  # element type
-    count: int  # number of elements
-    offset: int  # byte offset of the first element in the file
-    nbytes: int  # bytes the array occupies in the header
-
-    def __len__(self) -> int:
-        return self.count
+MAX_METADATA_ENTRIES = 1 << 16  # key/value pairs in one header (real models: a few dozen)
+MAX_TENSORS = 1 << 16  # tensors in one file (the largest real models: a few thousand)
 
 
 @dataclass(frozen=True)
@@ -79,24 +68,31 @@ class GGUFFile:
         return self.metadata.get(key, default)
 
     def read_array(self, ref: ArrayRef) -> list[Any] | np.ndarray:
-        """Decode an ArrayRef: a numpy array for numbers, a list of str for strings.
+        """Decode an ArrayRef: a numpy array for numbers, a list of str for strings, and for
+        an array of arrays the list of its arrays (each a list if small, else an ArrayRef).
 
         Strings are decoded losslessly (invalid UTF-8 as surrogate escapes), so distinct
         byte strings stay distinct, as llama.cpp sees them."""
-        with _Cursor.open(self.path, text_errors="surrogateescape") as cur:
+        with Cursor.open(self.path, text_errors="surrogateescape") as cur:
             cur.pos = ref.offset
-            return cur.array_items(ref.item_type, ref.count, depth=1, eager=True)
+            cur.admit(ref.item_type, ref.count, "array", ref.depth)
+            return cur.items(ref.item_type, ref.count, ref.depth)
 
 
 def read_gguf(path: str | Path) -> GGUFFile:
     """Parse and validate a GGUF header; raise GGUFFormatError on any inconsistency."""
     path = Path(path)
-    if not path.exists():
-        raise ModelNotFoundError(f"{path}: no such file")
-    if path.is_dir():
-        raise GGUFFormatError(f"{path}: is a directory, not a GGUF file")
     try:
-        with _Cursor.open(path) as cur:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ModelNotFoundError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise GGUFFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    reason = not_regular_reason(mode)  # a FIFO would block the open; a device or directory has no header
+    if reason:
+        raise GGUFFormatError(f"{path}: {reason}")
+    try:
+        with Cursor.open(path) as cur:
             return _parse(path, cur)
     except GGUFFormatError:
         raise
@@ -106,118 +102,7 @@ def read_gguf(path: str | Path) -> GGUFFile:
         raise GGUFFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-class _Cursor:
-    def __init__(self, path: Path, buf: memoryview | bytes, size: int, closer, text_errors: str = "replace"):
-        self.path, self.buf, self.size, self.pos, self._closer = path, buf, size, 0, closer
-        self.text_errors = text_errors  # how invalid UTF-8 in strings is decoded
-
-    @classmethod
-    def open(cls, path: Path, text_errors: str = "replace") -> "_Cursor":
-        handle = open(path, "rb")
-        size = path.stat().st_size
-        if size == 0:
-            handle.close()
-            return cls(path, b"", 0, lambda: None, text_errors)
-        mm = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-
-        def closer():
-            mm.close()
-            handle.close()
-
-        return cls(path, mm, size, closer, text_errors)
-
-    def __enter__(self) -> "_Cursor":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._closer()
-
-    def fail(self, what: str) -> GGUFFormatError:
-        return GGUFFormatError(f"{self.path}: {what} (at byte {self.pos} of {self.size})")
-
-    def need(self, n: int, what: str) -> None:
-        if n < 0 or self.pos + n > self.size:
-            raise self.fail(f"truncated or corrupt header: {what} needs {n} bytes")
-
-    def unpack(self, fmt: str, what: str) -> Any:
-        n = struct.calcsize(fmt)
-        self.need(n, what)
-        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += n
-        return value
-
-    def u32(self, what: str) -> int:
-        return self.unpack("<I", what)
-
-    def u64(self, what: str) -> int:
-        return self.unpack("<Q", what)
-
-    def string(self, what: str) -> str:
-        n = self.u64(f"{what} length")
-        self.need(n, what)
-        raw = bytes(self.buf[self.pos : self.pos + n])
-        self.pos += n
-        return raw.decode("utf-8", errors=self.text_errors)
-
-    def skip_string(self, what: str) -> None:
-        n = self.u64(f"{what} length")
-        self.need(n, what)
-        self.pos += n
-
-    def value(self, vtype: int, what: str, depth: int) -> Any:
-        vt = _value_type(self, vtype, what)
-        if vt == GGUFValueType.STRING:
-            return self.string(what)
-        if vt == GGUFValueType.ARRAY:
-            if depth >= _MAX_NESTING:
-                raise self.fail(f"{what}: arrays nested too deep")
-            item_type = _value_type(self, self.u32(f"{what} item type"), what)
-            count = self.u64(f"{what} count")
-            return self.array(item_type, count, what, depth + 1)
-        dtype = _SCALAR_DTYPES[vt]
-        self.need(dtype.itemsize, what)
-        value = np.frombuffer(self.buf, dtype=dtype, count=1, offset=self.pos)[0].item()
-        self.pos += dtype.itemsize
-        return value
-
-    def array(self, item_type: GGUFValueType, count: int, what: str, depth: int) -> Any:
-        min_item = 8 if item_type in (GGUFValueType.STRING, GGUFValueType.ARRAY) else _SCALAR_DTYPES[item_type].itemsize
-        if count * min_item > self.size - self.pos:
-            raise self.fail(f"{what}: array of {count} items cannot fit in the file")
-        start = self.pos
-        if count <= _SMALL_ARRAY:
-            items = self.array_items(item_type, count, depth, eager=True)
-            return list(items) if isinstance(items, np.ndarray) else items
-        self.array_items(item_type, count, depth, eager=False)
-        return ArrayRef(item_type=item_type, count=count, offset=start, nbytes=self.pos - start)
-
-    def array_items(self, item_type: GGUFValueType, count: int, depth: int, eager: bool) -> Any:
-        if item_type == GGUFValueType.STRING:
-            if not eager:
-                for _ in range(count):
-                    self.skip_string("array string")
-                return None
-            return [self.string("array string") for _ in range(count)]
-        if item_type == GGUFValueType.ARRAY:
-            return [self.value(GGUFValueType.ARRAY, "nested array", depth) for _ in range(count)]
-        dtype = _SCALAR_DTYPES[item_type]
-        nbytes = dtype.itemsize * count
-        self.need(nbytes, "array data")
-        out = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos).copy() if eager else None
-        self.pos += nbytes
-        if out is not None and item_type == GGUFValueType.BOOL:
-            out = out.astype(bool)
-        return [x.item() for x in out] if (eager and count <= _SMALL_ARRAY) else out
-
-
-def _value_type(cur: _Cursor, vtype: int, what: str) -> GGUFValueType:
-    try:
-        return GGUFValueType(vtype)
-    except ValueError:
-        raise cur.fail(f"{what}: unknown value type {vtype}") from None
-
-
-def _parse(path: Path, cur: _Cursor) -> GGUFFile:
+def _parse(path: Path, cur: Cursor) -> GGUFFile:
     if cur.size < 4 or struct.unpack_from("<I", cur.buf, 0)[0] != GGUF_MAGIC:
         head = bytes(cur.buf[:4]) if cur.size else b""
         raise GGUFFormatError(f"{path}: not a GGUF file (magic {head!r}, expected b'GGUF')")
@@ -229,13 +114,13 @@ def _parse(path: Path, cur: _Cursor) -> GGUFFile:
         raise GGUFFormatError(f"{path}: unsupported GGUF version {version}")
     n_tensors = cur.u64("tensor count")
     n_kv = cur.u64("metadata count")
-    # Each KV needs >= 8 (key len) + 4 (type) + 1 bytes; each tensor info >= 8 + 4 + 8 + 4 + 8.
-    if n_kv * 13 + n_tensors * 32 > cur.size:
+    # Each KV needs >= 8 (key len) + 1 (key) + 4 (type) + 1 bytes; each tensor info >= 8 + 4 + 8 + 4 + 8.
+    if n_kv * 14 + n_tensors * 32 > cur.size:
         raise cur.fail(f"header claims {n_kv} metadata entries and {n_tensors} tensors, more than the file holds")
-    metadata: dict[str, Any] = {}
-    for _ in range(n_kv):
-        key = cur.string("metadata key")
-        metadata[key] = cur.value(cur.u32(f"type of {key!r}"), f"value of {key!r}", depth=0)
+    if n_kv > MAX_METADATA_ENTRIES or n_tensors > MAX_TENSORS:
+        raise cur.fail(f"header claims {n_kv} metadata entries and {n_tensors} tensors "
+                       f"(at most {MAX_METADATA_ENTRIES} and {MAX_TENSORS})")
+    metadata = _metadata(cur, n_kv)
     infos = [_tensor_info(cur) for _ in range(n_tensors)]
     alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
@@ -246,7 +131,17 @@ def _parse(path: Path, cur: _Cursor) -> GGUFFile:
     return GGUFFile(path, version, cur.size, alignment, data_offset, metadata, tensors)
 
 
-def _tensor_info(cur: _Cursor) -> tuple[str, tuple[int, ...], GGMLQuantizationType, int]:
+def _metadata(cur: Cursor, n_kv: int) -> dict[str, Any]:
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = cur.string("metadata key")
+        if not key or key in metadata:  # gguf.cpp refuses both
+            raise cur.fail(f"metadata key {key!r} is empty or appears twice")
+        metadata[key] = cur.value(cur.u32(f"type of {key!r}"), f"value of {key!r}")
+    return metadata
+
+
+def _tensor_info(cur: Cursor) -> tuple[str, tuple[int, ...], GGMLQuantizationType, int]:
     name = cur.string("tensor name")
     n_dims = cur.u32(f"dims of {name!r}")
     if not 1 <= n_dims <= _MAX_DIMS:

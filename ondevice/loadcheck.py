@@ -3,13 +3,17 @@
 gguf_file.read_gguf guarantees the header is well-formed; this guarantees the
 hyperparameters agree with the tensors, so that nonsense metadata (a layer count with no
 layers behind it, a zero head count, token ids beyond the vocabulary) is refused with a
-typed error instead of reaching llama.cpp's C++ code.
+typed error instead of reaching llama.cpp's C++ code; what llama.cpp asserts rather than
+checks (an abort, not an error) is checked in ondevice.loadcheck_asserts.
 """
 
 from __future__ import annotations
 
+from gguf import GGUFValueType
+
 from ondevice.errors import GGUFFormatError
 from ondevice.gguf_file import ArrayRef, GGUFFile
+from ondevice.loadcheck_asserts import check_hparams, check_layout
 from ondevice.modelspec import ModelSpec, spec_from_gguf
 
 __all__ = ["check_loadable", "inspect_for_load"]
@@ -31,15 +35,17 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
     where = str(g.path)
     if not g.tensors:
         raise GGUFFormatError(f"{where}: holds no weights (vocab-only GGUF); nothing to load")
+    check_layout(g, where)
     if not spec.arch:
         raise GGUFFormatError(f"{where}: no general.architecture; cannot load")
+    check_hparams(g, spec.arch, where)
     for key in ("n_layer", "d_model", "n_head", "n_head_kv", "n_vocab"):
         if not getattr(spec, key):
-            raise GGUFFormatError(f"{where}: missing or zero {key} for architecture {spec.arch!r}; cannot load")
+            raise GGUFFormatError(f"{where}: missing, zero or implausible {key} for architecture {spec.arch!r}; cannot load")
     if spec.n_head % spec.n_head_kv:
         raise GGUFFormatError(f"{where}: head count {spec.n_head} is not a multiple of KV head count {spec.n_head_kv}")
-    if spec.n_layer > 4096 or spec.n_ctx_train is None or spec.n_ctx_train <= 0:
-        raise GGUFFormatError(f"{where}: implausible layer count {spec.n_layer} or context {spec.n_ctx_train}")
+    if spec.n_ctx_train is None or spec.n_ctx_train <= 0:
+        raise GGUFFormatError(f"{where}: implausible context {spec.n_ctx_train}")
     by_name = {t.name: t for t in g.tensors}
     layers = {int(n.split(".")[1]) for n in by_name if n.startswith("blk.") and n.split(".")[1].isdigit()}
     if layers != set(range(spec.n_layer)):
@@ -63,18 +69,24 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
 
 
 def _check_vocab(g: GGUFFile, where: str) -> None:
-    """Token strings must be unique (llama.cpp asserts it) and the per-token arrays agree in length."""
+    """Token strings must be unique as llama.cpp reads them (it asserts it) and the per-token arrays agree in length."""
     tokens_ref = g.get("tokenizer.ggml.tokens")
     if tokens_ref is None:
         raise GGUFFormatError(f"{where}: no tokenizer.ggml.tokens vocabulary")
-    tokens = g.read_array(tokens_ref) if isinstance(tokens_ref, ArrayRef) else tokens_ref
-    if not all(isinstance(t, str) for t in tokens):
+    if isinstance(tokens_ref, ArrayRef) and tokens_ref.item_type == GGUFValueType.STRING:
+        tokens = g.read_array(tokens_ref)
+    elif isinstance(tokens_ref, list) and all(isinstance(t, str) for t in tokens_ref):
+        tokens = tokens_ref
+    else:
         raise GGUFFormatError(f"{where}: tokenizer.ggml.tokens is not an array of strings")
     for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
         arr = g.get(key)
         if arr is not None and (not isinstance(arr, (ArrayRef, list)) or len(arr) != len(tokens)):
             raise GGUFFormatError(f"{where}: {key} has {len(arr) if isinstance(arr, (ArrayRef, list)) else 'no'} entries for {len(tokens)} tokens")
-    if len(set(tokens)) != len(tokens):
-        seen: set[str] = set()
-        dup = next(t for t in tokens if t in seen or seen.add(t))
-        raise GGUFFormatError(f"{where}: token {dup!r} appears twice in the vocabulary")
+    seen: dict[str, int] = {}  # token text as llama.cpp keys it -> first id
+    for i, token in enumerate(tokens):
+        # llama.cpp reads each token as a C string (up to its first NUL) and renames empty ones
+        word = token.split("\x00", 1)[0] or f"[EMPTY_{i}]"
+        first = seen.setdefault(word, i)
+        if first != i:
+            raise GGUFFormatError(f"{where}: tokens {first} and {i} are both {word!r} to llama.cpp (token strings must be unique)")

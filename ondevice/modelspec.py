@@ -16,9 +16,11 @@ from gguf import LlamaFileType
 
 from ondevice.gguf_file import ArrayRef, GGUFFile, TensorInfo, read_gguf
 
-__all__ = ["ModelSpec", "inspect", "spec_from_gguf", "SWA_PATTERNS"]
+__all__ = ["ModelSpec", "inspect", "spec_from_gguf", "SWA_PATTERNS", "MAX_LAYERS"]
 
 KV_CACHE_ELEMENT_BYTES = 2  # f16 K and V cache
+# A block_count above this is taken for damage, not a model (per-layer fields would be that long)
+MAX_LAYERS = 4096
 # Architectures whose sliding-window layers follow a fixed pattern (as llama.cpp sets it):
 # layer i uses the window when i % n < n - 1; every n-th layer is global.
 SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "llama4": 4}
@@ -125,6 +127,9 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
     hp = _Hyper(g, arch)
     warnings: list[str] = []
     n_layer = hp.int("block_count")
+    if n_layer and n_layer > MAX_LAYERS:
+        warnings.append(f"{arch}.block_count {n_layer} is implausible (more than {MAX_LAYERS}); shape fields unknown")
+        n_layer = None
     d_model = hp.int("embedding_length")
     n_head = hp.int_or_max("attention.head_count")
     n_head_kv_layers = hp.per_layer("attention.head_count_kv", n_layer, default=n_head)
@@ -141,7 +146,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         warnings.append("KV-cache size unknown: missing layer/head metadata")
     if arch is None and g.tensors:
         warnings.append("no general.architecture key")
-    elif g.tensors and n_layer is None:
+    elif g.tensors and hp.int("block_count") is None:
         warnings.append(f"architecture {arch!r}: no {arch}.block_count key; shape fields unknown")
 
     names = {t.name for t in g.tensors}

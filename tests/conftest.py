@@ -39,7 +39,7 @@ def offload_backend() -> str:
     on a CPU-only build, else the GPU backend the build reports (CUDA, Metal, Vulkan, ...)."""
     import llama_cpp
 
-    from ondevice.engine.loader import detect_backends
+    from ondevice.llama.devices import detect_backends
 
     if not llama_cpp.llama_supports_gpu_offload():
         return "CPU"

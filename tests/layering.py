@@ -31,10 +31,10 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (4, ("ondevice.probing", "ondevice.hardware", "ondevice.nameplate")),
     (3, ("ondevice.engine", "ondevice.quant.quality", "ondevice.quant.errstats")),
     (2, ("ondevice.roofline",)),
-    (1, ("ondevice.registry", "ondevice.materialize", "ondevice.gguf_file", "ondevice.modelspec", "ondevice.loadcheck",
-         "ondevice.llama", "ondevice.quant")),
-    (0, ("ondevice", "ondevice.errors", "ondevice.paths", "ondevice.results", "ondevice.metrics", "ondevice.kvtypes",
-         "ondevice.fmt")),
+    (1, ("ondevice.registry", "ondevice.materialize", "ondevice.gguf_file", "ondevice.gguf_cursor",
+         "ondevice.modelspec", "ondevice.loadcheck", "ondevice.loadcheck_asserts", "ondevice.llama", "ondevice.quant")),
+    (0, ("ondevice.__init__", "ondevice.errors", "ondevice.paths", "ondevice.filelock", "ondevice.results",
+         "ondevice.metrics", "ondevice.kvtypes", "ondevice.fmt", "ondevice.textclean")),
 ]
 # The checkout's folders and the import names they install as (pyproject.toml's package-dir).
 FOLDERS = {"ondevice": "ondevice", "quant": "ondevice.quant", "tui": "ondevice.tui"}
@@ -51,6 +51,8 @@ class Edge:
 
 
 def layer_of(module: str) -> int:
+    if module == "ondevice":  # the package itself: its lazy attribute table is core
+        module = "ondevice.__init__"
     best, layer = "", -1
     for level, prefixes in LAYERS:
         for prefix in prefixes:

@@ -158,7 +158,7 @@ def test_cli_compare_two_different_files(tmp_path, capsys):
     fb.write_text(json.dumps(_doc("m.gguf", 0.0112, [t * 1.12 for t in A_TTFTS], 2)))
     for extra, verdict in (([], SLOWER), (["--threshold", "0.15"], SAME)):
         out = tmp_path / "c.json"
-        assert main(["bench", "compare", str(fa), str(fb), "--json", str(out), *extra]) == 0
+        assert main(["bench", "compare", str(fa), str(fb), "--json", str(out), "--force", *extra]) == 0
         lines = [line for line in capsys.readouterr().out.splitlines() if "=> verdict" in line]
         assert len(lines) == 1 and lines[0].rstrip().endswith(verdict), lines
         doc = json.loads(out.read_text())
