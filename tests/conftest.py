@@ -9,6 +9,21 @@ import pytest
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_dirs(tmp_path_factory) -> dict[str, Path]:
+    """The user's cache, config and data folders, and the user registry, point into a temporary
+    folder for the whole run: no test reads the developer's probe results or history, and none
+    writes there (the default model is assembled once into this cache)."""
+    root = tmp_path_factory.mktemp("user")
+    dirs = {name: root / name for name in ("cache", "config", "data")}
+    with pytest.MonkeyPatch.context() as mp:
+        for name, path in dirs.items():
+            mp.setenv(f"ONDEVICE_{name.upper()}_DIR", str(path))
+        mp.delenv("ONDEVICE_MODELS", raising=False)
+        mp.delenv("ONDEVICE_CPU_BUFFERS", raising=False)
+        yield dirs
+
+
 @pytest.fixture(scope="session")
 def synth_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("synth")
