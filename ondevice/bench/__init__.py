@@ -1,5 +1,5 @@
 """`ondevice bench`: repeatable latency measurements with percentiles, cache states split,
-and the roofline beside them (issue 5; DESIGN.md sections 4 and 6).
+and the roofline beside them (README: What the numbers mean, How the bench measures).
 
     from ondevice.bench import BenchConfig, get_suite, run_bench, scenario_results
     outcome = run_bench(BenchConfig(models=(None,), suite=get_suite("quick"), scenarios=DEFAULT_SCENARIOS))

@@ -1,7 +1,7 @@
 """Bench output: a terminal table (rich), a progress bar, and --json / --csv / --md files.
 
 The library renders strings and writes files atomically; only the CLI prints.
-JSON layout (issue 5): {"record": {...}, "results": [{"model", "scenario", "prompt_tokens",
+JSON layout: {"record": {...}, "results": [{"model", "scenario", "prompt_tokens",
 "output_tokens", "repeats", "ttft_s": {p50, p95, p99, mean, std, min, max, n}, "itl_s", "tpot_s",
 "e2e_s", "prefill_tok_s", "decode_tok_s", "ceiling_tok_s", "predicted_tok_s", "efficiency",
 "failures": [...], "runs": [... each with its per-token "itl_s" trace]}]}.

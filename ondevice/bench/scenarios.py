@@ -1,7 +1,7 @@
 """One measured request per scenario, as a plain consumer of Engine.stream.
 
 Nothing here runs inside the engine's decode loop: a request is iterated to its end with
-no work per token, and the engine's own timings (one timing path, DESIGN.md section 2)
+no work per token, and the engine's own timings (one timing path)
 are what gets recorded. A time-out sets the stream's cancel event from a timer thread.
 """
 
