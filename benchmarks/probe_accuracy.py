@@ -163,17 +163,27 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     from dataclasses import replace
 
     from ondevice import paths
-    from ondevice.engine import load
-    from ondevice.engine.loader import MIN_N_CTX
-    from ondevice.errors import ProbeError
     from ondevice.probing import kernel
-    from ondevice.probing.host import best_of, probe_memory
-    from ondevice.roofline import Calibration, Predictor
 
     plan = kernel.plan_for(probe_result.host.llc_bytes)
     probe_runs = kernel.probe_models(plan, paths.cache_dir() / "probe" / "models", say)
-    probe_steps: list[list[float]] = [[] for _ in probe_runs]
-    probe_specs = [None] * len(probe_runs)
+    rows = _open_rows(models, contexts, tokens, threads)
+    probe_steps, probe_specs, memory = _rounds(probe_result, plan, probe_runs, rows, reps, tokens, threads)
+    standalone = probe_result.calibration()
+    ceiling_gbs = max(replace(probe_result, memory=memory).ceiling_gbs, standalone.ceiling_gbs)
+    fits, cals = _round_calibrations(plan, probe_runs, probe_specs, probe_steps, reps, standalone, ceiling_gbs)
+    out = [_row_result(row, cals, standalone, tokens) for row in rows]
+    runs = [{"model": r.path.name, "role": r.role, "n_prompt": r.n_prompt, "step_s": st}
+            for r, st in zip(probe_runs, probe_steps)]
+    return {"rows": out, "round_fits": fits, "probe_runs": runs, "ceiling_gbs": ceiling_gbs,
+            "memory_best": memory.to_dict()}
+
+
+def _open_rows(models, contexts, tokens: int, threads: int | None) -> list[dict]:
+    """One engine per (model, context), its prompt already prefilled once."""
+    from ondevice.engine import load
+    from ondevice.engine.loader import MIN_N_CTX
+
     rows = []
     for label, path in models:
         for ctx in contexts:
@@ -183,11 +193,21 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
             say(f"prefilling {label} at {ctx}")
             eng.generate(ids, max_tokens=2, ignore_eos=True, reuse_prefix=False)
             rows.append({"label": label, "ctx": ctx, "eng": eng, "ids": ids, "tok_s": []})
+    return rows
+
+
+def _rounds(probe_result, plan, probe_runs, rows, reps: int, tokens: int, threads: int | None):
+    """Every round: the host read probe, then probe runs and rows alternating (P1 R1 P2 R2 ...), so
+    neither side owns the start or the end of a round (a CPU that boosts after a pause, a
+    neighbour that starts mid-round). Returns (probe steps per run per round, specs, best memory)."""
+    from ondevice.probing import kernel
+    from ondevice.probing.host import best_of, probe_memory
+
+    probe_steps: list[list[float]] = [[] for _ in probe_runs]
+    probe_specs = [None] * len(probe_runs)
     memory = probe_result.memory
     for r in range(reps):
         memory = best_of(memory, probe_memory(memory.n_threads, memory.array_bytes, passes=3))
-        # probe runs and rows alternate (P1 R1 P2 R2 ...), so neither side owns the start or the
-        # end of a round (a CPU that boosts after a pause, a neighbour that starts mid-round)
         for k in range(max(len(probe_runs), len(rows))):
             if k < len(probe_runs):
                 run = probe_runs[k]
@@ -199,12 +219,16 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
                 g = row["eng"].generate(row["ids"], max_tokens=tokens, ignore_eos=True, reuse_prefix=True)
                 row["tok_s"].append(g.timings.decode_tok_s)
         say(f"round {r + 1}/{reps} done")
-    # Paired: each round's probe runs calibrate a prediction for that round's rows (the same
-    # minute of a shared machine whose memory bandwidth drifts by +-10% or more); a row's error
-    # is the median over rounds of predicted / measured - 1. The ceiling is checked against the
-    # fastest round of every row.
-    standalone = probe_result.calibration()
-    ceiling_gbs = max(replace(probe_result, memory=memory).ceiling_gbs, standalone.ceiling_gbs)
+    return probe_steps, probe_specs, memory
+
+
+def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, reps: int, standalone, ceiling_gbs: float):
+    """Paired: each round's probe runs calibrate a prediction for that round's rows (the same
+    minute of a shared machine whose memory bandwidth drifts by +-10% or more)."""
+    from ondevice.errors import ProbeError
+    from ondevice.probing import kernel
+    from ondevice.roofline import Calibration
+
     fits = []
     for k in range(reps):
         points = [kernel.fit_point(run, spec, st[k], plan) for run, spec, st in zip(probe_runs, probe_specs, probe_steps)]
@@ -216,25 +240,27 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     cals = [None if f is None else Calibration(
         backend=standalone.backend, ceiling_gbs=ceiling_gbs, type_gbs=f["type_gbs"], kv_gbs=f["type_gbs"]["F16"],
         **{name: f[name] for name in kernel.SMALL_TERMS}) for f in fits]
-    out = []
-    for row in rows:
-        spec = row["eng"].info.spec
-        ceiling, _ = predicted(Predictor(spec, standalone if cals[0] is None else cals[0]), row["ctx"], tokens)
-        per_round = [predicted(Predictor(spec, cal), row["ctx"], tokens)[1] / tok_s - 1
-                     for cal, tok_s in zip(cals, row["tok_s"]) if cal is not None]
-        _, alone = predicted(Predictor(spec, standalone), row["ctx"], tokens)
-        typical, best = statistics.median(row["tok_s"]), max(row["tok_s"])
-        out.append({"model": row["label"], "types": "+".join(spec.decode_bytes_by_type),
-                    "decode_mb": spec.decode_weight_bytes / 1e6, "ctx": row["ctx"], "measured_tok_s": typical,
-                    "best_tok_s": best, "all_tok_s": row["tok_s"], "round_errors": per_round,
-                    "error": statistics.median(per_round) if per_round else float("nan"),
-                    "standalone_tok_s": alone, "standalone_error": alone / typical - 1,
-                    "ceiling_tok_s": ceiling, "ceiling_ok": ceiling >= best})
-        row["eng"].close()
-    runs = [{"model": r.path.name, "role": r.role, "n_prompt": r.n_prompt, "step_s": st}
-            for r, st in zip(probe_runs, probe_steps)]
-    return {"rows": out, "round_fits": fits, "probe_runs": runs, "ceiling_gbs": ceiling_gbs,
-            "memory_best": memory.to_dict()}
+    return fits, cals
+
+
+def _row_result(row: dict, cals, standalone, tokens: int) -> dict:
+    """A row's error is the median over rounds of predicted / measured - 1; the ceiling is checked
+    against the row's fastest round."""
+    from ondevice.roofline import Predictor
+
+    spec = row["eng"].info.spec
+    ceiling, _ = predicted(Predictor(spec, standalone if cals[0] is None else cals[0]), row["ctx"], tokens)
+    per_round = [predicted(Predictor(spec, cal), row["ctx"], tokens)[1] / tok_s - 1
+                 for cal, tok_s in zip(cals, row["tok_s"]) if cal is not None]
+    _, alone = predicted(Predictor(spec, standalone), row["ctx"], tokens)
+    typical, best = statistics.median(row["tok_s"]), max(row["tok_s"])
+    row["eng"].close()
+    return {"model": row["label"], "types": "+".join(spec.decode_bytes_by_type),
+            "decode_mb": spec.decode_weight_bytes / 1e6, "ctx": row["ctx"], "measured_tok_s": typical,
+            "best_tok_s": best, "all_tok_s": row["tok_s"], "round_errors": per_round,
+            "error": statistics.median(per_round) if per_round else float("nan"),
+            "standalone_tok_s": alone, "standalone_error": alone / typical - 1,
+            "ceiling_tok_s": ceiling, "ceiling_ok": ceiling >= best}
 
 
 def main(argv: list[str] | None = None) -> int:
