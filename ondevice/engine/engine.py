@@ -8,7 +8,8 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, Sequence
 
-from ondevice.engine.loader import EngineInfo, LlamaHandle, open_model
+from ondevice.engine.loader import EngineInfo, open_model
+from ondevice.llama.model import LlamaHandle
 from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, run_request
 from ondevice.engine.sampling import make_params
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError

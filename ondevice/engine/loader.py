@@ -15,10 +15,10 @@ from typing import Any
 from ondevice.errors import InvalidParameterError
 from ondevice.kvtypes import DEFAULT_KV_TYPE, kv_ggml_type, kv_is_quantized
 from ondevice.llama.devices import default_threads, detect_backends, gpu_layers, is_gpu_backend
-from ondevice.llama.model import llama_lib, load_model, new_context
+from ondevice.llama.model import LlamaHandle, llama_lib, load_model, new_context
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["EngineInfo", "LlamaHandle", "open_model", "resolve_n_ctx", "MIN_N_CTX", "DEFAULT_N_CTX"]
+__all__ = ["EngineInfo", "open_model", "resolve_n_ctx", "MIN_N_CTX", "DEFAULT_N_CTX"]
 
 # llama.cpp rounds every context up to a multiple of 256 (llama-context.cpp: GGML_PAD(n_ctx, 256)),
 # so a smaller request is silently a context of 256 tokens.
@@ -53,29 +53,6 @@ class EngineInfo:
         d["model"] = self.spec.name
         d["quant"] = self.spec.quant
         return d
-
-
-class LlamaHandle:
-    """The raw llama.cpp objects of one engine: model, context, vocabulary, memory."""
-
-    def __init__(self, lib: Any, model: Any, ctx: Any):
-        self.lib = lib
-        self.model = model
-        self.ctx = ctx
-        self.vocab = lib.llama_model_get_vocab(model)
-        self.memory = lib.llama_get_memory(ctx)
-        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
-        self.n_ctx = int(lib.llama_n_ctx(ctx))  # llama.cpp may round the request up
-        self.n_batch = int(lib.llama_n_batch(ctx))  # llama.cpp caps the request at n_ctx
-        self.n_swa = int(lib.llama_model_n_swa(model))
-
-    def free(self) -> None:
-        if self.ctx:
-            self.lib.llama_free(self.ctx)
-            self.ctx = None
-        if self.model:
-            self.lib.llama_model_free(self.model)
-            self.model = None
 
 
 def _flash_attn_type(lib: Any, flash_attn: Any) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any, Callable, Generator, Iterator, Sequence
 
-from ondevice.engine.loader import LlamaHandle
+from ondevice.llama.model import LlamaHandle
 from ondevice.engine.sampling import SamplerChain, SamplingParams
 from ondevice.engine.text import TextAssembler
 from ondevice.errors import EngineError

@@ -14,7 +14,7 @@ import numpy as np
 
 from ondevice.errors import QuantError
 from ondevice.llama.devices import gpu_layers
-from ondevice.llama.model import load_model, new_context
+from ondevice.llama.model import LlamaHandle, fill_batch, load_model, new_context
 
 __all__ = ["LogitsModel"]
 
@@ -27,18 +27,17 @@ class LogitsModel:
 
         self._ll = llama_cpp
         self.path = Path(path)
-        self._model, _ = load_model(self.path, n_gpu_layers=gpu_layers(llama_cpp, n_gpu_layers or "auto", None)[0], lib=llama_cpp)
-        self._ctx = None
+        self.n_ctx = int(n_ctx)
+        model, _ = load_model(self.path, n_gpu_layers=gpu_layers(llama_cpp, n_gpu_layers or "auto", None)[0], lib=llama_cpp)
         try:
-            self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-            self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-            self.n_ctx = int(n_ctx)
-            self._ctx, _ = new_context(self._model, n_ctx=self.n_ctx, n_threads=int(n_threads or os.cpu_count() or 1),
-                                       n_batch=self.n_ctx,  # one llama_decode call per window
-                                       n_ubatch=min(self.n_ctx, 512), lib=llama_cpp)
+            ctx, _ = new_context(model, n_ctx=self.n_ctx, n_threads=int(n_threads or os.cpu_count() or 1),
+                                 n_batch=self.n_ctx,  # one llama_decode call per window
+                                 n_ubatch=min(self.n_ctx, 512), lib=llama_cpp)
         except BaseException:
-            self.close()
+            llama_cpp.llama_model_free(model)
             raise
+        self._h = LlamaHandle(llama_cpp, model, ctx)
+        self._vocab, self._ctx, self.n_vocab = self._h.vocab, ctx, self._h.n_vocab
 
     def tokenize(self, text: str, *, add_bos: bool = False) -> list[int]:
         data = text.encode("utf-8")
@@ -63,16 +62,10 @@ class LogitsModel:
         ll, n = self._ll, len(tokens)
         if not 1 <= first_scored < n <= self.n_ctx:
             raise QuantError(f"window of {n} tokens, scoring from {first_scored}: does not fit a context of {self.n_ctx}")
-        ll.llama_memory_clear(ll.llama_get_memory(self._ctx), True)
+        ll.llama_memory_clear(self._h.memory, True)
         batch = ll.llama_batch_init(n, 0, 1)
         try:
-            for i, tok in enumerate(tokens):
-                batch.token[i] = int(tok)
-                batch.pos[i] = i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = first_scored - 1 <= i < n - 1
-            batch.n_tokens = n
+            fill_batch(batch, tokens, 0, lambda i: first_scored - 1 <= i < n - 1)
             rc = ll.llama_decode(self._ctx, batch)
             if rc != 0:
                 raise QuantError(f"{self.path}: llama_decode failed with code {rc}")
@@ -85,12 +78,7 @@ class LogitsModel:
             ll.llama_batch_free(batch)
 
     def close(self) -> None:
-        if self._ctx:
-            self._ll.llama_free(self._ctx)
-            self._ctx = None
-        if self._model:
-            self._ll.llama_model_free(self._model)
-            self._model = None
+        self._h.free()
 
     def __enter__(self) -> "LogitsModel":
         return self

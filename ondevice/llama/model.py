@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from ondevice.errors import ModelLoadError
 from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_buffer_types, repack_tensors
 from ondevice.llama.guard import Verdict, cpu_buffer_verdict
 from ondevice.llama.log import LOG_NAME, log_listener, route_llama_log
 
-__all__ = ["Placement", "llama_lib", "load_model", "new_context", "repack_plan", "chat_formatter", "ErrorLines"]
+__all__ = ["LlamaHandle", "fill_batch", "Placement", "llama_lib", "load_model", "new_context", "repack_plan", "chat_formatter", "ErrorLines"]
 
 _log = logging.getLogger(LOG_NAME)
 
@@ -35,6 +35,42 @@ def chat_formatter(template: str, *, bos_token: str, eos_token: str) -> Any:
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     return Jinja2ChatFormatter(template=template, eos_token=eos_token, bos_token=bos_token, add_generation_prompt=True)
+
+
+class LlamaHandle:
+    """The raw llama.cpp objects of one loaded model: model, context, vocabulary, memory."""
+
+    def __init__(self, lib: Any, model: Any, ctx: Any):
+        self.lib = lib
+        self.model = model
+        self.ctx = ctx
+        self.vocab = lib.llama_model_get_vocab(model)
+        self.memory = lib.llama_get_memory(ctx)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx = int(lib.llama_n_ctx(ctx))  # llama.cpp may round the request up
+        self.n_batch = int(lib.llama_n_batch(ctx))  # llama.cpp caps the request at n_ctx
+        self.n_swa = int(lib.llama_model_n_swa(model))
+
+    def free(self) -> None:
+        if self.ctx:
+            self.lib.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            self.lib.llama_model_free(self.model)
+            self.model = None
+
+
+
+def fill_batch(batch: Any, tokens: Sequence[int], pos0: int, logits: Callable[[int], bool]) -> None:
+    """Put `tokens` at positions pos0.. of sequence 0 into a llama_batch (from llama_batch_init);
+    logits(i) says whether llama.cpp keeps the logits of the i-th."""
+    for i, tok in enumerate(tokens):
+        batch.token[i] = int(tok)
+        batch.pos[i] = pos0 + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = logits(i)
+    batch.n_tokens = len(tokens)
 
 
 @dataclass(frozen=True)

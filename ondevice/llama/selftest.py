@@ -57,13 +57,9 @@ def run_model(path: Path, mode: str) -> None:
 
 
 def _decode(lib, ctx, batch, tokens: list[int], pos0: int) -> None:
-    for i, tok in enumerate(tokens):
-        batch.token[i] = tok
-        batch.pos[i] = pos0 + i
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = 0
-        batch.logits[i] = i == len(tokens) - 1
-    batch.n_tokens = len(tokens)
+    from ondevice.llama.model import fill_batch
+
+    fill_batch(batch, tokens, pos0, lambda i: i == len(tokens) - 1)
     rc = lib.llama_decode(ctx, batch)
     if rc != 0:
         raise RuntimeError(f"llama_decode returned {rc}")
