@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
 
 from ondevice.errors import GGUFFormatError, ModelNotFoundError
 
@@ -237,9 +237,9 @@ def _parse(path: Path, cur: _Cursor) -> GGUFFile:
         key = cur.string("metadata key")
         metadata[key] = cur.value(cur.u32(f"type of {key!r}"), f"value of {key!r}", depth=0)
     infos = [_tensor_info(cur) for _ in range(n_tensors)]
-    alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    alignment = metadata.get(Keys.General.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-        raise GGUFFormatError(f"{path}: general.alignment {alignment!r} is not a power of two")
+        raise GGUFFormatError(f"{path}: {Keys.General.ALIGNMENT} {alignment!r} is not a power of two")
     data_offset = -(-cur.pos // alignment) * alignment
     tensors = tuple(_place(path, cur.size, data_offset, alignment, info) for info in infos)
     _check_overlap(path, tensors)
