@@ -19,7 +19,7 @@ import statistics
 import sys
 from typing import Any
 
-from ondevice.bench.runner import BenchConfig, run_bench
+from ondevice.bench.runner import DEFAULT_SAMPLING, BenchConfig, run_bench
 from ondevice.bench.runs import RESIDENT
 from ondevice.bench.suites import PromptBuilder, custom_suite
 from ondevice.engine import load
@@ -53,14 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     n_ctx = -(-(args.prompt + args.tokens) // 256) * 256
     eng = load(str(path), n_ctx=n_ctx, n_threads=args.threads)
     shared = _Shared(eng)
-    sampling = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}
     prompts = PromptBuilder(lambda t, bos: eng.tokenize(t, add_bos=bos), seed=99)
     eng.generate(prompts.ids(64, "warmup"), max_tokens=8, ignore_eos=True)  # untimed
 
     def bench_side(i: int) -> list[float]:
         cfg = BenchConfig(models=(str(path),), suite=custom_suite((args.prompt,), (args.tokens,), repeats=1, warmup=0),
                           scenarios=(RESIDENT,), cap_to_context=False, n_ctx=n_ctx, n_threads=args.threads,
-                          sampling=dict(sampling), seed=1000 + i)
+                          sampling=dict(DEFAULT_SAMPLING), seed=1000 + i)
         out = run_bench(cfg, load_fn=lambda *a, **k: shared)
         run = out.runs[0]
         assert run.ok, run.reason

@@ -19,6 +19,7 @@ import shutil
 import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
+from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import BenchError
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -45,7 +46,8 @@ def register(sub) -> None:
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")
     p.add_argument("--n-gpu-layers", default="auto", help="layers to offload: a number or auto (default)")
     add_engine_args(p)
-    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8; 0 = greedy)")
+    p.add_argument("--temperature", type=float, default=DEFAULTS.temperature,
+                   help=f"sampling temperature (default {DEFAULTS.temperature:g}; 0 = greedy)")
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt texts and the sampler (default 0)")
     p.add_argument("--timeout", type=float, help="seconds per request before it is cancelled and kept as a time-out")
     p.add_argument("--slo", help="bounds such as ttft_p95=1.0,tpot_p95=0.04: goodput and pass/fail per scenario")

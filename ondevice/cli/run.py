@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, settings_text
+from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import InvalidParameterError
 
 __all__ = ["register", "run", "timings_line"]
@@ -20,12 +21,14 @@ def register(sub) -> None:
         description="Generate a completion for PROMPT with MODEL (default: the built-in model).",
     )
     p.add_argument("args", nargs="+", metavar="[MODEL] PROMPT", help="optional model (registry name or .gguf path), then the prompt ('-' = stdin)")
-    p.add_argument("-n", "--max-tokens", type=int, default=256, help="output tokens at most (default 256)")
-    p.add_argument("-t", "--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("-n", "--max-tokens", type=int, default=DEFAULTS.max_tokens,
+                   help=f"output tokens at most (default {DEFAULTS.max_tokens})")
+    p.add_argument("-t", "--temperature", type=float, default=DEFAULTS.temperature,
+                   help=f"0 = greedy (default {DEFAULTS.temperature:g})")
+    p.add_argument("--top-k", type=int, default=DEFAULTS.top_k)
+    p.add_argument("--top-p", type=float, default=DEFAULTS.top_p)
+    p.add_argument("--min-p", type=float, default=DEFAULTS.min_p)
+    p.add_argument("--repeat-penalty", type=float, default=DEFAULTS.repeat_penalty)
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the engine's)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence")
