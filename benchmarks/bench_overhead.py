@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         # the very prompt and sampling seed bench uses in pair i: both sides do identical work
         same = PromptBuilder(lambda t, bos: eng.tokenize(t, add_bos=bos), seed=1000 + i)
         ids = same.ids(args.prompt, f"p{args.prompt}_n{args.tokens}:resident:0")
-        ts = eng.stream(ids, max_tokens=args.tokens, ignore_eos=True, reuse_prefix=False, seed=1000 + i, **sampling)
+        ts = eng.stream(ids, max_tokens=args.tokens, ignore_eos=True, reuse_prefix=False, seed=1000 + i, **DEFAULT_SAMPLING)
         for _ in ts:
             pass
         return list(ts.generation.timings.itl_s)
