@@ -1,21 +1,76 @@
-"""Text formatting of numbers and tables, shared by the CLI, the bench reports and the chat app."""
+"""Text formatting of numbers and tables, shared by the CLI, the bench reports and the chat app.
+
+One function per kind of figure: `millis` (a time in milliseconds), `rate` (tokens per
+second), `human_bytes` (decimal units, as bandwidth is quoted), `binary_bytes` (binary units,
+as memory is counted), `number` (any other figure). Callers that show a figure differently
+say how by parameters (decimal places by size, the text for a missing value), not by a
+formatter of their own.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
-__all__ = ["human_bytes", "human_count", "table", "layer_ranges"]
+__all__ = ["DASH", "millis", "rate", "number", "human_bytes", "binary_bytes", "human_count", "table",
+           "layer_ranges"]
+
+DASH = "-"  # a figure that is missing (None, NaN, infinite)
+ALWAYS_1 = ((math.inf, 1),)  # one decimal place at every size
 
 
-def human_bytes(n: float | None) -> str:
-    """Decimal units (MB, GB), as bandwidth in GB/s is quoted."""
+def _missing(v: float | None) -> bool:
+    return v is None or (isinstance(v, float) and not math.isfinite(v))
+
+
+def _places(value: float, places: Sequence[tuple[float, int]]) -> int | None:
+    """Decimal places for `value` from (below, places) steps, smallest first; None past the last."""
+    return next((n for below, n in places if value < below), None)
+
+
+def millis(seconds: float | None, *, places: Sequence[tuple[float, int]] = ALWAYS_1, unit: bool = True,
+           missing: str = DASH) -> str:
+    """A time given in seconds, shown in milliseconds: "12.3 ms". places: (below this many ms,
+    decimal places) steps, smallest first; at or past the last step it is shown in seconds, "12.3 s"."""
+    if _missing(seconds):
+        return missing
+    ms = seconds * 1000.0
+    n = _places(ms, places)
     if n is None:
-        return "unknown"
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
+        return f"{seconds:.1f} s"
+    return f"{ms:.{n}f} ms" if unit else f"{ms:.{n}f}"
+
+
+def rate(tok_s: float | None, *, places: Sequence[tuple[float, int]] = ALWAYS_1, missing: str = DASH,
+         zero_is_missing: bool = False) -> str:
+    """Tokens per second: "42.0 tok/s". places as for millis (past the last step: no decimals)."""
+    if _missing(tok_s) or (zero_is_missing and not tok_s):
+        return missing
+    n = _places(tok_s, places)
+    return f"{tok_s:.{0 if n is None else n}f} tok/s"
+
+
+def number(v: float | None, spec: str = ".1f", *, missing: str = DASH) -> str:
+    """Any other figure, in a format spec (".2f", ".3g", ".0f"); `missing` for None, NaN or infinity."""
+    return missing if _missing(v) else format(v, spec)
+
+
+def _scaled(n: float, base: int, units: Sequence[str]) -> str:
+    for unit in units:
+        if abs(n) < base or unit == units[-1]:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+        n /= base
+    raise AssertionError("unreachable")
+
+
+def human_bytes(n: float | None, *, missing: str = "unknown") -> str:
+    """Decimal units (MB, GB), as bandwidth in GB/s is quoted."""
+    return missing if n is None else _scaled(n, 1000, ("B", "kB", "MB", "GB", "TB"))
+
+
+def binary_bytes(n: float | None, *, missing: str = "unknown") -> str:
+    """Binary units (MiB, GiB), as memory is counted."""
+    return missing if n is None else _scaled(n, 1024, ("B", "KiB", "MiB", "GiB"))
 
 
 def human_count(n: float | None) -> str:

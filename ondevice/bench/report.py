@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
 from ondevice.bench.stats import METRICS, ScenarioResult, clean
 from ondevice import paths
+from ondevice.fmt import millis, number
 from ondevice.paths import atomic_write
 
 __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_markdown", "render_table", "table_rows",
@@ -85,15 +86,11 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
         f.write(buf.getvalue())
 
 
+_MS_PLACES = ((10, 2), (1000, 1), (math.inf, 0))  # three figures or so, under a header that says "ms"
+
+
 def _ms(v: float | None) -> str:
-    if v is None or not math.isfinite(v):
-        return "-"
-    ms = v * 1e3
-    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
-
-
-def _num(v: float | None, fmt: str = "{:.1f}") -> str:
-    return "-" if v is None or not math.isfinite(v) else fmt.format(v)
+    return millis(v, places=_MS_PLACES, unit=False)
 
 
 def _notes(r: ScenarioResult, slo: Any) -> str:
@@ -122,7 +119,7 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
     for r in results:
         ttft, itl, tpot = r.summary("ttft_s"), r.summary("itl_s"), r.summary("tpot_s")
         request = r.scenario not in LOAD_SCENARIOS + (LOAD,)
-        roof = f"{_num(r.ceiling_tok_s, '{:.0f}')}/{_num(r.predicted_tok_s, '{:.0f}')}" if r.ceiling_tok_s else "-"
+        roof = f"{number(r.ceiling_tok_s, '.0f')}/{number(r.predicted_tok_s, '.0f')}" if r.ceiling_tok_s else "-"
         rows.append([
             r.model, r.scenario, r.workload or "-",
             str(r.prompt_tokens) if request else "-", str(r.output_tokens) if request else "-",
@@ -130,10 +127,10 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
             f"{_ms(ttft.p50)}/{_ms(ttft.p95)}" if request else "-",
             f"{_ms(itl.p50)}/{_ms(itl.p95)}/{_ms(itl.p99)}" if request else "-",
             _ms(tpot.p50) if request else "-",
-            _num(r.summary("decode_tok_s").p50) if request else "-",
-            _num(r.summary("prefill_tok_s").p50, "{:.0f}") if request else "-",
+            number(r.summary("decode_tok_s").p50) if request else "-",
+            number(r.summary("prefill_tok_s").p50, ".0f") if request else "-",
             roof,
-            _num(r.efficiency, "{:.2f}"),
+            number(r.efficiency, ".2f"),
             _notes(r, (slo or {}).get((r.model, r.scenario, r.workload))),
         ])
     return rows

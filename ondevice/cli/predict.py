@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from ondevice.cli.engine_args import add_kv_cache_args
 from ondevice.cli.output import dump_json
-from ondevice.fmt import human_bytes, table
+from ondevice.fmt import human_bytes, millis, number, table
 
 __all__ = ["register", "run", "render", "DEFAULT_CONTEXTS"]
 
@@ -120,9 +121,8 @@ def render(p, spec, probe) -> str:
     lines.append("")
     rows = []
     for c in p.contexts:
-        rows.append([c.n_ctx, human_bytes(c.kv_bytes), f"{c.ceiling_tok_s:.1f}",
-                     f"{c.predicted_tok_s:.1f}" if c.predicted_tok_s else "-",
-                     f"{1e3 * c.predicted_step_s:.2f}" if c.predicted_step_s else "-"])
+        rows.append([c.n_ctx, human_bytes(c.kv_bytes), f"{c.ceiling_tok_s:.1f}", number(c.predicted_tok_s or None),
+                     millis(c.predicted_step_s or None, places=((math.inf, 2),), unit=False)])
     lines.append(table(["context", "KV read", "ceiling tok/s", "predicted tok/s", "predicted ms/token"], rows,
                        align="rrrrr"))
     lines.append("  ceiling: a bound decoding cannot beat" + ("; predicted: calibrated by this machine's kernel probe"

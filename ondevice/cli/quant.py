@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ondevice.cli.output import dump_json
-from ondevice.fmt import human_bytes, table
+from ondevice.fmt import human_bytes, millis, number, table
 
 __all__ = ["register", "render_ladder", "ladder_markdown"]
 
@@ -187,10 +187,6 @@ def run_ladder_cmd(args) -> int:
     return 0
 
 
-def _num(v: float | None, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
-
-
 def _kl(v: float | None) -> str:
     if v is None:
         return "-"
@@ -203,8 +199,8 @@ def _rows(ladder) -> tuple[list[str], list[list[str]]]:
     for r in ladder.rungs:
         rows.append([
             r.qtype + (" (base)" if r.is_base else ""), human_bytes(r.file_bytes), f"{r.bits_per_weight:.2f}",
-            _num(r.ceiling_tok_s, ".1f"), _num(r.predicted_tok_s, ".1f"), _num(r.decode_tok_s, ".1f"),
-            _num(None if r.ttft_s is None else 1000 * r.ttft_s, ".1f"), _num(r.ppl, ".3f"), _kl(r.kl_mean),
+            number(r.ceiling_tok_s), number(r.predicted_tok_s), number(r.decode_tok_s),
+            millis(r.ttft_s, unit=False), number(r.ppl, ".3f"), _kl(r.kl_mean),
             "-" if r.top1_agreement is None else f"{100 * r.top1_agreement:.1f}%",
         ])
     return headers, rows
@@ -261,7 +257,7 @@ def run_tensors(model: Path, against: Path | None, as_json: bool) -> int:
         dump_json({"path": str(model), "against": str(against), "tensors": [e.to_dict() for e in errors]})
         return 0
     rows = [[e.name, f"{e.source_type}->{e.type_name}", "x".join(map(str, e.shape)), f"{e.bits_per_weight:.2f}",
-             _num(e.rmse, ".3e"), _num(e.max_abs_error, ".3e"), _num(None if e.rel_rmse is None else 100 * e.rel_rmse, ".3f")]
+             number(e.rmse, ".3e"), number(e.max_abs_error, ".3e"), number(None if e.rel_rmse is None else 100 * e.rel_rmse, ".3f")]
             for e in errors]
     print(table(["tensor", "type", "shape", "bpw", "RMSE", "max abs err", "rel RMSE %"], rows, align="lllrrrr"))
     print(f"  {model} against {against}; rel RMSE = RMSE / RMS of the source tensor")
