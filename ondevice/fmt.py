@@ -10,9 +10,9 @@ formatter of their own.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-__all__ = ["DASH", "millis", "rate", "number", "human_bytes", "binary_bytes", "human_count", "table",
+__all__ = ["DASH", "millis", "rate", "number", "human_bytes", "binary_bytes", "human_count", "stats_footer", "table",
            "layer_ranges"]
 
 DASH = "-"  # a figure that is missing (None, NaN, infinite)
@@ -80,6 +80,24 @@ def human_count(n: float | None) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return str(int(n))
+
+
+def stats_footer(stats: Mapping[str, Any] | None, finish_reason: str | None) -> str:
+    """One line under a chat answer: TTFT, decode tok/s, tokens, cached prompt tokens, finish reason.
+    stats: a stored message's stats (tui.live.generation_stats), or None."""
+    parts: list[str] = []
+    timings = (stats or {}).get("timings") or {}
+    if timings.get("ttft_s") is not None:
+        parts.append(f"TTFT {millis(timings['ttft_s'], places=((math.inf, 0),))}")
+    if timings.get("decode_tok_s"):
+        parts.append(rate(timings["decode_tok_s"]))
+    if timings.get("output_tokens") is not None:
+        parts.append(f"{timings['output_tokens']} tok")
+    if stats and stats.get("cached_prompt_tokens") is not None:
+        parts.append(f"{stats['cached_prompt_tokens']} cached")
+    if finish_reason:
+        parts.append(finish_reason)
+    return " · ".join(parts)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
