@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     if args.tensors or args.against:
-        from ondevice.cli.quant import run_tensors  # quant's per-tensor report
+        from ondevice.cli.tensors import run_tensors
 
         return run_tensors(resolve_model(args.model), resolve_model(args.against) if args.against else None, args.json)
     spec = inspect(resolve_model(args.model))

@@ -1,4 +1,4 @@
-"""What the CLI writes to stdout besides text: JSON."""
+"""What the CLI writes besides plain text: JSON on stdout, a progress line on stderr."""
 
 from __future__ import annotations
 
@@ -6,9 +6,29 @@ import json
 import sys
 from typing import Any
 
-__all__ = ["dump_json"]
+__all__ = ["dump_json", "ProgressLine"]
 
 
 def dump_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+class ProgressLine:
+    """One self-overwriting status line on stderr, only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.shown = False
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            sys.stderr.write("\r\033[K" + text)
+            sys.stderr.flush()
+            self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
