@@ -10,9 +10,10 @@ formatter of their own.
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any, Mapping, Sequence
 
-__all__ = ["DASH", "millis", "rate", "number", "human_bytes", "binary_bytes", "human_count", "stats_footer", "table",
+__all__ = ["DASH", "millis", "rate", "number", "human_bytes", "binary_bytes", "human_count", "stats_footer", "table", "fold", "fold_lines",
            "layer_ranges"]
 
 DASH = "-"  # a figure that is missing (None, NaN, infinite)
@@ -100,18 +101,102 @@ def stats_footer(stats: Mapping[str, Any] | None, finish_reason: str | None) -> 
     return " · ".join(parts)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None) -> str:
-    """A plain aligned text table. align: one char per column, 'l' or 'r'."""
+GAP = "  "  # between table columns
+FOLD_FLOOR = 16  # a text column folds down to this many characters, no further
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None, *,
+          width: int | None = None, drop: Sequence[str] = (), whole: Sequence[str] = (), full: str | None = None) -> str:
+    """A plain aligned text table. align: one char per column, 'l' (text) or 'r' (figures).
+
+    width: the columns to fit in (None: no limit, every cell on one line). A table wider than
+    that folds: headers at spaces, text cells onto more lines (not figures, nor the columns named in
+    `whole`). When it still does not fit, whole columns are left out (those named in `drop` first,
+    in that order, then from the right; never the first) and a last line names them and where the
+    full table is (`full`, e.g. "--json")."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     align = align or "l" * len(headers)
+    splits = [a != "r" and h not in whole for h, a in zip(headers, align)]  # cells that may fold
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    keep = list(range(len(headers)))
+    if width is not None and _span(widths) > width:
+        keep, widths = _fit(cells, splits, widths, width, [headers.index(h) for h in drop if h in headers])
     lines = []
     for n, row in enumerate(cells):
-        parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(row, widths, align)]
-        lines.append("  ".join(parts).rstrip())
+        parts = [_fold(row[i], w, split_words=n > 0 and splits[i]) for i, w in zip(keep, widths)]
+        for k in range(max(len(p) for p in parts)):
+            line = [(p[k] if k < len(p) else "") for p in parts]
+            lines.append(GAP.join(c.rjust(w) if align[i] == "r" else c.ljust(w) for c, w, i in zip(line, widths, keep)).rstrip())
         if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
+            lines.append(GAP.join("-" * w for w in widths))
+    left_out = [str(headers[i]) for i in range(len(headers)) if i not in keep]
+    if left_out:
+        where = f"; {full} has the full table" if full else ""
+        columns = "1 column" if len(left_out) == 1 else f"{len(left_out)} columns"
+        lines.append(fold(f"({columns} left out to fit {width}: {', '.join(left_out)}{where})", width, indent=""))
     return "\n".join(lines)
+
+
+def fold(text: str, width: int | None, *, indent: str = "  ") -> str:
+    """A line of prose on lines of at most `width` (None: as it is), the later ones indented."""
+    if width is None or len(text) <= width:
+        return text
+    return "\n".join(textwrap.wrap(text, max(width, FOLD_FLOOR), subsequent_indent=indent, break_on_hyphens=False))
+
+
+def fold_lines(text: str, width: int | None) -> str:
+    """Each line of `text` longer than `width` folded (None: as it is), its later lines indented two
+    more than it: a report's prose fits the terminal its tables fit."""
+    if width is None:
+        return text
+    return "\n".join(fold(line, width, indent=" " * (len(line) - len(line.lstrip()) + 2)) for line in text.split("\n"))
+
+
+def _span(widths: Sequence[int]) -> int:
+    return sum(widths) + len(GAP) * (len(widths) - 1)
+
+
+def _narrowest(cells: list[list[str]], i: int, splits: bool) -> int:
+    """How narrow column i can fold: a header at spaces; text cells down to FOLD_FLOOR; other cells never."""
+    header_word = max(map(len, cells[0][i].split()), default=0)
+    if not splits:
+        return max([header_word] + [len(r[i]) for r in cells[1:]])
+    return max(header_word, min(max(len(r[i]) for r in cells), FOLD_FLOOR))
+
+
+def _fit(cells: list[list[str]], splits: list[bool], widths: list[int], width: int, drop: list[int]) -> tuple[list[int], list[int]]:
+    """The columns kept and their widths: leave columns out until the narrowest folds fit (and
+    take back, last left out first, those that fit again); then narrow the columns whose cells
+    stay whole (only their headers fold: a line or two more in all), then the widest text columns
+    (each row may take more lines), until the table fits."""
+    narrowest = [_narrowest(cells, i, splits[i]) for i in range(len(widths))]
+    keep = list(range(len(widths)))
+    left_out = []
+    for i in drop + [i for i in reversed(range(1, len(widths))) if i not in drop]:
+        if _span([narrowest[k] for k in keep]) <= width or len(keep) == 1:
+            break
+        keep.remove(i)
+        left_out.append(i)
+    for i in reversed(left_out[:-1]):  # the last one left out was needed
+        if _span([narrowest[k] for k in keep] + [narrowest[i]]) <= width:
+            keep = sorted(keep + [i])
+    fitted = {i: widths[i] for i in keep}
+    excess = _span(list(fitted.values())) - width
+    for folding_cells in (False, True):
+        while excess > 0:
+            foldable = [i for i in keep if fitted[i] > narrowest[i] and splits[i] == folding_cells]
+            if not foldable:
+                break
+            fitted[max(foldable, key=lambda k: fitted[k])] -= 1
+            excess -= 1
+    return keep, [fitted[i] for i in keep]
+
+
+def _fold(text: str, width: int, *, split_words: bool) -> list[str]:
+    """A cell on lines of at most `width`, broken at spaces (and inside long words when split_words)."""
+    if len(text) <= width:
+        return [text]
+    return textwrap.wrap(text, width, break_long_words=split_words, break_on_hyphens=False) or [""]
 
 
 def layer_ranges(layers: Sequence[int]) -> str:

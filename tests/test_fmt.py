@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ondevice.fmt import binary_bytes, human_bytes, millis, number, rate
+from ondevice.fmt import binary_bytes, human_bytes, millis, number, rate, table
 
 
 def test_millis_default_is_one_decimal_with_unit_and_a_dash_when_missing():
@@ -39,3 +39,48 @@ def test_decimal_and_binary_bytes():
     assert human_bytes(3e15) == "3000.0 TB" and human_bytes(None) == "unknown"
     assert binary_bytes(512) == "512 B" and binary_bytes(3 << 20) == "3.0 MiB" and binary_bytes(5 << 40) == "5120.0 GiB"
     assert binary_bytes(None) == "unknown" and binary_bytes(None, missing="–") == "–"
+
+
+HEADERS = ["name", "size", "state", "notes"]
+ROWS = [["alpha", "1.5 GB", "no significant difference", "the first note runs on for a while, " * 3],
+        ["b", "12.0 MB", "faster", "short"]]
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def test_table_within_its_width_is_the_plain_table():
+    plain = table(HEADERS, ROWS, "lrll")
+    assert table(HEADERS, ROWS, "lrll", width=200) == plain == table(HEADERS, ROWS, "lrll", width=max(map(len, _lines(plain))))
+    assert len(_lines(plain)) == 2 + len(ROWS) and "---" in _lines(plain)[1]
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_table_folds_text_cells_to_fit_and_keeps_every_word(width):
+    text = table(HEADERS, ROWS, "lrll", width=width)
+    assert max(map(len, _lines(text))) <= width
+    assert "left out" not in text and len(_lines(text)) > 2 + len(ROWS)
+    assert text.split().count("note") == 3 and "12.0 MB" in text and "1.5 GB" in text  # figures whole
+
+
+def test_table_leaves_out_the_named_columns_first_and_says_where_the_full_table_is():
+    text = table(HEADERS, ROWS, "lrll", width=42, drop=("notes", "size"), whole=("state",), full="--json")
+    assert max(map(len, _lines(text))) <= 42
+    assert "no significant difference" in text  # a whole column keeps each cell on one line
+    assert "the first note" not in text and "1.5 GB" in text  # notes could go and did; size was not needed
+    assert " ".join(_lines(text)[-2:]) == "(1 column left out to fit 42: notes; --json has the full table)"
+    assert "(2 columns left out to fit 40: size, notes;" in " ".join(_lines(
+        table(HEADERS, ROWS, "lrll", width=40, drop=("notes", "size"), whole=("state",), full="--json")))
+    narrow = table(HEADERS, ROWS, "lrll", width=30, whole=("state",))
+    assert "state" not in _lines(narrow)[0] and "notes" not in narrow.splitlines()[0]  # from the right otherwise
+    assert "2 columns left out to fit 30: state, notes" in " ".join(_lines(narrow)[-2:])
+
+
+def test_table_headers_fold_at_spaces_before_any_cell_folds():
+    headers = ["scenario", "TTFT p50/p95 ms", "ITL p50 ms", "notes"]
+    rows = [["resident", "311.3/316.4", "3.26", "a short note"]]
+    text = table(headers, rows, "lrrl", width=len("resident  311.3/316.4  ITL p50 ms  a short note"))
+    assert max(map(len, _lines(text))) <= len("resident  311.3/316.4  ITL p50 ms  a short note")
+    assert _lines(text)[0].split() == ["scenario", "TTFT", "ITL", "p50", "ms", "notes"]  # the widest header folded
+    assert _lines(text)[1].split() == ["p50/p95", "ms"] and "a short note" in text and "311.3/316.4" in text

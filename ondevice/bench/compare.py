@@ -220,10 +220,16 @@ def _overall(metrics: Sequence[MetricComparison]) -> str:
     return changed.pop() if len(changed) == 1 else "mixed"
 
 
-def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: str) -> str:
-    from ondevice.fmt import millis, number, table
+# What a narrow terminal leaves out first: the model (the first line names both files), the two
+# medians (their ratio stays), the rank test's p (the verdict stays), the workload.
+TERMINAL_DROP = ("model", "A p50", "B p50", "p (MW)", "workload")
 
-    lines = [f"B = {b_name} against A = {a_name}; ratio = B/A of the medians (times: above 1 is slower)"]
+
+def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: str, *, width: int | None = None) -> str:
+    """The comparison as text; width: the terminal's columns, which every line fits (None: no limit)."""
+    from ondevice.fmt import fold, millis, number, table
+
+    lines = [fold(f"B = {b_name} against A = {a_name}; ratio = B/A of the medians (times: above 1 is slower)", width)]
     body = []
     for sc in rows:
         for m in sc.metrics:
@@ -237,5 +243,6 @@ def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: s
             ])
         body.append([sc.model, sc.scenario, sc.workload or "-", "=> verdict", "", "", "", "", "", sc.verdict])
     lines.append(table(["model", "scenario", "workload", "metric", "A p50", "B p50", "B/A", "95% CI", "p (MW)", "verdict"],
-                       body, align="llllrrrrrl"))
+                       body, align="llllrrrrrl", width=width, drop=TERMINAL_DROP, whole=("verdict",),
+                       full="--json"))
     return "\n".join(lines)

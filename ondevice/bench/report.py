@@ -1,4 +1,4 @@
-"""Bench output: a terminal table (rich), a progress bar, and --json / --csv / --md files.
+"""Bench output: a terminal table (fitted to the terminal), a progress bar (rich), and --json / --csv / --md files.
 
 The library renders strings and writes files atomically; only the CLI prints.
 JSON layout (issue 5): {"record": {...}, "results": [{"model", "scenario", "prompt_tokens",
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
 from ondevice.bench.stats import METRICS, ScenarioResult, clean
 from ondevice import paths
-from ondevice.fmt import millis, number
+from ondevice.fmt import fold, millis, number, table
 from ondevice.paths import atomic_write
 
 __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_markdown", "render_table", "table_rows",
@@ -30,6 +30,10 @@ __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_
 HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "ITL p50/p95/p99 ms",
            "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff", "notes")
 _STATS = ("n", "p50", "p95", "p99", "mean", "std", "min", "max")
+_TEXT_COLUMNS = ("model", "scenario", "workload", "notes")
+# What a narrow terminal leaves out first (the files keep everything): the token counts the
+# workload names, the roofline, prefill speed, efficiency, TPOT (ITL p50 is beside it), runs.
+TERMINAL_DROP = ("P", "N", "ceiling/pred tok/s", "prefill tok/s", "eff", "TPOT p50 ms", "runs")
 
 
 def result_document(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> dict[str, Any]:
@@ -172,26 +176,25 @@ def _header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, *, width: int | None = None) -> str:
-    """The terminal report as text (rich table, rendered to a string)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=io.StringIO(), width=width or 200, color_system=None, force_terminal=False)
+    """The terminal report as text: the run's facts, a title, the table. width: the terminal's
+    columns, which every line fits (None: no limit, the whole table)."""
     title = f"ondevice bench: {record.get('settings', {}).get('suite', '?')} suite"
     if record.get("incomplete"):
         title += " (INCOMPLETE: interrupted)"
-    table = Table(title=title, show_lines=False)
     single = len({r.model for r in results}) == 1
-    headers = HEADERS[1:] if single else HEADERS
-    for i, h in enumerate(headers):
-        table.add_column(h, justify="left" if h in ("model", "scenario", "workload", "notes") else "right",
-                         overflow="fold", no_wrap=h != "notes")
-    for row in table_rows(results, slo):
-        table.add_row(*(row[1:] if single else row))
-    for k, v in _header_facts(record):
-        console.print(f"{k}: {v}")
-    console.print(table)
-    return console.file.getvalue()
+    headers = list(HEADERS[1:] if single else HEADERS)
+    rows = [row[1:] if single else row for row in table_rows(results, slo)]
+    align = "".join("l" if h in _TEXT_COLUMNS else "r" for h in headers)
+    lines = [fold(f"{k}: {v}", width) for k, v in _header_facts(record)] + ["", title]
+    text = table(headers, rows, align)
+    if width is None or max(map(len, text.splitlines())) <= width:
+        return "\n".join(lines + [text]) + "\n"
+    # Too wide: the notes (failures, SLO verdicts, load times) go under the table, one line a row.
+    notes = [fold(f"{' '.join(c for c in row[:-1][:3 - single] if c != '-')}: {row[-1]}", width, indent="    ")
+             for row in rows if row[-1]]
+    lines.append(table(headers[:-1], [row[:-1] for row in rows], align[:-1], width=width, drop=TERMINAL_DROP,
+                       full="--json/--csv/--md"))
+    return "\n".join(lines + notes) + "\n"
 
 
 class ProgressBar:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
+from ondevice.cli.output import terminal_width
 from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import BenchError
 
@@ -126,8 +126,7 @@ def _report(args, outcome, digests, slo_bounds) -> int:
             if s is not None:
                 slo[(r.model, r.scenario, r.workload)] = s
     doc = report.result_document(record, results, slo)
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-    sys.stdout.write(report.render_table(record, results, slo, width=width))
+    sys.stdout.write(report.render_table(record, results, slo, width=terminal_width()))
     _write_outputs(args, doc, record, results, slo)
     if outcome.incomplete:
         print("ondevice: bench interrupted: the results above are incomplete", file=sys.stderr)
@@ -231,5 +230,5 @@ def run_compare(args: argparse.Namespace) -> int:
         with atomic_write(args.json, "w") as f:
             json.dump(clean({"a": names[0], "b": names[1], "threshold": args.threshold,
                              "scenarios": [r.to_dict() for r in rows]}), f, indent=1)
-    print(render_comparison(rows, names[0], names[1]))
+    print(render_comparison(rows, names[0], names[1], width=terminal_width()))
     return EXIT_OK

@@ -1,12 +1,23 @@
-"""What the CLI writes besides plain text: JSON on stdout, a progress line on stderr."""
+"""What the CLI writes besides plain text: JSON on stdout, a progress line on stderr; the width tables fit."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from typing import Any
 
-__all__ = ["dump_json", "ProgressLine"]
+__all__ = ["dump_json", "ProgressLine", "terminal_width"]
+
+
+def terminal_width() -> int | None:
+    """The columns of the terminal stdout shows in (tables fit it); None when stdout is a pipe or a
+    file, which get every table whole."""
+    return shutil.get_terminal_size().columns if _stdout_is_terminal() else None
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 def dump_json(obj: Any) -> None:

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ondevice.cli.output import ProgressLine, dump_json
-from ondevice.fmt import human_bytes, millis, number, table
+from ondevice.cli.output import ProgressLine, dump_json, terminal_width
+from ondevice.fmt import fold, human_bytes, millis, number, table
 
 __all__ = ["register", "render_ladder", "ladder_markdown"]
 
@@ -163,7 +163,7 @@ def run_ladder_cmd(args) -> int:
     elif args.md:
         print(ladder_markdown(ladder))
     else:
-        print(render_ladder(ladder))
+        print(render_ladder(ladder, width=terminal_width()))
     return 0
 
 
@@ -199,9 +199,13 @@ def _notes(ladder) -> list[str]:
     return notes
 
 
-def render_ladder(ladder) -> str:
+def render_ladder(ladder, *, width: int | None = None) -> str:
+    """The ladder as text; width: the terminal's columns (None: no limit). A narrow terminal loses
+    the pure ceiling first (the calibrated prediction stays), then bits per weight (size stays)."""
     headers, rows = _rows(ladder)
-    return table(headers, rows, align="lrrrrrrrrr") + "\n" + "\n".join("  " + n for n in _notes(ladder))
+    notes = [fold("  " + n, width, indent="    ") for n in _notes(ladder)]
+    return "\n".join([table(headers, rows, align="lrrrrrrrrr", width=width, drop=("ceiling tok/s", "bpw"),
+                             full="--json/--md"), *notes])
 
 
 def ladder_markdown(ladder) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ondevice.cli.output import ProgressLine, dump_json
-from ondevice.fmt import number, table
+from ondevice.cli.output import ProgressLine, dump_json, terminal_width
+from ondevice.fmt import fold, number, table
 
 __all__ = ["run_tensors"]
 
@@ -26,7 +26,7 @@ def run_tensors(model: Path, against: Path | None, as_json: bool) -> int:
         else:
             print(table(["tensor", "type", "shape", "bytes", "bpw"],
                         [[r["name"], r["type"], "x".join(map(str, r["shape"])), r["n_bytes"], f"{r['bits_per_weight']:.2f}"] for r in rows],
-                        align="lllrr"))
+                        align="lllrr", width=terminal_width(), drop=("shape",), full="--json"))
         return 0
     line = ProgressLine(not as_json)
     try:
@@ -39,6 +39,7 @@ def run_tensors(model: Path, against: Path | None, as_json: bool) -> int:
     rows = [[e.name, f"{e.source_type}->{e.type_name}", "x".join(map(str, e.shape)), f"{e.bits_per_weight:.2f}",
              number(e.rmse, ".3e"), number(e.max_abs_error, ".3e"), number(None if e.rel_rmse is None else 100 * e.rel_rmse, ".3f")]
             for e in errors]
-    print(table(["tensor", "type", "shape", "bpw", "RMSE", "max abs err", "rel RMSE %"], rows, align="lllrrrr"))
-    print(f"  {model} against {against}; rel RMSE = RMSE / RMS of the source tensor")
+    print(table(["tensor", "type", "shape", "bpw", "RMSE", "max abs err", "rel RMSE %"], rows, align="lllrrrr",
+                width=terminal_width(), drop=("shape", "max abs err"), full="--json"))
+    print(fold(f"  {model} against {against}; rel RMSE = RMSE / RMS of the source tensor", terminal_width(), indent="    "))
     return 0
