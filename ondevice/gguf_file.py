@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, Keys
 
 from ondevice.errors import GGUFFormatError, ModelNotFoundError
 from ondevice.gguf_cursor import ArrayRef, Cursor, not_regular_reason
@@ -122,9 +122,9 @@ def _parse(path: Path, cur: Cursor) -> GGUFFile:
                        f"(at most {MAX_METADATA_ENTRIES} and {MAX_TENSORS})")
     metadata = _metadata(cur, n_kv)
     infos = [_tensor_info(cur) for _ in range(n_tensors)]
-    alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    alignment = metadata.get(Keys.General.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-        raise GGUFFormatError(f"{path}: general.alignment {alignment!r} is not a power of two")
+        raise GGUFFormatError(f"{path}: {Keys.General.ALIGNMENT} {alignment!r} is not a power of two")
     data_offset = -(-cur.pos // alignment) * alignment
     tensors = tuple(_place(path, cur.size, data_offset, alignment, info) for info in infos)
     _check_overlap(path, tensors)

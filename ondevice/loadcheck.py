@@ -9,7 +9,7 @@ checks (an abort, not an error) is checked in ondevice.loadcheck_asserts.
 
 from __future__ import annotations
 
-from gguf import GGUFValueType
+from gguf import GGUFValueType, Keys
 
 from ondevice.errors import GGUFFormatError
 from ondevice.gguf_file import ArrayRef, GGUFFile
@@ -18,7 +18,8 @@ from ondevice.modelspec import ModelSpec, spec_from_gguf
 
 __all__ = ["check_loadable", "inspect_for_load"]
 
-_TOKEN_ID_KEYS = ("bos", "eos", "unknown", "padding", "eot", "sep")
+_TOKEN_ID_KEYS = (("bos", Keys.Tokenizer.BOS_ID), ("eos", Keys.Tokenizer.EOS_ID), ("unknown", Keys.Tokenizer.UNK_ID),
+                  ("padding", Keys.Tokenizer.PAD_ID), ("eot", Keys.Tokenizer.EOT_ID), ("sep", Keys.Tokenizer.SEP_ID))
 
 
 def inspect_for_load(path) -> ModelSpec:
@@ -37,7 +38,7 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
         raise GGUFFormatError(f"{where}: holds no weights (vocab-only GGUF); nothing to load")
     check_layout(g, where)
     if not spec.arch:
-        raise GGUFFormatError(f"{where}: no general.architecture; cannot load")
+        raise GGUFFormatError(f"{where}: no {Keys.General.ARCHITECTURE}; cannot load")
     check_hparams(g, spec.arch, where)
     for key in ("n_layer", "d_model", "n_head", "n_head_kv", "n_vocab"):
         if not getattr(spec, key):
@@ -62,24 +63,24 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
     if q is not None and spec.head_dim_k and q.shape[-1] != spec.n_head * spec.head_dim_k:
         raise GGUFFormatError(f"{where}: blk.0.attn_q.weight has {q.shape[-1]} outputs, expected n_head x head_dim = {spec.n_head * spec.head_dim_k}")
     _check_vocab(g, where)
-    for name in _TOKEN_ID_KEYS:
-        token = g.get(f"tokenizer.ggml.{name}_token_id")
+    for name, key in _TOKEN_ID_KEYS:
+        token = g.get(key)
         if isinstance(token, int) and not 0 <= token < spec.n_vocab:
             raise GGUFFormatError(f"{where}: {name} token id {token} is outside the vocabulary of {spec.n_vocab}")
 
 
 def _check_vocab(g: GGUFFile, where: str) -> None:
     """Token strings must be unique as llama.cpp reads them (it asserts it) and the per-token arrays agree in length."""
-    tokens_ref = g.get("tokenizer.ggml.tokens")
+    tokens_ref = g.get(Keys.Tokenizer.LIST)
     if tokens_ref is None:
-        raise GGUFFormatError(f"{where}: no tokenizer.ggml.tokens vocabulary")
+        raise GGUFFormatError(f"{where}: no {Keys.Tokenizer.LIST} vocabulary")
     if isinstance(tokens_ref, ArrayRef) and tokens_ref.item_type == GGUFValueType.STRING:
         tokens = g.read_array(tokens_ref)
     elif isinstance(tokens_ref, list) and all(isinstance(t, str) for t in tokens_ref):
         tokens = tokens_ref
     else:
-        raise GGUFFormatError(f"{where}: tokenizer.ggml.tokens is not an array of strings")
-    for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+        raise GGUFFormatError(f"{where}: {Keys.Tokenizer.LIST} is not an array of strings")
+    for key in (Keys.Tokenizer.SCORES, Keys.Tokenizer.TOKEN_TYPE):
         arr = g.get(key)
         if arr is not None and (not isinstance(arr, (ArrayRef, list)) or len(arr) != len(tokens)):
             raise GGUFFormatError(f"{where}: {key} has {len(arr) if isinstance(arr, (ArrayRef, list)) else 'no'} entries for {len(tokens)} tokens")

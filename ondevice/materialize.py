@@ -11,7 +11,6 @@ again, and `repair_model` re-assembles it.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import json
@@ -20,11 +19,10 @@ from pathlib import Path
 
 from ondevice import paths
 from ondevice.errors import DefaultModelError, ModelNotFoundError
+from ondevice.hashing import copy_sha256, sha256_file
 from ondevice.registry import ModelEntry, Registry, load_registry, module_name, package_available
 
-__all__ = ["resolve_model", "materialize", "package_available", "sha256_file", "ModelCheck", "verify_model", "repair_model"]
-
-_CHUNK_BYTES = 4 << 20  # read/copy block for hashing and assembly
+__all__ = ["resolve_model", "materialize", "package_available", "ModelCheck", "verify_model", "repair_model"]
 
 
 def resolve_model(ref: str | Path | None = None, registry: Registry | None = None) -> Path:
@@ -88,16 +86,11 @@ def _materialize_pypi(entry: ModelEntry) -> Path:
         _write_record(target, entry)
         return target
     chunks = _chunk_paths(entry)
-    digest = hashlib.sha256()
     with paths.atomic_write(target) as out:
-        for chunk in chunks:
-            with open(chunk, "rb") as src:
-                while block := src.read(_CHUNK_BYTES):
-                    digest.update(block)
-                    out.write(block)
-        if entry.sha256 and digest.hexdigest() != entry.sha256:
+        digest = copy_sha256(chunks, out)
+        if entry.sha256 and digest != entry.sha256:
             raise DefaultModelError(
-                f"model {entry.name!r}: assembled file has sha256 {digest.hexdigest()}, expected "
+                f"model {entry.name!r}: assembled file has sha256 {digest}, expected "
                 f"{entry.sha256}; reinstall {entry.source_value}"
             )
     _write_record(target, entry)
@@ -122,14 +115,6 @@ def _write_record(target: Path, entry: ModelEntry) -> None:
     record = {"sha256": entry.sha256, "size_bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     with paths.atomic_write(_record_path(target), "w") as out:
         json.dump(record, out)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as src:
-        while block := src.read(_CHUNK_BYTES):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

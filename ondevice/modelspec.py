@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gguf import LlamaFileType
+from gguf import Keys, LlamaFileType
 
 from ondevice.gguf_file import ArrayRef, GGUFFile, TensorInfo, read_gguf
 
@@ -123,21 +123,22 @@ def inspect(path: str | Path) -> ModelSpec:
 
 
 def spec_from_gguf(g: GGUFFile) -> ModelSpec:
-    arch = g.get("general.architecture")
+    arch = g.get(Keys.General.ARCHITECTURE)
     hp = _Hyper(g, arch)
     warnings: list[str] = []
-    n_layer = hp.int("block_count")
+    n_layer = hp.int(Keys.LLM.BLOCK_COUNT)
     if n_layer and n_layer > MAX_LAYERS:
-        warnings.append(f"{arch}.block_count {n_layer} is implausible (more than {MAX_LAYERS}); shape fields unknown")
+        warnings.append(f"{Keys.LLM.BLOCK_COUNT.format(arch=arch)} {n_layer} is implausible (more than {MAX_LAYERS}); "
+                        "shape fields unknown")
         n_layer = None
-    d_model = hp.int("embedding_length")
-    n_head = hp.int_or_max("attention.head_count")
-    n_head_kv_layers = hp.per_layer("attention.head_count_kv", n_layer, default=n_head)
-    head_dim_k = hp.int("attention.key_length") or (d_model // n_head if d_model and n_head else None)
-    head_dim_v = hp.int("attention.value_length") or head_dim_k
-    n_expert = hp.int("expert_count") or 0
-    n_expert_used = hp.int("expert_used_count") or (0 if not n_expert else n_expert)
-    window = hp.int("attention.sliding_window")
+    d_model = hp.int(Keys.LLM.EMBEDDING_LENGTH)
+    n_head = hp.int_or_max(Keys.Attention.HEAD_COUNT)
+    n_head_kv_layers = hp.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=n_head)
+    head_dim_k = hp.int(Keys.Attention.KEY_LENGTH) or (d_model // n_head if d_model and n_head else None)
+    head_dim_v = hp.int(Keys.Attention.VALUE_LENGTH) or head_dim_k
+    n_expert = hp.int(Keys.LLM.EXPERT_COUNT) or 0
+    n_expert_used = hp.int(Keys.LLM.EXPERT_USED_COUNT) or (0 if not n_expert else n_expert)
+    window = hp.int(Keys.Attention.SLIDING_WINDOW)
     swa_layers = _swa_layers(g, arch, n_layer, window)
     kv_by_layer: tuple[int, ...] = ()
     if n_layer and n_head_kv_layers and head_dim_k and head_dim_v:
@@ -145,9 +146,9 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
     elif g.tensors:
         warnings.append("KV-cache size unknown: missing layer/head metadata")
     if arch is None and g.tensors:
-        warnings.append("no general.architecture key")
-    elif g.tensors and hp.int("block_count") is None:
-        warnings.append(f"architecture {arch!r}: no {arch}.block_count key; shape fields unknown")
+        warnings.append(f"no {Keys.General.ARCHITECTURE} key")
+    elif g.tensors and hp.int(Keys.LLM.BLOCK_COUNT) is None:
+        warnings.append(f"architecture {arch!r}: no {Keys.LLM.BLOCK_COUNT.format(arch=arch)} key; shape fields unknown")
 
     names = {t.name for t in g.tensors}
     tied = bool(g.tensors) and _HEAD not in names and _EMBED in names
@@ -156,7 +157,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
     weight_bytes = sum(t.n_bytes for t in g.tensors)
     return ModelSpec(
         path=str(g.path),
-        name=g.get("general.name"),
+        name=g.get(Keys.General.NAME),
         arch=arch,
         quant=_quant_label(g),
         n_params=counts["n_params"],
@@ -168,7 +169,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         n_head_kv=max(n_head_kv_layers) if n_head_kv_layers else None,
         head_dim_k=head_dim_k,
         head_dim_v=head_dim_v,
-        n_ctx_train=hp.int("context_length"),
+        n_ctx_train=hp.int(Keys.LLM.CONTEXT_LENGTH),
         n_vocab=n_vocab,
         sliding_window=window if swa_layers else None,
         swa_layers=swa_layers,
@@ -184,20 +185,20 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         n_tensors=len(g.tensors),
         header_bytes=g.data_offset,
         padding_bytes=g.tensor_data_bytes - weight_bytes,
-        has_chat_template=isinstance(g.get("tokenizer.chat_template"), str),
-        tokenizer_model=g.get("tokenizer.ggml.model"),
+        has_chat_template=isinstance(g.get(Keys.Tokenizer.CHAT_TEMPLATE), str),
+        tokenizer_model=g.get(Keys.Tokenizer.MODEL),
         warnings=tuple(warnings),
     )
 
 
 class _Hyper:
-    """Typed access to `{arch}.*` hyperparameters."""
+    """Typed access to `{arch}.*` hyperparameters, by gguf.Keys templates (e.g. Keys.LLM.BLOCK_COUNT)."""
 
     def __init__(self, g: GGUFFile, arch: str | None):
         self.g, self.arch = g, arch
 
     def raw(self, key: str) -> Any:
-        return self.g.get(f"{self.arch}.{key}") if self.arch else None
+        return self.g.get(key.format(arch=self.arch)) if self.arch else None
 
     def int(self, key: str) -> int | None:
         v = self.raw(key)
@@ -223,7 +224,7 @@ class _Hyper:
 def _swa_layers(g: GGUFFile, arch: str | None, n_layer: int | None, window: int | None) -> tuple[int, ...]:
     if not window or not n_layer:
         return ()
-    explicit = g.get(f"{arch}.attention.sliding_window_pattern")
+    explicit = g.get(Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch))
     if isinstance(explicit, list) and len(explicit) == n_layer:
         return tuple(i for i, is_swa in enumerate(explicit) if is_swa)
     period = explicit if isinstance(explicit, int) and explicit > 0 else SWA_PATTERNS.get(arch or "", 0)
@@ -233,14 +234,14 @@ def _swa_layers(g: GGUFFile, arch: str | None, n_layer: int | None, window: int 
 
 
 def _vocab_size(g: GGUFFile, hp: _Hyper) -> int | None:
-    tokens = g.get("tokenizer.ggml.tokens")
+    tokens = g.get(Keys.Tokenizer.LIST)
     if isinstance(tokens, (ArrayRef, list)):
         return len(tokens)
-    return hp.int("vocab_size")
+    return hp.int(Keys.LLM.VOCAB_SIZE)
 
 
 def _quant_label(g: GGUFFile) -> str | None:
-    ftype = g.get("general.file_type")
+    ftype = g.get(Keys.General.FILE_TYPE)
     if isinstance(ftype, int):
         try:
             name = LlamaFileType(ftype).name

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
+from gguf import Keys
 
 from ondevice.errors import InvalidParameterError, QuantError
 from ondevice.gguf_file import ArrayRef, GGUFFile, read_gguf
@@ -91,8 +92,7 @@ def _read_text(text: str | Path | None) -> tuple[str, str]:
 
 
 def _window_len(g: GGUFFile, n_ctx: int | None) -> int:
-    arch = g.get("general.architecture")
-    trained = g.get(f"{arch}.context_length")
+    trained = g.get(Keys.LLM.CONTEXT_LENGTH.format(arch=g.get(Keys.General.ARCHITECTURE)))
     n = int(n_ctx or DEFAULT_N_CTX)
     if isinstance(trained, int) and trained > 0:
         n = min(n, trained)
@@ -269,7 +269,7 @@ def _comparison(base: Perplexity, other: Perplexity, scorer: _Scorer) -> Compari
 
 
 def _vocab_bytes(g: GGUFFile) -> Iterator[bytes | str]:
-    tokens = g.get("tokenizer.ggml.tokens")
+    tokens = g.get(Keys.Tokenizer.LIST)
     if isinstance(tokens, ArrayRef):
         with open(g.path, "rb") as f:
             f.seek(tokens.offset)
@@ -280,10 +280,10 @@ def _vocab_bytes(g: GGUFFile) -> Iterator[bytes | str]:
 
 def check_same_vocabulary(a: GGUFFile, b: GGUFFile) -> None:
     """Raise QuantError unless both files carry the same token list (KL needs one tokenizer)."""
-    ta, tb = a.get("tokenizer.ggml.tokens"), b.get("tokenizer.ggml.tokens")
+    ta, tb = a.get(Keys.Tokenizer.LIST), b.get(Keys.Tokenizer.LIST)
     if ta is None or tb is None:
         missing = a.path if ta is None else b.path
-        raise QuantError(f"{missing} has no tokenizer.ggml.tokens: cannot check that the vocabularies match")
+        raise QuantError(f"{missing} has no {Keys.Tokenizer.LIST}: cannot check that the vocabularies match")
     if len(ta) != len(tb):
         raise QuantError(f"different vocabularies: {len(ta)} tokens in {a.path}, {len(tb)} in {b.path}")
     if list(_vocab_bytes(a)) != list(_vocab_bytes(b)):

@@ -9,6 +9,7 @@ import pytest
 
 from ondevice import materialize
 from ondevice.errors import DefaultModelError
+from ondevice.hashing import sha256_file
 from ondevice.registry import ModelEntry, load_registry
 from tests.file_fakes import age, stale_temp
 
@@ -100,7 +101,7 @@ def test_missing_package_says_how_to_install(cache):
 def test_default_model_materialises_with_the_registered_hash(default_model):
     reg = load_registry(user=Path("/nonexistent.toml"))
     assert default_model.stat().st_size == reg.default.size_bytes
-    assert materialize.sha256_file(default_model) == reg.default.sha256
+    assert sha256_file(default_model) == reg.default.sha256
 
 
 def test_assembly_removes_what_killed_assemblies_left(cache, chunk_package):

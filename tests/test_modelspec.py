@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFWriter
+from gguf import GGUFWriter, Keys
 
 from ondevice.errors import GGUFFormatError, ModelNotFoundError
 from ondevice.gguf_file import read_gguf
@@ -109,8 +109,9 @@ def test_moe_counts_only_the_experts_used(tmp_path):
         "blk.0.attn_q.weight": np.zeros((d, d), np.float32),
         "output.weight": np.zeros((100, d), np.float32),
     }
-    kv = {"qwen3moe.block_count": 1, "qwen3moe.expert_count": n_expert, "qwen3moe.expert_used_count": used,
-          "qwen3moe.embedding_length": d, "qwen3moe.attention.head_count": 4}
+    keys = {Keys.LLM.BLOCK_COUNT: 1, Keys.LLM.EXPERT_COUNT: n_expert, Keys.LLM.EXPERT_USED_COUNT: used,
+            Keys.LLM.EMBEDDING_LENGTH: d, Keys.Attention.HEAD_COUNT: 4}
+    kv = {key.format(arch="qwen3moe"): value for key, value in keys.items()}
     s = inspect(write_gguf(tmp_path / "moe.gguf", "qwen3moe", t, kv))
     exp_bytes = n_expert * f * d * 4
     assert s.n_expert == 8 and s.n_expert_used == 2
@@ -134,6 +135,22 @@ def test_unknown_architecture_reports_what_it_can(tmp_path):
     assert any("block_count" in w for w in s.warnings)
     out = run_cli("info", str(path), "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["arch"] == "martian"
+
+
+@pytest.mark.parametrize("name, key", [("bos", Keys.Tokenizer.BOS_ID), ("unknown", Keys.Tokenizer.UNK_ID),
+                                       ("sep", Keys.Tokenizer.SEP_ID), ("padding", Keys.Tokenizer.PAD_ID)])
+def test_load_check_refuses_a_special_token_outside_the_vocabulary(tiny_model, name, key):
+    """The keys llama.cpp reads (gguf.Keys: 'tokenizer.ggml.seperator_token_id', as spelt there)."""
+    from dataclasses import replace
+
+    from ondevice.loadcheck import check_loadable
+    from ondevice.modelspec import spec_from_gguf
+
+    g = read_gguf(tiny_model)
+    check_loadable(g, spec_from_gguf(g))
+    bad = replace(g, metadata={**g.metadata, key: 10**6})
+    with pytest.raises(GGUFFormatError, match=f"{name} token id 1000000 is outside the vocabulary"):
+        check_loadable(bad, spec_from_gguf(bad))
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

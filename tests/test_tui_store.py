@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ondevice.tui.store import HistoryError, HistoryStore, stats_footer, to_markdown
+from ondevice.fmt import stats_footer
+from ondevice.tui.store import HistoryError, HistoryStore, to_markdown
 
 STATS = {
     "finish_reason": "stop",

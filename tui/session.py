@@ -12,6 +12,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
+from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
 from ondevice.errors import ContextOverflowError, InvalidParameterError
 from ondevice.results import Generation, TokenEvent
 from ondevice.textclean import clean_text
@@ -28,9 +29,9 @@ class ChatSettings:
     """What the settings screen edits."""
 
     system: str | None = None  # system prompt; None or "" = none
-    temperature: float = 0.8  # sampling temperature, >= 0 (0 = greedy)
-    top_p: float = 0.95  # nucleus sampling, in (0, 1]
-    max_tokens: int = 512  # most tokens in one answer, >= 1
+    temperature: float = DEFAULTS.temperature  # sampling temperature, >= 0 (0 = greedy)
+    top_p: float = DEFAULTS.top_p  # nucleus sampling, in (0, 1]
+    max_tokens: int = CHAT_MAX_TOKENS  # most tokens in one answer, >= 1
 
     def validated(self) -> "ChatSettings":
         """The same settings, checked; raises InvalidParameterError naming the bad one."""

@@ -17,10 +17,11 @@ from typing import Any, Mapping
 
 from ondevice import paths
 from ondevice.errors import OndeviceError
+from ondevice.fmt import stats_footer  # the export shows it under each answer; tui.screens.chat imports it from here
 
 __all__ = [
     "HistoryStore", "StoredMessage", "Conversation", "ConversationSummary", "HistoryError", "default_db_path",
-    "stats_footer", "to_markdown",
+    "to_markdown",
 ]
 
 SCHEMA_VERSION = 1
@@ -294,23 +295,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, (tuple, set)):
         return list(value)
     return str(value)
-
-
-def stats_footer(stats: Mapping[str, Any] | None, finish_reason: str | None) -> str:
-    """One line: TTFT, decode tok/s, tokens, cached prompt tokens, finish reason."""
-    parts: list[str] = []
-    timings = (stats or {}).get("timings") or {}
-    if timings.get("ttft_s") is not None:
-        parts.append(f"TTFT {timings['ttft_s'] * 1000:.0f} ms")
-    if timings.get("decode_tok_s"):
-        parts.append(f"{timings['decode_tok_s']:.1f} tok/s")
-    if timings.get("output_tokens") is not None:
-        parts.append(f"{timings['output_tokens']} tok")
-    if stats and stats.get("cached_prompt_tokens") is not None:
-        parts.append(f"{stats['cached_prompt_tokens']} cached")
-    if finish_reason:
-        parts.append(finish_reason)
-    return " · ".join(parts)
 
 
 def to_markdown(conv: Conversation) -> str:

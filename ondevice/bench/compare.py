@@ -220,27 +220,29 @@ def _overall(metrics: Sequence[MetricComparison]) -> str:
     return changed.pop() if len(changed) == 1 else "mixed"
 
 
-def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: str) -> str:
-    from ondevice.fmt import table
+# What a narrow terminal leaves out first: the model (the first line names both files), the two
+# medians (their ratio stays), the rank test's p (the verdict stays), the workload.
+TERMINAL_DROP = ("model", "A p50", "B p50", "p (MW)", "workload")
 
-    def f(v: float | None, fmt: str) -> str:
-        return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)
 
-    lines = [f"B = {b_name} against A = {a_name}; ratio = B/A of the medians (times: above 1 is slower)"]
+def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: str, *, width: int | None = None) -> str:
+    """The comparison as text; width: the terminal's columns, which every line fits (None: no limit)."""
+    from ondevice.fmt import fold, millis, number, table
+
+    lines = [fold(f"B = {b_name} against A = {a_name}; ratio = B/A of the medians (times: above 1 is slower)", width)]
     body = []
     for sc in rows:
         for m in sc.metrics:
             unit_ms = m.metric.endswith("_s") and not m.metric.endswith("tok_s")
-            fmt = "{:.2f} ms" if unit_ms else "{:.1f}"
-            scale = 1e3 if unit_ms else 1.0
+            show = (lambda v: millis(v, places=((math.inf, 2),))) if unit_ms else number  # noqa: E731
             body.append([
-                sc.model, sc.scenario, sc.workload or "-", m.metric,
-                f(m.a_p50 * scale if m.a_p50 is not None else None, fmt), f(m.b_p50 * scale if m.b_p50 is not None else None, fmt),
-                f(m.ratio, "{:.3f}"),
+                sc.model, sc.scenario, sc.workload or "-", m.metric, show(m.a_p50), show(m.b_p50),
+                number(m.ratio, ".3f"),
                 f"[{m.ci_low:.3f}, {m.ci_high:.3f}]" if m.ci_low is not None else "-",
-                f(m.p_value, "{:.3g}"), m.verdict or "",
+                number(m.p_value, ".3g"), m.verdict or "",
             ])
         body.append([sc.model, sc.scenario, sc.workload or "-", "=> verdict", "", "", "", "", "", sc.verdict])
     lines.append(table(["model", "scenario", "workload", "metric", "A p50", "B p50", "B/A", "95% CI", "p (MW)", "verdict"],
-                       body, align="llllrrrrrl"))
+                       body, align="llllrrrrrl", width=width, drop=TERMINAL_DROP, whole=("verdict",),
+                       full="--json"))
     return "\n".join(lines)

@@ -7,7 +7,6 @@ mtime so a large model is hashed once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import platform
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ondevice import paths
+from ondevice.hashing import sha256_file
 
 __all__ = ["SCHEMA", "file_sha256", "model_digests", "build_record"]
 
@@ -44,11 +44,7 @@ def file_sha256(path: str | Path, *, use_cache: bool = True) -> str:
         hit = cache.get(key)
         if isinstance(hit, dict) and hit.get("stamp") == stamp and isinstance(hit.get("sha256"), str):
             return hit["sha256"]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
+    digest = sha256_file(path)
     if use_cache and isinstance(cache, dict):
         cache[key] = {"stamp": stamp, "sha256": digest}
         try:

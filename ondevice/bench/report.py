@@ -1,4 +1,4 @@
-"""Bench output: a terminal table (rich), a progress bar, and --json / --csv / --md files.
+"""Bench output: a terminal table (fitted to the terminal), a progress bar (rich), and --json / --csv / --md files.
 
 The library renders strings and writes files atomically; only the CLI prints.
 JSON layout: {"record": {...}, "results": [{"model", "scenario", "prompt_tokens",
@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
 from ondevice.bench.stats import METRICS, ScenarioResult, clean
 from ondevice import paths
+from ondevice.fmt import fold, millis, number, table
 from ondevice.paths import atomic_write
 
 __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_markdown", "render_table", "table_rows",
@@ -29,6 +30,10 @@ __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_
 HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "ITL p50/p95/p99 ms",
            "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff", "notes")
 _STATS = ("n", "p50", "p95", "p99", "mean", "std", "min", "max")
+_TEXT_COLUMNS = ("model", "scenario", "workload", "notes")
+# What a narrow terminal leaves out first (the files keep everything): the token counts the
+# workload names, the roofline, prefill speed, efficiency, TPOT (ITL p50 is beside it), runs.
+TERMINAL_DROP = ("P", "N", "ceiling/pred tok/s", "prefill tok/s", "eff", "TPOT p50 ms", "runs")
 
 
 def result_document(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> dict[str, Any]:
@@ -85,15 +90,11 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
         f.write(buf.getvalue())
 
 
+_MS_PLACES = ((10, 2), (1000, 1), (math.inf, 0))  # three figures or so, under a header that says "ms"
+
+
 def _ms(v: float | None) -> str:
-    if v is None or not math.isfinite(v):
-        return "-"
-    ms = v * 1e3
-    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
-
-
-def _num(v: float | None, fmt: str = "{:.1f}") -> str:
-    return "-" if v is None or not math.isfinite(v) else fmt.format(v)
+    return millis(v, places=_MS_PLACES, unit=False)
 
 
 def _notes(r: ScenarioResult, slo: Any) -> str:
@@ -122,7 +123,7 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
     for r in results:
         ttft, itl, tpot = r.summary("ttft_s"), r.summary("itl_s"), r.summary("tpot_s")
         request = r.scenario not in LOAD_SCENARIOS + (LOAD,)
-        roof = f"{_num(r.ceiling_tok_s, '{:.0f}')}/{_num(r.predicted_tok_s, '{:.0f}')}" if r.ceiling_tok_s else "-"
+        roof = f"{number(r.ceiling_tok_s, '.0f')}/{number(r.predicted_tok_s, '.0f')}" if r.ceiling_tok_s else "-"
         rows.append([
             r.model, r.scenario, r.workload or "-",
             str(r.prompt_tokens) if request else "-", str(r.output_tokens) if request else "-",
@@ -130,10 +131,10 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
             f"{_ms(ttft.p50)}/{_ms(ttft.p95)}" if request else "-",
             f"{_ms(itl.p50)}/{_ms(itl.p95)}/{_ms(itl.p99)}" if request else "-",
             _ms(tpot.p50) if request else "-",
-            _num(r.summary("decode_tok_s").p50) if request else "-",
-            _num(r.summary("prefill_tok_s").p50, "{:.0f}") if request else "-",
+            number(r.summary("decode_tok_s").p50) if request else "-",
+            number(r.summary("prefill_tok_s").p50, ".0f") if request else "-",
             roof,
-            _num(r.efficiency, "{:.2f}"),
+            number(r.efficiency, ".2f"),
             _notes(r, (slo or {}).get((r.model, r.scenario, r.workload))),
         ])
     return rows
@@ -175,26 +176,25 @@ def _header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, *, width: int | None = None) -> str:
-    """The terminal report as text (rich table, rendered to a string)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=io.StringIO(), width=width or 200, color_system=None, force_terminal=False)
+    """The terminal report as text: the run's facts, a title, the table. width: the terminal's
+    columns, which every line fits (None: no limit, the whole table)."""
     title = f"ondevice bench: {record.get('settings', {}).get('suite', '?')} suite"
     if record.get("incomplete"):
         title += " (INCOMPLETE: interrupted)"
-    table = Table(title=title, show_lines=False)
     single = len({r.model for r in results}) == 1
-    headers = HEADERS[1:] if single else HEADERS
-    for i, h in enumerate(headers):
-        table.add_column(h, justify="left" if h in ("model", "scenario", "workload", "notes") else "right",
-                         overflow="fold", no_wrap=h != "notes")
-    for row in table_rows(results, slo):
-        table.add_row(*(row[1:] if single else row))
-    for k, v in _header_facts(record):
-        console.print(f"{k}: {v}")
-    console.print(table)
-    return console.file.getvalue()
+    headers = list(HEADERS[1:] if single else HEADERS)
+    rows = [row[1:] if single else row for row in table_rows(results, slo)]
+    align = "".join("l" if h in _TEXT_COLUMNS else "r" for h in headers)
+    lines = [fold(f"{k}: {v}", width) for k, v in _header_facts(record)] + ["", title]
+    text = table(headers, rows, align)
+    if width is None or max(map(len, text.splitlines())) <= width:
+        return "\n".join(lines + [text]) + "\n"
+    # Too wide: the notes (failures, SLO verdicts, load times) go under the table, one line a row.
+    notes = [fold(f"{' '.join(c for c in row[:-1][:3 - single] if c != '-')}: {row[-1]}", width, indent="    ")
+             for row in rows if row[-1]]
+    lines.append(table(headers[:-1], [row[:-1] for row in rows], align[:-1], width=width, drop=TERMINAL_DROP,
+                       full="--json/--csv/--md"))
+    return "\n".join(lines + notes) + "\n"
 
 
 class ProgressBar:

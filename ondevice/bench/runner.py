@@ -19,6 +19,7 @@ from ondevice.bench import scenarios as sc
 from ondevice.bench.oscache import PeakRss, evict_page_cache
 from ondevice.bench.runs import COLD_LOAD, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, WARM_LOAD, RunRecord
 from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
+from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import BenchError
 from ondevice.materialize import resolve_model
 from ondevice.modelspec import ModelSpec, inspect
@@ -26,7 +27,7 @@ from ondevice.modelspec import ModelSpec, inspect
 __all__ = ["BenchConfig", "ModelPlan", "BenchOutcome", "Progress", "plan_bench", "run_bench", "DEFAULT_SAMPLING"]
 
 log = logging.getLogger(__name__)
-DEFAULT_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}
+DEFAULT_SAMPLING = DEFAULTS.sampler_settings()  # the engine's defaults; --temperature may change one
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
+from ondevice.cli.output import terminal_width
+from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import BenchError
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -45,7 +46,8 @@ def register(sub) -> None:
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")
     p.add_argument("--n-gpu-layers", default="auto", help="layers to offload: a number or auto (default)")
     add_engine_args(p)
-    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8; 0 = greedy)")
+    p.add_argument("--temperature", type=float, default=DEFAULTS.temperature,
+                   help=f"sampling temperature (default {DEFAULTS.temperature:g}; 0 = greedy)")
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt texts and the sampler (default 0)")
     p.add_argument("--timeout", type=float, help="seconds per request before it is cancelled and kept as a time-out")
     p.add_argument("--slo", help="bounds such as ttft_p95=1.0,tpot_p95=0.04: goodput and pass/fail per scenario")
@@ -124,8 +126,7 @@ def _report(args, outcome, digests, slo_bounds) -> int:
             if s is not None:
                 slo[(r.model, r.scenario, r.workload)] = s
     doc = report.result_document(record, results, slo)
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-    sys.stdout.write(report.render_table(record, results, slo, width=width))
+    sys.stdout.write(report.render_table(record, results, slo, width=terminal_width()))
     _write_outputs(args, doc, record, results, slo)
     if outcome.incomplete:
         print("ondevice: bench interrupted: the results above are incomplete", file=sys.stderr)
@@ -229,5 +230,5 @@ def run_compare(args: argparse.Namespace) -> int:
         with atomic_write(args.json, "w") as f:
             json.dump(clean({"a": names[0], "b": names[1], "threshold": args.threshold,
                              "scenarios": [r.to_dict() for r in rows]}), f, indent=1)
-    print(render_comparison(rows, names[0], names[1]))
+    print(render_comparison(rows, names[0], names[1], width=terminal_width()))
     return EXIT_OK

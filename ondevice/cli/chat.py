@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
+from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
 from ondevice.errors import InvalidParameterError
 
 __all__ = ["register", "run"]
@@ -29,9 +30,11 @@ def register(sub) -> None:
     )
     p.add_argument("model", nargs="?", help="registry name or .gguf path (default: the built-in model)")
     p.add_argument("--system", default=None, help="system prompt")
-    p.add_argument("-t", "--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling (default 0.95)")
-    p.add_argument("-n", "--max-tokens", type=int, default=512, help="tokens per answer at most (default 512)")
+    p.add_argument("-t", "--temperature", type=float, default=DEFAULTS.temperature,
+                   help=f"0 = greedy (default {DEFAULTS.temperature:g})")
+    p.add_argument("--top-p", type=float, default=DEFAULTS.top_p, help=f"nucleus sampling (default {DEFAULTS.top_p:g})")
+    p.add_argument("-n", "--max-tokens", type=int, default=CHAT_MAX_TOKENS,
+                   help=f"tokens per answer at most (default {CHAT_MAX_TOKENS})")
     p.add_argument("-c", "--n-ctx", type=int, default=None,
                    help="context window in tokens, 256 up to the model's trained context; 0 = the trained context "
                    "(default 4096, or the trained context when smaller)")

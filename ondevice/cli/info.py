@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ondevice.cli.output import dump_json
-from ondevice.fmt import human_bytes, human_count, layer_ranges, table
+from ondevice.cli.output import dump_json, terminal_width
+from ondevice.fmt import fold_lines, human_bytes, human_count, layer_ranges, table
 from ondevice.materialize import resolve_model
 from ondevice.modelspec import ModelSpec, inspect
 
@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     if args.tensors or args.against:
-        from ondevice.cli.quant import run_tensors  # quant's per-tensor report
+        from ondevice.cli.tensors import run_tensors
 
         return run_tensors(resolve_model(args.model), resolve_model(args.against) if args.against else None, args.json)
     spec = inspect(resolve_model(args.model))
@@ -27,7 +27,7 @@ def run(args) -> int:
     if args.json:
         dump_json({**spec.to_dict(), "cpu_buffers": buffers})
     else:
-        print(render(spec, buffers))
+        print(render(spec, buffers, width=terminal_width()))
     return 0
 
 
@@ -41,7 +41,7 @@ def cpu_buffers(spec: ModelSpec) -> dict:
     return {"mode": verdict.mode, "source": verdict.source, "reason": verdict.reason, "repacked_tensors": named}
 
 
-def render(s: ModelSpec, buffers: dict | None = None) -> str:
+def render(s: ModelSpec, buffers: dict | None = None, *, width: int | None = None) -> str:
     lines = [f"{s.path}" + (f"  ({s.name})" if s.name else "")]
 
     def row(label: str, value: object) -> None:
@@ -52,7 +52,7 @@ def render(s: ModelSpec, buffers: dict | None = None) -> str:
         row("weights", "none: this file holds no tensors (vocab-only)")
         row("tokenizer", f"{s.tokenizer_model or 'unknown'}, {s.n_vocab or '?'} tokens")
         lines += [f"  note: {w}" for w in s.warnings]
-        return "\n".join(lines)
+        return fold_lines("\n".join(lines), width)
     row("quant", f"{s.quant or 'unknown'}, {s.bits_per_weight:.2f} bits per weight")
     active = f" ({human_count(s.n_params_active)} active)" if s.n_params_active != s.n_params else ""
     row("parameters", human_count(s.n_params) + active)
@@ -82,5 +82,5 @@ def render(s: ModelSpec, buffers: dict | None = None) -> str:
         [t, b, f"{100 * b / s.weight_bytes:.1f}%", s.decode_bytes_by_type.get(t, 0)]
         for t, b in s.bytes_by_type.items()
     ]
-    lines.append(table(["type", "bytes", "share", "decode bytes"], rows, align="lrrr"))
-    return "\n".join(lines)
+    lines.append(table(["type", "bytes", "share", "decode bytes"], rows, align="lrrr", width=width, full="--json"))
+    return fold_lines("\n".join(lines), width)

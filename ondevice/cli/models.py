@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ondevice.cli.output import dump_json
+from ondevice.cli.output import dump_json, terminal_width
 from ondevice.fmt import human_bytes, table
 from ondevice.registry import load_registry, user_registry_path
 
@@ -56,7 +56,7 @@ def run(args) -> int:
                 ]
                 for r in rows
             ],
-            align="llrll",
+            align="llrll", width=terminal_width(), full="--json",
         )
     )
     return 0

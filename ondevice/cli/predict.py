@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from ondevice.cli.engine_args import add_kv_cache_args
-from ondevice.cli.output import dump_json
-from ondevice.fmt import human_bytes, table
+from ondevice.cli.output import dump_json, terminal_width
+from ondevice.fmt import fold_lines, human_bytes, millis, number, table
 
 __all__ = ["register", "run", "render", "DEFAULT_CONTEXTS"]
 
@@ -89,7 +90,7 @@ def run(args) -> int:
         d["probe_age_s"] = probe.age_s if probe is not None else None
         dump_json(d)
     else:
-        print(render(pred, spec, probe))
+        print(render(pred, spec, probe, width=terminal_width()))
     return 0
 
 
@@ -105,7 +106,7 @@ def _probe(args):
     return probe(progress=None if args.json else (lambda m: print(f"probing: {m}", file=sys.stderr, flush=True)))
 
 
-def render(p, spec, probe) -> str:
+def render(p, spec, probe, *, width: int | None = None) -> str:
     from ondevice.cli.probe import age_text
 
     name = spec.name or p.model
@@ -120,11 +121,10 @@ def render(p, spec, probe) -> str:
     lines.append("")
     rows = []
     for c in p.contexts:
-        rows.append([c.n_ctx, human_bytes(c.kv_bytes), f"{c.ceiling_tok_s:.1f}",
-                     f"{c.predicted_tok_s:.1f}" if c.predicted_tok_s else "-",
-                     f"{1e3 * c.predicted_step_s:.2f}" if c.predicted_step_s else "-"])
+        rows.append([c.n_ctx, human_bytes(c.kv_bytes), f"{c.ceiling_tok_s:.1f}", number(c.predicted_tok_s or None),
+                     millis(c.predicted_step_s or None, places=((math.inf, 2),), unit=False)])
     lines.append(table(["context", "KV read", "ceiling tok/s", "predicted tok/s", "predicted ms/token"], rows,
-                       align="rrrrr"))
+                       align="rrrrr", width=width, full="--json"))
     lines.append("  ceiling: a bound decoding cannot beat" + ("; predicted: calibrated by this machine's kernel probe"
                                                               if p.calibrated else ""))
     lines.append("")
@@ -138,4 +138,4 @@ def render(p, spec, probe) -> str:
     lines.append(f"memory at {m.n_ctx} tokens: weights {human_bytes(m.weight_bytes)} + KV {human_bytes(m.kv_bytes)} "
                  f"+ buffers ~{human_bytes(m.buffer_bytes)} = {human_bytes(m.total_bytes)} of {avail}: {m.verdict.upper()}")
     lines += [f"  note: {n}" for n in p.notes]
-    return "\n".join(lines)
+    return fold_lines("\n".join(lines), width)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ondevice.cli.output import dump_json
-from ondevice.fmt import human_bytes, table
+from ondevice.cli.output import dump_json, terminal_width
+from ondevice.fmt import fold_lines, human_bytes, table
 
 __all__ = ["register", "run", "render", "age_text", "cpu_buffers_text"]
 
@@ -52,7 +52,7 @@ def run(args) -> int:
         d["cpu_buffers"] = cpu_buffers_text()
         dump_json(d)
     else:
-        print(render(result))
+        print(render(result, width=terminal_width()))
     return 0
 
 
@@ -71,7 +71,7 @@ def age_text(seconds: float) -> str:
     return "just now"
 
 
-def render(r) -> str:
+def render(r, *, width: int | None = None) -> str:
     h, m, c, k = r.host, r.memory, r.compute, r.kernel
     when = f"measured {age_text(r.age_s)}" + (" (cached; --refresh to measure again)" if r.from_cache else "")
     lines = [f"this machine, backend {r.backend}: {when}"]
@@ -106,7 +106,7 @@ def render(r) -> str:
         lines.append(f"llama.cpp decode kernels on {k.backend}, {k.n_threads} threads, CPU buffers {k.cpu_buffers} "
                      f"({len(k.points)} runs of synthetic models, fit error {100 * k.fit_rms_rel:.1f}% rms):")
         rows = [[t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%"] for t, g in k.type_gbs.items()]
-        lines.append("  " + table(["weights", "GB/s", "of host read"], rows, align="lrr").replace("\n", "\n  "))
+        lines.append("  " + table(["weights", "GB/s", "of host read"], rows, align="lrr", width=None if width is None else width - 2, full="--json").replace("\n", "\n  "))
         lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
                      f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns,")
         lines.append(f"  per attention score {1e9 * k.attn_s:.1f} ns + {1e12 * k.attn_dim_s:.1f} ps per head dimension")
@@ -122,4 +122,4 @@ def render(r) -> str:
         lines.append(f"nameplate for {n.chip}: {n.bandwidth_gbs:g} GB/s (maker's figure, not measured){note}{ratio}")
     else:
         lines.append("nameplate: none known for this machine's memory")
-    return "\n".join(lines)
+    return fold_lines("\n".join(lines), width)

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ondevice.cli.output import dump_json
-from ondevice.fmt import human_bytes, table
+from ondevice.cli.output import ProgressLine, dump_json, terminal_width
+from ondevice.fmt import fold, human_bytes, millis, number, table
 
 __all__ = ["register", "render_ladder", "ladder_markdown"]
 
@@ -63,26 +63,6 @@ def _quality_args(p) -> None:
         p.add_argument("--threads", type=int, default=None, help="llama.cpp threads")
 
 
-class _ProgressLine:
-    """One self-overwriting status line on stderr, only when stderr is a terminal."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled and sys.stderr.isatty()
-        self.shown = False
-
-    def __call__(self, text: str) -> None:
-        if self.enabled:
-            sys.stderr.write("\r\033[K" + text)
-            sys.stderr.flush()
-            self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-            self.shown = False
-
-
 def run_quantize(args) -> int:
     from ondevice.gguf_file import read_gguf
     from ondevice.materialize import resolve_model
@@ -97,7 +77,7 @@ def run_quantize(args) -> int:
     if already and args.allow_requantize:
         print(f"ondevice: warning: {src} is already quantized ({', '.join(already)}); "
               "requantizing cannot bring back the quality it lost", file=sys.stderr)
-    line = _ProgressLine(not args.no_progress)
+    line = ProgressLine(not args.no_progress)
     t0 = time.perf_counter()
     try:
         out = quantize(src, Path(args.dst), args.qtype, threads=args.threads, allow_requantize=args.allow_requantize,
@@ -129,7 +109,7 @@ def run_quality(args) -> int:
 
     base = resolve_model(args.base)
     other = resolve_model(args.other) if args.other else None
-    line = _ProgressLine(not args.no_progress)
+    line = ProgressLine(not args.no_progress)
     tell = lambda d, n: line(f"scoring: window {d}/{n}")  # noqa: E731
     try:
         if other is None:
@@ -170,7 +150,7 @@ def run_ladder_cmd(args) -> int:
     parse_types(args.types)  # unknown types fail before anything is read
     src = resolve_model(args.src)
     bench = None if args.no_bench else BenchPlan(args.prompt_tokens, args.gen_tokens, args.runs, args.threads)
-    line = _ProgressLine(not args.no_progress)
+    line = ProgressLine(not args.no_progress)
     try:
         ladder = run_ladder(src, args.types, allow_requantize=args.allow_requantize, threads=args.threads,
                             bench=bench, quality_opts=_quality_opts(args), with_quality=not args.no_quality,
@@ -183,12 +163,8 @@ def run_ladder_cmd(args) -> int:
     elif args.md:
         print(ladder_markdown(ladder))
     else:
-        print(render_ladder(ladder))
+        print(render_ladder(ladder, width=terminal_width()))
     return 0
-
-
-def _num(v: float | None, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
 
 
 def _kl(v: float | None) -> str:
@@ -203,8 +179,8 @@ def _rows(ladder) -> tuple[list[str], list[list[str]]]:
     for r in ladder.rungs:
         rows.append([
             r.qtype + (" (base)" if r.is_base else ""), human_bytes(r.file_bytes), f"{r.bits_per_weight:.2f}",
-            _num(r.ceiling_tok_s, ".1f"), _num(r.predicted_tok_s, ".1f"), _num(r.decode_tok_s, ".1f"),
-            _num(None if r.ttft_s is None else 1000 * r.ttft_s, ".1f"), _num(r.ppl, ".3f"), _kl(r.kl_mean),
+            number(r.ceiling_tok_s), number(r.predicted_tok_s), number(r.decode_tok_s),
+            millis(r.ttft_s, unit=False), number(r.ppl, ".3f"), _kl(r.kl_mean),
             "-" if r.top1_agreement is None else f"{100 * r.top1_agreement:.1f}%",
         ])
     return headers, rows
@@ -223,9 +199,13 @@ def _notes(ladder) -> list[str]:
     return notes
 
 
-def render_ladder(ladder) -> str:
+def render_ladder(ladder, *, width: int | None = None) -> str:
+    """The ladder as text; width: the terminal's columns (None: no limit). A narrow terminal loses
+    the pure ceiling first (the calibrated prediction stays), then bits per weight (size stays)."""
     headers, rows = _rows(ladder)
-    return table(headers, rows, align="lrrrrrrrrr") + "\n" + "\n".join("  " + n for n in _notes(ladder))
+    notes = [fold("  " + n, width, indent="    ") for n in _notes(ladder)]
+    return "\n".join([table(headers, rows, align="lrrrrrrrrr", width=width, drop=("ceiling tok/s", "bpw"),
+                             full="--json/--md"), *notes])
 
 
 def ladder_markdown(ladder) -> str:
@@ -233,36 +213,3 @@ def ladder_markdown(ladder) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines + [""] + [f"- {n}" for n in _notes(ladder)])
-
-
-def run_tensors(model: Path, against: Path | None, as_json: bool) -> int:
-    """`ondevice info MODEL --tensors [--against SRC]`: per-tensor types, and errors against a source."""
-    from ondevice.gguf_file import read_gguf
-    from ondevice.quant.errstats import tensor_errors
-    from ondevice.quant.formats import block_format
-
-    if against is None:
-        rows = [{"name": t.name, "type": t.type_name, "shape": list(t.shape), "n_elements": t.n_elements,
-                 "n_bytes": t.n_bytes, "bits_per_weight": block_format(t.ggml_type).bits_per_weight}
-                for t in read_gguf(model).tensors]
-        if as_json:
-            dump_json({"path": str(model), "tensors": rows})
-        else:
-            print(table(["tensor", "type", "shape", "bytes", "bpw"],
-                        [[r["name"], r["type"], "x".join(map(str, r["shape"])), r["n_bytes"], f"{r['bits_per_weight']:.2f}"] for r in rows],
-                        align="lllrr"))
-        return 0
-    line = _ProgressLine(not as_json)
-    try:
-        errors = tensor_errors(model, against, progress=lambda d, n: line(f"comparing tensors: {d}/{n}"))
-    finally:
-        line.done()
-    if as_json:
-        dump_json({"path": str(model), "against": str(against), "tensors": [e.to_dict() for e in errors]})
-        return 0
-    rows = [[e.name, f"{e.source_type}->{e.type_name}", "x".join(map(str, e.shape)), f"{e.bits_per_weight:.2f}",
-             _num(e.rmse, ".3e"), _num(e.max_abs_error, ".3e"), _num(None if e.rel_rmse is None else 100 * e.rel_rmse, ".3f")]
-            for e in errors]
-    print(table(["tensor", "type", "shape", "bpw", "RMSE", "max abs err", "rel RMSE %"], rows, align="lllrrrr"))
-    print(f"  {model} against {against}; rel RMSE = RMSE / RMS of the source tensor")
-    return 0

@@ -9,7 +9,9 @@ from __future__ import annotations
 import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, settings_text
+from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import InvalidParameterError
+from ondevice.fmt import millis, rate
 
 __all__ = ["register", "run", "timings_line"]
 
@@ -20,12 +22,14 @@ def register(sub) -> None:
         description="Generate a completion for PROMPT with MODEL (default: the built-in model).",
     )
     p.add_argument("args", nargs="+", metavar="[MODEL] PROMPT", help="optional model (registry name or .gguf path), then the prompt ('-' = stdin)")
-    p.add_argument("-n", "--max-tokens", type=int, default=256, help="output tokens at most (default 256)")
-    p.add_argument("-t", "--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("-n", "--max-tokens", type=int, default=DEFAULTS.max_tokens,
+                   help=f"output tokens at most (default {DEFAULTS.max_tokens})")
+    p.add_argument("-t", "--temperature", type=float, default=DEFAULTS.temperature,
+                   help=f"0 = greedy (default {DEFAULTS.temperature:g})")
+    p.add_argument("--top-k", type=int, default=DEFAULTS.top_k)
+    p.add_argument("--top-p", type=float, default=DEFAULTS.top_p)
+    p.add_argument("--min-p", type=float, default=DEFAULTS.min_p)
+    p.add_argument("--repeat-penalty", type=float, default=DEFAULTS.repeat_penalty)
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the engine's)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence")
@@ -88,28 +92,20 @@ def _int_arg(name: str, value: str) -> int:
         raise InvalidParameterError(f"{name} must be 'auto' or an integer, not {value!r}") from None
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
-
-
-def _rate(tok_s: float | None) -> str:
-    return "-" if tok_s is None else f"{tok_s:.1f} tok/s"
-
-
 def timings_line(g, load_s: float | None = None, backend: str | None = None) -> str:
     """One line: TTFT, TPOT, decode and prefill rates, token counts, finish reason (and the prediction)."""
     t = g.timings
     cached = f", {g.cached_prompt_tokens} cached" if g.cached_prompt_tokens else ""
     parts = [
-        f"TTFT {_ms(t.ttft_s)}",
-        f"TPOT {_ms(t.tpot_s)}",
-        f"decode {_rate(t.decode_tok_s)}",
-        f"prefill {_rate(t.prefill_tok_s)}",
+        f"TTFT {millis(t.ttft_s)}",
+        f"TPOT {millis(t.tpot_s)}",
+        f"decode {rate(t.decode_tok_s)}",
+        f"prefill {rate(t.prefill_tok_s)}",
         f"tokens {g.prompt_tokens} prompt{cached} + {t.output_tokens} output",
         f"finish {g.finish_reason}",
     ]
     if g.predicted_tok_s:
-        parts.append(f"predicted {_rate(g.predicted_tok_s)} (ceiling {_rate(g.ceiling_tok_s)})")
+        parts.append(f"predicted {rate(g.predicted_tok_s)} (ceiling {rate(g.ceiling_tok_s)})")
     if load_s is not None:
         parts.append(f"load {load_s:.2f} s" + (f" on {backend}" if backend else ""))
     return " | ".join(parts)

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from ondevice.engine.loader import EngineInfo, open_model
 from ondevice.llama.model import LlamaHandle
 from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, run_request
-from ondevice.engine.sampling import make_params
+from ondevice.engine.sampling import DEFAULTS, make_params
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.results import Generation
 from ondevice.textclean import clean_text
@@ -156,15 +156,15 @@ class Engine:
         self,
         prompt: str | Sequence[int],
         *,
-        max_tokens: int = 256,
-        temperature: float = 0.8,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        repeat_penalty: float = 1.0,
-        seed: int | None = None,
-        stop: str | Sequence[str] = (),
-        ignore_eos: bool = False,
+        max_tokens: int = DEFAULTS.max_tokens,
+        temperature: float = DEFAULTS.temperature,
+        top_k: int = DEFAULTS.top_k,
+        top_p: float = DEFAULTS.top_p,
+        min_p: float = DEFAULTS.min_p,
+        repeat_penalty: float = DEFAULTS.repeat_penalty,
+        seed: int | None = DEFAULTS.seed,
+        stop: str | Sequence[str] = DEFAULTS.stop,
+        ignore_eos: bool = DEFAULTS.ignore_eos,
         cancel: threading.Event | None = None,
         reuse_prefix: bool = True,
     ) -> TokenStream:

@@ -4,6 +4,9 @@ Sampling never copies logits into Python: the chain runs inside llama.cpp
 (`llama_sampler_sample`). Order, as llama.cpp's own tools use it: repeat penalty,
 top-k, top-p, min-p, temperature, then a seeded draw. Temperature 0 is greedy
 (penalty, then argmax).
+
+DEFAULTS is the one home of the default settings: make_params, Engine.stream, the CLI's
+flags, the bench and the chat app all read it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, Sequence
 
 from ondevice.errors import EngineError, InvalidParameterError
 
-__all__ = ["SamplingParams", "make_params", "SamplerChain", "PENALTY_LAST_N", "SAMPLING_KEYS"]
+__all__ = ["SamplingParams", "DEFAULTS", "CHAT_MAX_TOKENS", "make_params", "SamplerChain", "PENALTY_LAST_N", "SAMPLING_KEYS"]
 
 PENALTY_LAST_N = 64  # tokens of history the repeat penalty looks at (llama.cpp's default)
 _SEED_MAX = 2**32 - 1  # llama.cpp seeds are uint32
@@ -41,18 +44,29 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    def sampler_settings(self) -> dict[str, Any]:
+        """The settings of the sampler chain itself (no length, seed or stops): what a bench records."""
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p,
+                "repeat_penalty": self.repeat_penalty}
+
+
+# The defaults of every door (API, `run`, `chat`, `bench`, the chat app), as llama.cpp's tools set them.
+DEFAULTS = SamplingParams(max_tokens=256, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
+                          seed=None, stop=(), ignore_eos=False)
+CHAT_MAX_TOKENS = 512  # one chat answer at most: a chat turn is allowed to run longer than a `run` completion
+
 
 def make_params(
     *,
-    max_tokens: Any = 256,
-    temperature: Any = 0.8,
-    top_k: Any = 40,
-    top_p: Any = 0.95,
-    min_p: Any = 0.05,
-    repeat_penalty: Any = 1.0,
-    seed: Any = None,
-    stop: Any = (),
-    ignore_eos: Any = False,
+    max_tokens: Any = DEFAULTS.max_tokens,
+    temperature: Any = DEFAULTS.temperature,
+    top_k: Any = DEFAULTS.top_k,
+    top_p: Any = DEFAULTS.top_p,
+    min_p: Any = DEFAULTS.min_p,
+    repeat_penalty: Any = DEFAULTS.repeat_penalty,
+    seed: Any = DEFAULTS.seed,
+    stop: Any = DEFAULTS.stop,
+    ignore_eos: Any = DEFAULTS.ignore_eos,
 ) -> SamplingParams:
     """Validate every parameter; an out-of-range one raises InvalidParameterError naming it."""
     return SamplingParams(

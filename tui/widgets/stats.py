@@ -6,11 +6,14 @@ changes, so a timer tick with nothing new repaints nothing.
 
 from __future__ import annotations
 
+import math
+from functools import partial
 from typing import Any, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
+from ondevice import fmt
 from ondevice.tui.live import LiveStats
 from ondevice.tui.widgets.charts import ItlChartRows, StyledLines, hbar, plain_text
 
@@ -20,28 +23,10 @@ BAR_CELLS = 12
 _DASH = "–"
 
 
-def fmt_ms(seconds: float | None) -> str:
-    if seconds is None:
-        return _DASH
-    ms = seconds * 1000.0
-    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms" if ms < 10_000 else f"{seconds:.1f} s"
-
-
-def fmt_rate(tok_s: float | None) -> str:
-    if not tok_s:
-        return _DASH
-    return f"{tok_s:.1f} tok/s" if tok_s < 1000 else f"{tok_s:.0f} tok/s"
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Binary units, as memory is counted."""
-    if n is None:
-        return _DASH
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
+# The panel's style of ondevice.fmt's figures: fewer decimals as they grow, an en dash when missing.
+fmt_ms = partial(fmt.millis, places=((100, 1), (10_000, 0)), missing=_DASH)  # "12.3 ms", "500 ms", "12.0 s"
+fmt_rate = partial(fmt.rate, places=((1000, 1), (math.inf, 0)), missing=_DASH, zero_is_missing=True)
+fmt_bytes = partial(fmt.binary_bytes, missing=_DASH)  # memory: KiB, MiB, GiB
 
 
 def _row(label: str, value: str) -> str:
