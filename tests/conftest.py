@@ -35,6 +35,18 @@ def tiny_model(synth_dir) -> Path:
     return build_synthetic_model(SynthConfig(), synth_dir / "tiny-f16.gguf")
 
 
+@pytest.fixture(scope="module")
+def engine(tiny_model):
+    """An engine on the tiny model (256 tokens of context, one thread), one per test module.
+    Modules that need another model define their own `engine`."""
+    from ondevice.engine import load
+
+    eng = load(tiny_model, n_ctx=256, n_threads=1)
+    assert eng.n_ctx == 256
+    yield eng
+    eng.close()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_f32(synth_dir) -> Path:
     return build_synthetic_model(SynthConfig(dtype="F32", seed=1), synth_dir / "tiny-f32.gguf")

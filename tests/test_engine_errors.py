@@ -15,14 +15,6 @@ from ondevice.errors import (
 )
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_model):
-    eng = load(tiny_model, n_ctx=256, n_threads=1)
-    assert eng.n_ctx == 256
-    yield eng
-    eng.close()
-
-
 def test_context_overflow_refused_before_any_work(engine):
     first = engine.generate("the city", max_tokens=3, temperature=0)
     kv = engine.kv_cache_tokens

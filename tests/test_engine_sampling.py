@@ -6,17 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ondevice.engine import load
 
 PROMPT = "the people of the world are in the city of paris and"
 FREE = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}  # every filter off
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model):
-    eng = load(tiny_model, n_ctx=256, n_threads=1, predictor=None)
-    yield eng
-    eng.close()
 
 
 def ids(engine, max_tokens=16, **kw):

@@ -13,13 +13,6 @@ from ondevice.modelspec import ModelSpec
 PROMPT = "the people of the world are in the city of paris and"
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_model):
-    eng = load(tiny_model, n_ctx=256, n_threads=1)
-    yield eng
-    eng.close()
-
-
 def greedy(engine, prompt=PROMPT, **kw):
     kw.setdefault("max_tokens", 24)
     kw.setdefault("ignore_eos", True)

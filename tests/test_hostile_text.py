@@ -10,19 +10,11 @@ import sys
 import pytest
 
 from ondevice.cli.main import main
-from ondevice.engine import load
 from ondevice.textclean import clean_text
 
 ESCAPED = b"\xff\xfe hello".decode("utf-8", "surrogateescape")  # how Python hands such bytes over from argv
 LONE = "\ud800 hello \udfff"  # halves of UTF-16 pairs, as a careless caller may pass them
 RUN = ["-t", "0", "-n", "2", "-c", "256", "--threads", "1", "--no-predict"]
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model):
-    eng = load(tiny_model, n_ctx=256, n_threads=1, predictor=None)
-    yield eng
-    eng.close()
 
 
 @pytest.mark.parametrize(
