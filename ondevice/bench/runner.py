@@ -19,6 +19,7 @@ from ondevice.bench import scenarios as sc
 from ondevice.bench.oscache import PeakRss, evict_page_cache
 from ondevice.bench.runs import COLD_LOAD, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, WARM_LOAD, RunRecord
 from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
+from ondevice.engine.interface import StreamingEngine
 from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import BenchError
 from ondevice.materialize import resolve_model
@@ -139,11 +140,12 @@ def run_bench(
     config: BenchConfig,
     plans: list[ModelPlan] | None = None,
     *,
-    load_fn: Callable[..., Any] | None = None,
+    load_fn: Callable[..., StreamingEngine] | None = None,
     progress: Callable[[Progress], None] | None = None,
 ) -> BenchOutcome:
     """Measure every model in `plans` (default: plan_bench(config)). Never raises for a
-    failing model or request; KeyboardInterrupt ends it early with incomplete=True."""
+    failing model or request; KeyboardInterrupt ends it early with incomplete=True.
+    load_fn(path, **engine settings) gives the engine (default: ondevice.load)."""
     if plans is None:
         plans = plan_bench(config)
     if load_fn is None:
