@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
-from ondevice.bench.stats import METRICS, ScenarioResult, clean
+from ondevice.bench.stats import EXTRA_METRICS, METRICS, ScenarioResult, clean
 from ondevice import paths
 from ondevice.paths import atomic_write
 
@@ -29,16 +29,23 @@ __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_
 HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "ITL p50/p95/p99 ms",
            "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff", "notes")
 _STATS = ("n", "p50", "p95", "p99", "mean", "std", "min", "max")
+_LOAD_COLS = ("offered", "sent", "achieved_rps", "arrival_rps", "mean_in_flight", "little_lw", "little_ratio", "goodput_rps",
+              "output_tok_s")  # server levels (bench --url), from each result's "load"
 
 
-def result_document(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> dict[str, Any]:
-    """The --json document. slo: (model, scenario, workload) -> SloResult."""
+def result_document(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None,
+                    load: dict | None = None) -> dict[str, Any]:
+    """The --json document. slo: (model, scenario, workload) -> SloResult; load: the same keys ->
+    LevelStats of server levels (bench --url)."""
     rows = []
     for r in results:
         d = r.to_dict()
         s = (slo or {}).get((r.model, r.scenario, r.workload))
         if s is not None:
             d["slo"] = s.to_dict()
+        lv = (load or {}).get((r.model, r.scenario, r.workload))
+        if lv is not None:
+            d["load"] = lv.to_dict()
         rows.append(d)
     return clean({"record": record, "results": rows})
 
@@ -62,8 +69,11 @@ def _csv_header() -> list[str]:
     cols = ["model", "scenario", "workload", "prompt_tokens", "output_tokens", "repeats", "ok_runs"]
     for m in METRICS + ("load_s", "ttft_saved_s"):
         cols += [f"{m}_{s}" for s in _STATS]
+    for m in EXTRA_METRICS:
+        cols += [f"{m}_{s}" for s in _STATS]
     return cols + ["ceiling_tok_s", "predicted_tok_s", "efficiency", "peak_rss_bytes", "kv_bytes",
-                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput", "slo_passed", "failures"]
+                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput", "slo_passed"] + \
+        [f"load_{c}" for c in _LOAD_COLS] + ["failures"]
 
 
 def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
@@ -74,9 +84,10 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
     w.writerow(header)
     for r in doc["results"]:
         flat: dict[str, Any] = {k: r.get(k) for k in header if k in r and not isinstance(r.get(k), (dict, list))}
-        for m in METRICS + ("load_s", "ttft_saved_s"):
+        for m in METRICS + ("load_s", "ttft_saved_s") + EXTRA_METRICS:
             for s in _STATS:
                 flat[f"{m}_{s}"] = (r.get(m) or {}).get(s)
+        flat.update({f"load_{c}": (r.get("load") or {}).get(c) for c in _LOAD_COLS})
         slo = r.get("slo") or {}
         flat.update(slo_goodput=slo.get("goodput"), slo_passed=slo.get("passed"),
                     failures="; ".join(f"#{f['repeat']} {f['status']}: {f['reason']}" for f in r.get("failures", [])))
@@ -139,17 +150,23 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
     return rows
 
 
-def write_markdown(path: str | Path, record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> None:
+def write_markdown(path: str | Path, record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None,
+                   load: dict | None = None) -> None:
     with atomic_write(Path(path), "w") as f:
-        f.write(markdown(record, results, slo))
+        f.write(markdown(record, results, slo, load))
 
 
-def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> str:
+def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, load: dict | None = None) -> str:
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     lines = [f"# ondevice bench ({record.get('settings', {}).get('suite', '?')})", ""]
     lines += [f"- {k}: {esc(v)}" for k, v in _header_facts(record)]
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in table_rows(results, slo)]
+    if load:
+        from ondevice.bench.serve.report import LOAD_HEADERS, load_rows
+
+        lines += ["", "## Load levels", "", "| " + " | ".join(LOAD_HEADERS) + " |", "|" + "|".join("---" for _ in LOAD_HEADERS) + "|"]
+        lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in load_rows(results, load)]
     return "\n".join(lines) + "\n"
 
 
@@ -174,7 +191,8 @@ def _header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
     return facts
 
 
-def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, *, width: int | None = None) -> str:
+def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, *, width: int | None = None,
+                 load: dict | None = None) -> str:
     """The terminal report as text (rich table, rendered to a string)."""
     from rich.console import Console
     from rich.table import Table
@@ -194,6 +212,17 @@ def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo:
     for k, v in _header_facts(record):
         console.print(f"{k}: {v}")
     console.print(table)
+    if load:
+        from ondevice.bench.serve.report import LOAD_HEADERS, load_rows
+
+        lt = Table(title="load levels (client side)", show_lines=False)
+        rows = load_rows(results, load)
+        one = len({row[0] for row in rows}) == 1
+        for h in LOAD_HEADERS[1:] if one else LOAD_HEADERS:
+            lt.add_column(h, justify="left" if h in ("model", "level", "workload", "tokens") else "right", overflow="fold")
+        for row in rows:
+            lt.add_row(*(row[1:] if one else row))
+        console.print(lt)
     return console.file.getvalue()
 
 
