@@ -245,3 +245,20 @@ def test_closed_and_open_loop_bounds():
     assert out == [0, 1, 2, None]  # the last arrival is past the budget: not sent
     with pytest.raises(ValueError):
         closed_loop(send, 1, 0, 1)
+
+
+def test_ctrl_c_keeps_what_finished():
+    import _thread
+    import time
+
+    from ondevice.bench.serve.load import LoadInterrupted
+
+    def send(i):
+        if i == 2:
+            _thread.interrupt_main()  # Ctrl-C while request 2 is in flight
+            time.sleep(0.3)
+        return i
+
+    with pytest.raises(LoadInterrupted) as e:
+        closed_loop(send, 6, 1, 30)
+    assert e.value.results[:2] == [0, 1] and e.value.results[3:] == [None, None, None]

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from ondevice.bench.runs import RunRecord
 
-__all__ = ["poisson_arrivals", "closed_loop", "open_loop", "LevelStats", "level_stats"]
+__all__ = ["poisson_arrivals", "closed_loop", "open_loop", "LoadInterrupted", "LevelStats", "level_stats"]
 
 Send = Callable[[int], Any]  # request index -> its result (never raises)
 
@@ -44,15 +44,25 @@ def poisson_arrivals(rate: float, n: int, seed: int = 0) -> list[float]:
     return out
 
 
-def _join(threads: Sequence[threading.Thread], stop: threading.Event) -> None:
-    """Wait for the threads; Ctrl-C stops new sends and is raised again."""
+class LoadInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a level: `results` holds what had finished (None for the rest)."""
+
+    def __init__(self, results: list[Any]):
+        super().__init__()
+        self.results = results
+
+
+def _join(threads: Sequence[threading.Thread], stop: threading.Event, results: list[Any], *, start: bool = False) -> None:
+    """(Start and) wait for the threads; Ctrl-C stops new sends and raises LoadInterrupted with what finished."""
     try:
+        for th in threads if start else ():
+            th.start()
         for th in threads:
             while th.is_alive():
                 th.join(0.2)
     except KeyboardInterrupt:
         stop.set()
-        raise
+        raise LoadInterrupted(list(results)) from None
 
 
 def closed_loop(send: Send, n: int, concurrency: int, budget_s: float, *, stop: threading.Event | None = None) -> list[Any]:
@@ -74,9 +84,7 @@ def closed_loop(send: Send, n: int, concurrency: int, budget_s: float, *, stop: 
             results[i] = send(i)
 
     threads = [threading.Thread(target=worker, daemon=True, name=f"ondevice-client-{k}") for k in range(min(concurrency, n))]
-    for th in threads:
-        th.start()
-    _join(threads, stop)
+    _join(threads, stop, results, start=True)
     return results
 
 
@@ -102,8 +110,8 @@ def open_loop(send: Send, arrivals: Sequence[float], budget_s: float, *, stop: t
             threads.append(th)
     except KeyboardInterrupt:
         stop.set()
-        raise
-    _join(threads, stop)
+        raise LoadInterrupted(list(results)) from None
+    _join(threads, stop, results)
     return results
 
 

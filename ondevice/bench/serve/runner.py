@@ -23,7 +23,7 @@ from ondevice.bench.oscache import PeakRss
 from ondevice.bench.runner import BenchConfig, BenchOutcome, ModelPlan, Progress, load_plan, plan_bench
 from ondevice.bench.runs import RESIDENT, RunRecord
 from ondevice.bench.serve.client import Target, get_json, parse_base_url, stream_request
-from ondevice.bench.serve.load import closed_loop, open_loop, poisson_arrivals
+from ondevice.bench.serve.load import LoadInterrupted, closed_loop, open_loop, poisson_arrivals
 from ondevice.bench.serve.measure import RequestSpec, to_record
 from ondevice.bench.suites import PromptBuilder, Suite, Workload
 from ondevice.errors import BenchError
@@ -212,35 +212,44 @@ class _Run:
                   for (text, _), s in zip(prompts, specs)]
         start = time.perf_counter_ns()
         send = lambda i: stream_request(self.target, bodies[i])  # noqa: E731
-        if self.ctx is not None and level.name == "closed_c1":
-            logs = self._interleaved(send, prompts, specs, w)
-        elif level.mode == "closed":
-            logs = closed_loop(send, n, int(level.offered), self.cfg.duration_s)
-        else:
-            logs = open_loop(send, poisson_arrivals(level.offered, n, seed0), self.cfg.duration_s)
+        try:
+            if self.ctx is not None and level.name == "closed_c1":
+                logs = self._interleaved(send, prompts, specs, w)
+            elif level.mode == "closed":
+                logs = closed_loop(send, n, int(level.offered), self.cfg.duration_s)
+            else:
+                logs = open_loop(send, poisson_arrivals(level.offered, n, seed0), self.cfg.duration_s)
+        except LoadInterrupted as stop:  # keep what finished; the rest is "interrupted"
+            for s, lg in zip(specs, stop.results):
+                self.outcome.runs.append(self._record(s, lg, start, interrupted=True))
+            raise
         for s, lg in zip(specs, logs):
             self.outcome.runs.append(self._record(s, lg, start))
 
     def _interleaved(self, send, prompts, specs, w: Workload) -> list[Any]:
         logs: list[Any] = [None] * len(specs)
         deadline = time.perf_counter() + self.cfg.duration_s
-        for i, ((_, ids), s) in enumerate(zip(prompts, specs)):
-            if time.perf_counter() > deadline:
-                break
-            local = lambda: self.outcome.runs.append(  # noqa: E731
-                replace(sc.resident_run(self.ctx, w.name, ids, w.output_tokens, s.seed), repeat=i))
-            first, second = (local, None) if i % 2 else (None, local)
-            if first:
-                first()
-            logs[i] = send(i)
-            if second:
-                second()
+        try:
+            for i, ((_, ids), s) in enumerate(zip(prompts, specs)):
+                if time.perf_counter() > deadline:
+                    break
+                local = lambda: self.outcome.runs.append(  # noqa: E731
+                    replace(sc.resident_run(self.ctx, w.name, ids, w.output_tokens, s.seed), repeat=i))
+                first, second = (local, None) if i % 2 else (None, local)
+                if first:
+                    first()
+                logs[i] = send(i)
+                if second:
+                    second()
+        except KeyboardInterrupt:
+            raise LoadInterrupted(logs) from None
         return logs
 
-    def _record(self, spec: RequestSpec, lg: Any, start_ns: int) -> RunRecord:
+    def _record(self, spec: RequestSpec, lg: Any, start_ns: int, interrupted: bool = False) -> RunRecord:
         if lg is None:
-            return RunRecord(spec.model, spec.scenario, spec.workload, spec.index, "skipped",
-                             reason=f"not sent: the level's {self.cfg.duration_s:g} s budget ran out",
+            status, why = ("interrupted", "interrupted by the user (Ctrl-C)") if interrupted else \
+                ("skipped", f"not sent: the level's {self.cfg.duration_s:g} s budget ran out")
+            return RunRecord(spec.model, spec.scenario, spec.workload, spec.index, status, reason=why,
                              prompt_tokens=spec.prompt_tokens, output_tokens_requested=spec.output_tokens, seed=spec.seed)
         return to_record(lg, spec, counter=self.counter, markers=self.markers, level_start_ns=start_ns)
 
