@@ -120,7 +120,8 @@ def test_cli_levels_end_to_end(fake, tmp_path, monkeypatch, capsys):
     for f in ("r.json", "r.csv", "r.md"):
         assert "sk-never-written" not in (tmp_path / f).read_text()
     assert "sk-never-written" not in out and "load levels" in out
-    assert "## Load levels" in (tmp_path / "r.md").read_text()
+    md = (tmp_path / "r.md").read_text()
+    assert "## Load levels" in md and "- server: http://127.0.0.1:" in md and "- engine:" not in md
     assert "load_mean_in_flight" in (tmp_path / "r.csv").read_text().splitlines()[0]
 
 

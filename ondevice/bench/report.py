@@ -175,17 +175,25 @@ def _header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
     models = record.get("models") or []
     eng = next((m.get("engine") for m in models if m.get("engine")), {}) or {}
     probe = record.get("probe") or {}
+    target = record.get("target")
     facts = [
         ("started", record.get("started_at")),
         ("host", f"{host.get('cpu_model') or '?'}, {host.get('os') or '?'}"),
-        ("engine", f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
-                   f"n_batch {eng.get('n_batch', '?')}/{eng.get('n_ubatch', '?')}, flash attention "
-                   f"{eng.get('flash_attn_used', eng.get('flash_attn', '?'))}, KV {eng.get('cache_type_k', 'f16')}/"
-                   f"{eng.get('cache_type_v', 'f16')}, CPU buffers {eng.get('cpu_buffers', '?')}"),
+    ]
+    if eng or not target:
+        facts.append(("engine", f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
+                      f"n_batch {eng.get('n_batch', '?')}/{eng.get('n_ubatch', '?')}, flash attention "
+                      f"{eng.get('flash_attn_used', eng.get('flash_attn', '?'))}, KV {eng.get('cache_type_k', 'f16')}/"
+                      f"{eng.get('cache_type_v', 'f16')}, CPU buffers {eng.get('cpu_buffers', '?')}"))
+    if target:
+        facts.append(("server", f"{target.get('endpoint')}, model {target.get('model') or '(not named)'}, tokenizer "
+                                f"{target.get('tokenizer') or 'none (tokens estimated unless the server reports them)'}"))
+    facts += [
         ("llama-cpp-python", (record.get("versions") or {}).get("llama_cpp_python")),
         ("probe", probe.get("note") or f"{probe.get('ceiling_gbs', 0):.1f} GB/s ceiling, {probe.get('age_s', 0) / 3600:.1f} h old"),
     ]
-    facts += [(f"model {m['label']}", f"{m.get('quant') or '?'}, n_ctx {m.get('n_ctx')}, sha256 {(m.get('sha256') or '?')[:16]}…") for m in models]
+    facts += [(f"model {m['label']}", f"{m.get('quant') or '?'}, n_ctx {m.get('n_ctx')}, sha256 {(m.get('sha256') or '?')[:16]}…")
+              for m in models if m.get("path") or not target]
     if record.get("incomplete"):
         facts.append(("INCOMPLETE", "interrupted: only the runs gathered so far"))
     return facts
