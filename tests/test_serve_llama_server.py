@@ -30,9 +30,12 @@ def server(default_model, tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     with open(log, "wb") as out:
+        # One thread: on a busy shared machine llama.cpp's threads wait for each other at every op.
+        # interrupt_requests False: concurrent requests queue instead of cutting each other off.
         proc = subprocess.Popen(
             [sys.executable, "-m", "ondevice.bench.serve.launcher", "--model", str(default_model), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "512", "--n_threads", "2", "--interrupt_requests", "False", "--verbose", "False"],
+             "--port", str(port), "--n_ctx", "512", "--n_threads", "1", "--n_threads_batch", "1",
+             "--interrupt_requests", "False", "--verbose", "False"],
             stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -91,7 +94,7 @@ def test_local_and_server_interleaved_then_compared(server, default_model, tmp_p
     from ondevice.cli.main import main
 
     url, _ = server
-    rc, doc = _bench(tmp_path, "vs", "--url", url, "--local", str(default_model), "-p", "32", "-n", "8",
+    rc, doc = _bench(tmp_path, "vs", "--url", url, "--local", str(default_model), "-t", "1", "-p", "32", "-n", "8",
                      "--requests", "3", "--warmup", "1")
     assert rc == 0
     by = {r["model"]: r for r in doc["results"]}
