@@ -34,7 +34,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (1, ("ondevice.registry", "ondevice.materialize", "ondevice.gguf_file", "ondevice.gguf_cursor",
          "ondevice.modelspec", "ondevice.loadcheck", "ondevice.loadcheck_asserts", "ondevice.llama", "ondevice.quant")),
     (0, ("ondevice.__init__", "ondevice.errors", "ondevice.paths", "ondevice.filelock", "ondevice.results",
-         "ondevice.metrics", "ondevice.kvtypes", "ondevice.fmt", "ondevice.textclean", "ondevice.hashing")),
+         "ondevice.metrics", "ondevice.kvtypes", "ondevice.fmt", "ondevice.textclean", "ondevice.hashing", "ondevice.reasoning")),
 ]
 # The checkout's folders and the import names they install as (pyproject.toml's package-dir).
 FOLDERS = {"ondevice": "ondevice", "quant": "ondevice.quant", "tui": "ondevice.tui"}

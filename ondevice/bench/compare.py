@@ -3,6 +3,10 @@
 `ondevice bench compare RUN.json` with a file holding two models (measured interleaved)
 compares the second against the first.
 
+A server's closed loop at concurrency 1 (`bench --url`, scenario closed_c1) is the resident
+scenario over HTTP: one request at a time, the model loaded, nothing cached. The two are
+compared with each other, which gives a server's overhead over the in-process engine.
+
 For each scenario both files hold, the time ratio B/A of the median is given with a 95%
 bootstrap confidence interval. The bootstrap is two-level (runs resampled, then the tokens
 within each run), so run-to-run drift widens the interval instead of being mistaken for a
@@ -33,6 +37,7 @@ __all__ = ["MetricComparison", "ScenarioComparison", "load_results", "compare_do
 FASTER, SLOWER, SAME = "faster", "slower", "no significant difference"
 _TESTED = {"load": ("load_s",), "request": ("ttft_s", "itl_s")}
 _RATIO_ONLY = ("tpot_s", "e2e_s", "decode_tok_s", "prefill_tok_s")
+_SAME_AS = {"closed_c1": "resident"}  # scenario -> the scenario it is compared with
 
 
 @dataclass(frozen=True)
@@ -182,7 +187,8 @@ def _compare_metric(ra: dict, rb: dict, metric: str, threshold: float, tested: b
 
 
 def _key(r: dict[str, Any], with_model: bool) -> tuple:
-    k = (r.get("scenario"), r.get("workload", ""), r.get("prompt_tokens"), r.get("output_tokens"))
+    scenario = _SAME_AS.get(r.get("scenario"), r.get("scenario"))
+    k = (scenario, r.get("workload", ""), r.get("prompt_tokens"), r.get("output_tokens"))
     return ((r.get("model"),) + k) if with_model else k
 
 

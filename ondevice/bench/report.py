@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
-from ondevice.bench.stats import METRICS, ScenarioResult, clean
+from ondevice.bench.stats import EXTRA_METRICS, METRICS, ScenarioResult, clean
 from ondevice import paths
 from ondevice.fmt import fold, millis, number, table
 from ondevice.paths import atomic_write
@@ -34,16 +34,23 @@ _TEXT_COLUMNS = ("model", "scenario", "workload", "notes")
 # What a narrow terminal leaves out first (the files keep everything): the token counts the
 # workload names, the roofline, prefill speed, efficiency, TPOT (ITL p50 is beside it), runs.
 TERMINAL_DROP = ("P", "N", "ceiling/pred tok/s", "prefill tok/s", "eff", "TPOT p50 ms", "runs")
+_LOAD_COLS = ("offered", "sent", "achieved_rps", "arrival_rps", "mean_in_flight", "little_lw", "little_ratio", "goodput_rps",
+              "output_tok_s")  # server levels (bench --url), from each result's "load"
 
 
-def result_document(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> dict[str, Any]:
-    """The --json document. slo: (model, scenario, workload) -> SloResult."""
+def result_document(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None,
+                    load: dict | None = None) -> dict[str, Any]:
+    """The --json document. slo: (model, scenario, workload) -> SloResult; load: the same keys ->
+    LevelStats of server levels (bench --url)."""
     rows = []
     for r in results:
         d = r.to_dict()
         s = (slo or {}).get((r.model, r.scenario, r.workload))
         if s is not None:
             d["slo"] = s.to_dict()
+        lv = (load or {}).get((r.model, r.scenario, r.workload))
+        if lv is not None:
+            d["load"] = lv.to_dict()
         rows.append(d)
     return clean({"record": record, "results": rows})
 
@@ -67,8 +74,11 @@ def _csv_header() -> list[str]:
     cols = ["model", "scenario", "workload", "prompt_tokens", "output_tokens", "repeats", "ok_runs"]
     for m in METRICS + ("load_s", "ttft_saved_s"):
         cols += [f"{m}_{s}" for s in _STATS]
+    for m in EXTRA_METRICS:
+        cols += [f"{m}_{s}" for s in _STATS]
     return cols + ["ceiling_tok_s", "predicted_tok_s", "efficiency", "peak_rss_bytes", "kv_bytes",
-                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput", "slo_passed", "failures"]
+                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput", "slo_passed"] + \
+        [f"load_{c}" for c in _LOAD_COLS] + ["failures"]
 
 
 def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
@@ -79,9 +89,10 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
     w.writerow(header)
     for r in doc["results"]:
         flat: dict[str, Any] = {k: r.get(k) for k in header if k in r and not isinstance(r.get(k), (dict, list))}
-        for m in METRICS + ("load_s", "ttft_saved_s"):
+        for m in METRICS + ("load_s", "ttft_saved_s") + EXTRA_METRICS:
             for s in _STATS:
                 flat[f"{m}_{s}"] = (r.get(m) or {}).get(s)
+        flat.update({f"load_{c}": (r.get("load") or {}).get(c) for c in _LOAD_COLS})
         slo = r.get("slo") or {}
         flat.update(slo_goodput=slo.get("goodput"), slo_passed=slo.get("passed"),
                     failures="; ".join(f"#{f['repeat']} {f['status']}: {f['reason']}" for f in r.get("failures", [])))
@@ -140,17 +151,23 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
     return rows
 
 
-def write_markdown(path: str | Path, record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> None:
+def write_markdown(path: str | Path, record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None,
+                   load: dict | None = None) -> None:
     with atomic_write(Path(path), "w") as f:
-        f.write(markdown(record, results, slo))
+        f.write(markdown(record, results, slo, load))
 
 
-def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None) -> str:
+def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, load: dict | None = None) -> str:
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     lines = [f"# ondevice bench ({record.get('settings', {}).get('suite', '?')})", ""]
     lines += [f"- {k}: {esc(v)}" for k, v in _header_facts(record)]
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in table_rows(results, slo)]
+    if load:
+        from ondevice.bench.serve.report import LOAD_HEADERS, load_rows
+
+        lines += ["", "## Load levels", "", "| " + " | ".join(LOAD_HEADERS) + " |", "|" + "|".join("---" for _ in LOAD_HEADERS) + "|"]
+        lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in load_rows(results, load)]
     return "\n".join(lines) + "\n"
 
 
@@ -159,25 +176,34 @@ def _header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
     models = record.get("models") or []
     eng = next((m.get("engine") for m in models if m.get("engine")), {}) or {}
     probe = record.get("probe") or {}
+    target = record.get("target")
     facts = [
         ("started", record.get("started_at")),
         ("host", f"{host.get('cpu_model') or '?'}, {host.get('os') or '?'}"),
-        ("engine", f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
-                   f"n_batch {eng.get('n_batch', '?')}/{eng.get('n_ubatch', '?')}, flash attention "
-                   f"{eng.get('flash_attn_used', eng.get('flash_attn', '?'))}, KV {eng.get('cache_type_k', 'f16')}/"
-                   f"{eng.get('cache_type_v', 'f16')}, CPU buffers {eng.get('cpu_buffers', '?')}"),
+    ]
+    if eng or not target:
+        facts.append(("engine", f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
+                      f"n_batch {eng.get('n_batch', '?')}/{eng.get('n_ubatch', '?')}, flash attention "
+                      f"{eng.get('flash_attn_used', eng.get('flash_attn', '?'))}, KV {eng.get('cache_type_k', 'f16')}/"
+                      f"{eng.get('cache_type_v', 'f16')}, CPU buffers {eng.get('cpu_buffers', '?')}"))
+    if target:
+        facts.append(("server", f"{target.get('endpoint')}, model {target.get('model') or '(not named)'}, tokenizer "
+                                f"{target.get('tokenizer') or 'none (tokens estimated unless the server reports them)'}"))
+    facts += [
         ("llama-cpp-python", (record.get("versions") or {}).get("llama_cpp_python")),
         ("probe", probe.get("note") or f"{probe.get('ceiling_gbs', 0):.1f} GB/s ceiling, {probe.get('age_s', 0) / 3600:.1f} h old"),
     ]
-    facts += [(f"model {m['label']}", f"{m.get('quant') or '?'}, n_ctx {m.get('n_ctx')}, sha256 {(m.get('sha256') or '?')[:16]}…") for m in models]
+    facts += [(f"model {m['label']}", f"{m.get('quant') or '?'}, n_ctx {m.get('n_ctx')}, sha256 {(m.get('sha256') or '?')[:16]}…")
+              for m in models if m.get("path") or not target]
     if record.get("incomplete"):
         facts.append(("INCOMPLETE", "interrupted: only the runs gathered so far"))
     return facts
 
 
-def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, *, width: int | None = None) -> str:
-    """The terminal report as text: the run's facts, a title, the table. width: the terminal's
-    columns, which every line fits (None: no limit, the whole table)."""
+def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, *, width: int | None = None,
+                 load: dict | None = None) -> str:
+    """The terminal report as text: the run's facts, a title, the table (and, for a server run, the
+    load levels). width: the terminal's columns, which every line fits (None: no limit, whole tables)."""
     title = f"ondevice bench: {record.get('settings', {}).get('suite', '?')} suite"
     if record.get("incomplete"):
         title += " (INCOMPLETE: interrupted)"
@@ -188,13 +214,27 @@ def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo:
     lines = [fold(f"{k}: {v}", width) for k, v in _header_facts(record)] + ["", title]
     text = table(headers, rows, align)
     if width is None or max(map(len, text.splitlines())) <= width:
-        return "\n".join(lines + [text]) + "\n"
+        return "\n".join(lines + [text] + _load_table(results, load, width)) + "\n"
     # Too wide: the notes (failures, SLO verdicts, load times) go under the table, one line a row.
     notes = [fold(f"{' '.join(c for c in row[:-1][:3 - single] if c != '-')}: {row[-1]}", width, indent="    ")
              for row in rows if row[-1]]
     lines.append(table(headers[:-1], [row[:-1] for row in rows], align[:-1], width=width, drop=TERMINAL_DROP,
                        full="--json/--csv/--md"))
-    return "\n".join(lines + notes) + "\n"
+    return "\n".join(lines + notes + _load_table(results, load, width)) + "\n"
+
+
+def _load_table(results: Sequence[ScenarioResult], load: dict | None, width: int | None) -> list[str]:
+    """A server run's load levels (bench --url), as lines; [] for a local run."""
+    if not load:
+        return []
+    from ondevice.bench.serve.report import LOAD_HEADERS, load_rows
+
+    rows = load_rows(results, load)
+    one = len({row[0] for row in rows}) == 1
+    headers = list(LOAD_HEADERS[1:] if one else LOAD_HEADERS)
+    rows = [row[1:] if one else row for row in rows]
+    align = "".join("l" if h in ("model", "level", "workload", "tokens") else "r" for h in headers)
+    return ["", "load levels (client side)", table(headers, rows, align, width=width, full="--json/--csv/--md")]
 
 
 class ProgressBar:

@@ -25,7 +25,7 @@ from ondevice.errors import BenchError
 from ondevice.materialize import resolve_model
 from ondevice.modelspec import ModelSpec, inspect
 
-__all__ = ["BenchConfig", "ModelPlan", "BenchOutcome", "Progress", "plan_bench", "run_bench", "DEFAULT_SAMPLING"]
+__all__ = ["BenchConfig", "ModelPlan", "BenchOutcome", "Progress", "plan_bench", "run_bench", "load_plan", "DEFAULT_SAMPLING"]
 
 log = logging.getLogger(__name__)
 DEFAULT_SAMPLING = DEFAULTS.sampler_settings()  # the engine's defaults; --temperature may change one
@@ -178,6 +178,14 @@ def run_bench(
     if progress:
         progress(Progress(total, total, "done"))
     return outcome
+
+
+def load_plan(config: BenchConfig, p: ModelPlan, load_fn: Callable[..., Any] | None = None) -> Any:
+    """Load p's engine as run_bench does (the engine settings of config); sets p.engine, engine_info, predictor."""
+    if load_fn is None:
+        from ondevice.api import load as load_fn  # noqa: PLW0127 - lazy: importing llama.cpp is slow
+    p.engine = _load(config, p, load_fn)
+    return p.engine
 
 
 def _close(p: ModelPlan) -> None:

@@ -47,6 +47,7 @@ class RunRecord:
     peak_rss_bytes: int | None = None  # peak resident set size of the process during the run, bytes
     seed: int | None = None  # sampling seed of the request
     notes: tuple[str, ...] = field(default=())  # anything odd seen during the run
+    serve: dict[str, Any] | None = None  # server runs (bench --url): what the client saw beyond Timings (ondevice.bench.serve.measure)
 
     @property
     def ok(self) -> bool:
@@ -75,6 +76,7 @@ class RunRecord:
             "tokenize_s": t.tokenize_s if t else None,
             "prefill_s": t.prefill_s if t else None,
             "ttft_s": t.ttft_s if t else None,
+            "ttft_visible_s": t.ttft_visible_s if t else None,
             "tpot_s": t.tpot_s if t else None,
             "e2e_s": t.e2e_s if t else None,
             "prefill_tok_s": t.prefill_tok_s if t else None,
@@ -86,6 +88,7 @@ class RunRecord:
             "peak_rss_bytes": self.peak_rss_bytes,
             "notes": list(self.notes),
             "itl_s": list(t.itl_s) if t else [],
+            **({"serve": self.serve} if self.serve is not None else {}),
         }
 
     @classmethod
@@ -101,6 +104,7 @@ class RunRecord:
                 e2e_s=float(d["e2e_s"]),
                 prompt_tokens_computed=int(d.get("prompt_tokens_computed") or 0),
                 output_tokens=int(d.get("output_tokens") or 0),
+                ttft_visible_s=d.get("ttft_visible_s"),
             )
         return cls(
             model=model,
@@ -120,4 +124,5 @@ class RunRecord:
             peak_rss_bytes=d.get("peak_rss_bytes"),
             seed=d.get("seed"),
             notes=tuple(d.get("notes") or ()),
+            serve=d.get("serve") if isinstance(d.get("serve"), dict) else None,
         )

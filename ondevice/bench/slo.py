@@ -1,11 +1,13 @@
 """Service-level objectives: `--slo ttft_p95=1.0,tpot_p95=0.04`.
 
-A bound is METRIC_STAT=SECONDS with METRIC in ttft, tpot, itl, e2e (an optional `_s`) and
+A bound is METRIC_STAT=SECONDS with METRIC in ttft, ttft_visible, tpot, itl, e2e (an optional `_s`) and
 STAT in p50, p90, p95, p99, mean, max. Per scenario:
 
 - pass/fail: the scenario's STAT of METRIC is within every bound;
 - goodput: the share of requests (failed ones included, as misses) whose own value meets
   every bound. A request's own value is its ttft/tpot/e2e; for itl, STAT of its own ITLs.
+  (Server levels also give it per second: ondevice.bench.serve.load.)
+- ttft_visible: the first visible token of reasoning models (a request without one misses).
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ondevice.bench.runs import REQUEST_SCENARIOS, RunRecord
+from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, RunRecord
 from ondevice.errors import BenchError
 from ondevice.metrics import summarize
 
 __all__ = ["Bound", "SloResult", "parse_slo", "evaluate"]
 
-METRICS = ("ttft", "tpot", "itl", "e2e")
+METRICS = ("ttft", "ttft_visible", "tpot", "itl", "e2e")
 STATS = ("p50", "p90", "p95", "p99", "mean", "max")
 _TERM = re.compile(r"^([a-z0-9_]+?)(?:_s)?_(p50|p90|p95|p99|mean|max)$")
 
@@ -106,12 +108,12 @@ def _request_value(r: RunRecord, b: Bound) -> float | None:
         return None
     if b.metric == "itl":
         return _stat(t.itl_s, b.stat) if t.itl_s else None
-    return {"ttft": t.ttft_s, "tpot": t.tpot_s, "e2e": t.e2e_s}[b.metric]
+    return {"ttft": t.ttft_s, "ttft_visible": t.ttft_visible_s, "tpot": t.tpot_s, "e2e": t.e2e_s}[b.metric]
 
 
 def evaluate(runs: Sequence[RunRecord], bounds: Sequence[Bound]) -> SloResult | None:
-    """The SLO check of one scenario's runs; None for a load scenario (no requests)."""
-    if not runs or runs[0].scenario not in REQUEST_SCENARIOS:
+    """The SLO check of one scenario's runs (local or server); None for a load scenario (no requests)."""
+    if not runs or runs[0].scenario in LOAD_SCENARIOS + (LOAD,):
         return None
     ok = [r for r in runs if r.ok]
     good = 0

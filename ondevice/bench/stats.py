@@ -19,10 +19,13 @@ from typing import Any, Iterable, Sequence
 from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, RunRecord
 from ondevice.metrics import Summary, summarize
 
-__all__ = ["ScenarioResult", "scenario_results", "METRICS", "clean"]
+__all__ = ["ScenarioResult", "scenario_results", "METRICS", "EXTRA_METRICS", "clean"]
 
 # Summaries every request scenario carries, in the JSON layout's order.
 METRICS = ("ttft_s", "itl_s", "tpot_s", "e2e_s", "prefill_tok_s", "decode_tok_s")
+# Summaries a cell carries only when its runs measured them: time to the first visible token
+# (reasoning models, server runs) and the gaps between streamed chunks (server runs).
+EXTRA_METRICS = ("ttft_visible_s", "itl_chunk_s")
 _ORDER = {name: i for i, name in enumerate((LOAD,) + SCENARIOS)}
 
 
@@ -64,6 +67,9 @@ class ScenarioResult:
         }
         for m in METRICS + ("load_s", "ttft_saved_s"):
             d[m] = self.summary(m).to_dict()
+        for m in EXTRA_METRICS:
+            if m in self.summaries:
+                d[m] = self.summaries[m].to_dict()
         d.update(
             ceiling_tok_s=self.ceiling_tok_s,
             predicted_tok_s=self.predicted_tok_s,
@@ -100,6 +106,8 @@ def _values(runs: Iterable[RunRecord], metric: str) -> list[float | None]:
             out.append(None)
         elif metric == "itl_s":
             out.extend(t.itl_s)
+        elif metric == "itl_chunk_s":
+            out.extend((r.serve or {}).get("itl_chunk_s") or ())
         elif metric == "ttft_saved_s":
             out.append(r.baseline_ttft_s - t.ttft_s if r.baseline_ttft_s is not None else None)
         else:
@@ -126,6 +134,10 @@ def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any 
     summaries = {m: summarize(_values(ok, m)) for m in metrics}
     if first.scenario != PREFIX_HIT:
         summaries.pop("ttft_saved_s", None)
+    if any(r.timings is not None and r.timings.ttft_visible_s is not None for r in ok):
+        summaries["ttft_visible_s"] = summarize(_values(ok, "ttft_visible_s"))
+    if any(r.serve for r in runs):
+        summaries["itl_chunk_s"] = summarize(_values(ok, "itl_chunk_s"))
     ceiling, predicted = _roofline(predictor, first.scenario, prompt_tokens, output_tokens)
     decode_p50 = summaries.get("decode_tok_s", summarize(())).p50
     efficiency = decode_p50 / predicted if predicted and decode_p50 and math.isfinite(decode_p50) else None

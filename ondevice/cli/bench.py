@@ -57,12 +57,20 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace existing --json/--csv/--md files (refused without it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--threshold", type=float, default=0.05, help="compare: smallest change called a change (default 0.05 = 5%%)")
+    from ondevice.cli.bench_serve import add_serve_args
+
+    add_serve_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.models[:1] == ["compare"]:
         return run_compare(args)
+    from ondevice.cli import bench_serve
+
+    if bench_serve.check_serve_args(args):
+        _check_outputs(args, ("--json", "--csv", "--md"))
+        return _exit_code(*bench_serve.run_serve(args, _config, _write_outputs, _plain_progress))
     _check_outputs(args, ("--json", "--csv", "--md"))
     from ondevice.bench.runner import plan_bench, run_bench
 
@@ -128,6 +136,10 @@ def _report(args, outcome, digests, slo_bounds) -> int:
     doc = report.result_document(record, results, slo)
     sys.stdout.write(report.render_table(record, results, slo, width=terminal_width()))
     _write_outputs(args, doc, record, results, slo)
+    return _exit_code(outcome, slo)
+
+
+def _exit_code(outcome, slo) -> int:
     if outcome.incomplete:
         print("ondevice: bench interrupted: the results above are incomplete", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -135,14 +147,14 @@ def _report(args, outcome, digests, slo_bounds) -> int:
     return EXIT_FAILURES if bad or any(not s.passed for s in slo.values()) else EXIT_OK
 
 
-def _write_outputs(args, doc, record, results, slo) -> None:
+def _write_outputs(args, doc, record, results, slo, load=None) -> None:
     """Write --json/--csv/--md. When one fails (a full disk, a folder gone read-only), the
     results are kept in the cache dir and BenchError names that file: a run is never lost."""
     from ondevice.bench import report
 
     writers = (("--json", args.json, lambda p: report.write_json(p, doc)),
                ("--csv", args.csv, lambda p: report.write_csv(p, doc)),
-               ("--md", args.md, lambda p: report.write_markdown(p, record, results, slo)))
+               ("--md", args.md, lambda p: report.write_markdown(p, record, results, slo, load)))
     failed = []
     for flag, path, write in writers:
         if path is None:

@@ -17,6 +17,10 @@ writes after "Assistant:", so the next turn's transcript reproduces the generate
 exactly and the whole previous conversation is served from the KV cache: every turn
 re-renders the conversation, and the engine keeps the longest common prefix with what
 its cache holds, prefilling only the new tokens.
+
+Reasoning models: a template that names think markers (ondevice.reasoning) makes every reply's
+timings carry ttft_visible_s, the time to the first token of visible text after the reasoning
+block; whether the generation prompt itself opens the block is read from a rendered prompt.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from ondevice.engine.loop import TokenStream
 from ondevice.engine.sampling import SAMPLING_KEYS, make_params
 from ondevice.errors import InvalidParameterError
+from ondevice.reasoning import ThinkMarkers, detect_markers, opens_block
 from ondevice.results import Generation
 
 __all__ = ["Chat", "ChatTemplate", "FALLBACK_STOPS", "render_plain"]
@@ -60,6 +65,7 @@ class ChatTemplate:
         self._jinja: Any = None
         self._bos_text = ""
         self.source = "fallback"  # "model": the GGUF's own template; "fallback": the plain transcript
+        self.think: tuple[ThinkMarkers, dict[int, str]] | None = None  # reasoning markers, and those that are one token
         h = engine._h
         raw = h.lib.llama_model_chat_template(h.model, None)
         if raw:
@@ -78,6 +84,24 @@ class ChatTemplate:
             _log.warning("chat template unusable (%s); using the plain User/Assistant transcript", exc)
             return
         self._jinja, self._bos_text, self.source = fmt, bos, "model"
+        self.think = self._think(template)
+
+    def _think(self, template: str) -> tuple[ThinkMarkers, dict[int, str]] | None:
+        markers = detect_markers(template)
+        if markers is None:
+            return None
+        try:
+            prompt = self.render([{"role": "user", "content": "Hi"}])
+        except InvalidParameterError:
+            prompt = ""
+        if opens_block(prompt, markers):
+            markers = ThinkMarkers(markers.open, markers.close, starts_open=True)
+        by_id = {}
+        for text in (markers.open, markers.close):
+            ids = self._engine.tokenize(text, add_bos=False, special=True)
+            if len(ids) == 1:
+                by_id[ids[0]] = text
+        return markers, by_id
 
     def _token_text(self, token: int) -> str:
         return self._engine.detokenize([token], special=True) if token >= 0 else ""
@@ -151,7 +175,8 @@ class Chat:
         user = {"role": "user", "content": text}
         ids = self._template.tokens(self.messages + [user])
         tokenized_ns = perf_counter_ns()
-        ts = self._engine._start(ids, start_ns, tokenized_ns, params, cancel, True, on_done=lambda g: self._finish(user, g))
+        ts = self._engine._start(ids, start_ns, tokenized_ns, params, cancel, True, on_done=lambda g: self._finish(user, g),
+                                 think=self._template.think)
         self.messages.append(user)
         return ts
 

@@ -201,7 +201,7 @@ class Engine:
         return ts.generation
 
     def _start(self, ids: list[int], start_ns: int, tokenized_ns: int, params: Any, cancel: Any, reuse_prefix: bool,
-               on_done: Any = None) -> TokenStream:
+               on_done: Any = None, think: Any = None) -> TokenStream:
         self._check_open()
         if len(ids) + params.max_tokens > self.n_ctx:
             raise ContextOverflowError(
@@ -217,7 +217,7 @@ class Engine:
             is_cancelled = (lambda: own.is_set() or external.is_set()) if external is not None else own.is_set
             seed = params.seed if params.seed is not None else (self.info.seed + self._requests) % _SEED_MOD
             self._requests += 1
-            req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix)
+            req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix, think)
             gen = run_request(self._h, self._kv, req, self.info.n_batch, self.predictor, self._token_info)
         except BaseException:
             self._cancel = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter_ns
 from typing import Any, Callable, Generator, Iterator, Sequence
 
@@ -18,6 +18,7 @@ from ondevice.engine.sampling import SamplerChain, SamplingParams
 from ondevice.engine.text import TextAssembler
 from ondevice.errors import EngineError
 from ondevice.metrics import timings_from_marks
+from ondevice.reasoning import first_visible
 from ondevice.results import FinishReason, Generation, TokenEvent
 
 __all__ = ["KVCache", "Request", "run_request", "TokenStream"]
@@ -72,6 +73,7 @@ class Request:
     seed: int  # draw seed (ignored when greedy)
     cancelled: Callable[[], bool]  # polled before each step
     reuse_prefix: bool  # keep the KV cache's common prefix
+    think: Any = None  # (ThinkMarkers, {marker token id: marker text}) when the chat template has reasoning blocks
 
 
 def _token_reader(handle: LlamaHandle) -> Callable[[int], tuple[bytes, bool]]:
@@ -135,6 +137,8 @@ def run_request(
     elif done:
         finish = "length" if not p.max_tokens else "cancelled"
     timings = timings_from_marks(req.start_ns, req.tokenized_ns, prefill_start, prefill_end, token_ns, n_computed)
+    if req.think is not None:
+        timings = replace(timings, ttft_visible_s=_visible_s(req, token_ns, ids_out, texts))
     ceiling, predicted = _rates(steps)
     return Generation(
         text="".join(texts),
@@ -195,6 +199,14 @@ def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, st
         return "length"
     finally:
         chain.close()
+
+
+def _visible_s(req: Request, token_ns: list[int], ids_out: list[int], texts: list[str]) -> float | None:
+    """Seconds to the first token carrying visible text (ondevice.reasoning), read after the request.
+    A marker that is a control token (rendered as no text) is put back by its id."""
+    markers, by_id = req.think
+    i = first_visible([by_id.get(t, s) for t, s in zip(ids_out, texts)], markers)
+    return (token_ns[i] - req.start_ns) * _NS if i is not None else None
 
 
 def _rates(steps: list[tuple[float, float]]) -> tuple[float | None, float | None]:

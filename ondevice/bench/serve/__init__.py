@@ -1,0 +1,12 @@
+"""`ondevice bench --url`: the bench's metrics against OpenAI-compatible servers (issue 17).
+
+The product does not serve; it measures servers (llama-server, vLLM, Ollama, LM Studio,
+llama-cpp-python's) with the definitions of DESIGN.md section 4, seen from the client.
+
+Modules: sse (events -> chunk deltas), client (one streamed request, timestamped chunks),
+measure (a stream -> a RunRecord: token counts, ITL conventions, first visible token),
+load (closed and open loop, Little's law, goodput), runner (levels, prompts, the interleaved
+in-process side), report (the load table and record facts), launcher (llama-cpp-python's
+server with the crash guard applied). Statistics, SLOs, files and compare are the local
+bench's own.
+"""
