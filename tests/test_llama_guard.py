@@ -251,9 +251,9 @@ def test_repack_mode_places_the_matrices_by_name(q4_0_model, monkeypatch):
 
 
 # ---- one open path -----------------------------------------------------------------------
-# The one exception: the launcher of llama-cpp-python's server (bench --url tests), which builds
-# its own params in its own process; the launcher wraps that load to apply the same verdict.
-_VERDICT_APPLIERS = ("ondevice/llama/model.py", "ondevice/bench/serve/launcher.py")
+# Both in the llama layer: the one open path, and the launcher of llama-cpp-python's server
+# (bench --url), which wraps the server's own load to apply the same placement (place_weights).
+_VERDICT_APPLIERS = ("ondevice/llama/model.py", "ondevice/llama/server.py")
 
 
 def test_no_other_code_builds_model_params():

@@ -33,7 +33,7 @@ def server(default_model, tmp_path_factory):
         # One thread: on a busy shared machine llama.cpp's threads wait for each other at every op.
         # interrupt_requests False: concurrent requests queue instead of cutting each other off.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ondevice.bench.serve.launcher", "--model", str(default_model), "--host", "127.0.0.1",
+            [sys.executable, "-m", "ondevice.llama.server", "--model", str(default_model), "--host", "127.0.0.1",
              "--port", str(port), "--n_ctx", "512", "--n_threads", "1", "--n_threads_batch", "1",
              "--interrupt_requests", "False", "--verbose", "False"],
             stdout=out, stderr=subprocess.STDOUT)

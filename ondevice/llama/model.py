@@ -18,7 +18,7 @@ from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_
 from ondevice.llama.guard import Verdict, cpu_buffer_verdict
 from ondevice.llama.log import LOG_NAME, log_listener, route_llama_log
 
-__all__ = ["LlamaHandle", "fill_batch", "Placement", "llama_lib", "load_model", "new_context", "repack_plan", "chat_formatter", "ErrorLines"]
+__all__ = ["LlamaHandle", "fill_batch", "Placement", "llama_lib", "load_model", "place_weights", "new_context", "repack_plan", "chat_formatter", "ErrorLines"]
 
 _log = logging.getLogger(LOG_NAME)
 
@@ -93,13 +93,7 @@ def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None,
     lib.llama_backend_init()
     mparams = lib.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
-    overrides = None
-    if verdict.mode != "all":
-        mparams.use_extra_bufts = False
-    if verdict.mode == "repack":
-        overrides = _repack_overrides(path, lib)
-        if overrides is not None:
-            mparams.tensor_buft_overrides = overrides.pointer
+    overrides = place_weights(mparams, path, verdict, lib)
     with ErrorLines() as errors:
         model = lib.llama_model_load_from_file(str(path).encode(), mparams)  # reads the override patterns
     if not model:
@@ -121,9 +115,19 @@ def repack_plan(path: Path | str, lib: Any = None) -> list[str]:
     return repack_tensors([(t.name, t.type_name, tuple(t.shape)) for t in read_gguf(path).tensors], features)
 
 
-def _repack_overrides(path: Path, lib: Any) -> TensorOverrides | None:
-    names = repack_plan(path, lib)
-    return TensorOverrides(names, extra_buffer_types()[REPACK]) if names else None
+def place_weights(mparams: Any, path: Path, verdict: Verdict, lib: Any = None) -> TensorOverrides | None:
+    """Apply the verdict to llama_model_params: "all" leaves llama.cpp's choice; "repack" and "none"
+    turn the extra buffer types off, and "repack" places by name what CPU_REPACK takes. Returns
+    the override array, which must stay alive until llama.cpp has loaded the model."""
+    if verdict.mode == "all":
+        return None
+    mparams.use_extra_bufts = False
+    names = repack_plan(path, lib) if verdict.mode == "repack" else []
+    if not names:
+        return None
+    overrides = TensorOverrides(names, extra_buffer_types()[REPACK])
+    mparams.tensor_buft_overrides = overrides.pointer
+    return overrides
 
 
 def new_context(model: Any, *, n_ctx: int, n_threads: int, n_batch: int | None = None, n_ubatch: int | None = None,

@@ -6,7 +6,7 @@ llama-cpp-python's) with the definitions of DESIGN.md section 4, seen from the c
 Modules: sse (events -> chunk deltas), client (one streamed request, timestamped chunks),
 measure (a stream -> a RunRecord: token counts, ITL conventions, first visible token),
 load (closed and open loop, Little's law, goodput), runner (levels, prompts, the interleaved
-in-process side), report (the load table and record facts), launcher (llama-cpp-python's
-server with the crash guard applied). Statistics, SLOs, files and compare are the local
-bench's own.
+in-process side), report (the load table and record facts). llama-cpp-python's server starts
+through ondevice.llama.server, which applies the crash guard. Statistics, SLOs, files and
+compare are the local bench's own.
 """

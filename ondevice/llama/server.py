@@ -8,9 +8,9 @@ process as ondevice.llama.model.load_model does (use_extra_bufts off; in "repack
 weights CPU_REPACK takes placed there by name), then hands over to the server's main() with the
 same arguments, so a server bench compares like with like against the in-process engine.
 
-    python -m ondevice.bench.serve.launcher --model M.gguf --host 127.0.0.1 --port 8000 [server options]
+    python -m ondevice.llama.server --model M.gguf --host 127.0.0.1 --port 8000 [server options]
 
-It is a tool for benchmarks and tests, not a product feature: the product does not serve.
+It is a tool for benchmarks and tests (bench --url), not a product feature: the product does not serve.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ _keep: list[Any] = []  # override arrays llama.cpp reads while it loads
 
 def apply_verdict(lib: Any = None) -> str:
     """Patch lib.llama_model_load_from_file (llama_cpp's low-level module) to honour the verdict; returns the mode."""
-    from ondevice.llama.buffers import REPACK, TensorOverrides, extra_buffer_types
     from ondevice.llama.guard import cpu_buffer_verdict
-    from ondevice.llama.model import repack_plan
+    from ondevice.llama.model import place_weights
 
     if lib is None:
         import llama_cpp.llama_cpp as lib
@@ -40,13 +39,7 @@ def apply_verdict(lib: Any = None) -> str:
     original = lib.llama_model_load_from_file
 
     def load(path: bytes, params: Any) -> Any:
-        params.use_extra_bufts = False
-        if verdict.mode == "repack":
-            names = repack_plan(Path(path.decode()))
-            if names:
-                overrides = TensorOverrides(names, extra_buffer_types()[REPACK])
-                _keep.append(overrides)
-                params.tensor_buft_overrides = overrides.pointer
+        _keep.append(place_weights(params, Path(path.decode()), verdict))
         return original(path, params)
 
     lib.llama_model_load_from_file = load
