@@ -481,3 +481,12 @@ async def test_view_follows_a_long_streaming_answer_then_sticks_to_the_bottom(tm
         assert answer.stream.region.height == 0
         assert transcript.scroll_y == transcript.max_scroll_y  # stuck to the bottom again
 
+
+@aio
+async def test_the_screen_tells_the_app_the_model_name(tmp_path):
+    app = make_app(FakeEngine(), tmp_path)
+    assert app.sub_title == "fake"
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        assert app.sub_title == "fake-model-1B" == app.controller.title  # ModelNamed bubbled up
+        assert app.chat_screen.controller is app.controller
