@@ -74,7 +74,7 @@ class ChatApp(App):
             store=store,
             model_label=model_label,
             resume=resume,  # conversation id to reopen once the model is loaded
-            extra_sampling=dict(extra_sampling or {}),
+            extra_sampling=extra_sampling,
             memory_reader=memory_reader,  # polled once a second for the stats panel
             export_dir=export_dir,
         )

@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import psutil
 
@@ -95,6 +95,8 @@ def error_text(exc: BaseException, what: str) -> str:
 
 
 class ChatController:
+    """The chat's state for one app run; the main screen is given it at construction."""
+
     def __init__(
         self,
         engine_factory: EngineFactory,
@@ -103,7 +105,7 @@ class ChatController:
         store: HistoryStore | None = None,
         model_label: str = "model",
         resume: int | None = None,
-        extra_sampling: dict[str, Any] | None = None,
+        extra_sampling: Mapping[str, Any] | None = None,
         memory_reader: MemoryReader = process_memory,
         export_dir: Path | None = None,
     ):
