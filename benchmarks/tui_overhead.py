@@ -68,9 +68,9 @@ async def _run_tui(engine, tokens: int) -> dict:
     settings = ChatSettings(temperature=0.0, top_p=1.0, max_tokens=tokens)
     app = ChatApp(lambda: engine, settings=settings, store=None, model_label="bench", extra_sampling={"ignore_eos": True})
     async with app.run_test(size=(120, 40)) as pilot:
-        while app.session is None:
-            if app.load_error:
-                raise SystemExit(f"load failed: {app.load_error}")
+        while app.controller.session is None:
+            if app.controller.load_error:
+                raise SystemExit(f"load failed: {app.controller.load_error}")
             await asyncio.sleep(0.01)
         prompt = app.chat_screen.query_one("#prompt")
         prompt.value = MESSAGE
@@ -78,11 +78,11 @@ async def _run_tui(engine, tokens: int) -> dict:
         # What Enter does. Pilot.press would go on to poll the screen every 20 ms until it
         # is idle (about 2 s here): a cost of the test harness, which a user never pays.
         await prompt.action_submit()
-        while not app.chat_screen.turns or app.generating:  # rare plain sleeps: Pilot.pause() would force screen updates
+        while not app.controller.turns or app.controller.generating:  # rare plain sleeps: Pilot.pause() would force screen updates
             await asyncio.sleep(0.5)
         ui_share = (time.thread_time() - cpu0) / (time.perf_counter() - wall0)
         await pilot.pause(0.05)
-        turn = app.chat_screen.turns[0]
+        turn = app.controller.turns[0]
         shown = len(turn.assistant.text)
         g = turn.tracker.final
     row = _row(g)

@@ -33,7 +33,7 @@ async def settle(pilot, app: ChatApp, timeout_s: float = 10.0) -> None:
     """Wait until the model is loaded, nothing streams and nothing is queued."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    while (app.session is None and app.load_error is None) or app.generating:
+    while (app.controller.session is None and app.controller.load_error is None) or app.controller.generating:
         assert loop.time() < deadline, "app did not settle"
         await pilot.pause(0.02)
     await pilot.pause()
@@ -89,12 +89,12 @@ async def test_send_streams_answer_and_fills_stats(tmp_path):
         live = stats_text(app, "live")
         assert "125 ms" in live and "tok/s" in live and "predicted" in live
         assert "%" in stats_text(app, "live")
-        assert len(app.chat_screen.turns[0].tracker.itl_s) == 13
+        assert len(app.controller.turns[0].tracker.itl_s) == 13
         assert "/4096 tok" in stats_text(app, "ctx")
         assert "123.0 MiB" in stats_text(app, "mem")
         assert "fake-model-1B" in stats_text(app, "card")
         assert engine.calls[0]["max_tokens"] == 512 and engine.calls[0]["temperature"] == 0.8
-    conv = app.store.load(app.store.last_conversation_id())
+    conv = app.controller.store.load(app.controller.store.last_conversation_id())
     assert [m.role for m in conv.messages] == ["user", "assistant"]
     assert conv.messages[1].stats["timings"]["output_tokens"] == 14
     assert conv.messages[1].finish_reason == "stop"
@@ -109,9 +109,9 @@ async def test_second_turn_is_cached_and_uses_chat_history(tmp_path):
         await send(pilot, app, "one")
         await send(pilot, app, "two")
         assert len(app.chat_screen.query(AssistantMessage)) == 2
-        assert [m["role"] for m in app.session.chat.messages] == ["user", "assistant", "user", "assistant"]
+        assert [m["role"] for m in app.controller.session.chat.messages] == ["user", "assistant", "user", "assistant"]
         assert "cached" in str(app.chat_screen.query(AssistantMessage)[1].query_one(".footer").render())
-        assert app.chat_screen.turns[1].tracker.final.cached_prompt_tokens > 0
+        assert app.controller.turns[1].tracker.final.cached_prompt_tokens > 0
 
 
 @aio
@@ -134,7 +134,7 @@ async def test_escape_cancels_and_keeps_partial_answer(tmp_path):
         engine.hold_after = None
         await send(pilot, app, "again")
         assert app.chat_screen.query(AssistantMessage)[1].text.strip() == SCRIPT.strip()
-    conv = app.store.load(app.store.last_conversation_id())
+    conv = app.controller.store.load(app.controller.store.last_conversation_id())
     assert conv.messages[1].finish_reason == "cancelled" and conv.messages[1].content == "Here is a "
 
 
@@ -199,17 +199,17 @@ async def test_new_chat_clears_transcript_and_kv_cache(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         await send(pilot, app, "first chat")
-        first_id = app.session.conversation_id
+        first_id = app.controller.session.conversation_id
         await pilot.press("ctrl+n")
         await settle(pilot, app)
         assert engine.resets == 1 and engine.kv_cache_tokens == 0
         assert not app.chat_screen.query(AssistantMessage)
         assert any("New chat" in n for n in notes(app))
-        assert app.session.chat.messages == [] and app.session.conversation_id is None
+        assert app.controller.session.chat.messages == [] and app.controller.session.conversation_id is None
         assert "0/4096 tok" in stats_text(app, "ctx")
         await send(pilot, app, "second chat")
-        assert app.session.conversation_id != first_id
-    assert len(app.store.list_conversations()) == 2
+        assert app.controller.session.conversation_id != first_id
+    assert len(app.controller.store.list_conversations()) == 2
 
 
 @aio
@@ -234,11 +234,11 @@ async def test_settings_screen_applies_and_validates(tmp_path):
         await pilot.press("ctrl+s")
         await settle(pilot, app)
         assert not isinstance(app.screen, SettingsScreen)
-        assert app.settings == ChatSettings("You are a pirate.", 0.2, 0.5, 5)
+        assert app.controller.settings == ChatSettings("You are a pirate.", 0.2, 0.5, 5)
         await send(pilot, app, "hi")
         call = engine.calls[-1]
         assert (call["temperature"], call["top_p"], call["max_tokens"]) == (0.2, 0.5, 5)
-        assert app.session.chat.messages[0] == {"role": "system", "content": "You are a pirate."}
+        assert app.controller.session.chat.messages[0] == {"role": "system", "content": "You are a pirate."}
         answer = app.chat_screen.query_one(AssistantMessage)
         assert str(answer.query_one(".footer").render()).endswith("length")
         # Escape closes without changing anything
@@ -246,7 +246,7 @@ async def test_settings_screen_applies_and_validates(tmp_path):
         await pilot.pause()
         await pilot.press("escape")
         await pilot.pause()
-        assert app.settings.max_tokens == 5
+        assert app.controller.settings.max_tokens == 5
 
 
 @aio
@@ -261,12 +261,12 @@ async def test_context_full_warns_then_drops_oldest_turns(tmp_path):
         assert any("Context nearly full" in n for n in notes(app))
         await send(pilot, app, "second question here")
         assert any("dropped the oldest 1 turn" in n for n in notes(app))
-        first = app.chat_screen.turns[0]
+        first = app.controller.turns[0]
         assert first.dropped and first.user.has_class("dropped") and first.assistant.has_class("dropped")
-        roles = [m["role"] for m in app.session.chat.messages]
+        roles = [m["role"] for m in app.controller.session.chat.messages]
         assert roles == ["system", "user", "assistant"]  # system kept, oldest pair gone
         assert app.chat_screen.query(AssistantMessage)[1].text.strip() == SCRIPT.strip()
-    conv = app.store.load(app.store.last_conversation_id())
+    conv = app.controller.store.load(app.controller.store.last_conversation_id())
     assert [m.role for m in conv.messages] == ["user", "assistant", "user", "note", "assistant"]
 
 
@@ -280,7 +280,7 @@ async def test_turn_that_can_never_fit_is_refused_on_screen(tmp_path):
         answer = app.chat_screen.query_one(AssistantMessage)
         assert answer.has_class("failed")
         assert any("nothing left to drop" in n for n in notes(app))
-        assert app.session.chat.messages == []
+        assert app.controller.session.chat.messages == []
         assert "ready" in text_of(app, "#status")
 
 
@@ -356,7 +356,7 @@ async def test_history_picker_reopens_a_conversation(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         await send(pilot, app, "remember the blue door")
-        old_id = app.session.conversation_id
+        old_id = app.controller.session.conversation_id
         await pilot.press("ctrl+n")
         await settle(pilot, app)
         await send(pilot, app, "something else")
@@ -368,12 +368,12 @@ async def test_history_picker_reopens_a_conversation(tmp_path):
         option_list.highlighted = ids.index(old_id)
         await pilot.press("enter")
         await settle(pilot, app)
-        assert app.session.conversation_id == old_id
+        assert app.controller.session.conversation_id == old_id
         assert app.chat_screen.query_one(UserMessage).text == "remember the blue door"
-        assert [m["content"] for m in app.session.chat.messages][0] == "remember the blue door"
+        assert [m["content"] for m in app.controller.session.chat.messages][0] == "remember the blue door"
         assert any("Reopened" in n for n in notes(app))
         await send(pilot, app, "continue")
-    assert [m.role for m in app.store.load(old_id).messages] == ["user", "assistant", "user", "assistant"]
+    assert [m.role for m in app.controller.store.load(old_id).messages] == ["user", "assistant", "user", "assistant"]
 
 
 @aio
@@ -385,9 +385,9 @@ async def test_resume_reopens_last_conversation(tmp_path):
     app = ChatApp(lambda: FakeEngine(), store=store, resume=cid, memory_reader=FIXED_MEMORY)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
-        assert app.settings == ChatSettings("S", 0.3, 0.9, 64)
+        assert app.controller.settings == ChatSettings("S", 0.3, 0.9, 64)
         assert app.chat_screen.query_one(AssistantMessage).text == "old answer"
-        assert app.session.chat.messages[0] == {"role": "system", "content": "S"}
+        assert app.controller.session.chat.messages[0] == {"role": "system", "content": "S"}
 
 
 @aio
@@ -414,7 +414,7 @@ async def test_quit_while_generating_cancels(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         await send_until_held(pilot, app, engine, "long answer")
-        turn = app.chat_screen.turn
+        turn = app.controller.turn
         await pilot.press("ctrl+q")
         engine.gate.set()
     assert turn.cancel.is_set()
@@ -480,3 +480,13 @@ async def test_view_follows_a_long_streaming_answer_then_sticks_to_the_bottom(tm
         await pilot.pause(0.1)
         assert answer.stream.region.height == 0
         assert transcript.scroll_y == transcript.max_scroll_y  # stuck to the bottom again
+
+
+@aio
+async def test_the_screen_tells_the_app_the_model_name(tmp_path):
+    app = make_app(FakeEngine(), tmp_path)
+    assert app.sub_title == "fake"
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        assert app.sub_title == "fake-model-1B" == app.controller.title  # ModelNamed bubbled up
+        assert app.chat_screen.controller is app.controller

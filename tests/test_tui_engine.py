@@ -45,7 +45,7 @@ async def test_send_fills_stats_from_the_real_engine(engine, tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         await send(pilot, app, "hello world")
-        turn = app.chat_screen.turns[0]
+        turn = app.controller.turns[0]
         g = turn.tracker.final
         assert g.finish_reason == "length" and g.timings.output_tokens == 32
         assert len(turn.tracker.itl_s) == 31
@@ -61,8 +61,8 @@ async def test_send_fills_stats_from_the_real_engine(engine, tmp_path):
         assert "32 tok" in footer and footer.endswith("length")
         assert "CPU" in stats_text(app, "card")
         await send(pilot, app, "again")
-        assert app.chat_screen.turns[1].tracker.final.cached_prompt_tokens > 0
-    saved = app.store.load(app.store.last_conversation_id()).messages
+        assert app.controller.turns[1].tracker.final.cached_prompt_tokens > 0
+    saved = app.controller.store.load(app.controller.store.last_conversation_id()).messages
     assert saved[1].stats["timings"]["output_tokens"] == 32
 
 
@@ -74,10 +74,10 @@ async def test_message_and_system_prompt_with_invalid_utf8(engine, tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         await send(pilot, app, "caf\udcc3\udca9 \udcff \ud800!")
-        g = app.chat_screen.turns[0].tracker.final
+        g = app.controller.turns[0].tracker.final
         assert g is not None and g.timings.output_tokens == 4
         assert not [t for t in notes(app) if "rror" in t or "not saved" in t]
-    saved = app.store.load(app.store.last_conversation_id())
+    saved = app.controller.store.load(app.controller.store.last_conversation_id())
     assert saved.system == "Sys \ufffd." and saved.messages[0].content == "café \ufffd \ufffd!"
 
 
@@ -93,14 +93,14 @@ async def test_escape_cancels_a_real_generation(engine, tmp_path):
         await pilot.press("escape")
         gated.gate.set()
         await settle(pilot, app)
-        turn = app.chat_screen.turns[0]
+        turn = app.controller.turns[0]
         assert turn.tracker.final.finish_reason == "cancelled"
         assert 5 <= turn.tracker.final.timings.output_tokens < 200
         assert turn.assistant.has_class("cancelled")
-        assert app.session.chat.messages[-1]["role"] == "assistant"  # the partial answer stays
+        assert app.controller.session.chat.messages[-1]["role"] == "assistant"  # the partial answer stays
         gated.hold_after = -1
         await send(pilot, app, "next")
-        assert app.chat_screen.turns[1].tracker.final.finish_reason == "length"
+        assert app.controller.turns[1].tracker.final.finish_reason == "length"
 
 
 @aio
@@ -113,9 +113,9 @@ async def test_new_chat_clears_the_real_kv_cache(engine, tmp_path):
         await pilot.press("ctrl+n")
         await settle(pilot, app)
         assert engine.kv_cache_tokens == 0
-        assert app.session.chat.messages == [{"role": "system", "content": "You are a test."}]
+        assert app.controller.session.chat.messages == [{"role": "system", "content": "You are a test."}]
         await send(pilot, app, "fresh")
-        assert app.chat_screen.turns[0].tracker.final.cached_prompt_tokens == 0
+        assert app.controller.turns[0].tracker.final.cached_prompt_tokens == 0
 
 
 @aio
@@ -130,9 +130,9 @@ async def test_settings_reach_the_real_engine(engine, tmp_path):
         await pilot.press("ctrl+s")
         await settle(pilot, app)
         await send(pilot, app, "bonjour")
-        g = app.chat_screen.turns[0].tracker.final
+        g = app.controller.turns[0].tracker.final
         assert g.timings.output_tokens == 7 and g.finish_reason == "length"
-        assert app.session.chat.messages[0] == {"role": "system", "content": "Answer in French."}
+        assert app.controller.session.chat.messages[0] == {"role": "system", "content": "Answer in French."}
 
 
 @aio
@@ -148,10 +148,10 @@ async def test_context_full_drops_oldest_turns_on_the_real_engine(tiny_model, tm
                     break
             assert any("Context nearly full" in t for t in notes(app))
             assert any("dropped the oldest" in t for t in notes(app))
-            assert app.chat_screen.turns[0].dropped
-            last = app.chat_screen.turns[-1].tracker.final
+            assert app.controller.turns[0].dropped
+            last = app.controller.turns[-1].tracker.final
             assert last.finish_reason == "length" and last.timings.output_tokens == 40
-            assert app.session.chat.messages[0] == {"role": "system", "content": "Sys."}
+            assert app.controller.session.chat.messages[0] == {"role": "system", "content": "Sys."}
             assert small.kv_cache_tokens <= small.n_ctx  # llama.cpp rounds n_ctx up (here to 256)
     finally:
         small.close()
@@ -169,7 +169,7 @@ async def test_default_model_answers_in_the_tui(default_model, tmp_path):
             await send(pilot, app, "What is the capital of France?", timeout_s=300)  # a busy 2-core box is slow
             answer = app.chat_screen.query_one(AssistantMessage)
             assert "Paris" in answer.text
-            assert app.chat_screen.turns[0].tracker.final.timings.ttft_s > 0
+            assert app.controller.turns[0].tracker.final.timings.ttft_s > 0
     finally:
         for _ in range(600):  # a failed test leaves the (cancelled) answer finishing its step
             if not eng.busy:

@@ -304,7 +304,7 @@ def test_finished_blocks_end_at_a_blank_line_outside_code_fences(text, end):
 
 
 def test_ui_budget_shrinks_when_the_engine_takes_every_core():
-    from ondevice.tui.screens.chat import UI_CPU_BUDGET, UI_CPU_BUDGET_NO_SPARE_CORE, no_spare_core, ui_cpu_budget
+    from ondevice.tui.pacing import UI_CPU_BUDGET, UI_CPU_BUDGET_NO_SPARE_CORE, no_spare_core, ui_cpu_budget
 
     assert UI_CPU_BUDGET_NO_SPARE_CORE < UI_CPU_BUDGET
     assert ui_cpu_budget(2, 2) == ui_cpu_budget(4, 2) == UI_CPU_BUDGET_NO_SPARE_CORE

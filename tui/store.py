@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from ondevice import paths
 from ondevice.errors import OndeviceError
-from ondevice.fmt import stats_footer  # the export shows it under each answer; tui.screens.chat imports it from here
+from ondevice.fmt import stats_footer  # the export shows it under each answer
 
 __all__ = [
     "HistoryStore", "StoredMessage", "Conversation", "ConversationSummary", "HistoryError", "default_db_path",

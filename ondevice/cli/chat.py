@@ -94,8 +94,8 @@ def _run_app(path: Path, settings, store, resume: int | None, load_kwargs: dict)
         with _log_to_file():
             app.run()
     finally:
-        if app.engine is not None:
-            app.engine.close()
+        if app.controller.engine is not None:
+            app.controller.engine.close()
         if store is not None:
             store.close()
     return 0
