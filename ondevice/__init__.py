@@ -6,6 +6,11 @@
     g.timings.ttft_s, g.timings.tpot_s, g.predicted_tok_s
 
 Attributes are imported lazily: `import ondevice` loads neither llama.cpp nor numpy.
+
+Layers, top to bottom (imports point down only; tests/test_layers.py keeps it so):
+cli, tui -> bench -> api (load, predict) -> probing -> engine -> roofline (pure arithmetic)
+-> models | gguf | llama (the only code that imports llama_cpp) -> core (errors, paths,
+results, metrics, fmt, kvtypes).
 """
 
 from __future__ import annotations

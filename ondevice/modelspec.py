@@ -126,30 +126,12 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
     arch = g.get(Keys.General.ARCHITECTURE)
     hp = _Hyper(g, arch)
     warnings: list[str] = []
-    n_layer = hp.int(Keys.LLM.BLOCK_COUNT)
-    if n_layer and n_layer > MAX_LAYERS:
-        warnings.append(f"{Keys.LLM.BLOCK_COUNT.format(arch=arch)} {n_layer} is implausible (more than {MAX_LAYERS}); "
-                        "shape fields unknown")
-        n_layer = None
-    d_model = hp.int(Keys.LLM.EMBEDDING_LENGTH)
-    n_head = hp.int_or_max(Keys.Attention.HEAD_COUNT)
-    n_head_kv_layers = hp.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=n_head)
-    head_dim_k = hp.int(Keys.Attention.KEY_LENGTH) or (d_model // n_head if d_model and n_head else None)
-    head_dim_v = hp.int(Keys.Attention.VALUE_LENGTH) or head_dim_k
+    shape = _shape(g, arch, hp, warnings)
+    n_layer, n_head_kv_layers = shape["n_layer"], shape.pop("n_head_kv_layers")
     n_expert = hp.int(Keys.LLM.EXPERT_COUNT) or 0
     n_expert_used = hp.int(Keys.LLM.EXPERT_USED_COUNT) or (0 if not n_expert else n_expert)
     window = hp.int(Keys.Attention.SLIDING_WINDOW)
     swa_layers = _swa_layers(g, arch, n_layer, window)
-    kv_by_layer: tuple[int, ...] = ()
-    if n_layer and n_head_kv_layers and head_dim_k and head_dim_v:
-        kv_by_layer = tuple(KV_CACHE_ELEMENT_BYTES * h * (head_dim_k + head_dim_v) for h in n_head_kv_layers)
-    elif g.tensors:
-        warnings.append("KV-cache size unknown: missing layer/head metadata")
-    if arch is None and g.tensors:
-        warnings.append(f"no {Keys.General.ARCHITECTURE} key")
-    elif g.tensors and hp.int(Keys.LLM.BLOCK_COUNT) is None:
-        warnings.append(f"architecture {arch!r}: no {Keys.LLM.BLOCK_COUNT.format(arch=arch)} key; shape fields unknown")
-
     names = {t.name for t in g.tensors}
     tied = bool(g.tensors) and _HEAD not in names and _EMBED in names
     n_vocab = _vocab_size(g, hp)
@@ -163,12 +145,8 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         n_params=counts["n_params"],
         n_params_active=counts["n_params_active"],
         n_params_matmul=counts["n_params_matmul"],
-        n_layer=n_layer,
-        d_model=d_model,
-        n_head=n_head,
+        **shape,
         n_head_kv=max(n_head_kv_layers) if n_head_kv_layers else None,
-        head_dim_k=head_dim_k,
-        head_dim_v=head_dim_v,
         n_ctx_train=hp.int(Keys.LLM.CONTEXT_LENGTH),
         n_vocab=n_vocab,
         sliding_window=window if swa_layers else None,
@@ -181,7 +159,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         decode_weight_bytes=sum(counts["decode_bytes_by_type"].values()),
         bytes_by_type=counts["bytes_by_type"],
         decode_bytes_by_type=counts["decode_bytes_by_type"],
-        kv_bytes_per_token_by_layer=kv_by_layer,
+        kv_bytes_per_token_by_layer=_kv_by_layer(g, shape, n_head_kv_layers, warnings),
         n_tensors=len(g.tensors),
         header_bytes=g.data_offset,
         padding_bytes=g.tensor_data_bytes - weight_bytes,
@@ -189,6 +167,36 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         tokenizer_model=g.get(Keys.Tokenizer.MODEL),
         warnings=tuple(warnings),
     )
+
+
+def _shape(g: GGUFFile, arch: str | None, hp: "_Hyper", warnings: list[str]) -> dict[str, Any]:
+    """Layers, width, heads and head dimensions from the header (None where unknown), and the
+    KV heads of every layer (n_head_kv_layers)."""
+    n_layer = hp.int(Keys.LLM.BLOCK_COUNT)
+    if n_layer and n_layer > MAX_LAYERS:
+        warnings.append(f"{Keys.LLM.BLOCK_COUNT.format(arch=arch)} {n_layer} is implausible (more than {MAX_LAYERS}); "
+                        "shape fields unknown")
+        n_layer = None
+    if arch is None and g.tensors:
+        warnings.append(f"no {Keys.General.ARCHITECTURE} key")
+    elif g.tensors and hp.int(Keys.LLM.BLOCK_COUNT) is None:
+        warnings.append(f"architecture {arch!r}: no {Keys.LLM.BLOCK_COUNT.format(arch=arch)} key; shape fields unknown")
+    d_model = hp.int(Keys.LLM.EMBEDDING_LENGTH)
+    n_head = hp.int_or_max(Keys.Attention.HEAD_COUNT)
+    head_dim_k = hp.int(Keys.Attention.KEY_LENGTH) or (d_model // n_head if d_model and n_head else None)
+    return {"n_layer": n_layer, "d_model": d_model, "n_head": n_head, "head_dim_k": head_dim_k,
+            "head_dim_v": hp.int(Keys.Attention.VALUE_LENGTH) or head_dim_k,
+            "n_head_kv_layers": hp.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=n_head)}
+
+
+def _kv_by_layer(g: GGUFFile, shape: dict[str, Any], n_head_kv_layers, warnings: list[str]) -> tuple[int, ...]:
+    """f16 K+V bytes per cached token, per layer: 2 bytes x KV heads x (key + value head dims)."""
+    dims = (shape["head_dim_k"] or 0) + (shape["head_dim_v"] or 0)
+    if shape["n_layer"] and n_head_kv_layers and shape["head_dim_k"] and shape["head_dim_v"]:
+        return tuple(KV_CACHE_ELEMENT_BYTES * h * dims for h in n_head_kv_layers)
+    if g.tensors:
+        warnings.append("KV-cache size unknown: missing layer/head metadata")
+    return ()
 
 
 class _Hyper:

@@ -8,7 +8,7 @@ import pytest
 
 import ondevice
 from ondevice.roofline import Calibration, Predictor
-from tests.test_tui_app import FIXED_MEMORY, notes, send, settle, stats_text
+from tests.tui_pilot import FIXED_MEMORY, notes, send, settle, stats_text
 from tests.tui_fakes import Gated, aio
 from ondevice.tui.app import ChatApp
 from ondevice.tui.session import ChatSettings

@@ -6,7 +6,7 @@ Update after an intended change: pytest tests/test_tui_snapshots.py --snapshot-u
 
 from __future__ import annotations
 
-from tests.test_tui_app import FIXED_MEMORY, settle
+from tests.tui_pilot import FIXED_MEMORY, settle
 from tests.tui_fakes import FakeEngine
 from ondevice.tui.app import ChatApp
 from ondevice.tui.session import ChatSettings
