@@ -9,7 +9,7 @@ from ondevice.bench.suites import (
     custom_suite,
     fit_suite,
     get_suite,
-    parse_int_list,
+    parse_number_list,
     with_counts,
 )
 from ondevice.errors import BenchError
@@ -38,14 +38,14 @@ def test_unknown_suite_is_one_clear_error():
 
 
 @pytest.mark.parametrize("text,expected", [("256", (256,)), ("256,1024", (256, 1024)), (" 8 , 16 ,", (8, 16))])
-def test_parse_int_list(text, expected):
-    assert parse_int_list(text, "-p") == expected
+def test_parse_number_list(text, expected):
+    assert parse_number_list(text, "-p") == expected
 
 
 @pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", ","])
-def test_parse_int_list_rejects(text):
+def test_parse_number_list_rejects(text):
     with pytest.raises(BenchError, match="-p"):
-        parse_int_list(text, "-p")
+        parse_number_list(text, "-p")
 
 
 def test_custom_suite_is_the_cross_product():

@@ -7,6 +7,8 @@ P ids, so every run's prompt is new unless a scenario asks for a shared prefix.
 
 from __future__ import annotations
 
+import math
+
 import random
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
@@ -21,7 +23,7 @@ __all__ = [
     "custom_suite",
     "fit_suite",
     "with_counts",
-    "parse_int_list",
+    "parse_number_list",
     "PromptBuilder",
 ]
 
@@ -123,17 +125,19 @@ def fit_suite(suite: Suite, n_ctx: int, *, cap: bool) -> Suite:
     return replace(suite, workloads=tuple(out))
 
 
-def parse_int_list(text: str, flag: str) -> tuple[int, ...]:
-    """'256,1024' -> (256, 1024); BenchError naming the flag on anything else."""
+def parse_number_list(text: str, flag: str, kind: type = int) -> tuple:
+    """'256,1024' -> (256, 1024): positive finite numbers of `kind` (int or float); BenchError
+    naming the flag on anything else."""
     try:
-        values = tuple(int(part) for part in str(text).split(",") if part.strip())
+        values = tuple(kind(part) for part in str(text).split(",") if part.strip())
     except ValueError:
-        raise BenchError(f"{flag} {text!r}: expected comma-separated whole numbers, e.g. 256,1024") from None
+        whole = "whole " if kind is int else ""
+        raise BenchError(f"{flag} {text!r}: expected comma-separated {whole}numbers, e.g. 256,1024") from None
     if not values:
         raise BenchError(f"{flag} {text!r}: expected at least one number")
     for v in values:
-        if v <= 0:
-            raise BenchError(f"{flag} {v}: token counts must be positive")
+        if not (math.isfinite(v) and v > 0):
+            raise BenchError(f"{flag} {v:g}: must be greater than 0")
     return values
 
 

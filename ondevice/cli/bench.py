@@ -183,8 +183,8 @@ def _config(args: argparse.Namespace):
     if custom and args.suite:
         raise BenchError("use either --suite or -p/-n (a custom suite), not both")
     if custom:
-        p = suites.parse_int_list(args.prompt_tokens, "-p") if args.prompt_tokens is not None else (256,)
-        n = suites.parse_int_list(args.output_tokens, "-n") if args.output_tokens is not None else (128,)
+        p = suites.parse_number_list(args.prompt_tokens, "-p") if args.prompt_tokens is not None else (256,)
+        n = suites.parse_number_list(args.output_tokens, "-n") if args.output_tokens is not None else (128,)
         suite = suites.custom_suite(p, n)
     else:
         suite = suites.get_suite(args.suite or "standard")

@@ -15,6 +15,7 @@ import shutil
 import sys
 from typing import Any, Callable
 
+from ondevice.bench.suites import parse_number_list
 from ondevice.errors import BenchError
 
 __all__ = ["add_serve_args", "check_serve_args", "run_serve"]
@@ -58,15 +59,8 @@ def check_serve_args(args: argparse.Namespace) -> bool:
 
 
 def _positive_list(text: str, flag: str, kind: type) -> tuple:
-    try:
-        values = tuple(kind(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
-        raise BenchError(f"{flag} {text!r}: expected comma-separated {'whole ' if kind is int else ''}numbers") from None
-    if not values:
-        raise BenchError(f"{flag} {text!r}: expected at least one number")
-    for v in values:
-        if not (math.isfinite(v) and v > 0):
-            raise BenchError(f"{flag} {v:g}: must be greater than 0")
+    """Load levels: positive numbers, none named twice."""
+    values = parse_number_list(text, flag, kind)
     if len(set(values)) != len(values):
         raise BenchError(f"{flag} {text!r}: a level is named twice")
     return values
