@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any, Mapping
 
 from textual.app import App
 from textual.binding import Binding
 
 from ondevice.errors import OndeviceError
-from ondevice.tui.controller import ChatController, EngineFactory, MemoryReader, process_memory
+from ondevice.tui.controller import ChatController, EngineFactory, process_memory
 from ondevice.tui.screens.chat import ChatScreen
 from ondevice.tui.screens.help import HelpScreen
 from ondevice.tui.screens.history import HistoryScreen
 from ondevice.tui.screens.messages import ModelNamed
 from ondevice.tui.screens.settings import SettingsScreen
-from ondevice.tui.session import ChatSettings
-from ondevice.tui.store import HistoryStore
 
 __all__ = ["ChatApp", "EngineFactory", "terminal_theme", "process_memory"]
 
@@ -54,32 +51,13 @@ class ChatApp(App):
         Binding("ctrl+s", "export", "Export"),
     ]
 
-    def __init__(
-        self,
-        engine_factory: EngineFactory,
-        *,
-        settings: ChatSettings | None = None,
-        store: HistoryStore | None = None,
-        model_label: str = "model",
-        resume: int | None = None,
-        extra_sampling: Mapping[str, Any] | None = None,
-        theme: str | None = None,
-        export_dir: Path | None = None,
-        memory_reader: MemoryReader = process_memory,
-    ):
+    def __init__(self, engine_factory: EngineFactory, *, theme: str | None = None, **controller_args: Any):
+        """controller_args: ChatController's (settings, store, model_label, resume, extra_sampling,
+        memory_reader, export_dir); the app keeps only the theme and the bindings."""
         super().__init__()
-        self.controller = ChatController(
-            engine_factory,
-            settings=settings,
-            store=store,
-            model_label=model_label,
-            resume=resume,  # conversation id to reopen once the model is loaded
-            extra_sampling=extra_sampling,
-            memory_reader=memory_reader,  # polled once a second for the stats panel
-            export_dir=export_dir,
-        )
+        self.controller = ChatController(engine_factory, **controller_args)
         self.theme = theme or terminal_theme()
-        self.sub_title = model_label
+        self.sub_title = self.controller.model_label
 
     def on_mount(self) -> None:
         # The decode thread needs the GIL back after each llama_decode; with the default 5 ms

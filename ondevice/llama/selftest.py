@@ -66,12 +66,14 @@ def _decode(lib, ctx, batch, tokens: list[int], pos0: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("all", "repack", "none"):
-        print("usage: python -m ondevice.llama.selftest all|repack|none WORKDIR", file=sys.stderr)
-        return 2
-    mode, work = argv[0], Path(argv[1])
-    for path in build_models(work):
-        run_model(path, mode)
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m ondevice.llama.selftest", description="the crash guard's child")
+    parser.add_argument("mode", choices=("all", "repack", "none"), help="extra CPU buffer types to load with")
+    parser.add_argument("workdir", type=Path, help="where the test models are built (once)")
+    args = parser.parse_args(argv)  # a wrong call: argparse's usage line and exit 2
+    for path in build_models(args.workdir):
+        run_model(path, args.mode)
     return 0
 
 

@@ -47,8 +47,11 @@ def apply_verdict(lib: Any = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     mode = apply_verdict()
-    print(f"ondevice launcher: CPU buffer types {mode} (crash guard)", file=sys.stderr, flush=True)
+    logging.getLogger("ondevice.llama.server").info("CPU buffer types %s (crash guard)", mode)
     from llama_cpp.server.__main__ import main as server_main
 
     sys.argv = ["llama_cpp.server", *(sys.argv[1:] if argv is None else argv)]
