@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ondevice.errors import ModelLoadError
 from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_buffer_types, repack_tensors
 from ondevice.llama.guard import Verdict, cpu_buffer_verdict
 from ondevice.llama.log import LOG_NAME, log_listener, route_llama_log
 
-__all__ = ["LlamaHandle", "fill_batch", "Placement", "llama_lib", "load_model", "place_weights", "new_context", "repack_plan", "chat_formatter", "ErrorLines"]
+__all__ = ["LlamaHandle", "fill_batch", "fill_batch_entries", "Placement", "llama_lib", "load_model", "place_weights", "new_context", "repack_plan", "chat_formatter", "ErrorLines"]
 
 _log = logging.getLogger(LOG_NAME)
 
@@ -38,12 +38,14 @@ def chat_formatter(template: str, *, bos_token: str, eos_token: str) -> Any:
 
 
 class LlamaHandle:
-    """The raw llama.cpp objects of one loaded model: model, context, vocabulary, memory."""
+    """The raw llama.cpp objects of one loaded model: model, context, vocabulary, memory.
+    owns_model False: a second context on a model another handle owns (free() frees the context only)."""
 
-    def __init__(self, lib: Any, model: Any, ctx: Any):
+    def __init__(self, lib: Any, model: Any, ctx: Any, *, owns_model: bool = True):
         self.lib = lib
         self.model = model
         self.ctx = ctx
+        self.owns_model = owns_model
         self.vocab = lib.llama_model_get_vocab(model)
         self.memory = lib.llama_get_memory(ctx)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
@@ -56,21 +58,29 @@ class LlamaHandle:
             self.lib.llama_free(self.ctx)
             self.ctx = None
         if self.model:
-            self.lib.llama_model_free(self.model)
+            if self.owns_model:
+                self.lib.llama_model_free(self.model)
             self.model = None
 
+
+def fill_batch_entries(batch: Any, entries: Iterable[tuple[int, int, int, bool]]) -> int:
+    """Fill a llama_batch (from llama_batch_init, room for every entry) with (token, position,
+    sequence id, keep logits) entries, in order; returns the number of tokens put in."""
+    i = -1
+    for i, (tok, pos, seq, want) in enumerate(entries):
+        batch.token[i] = int(tok)
+        batch.pos[i] = int(pos)
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = int(seq)
+        batch.logits[i] = bool(want)
+    batch.n_tokens = i + 1
+    return i + 1
 
 
 def fill_batch(batch: Any, tokens: Sequence[int], pos0: int, logits: Callable[[int], bool]) -> None:
     """Put `tokens` at positions pos0.. of sequence 0 into a llama_batch (from llama_batch_init);
     logits(i) says whether llama.cpp keeps the logits of the i-th."""
-    for i, tok in enumerate(tokens):
-        batch.token[i] = int(tok)
-        batch.pos[i] = pos0 + i
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = 0
-        batch.logits[i] = logits(i)
-    batch.n_tokens = len(tokens)
+    fill_batch_entries(batch, ((tok, pos0 + i, 0, logits(i)) for i, tok in enumerate(tokens)))
 
 
 @dataclass(frozen=True)
