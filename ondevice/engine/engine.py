@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, Sequence
 
-from ondevice.engine.loader import EngineInfo, open_model
-from ondevice.llama.model import LlamaHandle
+from ondevice.engine.batch import MAX_SEQS, BatchContext
+from ondevice.engine.loader import EngineInfo, context_settings, open_model
+from ondevice.llama.model import LlamaHandle, new_context
 from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, run_request
 from ondevice.engine.sampling import DEFAULTS, make_params
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
@@ -81,6 +83,7 @@ class Engine:
         self._requests = 0  # requests started: the default draw seed is info.seed + this
         self._closed = False
         self._template: Any = None  # chat template, built on first chat()
+        self._batches: weakref.WeakSet[BatchContext] = weakref.WeakSet()  # live batch contexts, freed before the model
 
     # ---- state -------------------------------------------------------------------------
     @property
@@ -259,14 +262,44 @@ class Engine:
 
         return Chat(self, system=system, **sampling_defaults)
 
+    def batched(self, n_seqs: int, seq_tokens: int | None = None) -> BatchContext:
+        """A context for n_seqs sequences decoded together (ondevice.engine.batch), each holding
+        seq_tokens (prompt + output; None: this engine's n_ctx, rounded up to 256) tokens, on this
+        engine's model with its threads, n_batch, n_ubatch, flash attention and KV types.
+        n_seqs must be 1..256 (llama.cpp's limit) and seq_tokens within the model's trained
+        context, else InvalidParameterError before any work; ModelLoadError when llama.cpp
+        cannot allocate it."""
+        self._check_open()
+        ok = isinstance(n_seqs, int) and not isinstance(n_seqs, bool) and 1 <= n_seqs <= MAX_SEQS
+        if not ok:
+            raise InvalidParameterError(f"n_seqs must be an integer from 1 to {MAX_SEQS} (llama.cpp's limit), not {n_seqs!r}")
+        seq_tokens = self.n_ctx if seq_tokens is None else seq_tokens
+        if isinstance(seq_tokens, bool) or not isinstance(seq_tokens, int) or seq_tokens < 1:
+            raise InvalidParameterError(f"seq_tokens must be a positive integer, not {seq_tokens!r}")
+        trained = self.info.spec.n_ctx_train
+        if trained and seq_tokens > trained:
+            raise InvalidParameterError(
+                f"seq_tokens {seq_tokens}: each sequence would run past the model's trained context of {trained} tokens")
+        per = -(-seq_tokens // 256) * 256  # llama.cpp rounds each sequence's share up to 256
+        lib = self._h.lib
+        settings = context_settings(self.info, lib)
+        settings["n_batch"] = max(settings["n_batch"], n_seqs)  # one decode step holds a token of every sequence
+        ctx, _ = new_context(self._h.model, n_ctx=n_seqs * per, n_seq_max=n_seqs, lib=lib, **settings)
+        handle = LlamaHandle(lib, self._h.model, ctx, owns_model=False)
+        batch = BatchContext(self, handle, n_seqs, self._busy, self._token_info)
+        self._batches.add(batch)
+        return batch
+
     def close(self) -> None:
-        """Free the model and context. Raises EngineBusyError while a generation runs."""
+        """Free the model and context (and the batch contexts on it). Raises EngineBusyError while a generation runs."""
         if self._closed:
             return
         if not self._busy.acquire(blocking=False):
             raise EngineBusyError("cannot close the engine while a generation is running; cancel it first")
         try:
             self._closed = True
+            for batch in list(self._batches):
+                batch.close()
             self._h.free()
         finally:
             self._busy.release()

@@ -18,7 +18,7 @@ from ondevice.llama.devices import default_threads, detect_backends, gpu_layers,
 from ondevice.llama.model import LlamaHandle, llama_lib, load_model, new_context
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["EngineInfo", "open_model", "resolve_n_ctx", "MIN_N_CTX", "DEFAULT_N_CTX"]
+__all__ = ["EngineInfo", "open_model", "resolve_n_ctx", "context_settings", "MIN_N_CTX", "DEFAULT_N_CTX"]
 
 # llama.cpp rounds every context up to a multiple of 256 (llama-context.cpp: GGML_PAD(n_ctx, 256)),
 # so a smaller request is silently a context of 256 tokens.
@@ -61,6 +61,14 @@ def _flash_attn_type(lib: Any, flash_attn: Any) -> int:
     if isinstance(flash_attn, bool):
         return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
     raise InvalidParameterError(f"flash_attn must be True, False or 'auto', not {flash_attn!r}")
+
+
+def context_settings(info: EngineInfo, lib: Any) -> dict[str, Any]:
+    """new_context's arguments for another context like the engine's: threads, n_batch, n_ubatch,
+    flash attention (as requested: "auto" resolves the same way) and KV cache types."""
+    return dict(n_threads=info.n_threads, n_batch=info.n_batch, n_ubatch=info.n_ubatch,
+                flash_attn_type=_flash_attn_type(lib, info.flash_attn), type_k=int(kv_ggml_type(info.cache_type_k)),
+                type_v=int(kv_ggml_type(info.cache_type_v)))
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> int:
