@@ -192,7 +192,7 @@ class BatchContext:
             raise InvalidParameterError(f"{len(prompts)} prompts: this batch context holds {self.n_seqs} sequences")
         out = []
         for i, p in enumerate(prompts):
-            ids = self._engine.tokenize(p) if isinstance(p, str) else self._engine._check_ids(p)
+            ids = self._engine.tokenize(p) if isinstance(p, str) else self._engine._check_ids(p, allow_empty=True)
             if not ids:
                 raise InvalidParameterError(f"prompt {i} is empty: no tokens to process")
             if len(ids) + max_tokens > self.n_ctx_seq:
