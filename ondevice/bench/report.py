@@ -25,7 +25,7 @@ from ondevice.fmt import fold, millis, number, table
 from ondevice.paths import atomic_write
 
 __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_markdown", "render_table", "table_rows",
-           "HEADERS", "ProgressBar"]
+           "HEADERS", "ProgressBar", "header_facts", "ms_cell"]
 
 HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "ITL p50/p95/p99 ms",
            "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff", "notes")
@@ -104,7 +104,8 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
 _MS_PLACES = ((10, 2), (1000, 1), (math.inf, 0))  # three figures or so, under a header that says "ms"
 
 
-def _ms(v: float | None) -> str:
+def ms_cell(v: float | None) -> str:
+    """A time in seconds as a table cell under a header that says "ms" (three figures or so)."""
     return millis(v, places=_MS_PLACES, unit=False)
 
 
@@ -117,7 +118,7 @@ def _notes(r: ScenarioResult, slo: Any) -> str:
         if resident:
             parts.append(f"{100 * max(resident):.0f}% cached at load")
     if r.scenario == PREFIX_HIT and r.ok_runs:
-        parts.append(f"cached {r.cached_prompt_tokens:.0f} tok, TTFT saved {_ms(r.summary('ttft_saved_s').p50)} ms")
+        parts.append(f"cached {r.cached_prompt_tokens:.0f} tok, TTFT saved {ms_cell(r.summary('ttft_saved_s').p50)} ms")
     if r.scenario == NO_KV_CACHE and r.kv_cache_speedup:
         parts.append(f"{r.kv_cache_speedup:.1f}x the resident ITL")
     if slo is not None:
@@ -139,9 +140,9 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
             r.model, r.scenario, r.workload or "-",
             str(r.prompt_tokens) if request else "-", str(r.output_tokens) if request else "-",
             f"{r.ok_runs}/{r.repeats}",
-            f"{_ms(ttft.p50)}/{_ms(ttft.p95)}" if request else "-",
-            f"{_ms(itl.p50)}/{_ms(itl.p95)}/{_ms(itl.p99)}" if request else "-",
-            _ms(tpot.p50) if request else "-",
+            f"{ms_cell(ttft.p50)}/{ms_cell(ttft.p95)}" if request else "-",
+            f"{ms_cell(itl.p50)}/{ms_cell(itl.p95)}/{ms_cell(itl.p99)}" if request else "-",
+            ms_cell(tpot.p50) if request else "-",
             number(r.summary("decode_tok_s").p50) if request else "-",
             number(r.summary("prefill_tok_s").p50, ".0f") if request else "-",
             roof,
@@ -160,7 +161,7 @@ def write_markdown(path: str | Path, record: dict[str, Any], results: Sequence[S
 def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, load: dict | None = None) -> str:
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     lines = [f"# ondevice bench ({record.get('settings', {}).get('suite', '?')})", ""]
-    lines += [f"- {k}: {esc(v)}" for k, v in _header_facts(record)]
+    lines += [f"- {k}: {esc(v)}" for k, v in header_facts(record)]
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in table_rows(results, slo)]
     if load:
@@ -171,7 +172,7 @@ def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dic
     return "\n".join(lines) + "\n"
 
 
-def _header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
+def header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
     host = record.get("host") or {}
     models = record.get("models") or []
     eng = next((m.get("engine") for m in models if m.get("engine")), {}) or {}
@@ -211,7 +212,7 @@ def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo:
     headers = list(HEADERS[1:] if single else HEADERS)
     rows = [row[1:] if single else row for row in table_rows(results, slo)]
     align = "".join("l" if h in _TEXT_COLUMNS else "r" for h in headers)
-    lines = [fold(f"{k}: {v}", width) for k, v in _header_facts(record)] + ["", title]
+    lines = [fold(f"{k}: {v}", width) for k, v in header_facts(record)] + ["", title]
     text = table(headers, rows, align)
     if width is None or max(map(len, text.splitlines())) <= width:
         return "\n".join(lines + [text] + _load_table(results, load, width)) + "\n"

@@ -50,6 +50,8 @@ def register(sub) -> None:
                    help=f"sampling temperature (default {DEFAULTS.temperature:g}; 0 = greedy)")
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt texts and the sampler (default 0)")
     p.add_argument("--timeout", type=float, help="seconds per request before it is cancelled and kept as a time-out")
+    p.add_argument("--batch", metavar="B,B,...", help="sweep batch sizes: B sequences decoded per llama_decode, e.g. "
+                   "1,2,4,8 (one workload: -p/-n, or the short one; aggregate and per-sequence tok/s against the roofline)")
     p.add_argument("--slo", help="bounds such as ttft_p95=1.0,tpot_p95=0.04: goodput and pass/fail per scenario")
     p.add_argument("--json", metavar="FILE", help="write the full results (record, summaries, per-run ITL traces)")
     p.add_argument("--csv", metavar="FILE", help="write one CSV row per scenario")
@@ -66,6 +68,10 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.models[:1] == ["compare"]:
         return run_compare(args)
+    if args.batch is not None:
+        from ondevice.cli.bench_batch import run_batch
+
+        return run_batch(args, _config, _check_outputs, write_files, _plain_progress)
     from ondevice.cli import bench_serve
 
     if bench_serve.check_serve_args(args):
@@ -148,13 +154,19 @@ def _exit_code(outcome, slo) -> int:
 
 
 def _write_outputs(args, doc, record, results, slo, load=None) -> None:
-    """Write --json/--csv/--md. When one fails (a full disk, a folder gone read-only), the
-    results are kept in the cache dir and BenchError names that file: a run is never lost."""
+    """Write --json/--csv/--md (see write_files)."""
     from ondevice.bench import report
 
-    writers = (("--json", args.json, lambda p: report.write_json(p, doc)),
-               ("--csv", args.csv, lambda p: report.write_csv(p, doc)),
-               ("--md", args.md, lambda p: report.write_markdown(p, record, results, slo, load)))
+    write_files(doc, (("--json", args.json, lambda p: report.write_json(p, doc)),
+                      ("--csv", args.csv, lambda p: report.write_csv(p, doc)),
+                      ("--md", args.md, lambda p: report.write_markdown(p, record, results, slo, load))))
+
+
+def write_files(doc, writers) -> None:
+    """Run each (flag, path or None, write(path)). When one fails (a full disk, a folder gone
+    read-only), the results are kept in the cache dir and BenchError names that file: a run is never lost."""
+    from ondevice.bench import report
+
     failed = []
     for flag, path, write in writers:
         if path is None:
