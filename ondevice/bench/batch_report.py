@@ -75,7 +75,8 @@ def render_sweep(record: dict[str, Any], workload: Workload, result: SweepResult
     facts = [fold(f"{k}: {v}", width) for k, v in header_facts(record)]
     align = "r" * (len(HEADERS) - 1) + "l"
     text = table(HEADERS, level_rows(result), align, width=width, drop=TERMINAL_DROP, full="--json/--csv/--md")
-    return "\n".join(facts + ["", _title(workload, record), text] + [fold(x, width) for x in _legend(result)]) + "\n"
+    lines = facts + ["", fold(_title(workload, record), width), text]
+    return "\n".join(lines + [fold(x, width) for x in _legend(result)]) + "\n"
 
 
 def sweep_document(record: dict[str, Any], workload: Workload, result: SweepResult, runs: Sequence[SweepRun]) -> dict[str, Any]:

@@ -64,7 +64,8 @@ def run_batch(args: argparse.Namespace, make_config: Callable, check_outputs: Ca
     workload, built_in = batch_workload(args)
     check_outputs(args, ("--json", "--csv", "--md"))
     suite = with_counts(Suite("batch", (workload,), repeats=3, warmup=1), repeats=args.repeat, warmup=args.warmup)
-    config = replace(make_config(args), suite=suite, scenarios=(), cap_to_context=built_in)
+    # --n-ctx is the context the whole batch may use (checked below), not the engine's own
+    config = replace(make_config(args), suite=suite, scenarios=(), cap_to_context=built_in, n_ctx=None)
     plan = plan_bench(config)[0]  # resolves and reads the header: no llama.cpp yet
     if plan.error:
         raise BenchError(f"{plan.label}: {plan.error}")
@@ -114,7 +115,7 @@ def _report(args, config, plan, digests, sweep, outcome, bounds, write_files) ->
 
     bench = BenchOutcome(config, [plan], [], outcome.started_at, outcome.ended_at, outcome.incomplete)
     record = build_record(bench, argv=getattr(args, "argv", None), digests=digests)
-    record["settings"]["batch"] = list(sweep.levels)
+    record["settings"]["batch"] = {"levels": list(sweep.levels), "n_ctx": args.n_ctx}
     result = summarize_sweep(sweep, outcome.runs, bounds)
     doc = br.sweep_document(record, sweep.workload, result, outcome.runs)
     sys.stdout.write(br.render_sweep(record, sweep.workload, result, width=terminal_width()))
