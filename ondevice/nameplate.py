@@ -65,6 +65,11 @@ NAMEPLATE_GBS: dict[str, tuple[float, str]] = {
     "rtx 2080": (448.0, ""),
     "rtx 2070": (448.0, ""),
     "rtx 2060": (336.0, ""),
+    # NVIDIA workstation cards (as the driver names them)
+    "rtx 6000 ada generation": (960.0, ""),
+    "rtx 5000 ada generation": (576.0, ""),
+    "rtx 4000 ada generation": (360.0, ""),
+    "rtx a6000": (768.0, ""),
     # AMD Radeon (desktop cards) and the Strix Halo APU
     "rx 9070 xt": (644.6, ""),
     "rx 9070": (644.6, ""),
@@ -79,6 +84,7 @@ NAMEPLATE_GBS: dict[str, tuple[float, str]] = {
     "rx 6800 xt": (512.0, ""),
     "rx 6800": (512.0, ""),
     "rx 6700 xt": (384.0, ""),
+    "rx 5700 xt": (448.0, ""),
     "8060s": (256.0, "Ryzen AI Max (Strix Halo) unified LPDDR5X-8000"),
 }
 
