@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 from ondevice.errors import EstimateDataError, InvalidParameterError
 
 __all__ = ["Measurement", "EstimateFit", "Estimate", "weight_family", "canonical_backend", "load_measurements",
-           "fit", "loo_ratios", "loo_median_error", "load_fit", "write_fit", "estimate", "FAMILIES",
+           "fit", "loo_ratios", "loo_median_error", "load_fit", "write_fit", "estimate", "estimates_for", "FAMILIES",
            "MEASUREMENTS_FILE", "FIT_FILE"]
 
 MEASUREMENTS_FILE = "decode_measurements.csv"
@@ -278,3 +278,18 @@ def estimate(backend: str | None, weight_type: str, bytes_per_token: float, band
     ceiling = 1.0 / ceiling_s
     return Estimate(tok_s=tok_s, low_tok_s=min(tok_s * lo, ceiling), high_tok_s=min(tok_s * hi, ceiling),
                     efficiency=tok_s / ceiling, ceiling_tok_s=ceiling, basis=basis)
+
+
+def estimates_for(predictor, contexts: Sequence[int], backend: str | None,
+                  fit: EstimateFit | None = None) -> tuple[Estimate, ...]:
+    """One estimate per context for a roofline.Predictor's model at its calibration's bandwidth.
+
+    The weight family is the file type's (else the type holding most of the bytes read per token);
+    backend None or "given" (a bare bandwidth) gets the pooled fit."""
+    spec = predictor.spec
+    by_type = spec.decode_bytes_by_type or {}
+    weight_type = spec.quant or (max(by_type, key=by_type.get) if by_type else "")
+    name = None if backend in (None, "given") else backend
+    f = fit if fit is not None else load_fit()
+    gbs = predictor.calibration.ceiling_gbs
+    return tuple(estimate(name, weight_type, predictor.step_bytes(n), gbs, f) for n in contexts)
