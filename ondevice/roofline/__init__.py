@@ -8,6 +8,8 @@ time adds what the kernel probe measured (model.py has the formula, once).
 - model.py       bytes per weight type, Calibration, Predictor.step_s: the step-time model
 - prediction.py  predict(): ceilings and predictions per context, TTFT floor, memory verdict
 - spec.py        a spec typed in by hand (a model you do not have)
+- estimate.py    decode speed on a machine you do not have, fitted on published llama.cpp runs
+- target.py      that machine's backend, compute and memory; the compute behind the TTFT floor
 """
 
 from ondevice.roofline.model import (
