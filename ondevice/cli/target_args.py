@@ -9,7 +9,7 @@ for the Vulkan build). Flags given win over the table.
 
 from __future__ import annotations
 
-from ondevice.fmt import binary_bytes
+from ondevice.fmt import binary_bytes, human_bytes
 
 __all__ = ["add_target_args", "target_from_args", "estimate_lines", "memory_where_text"]
 
@@ -55,9 +55,11 @@ def memory_where_text(m, target) -> str:
     if not m.available_bytes:
         hint = " (give --memory GB)" if target is not None else ""
         return f"{m.where} unknown{hint}"
-    text = f"{binary_bytes(m.available_bytes)} {m.where} available"
+    if target is None:  # this machine: decimal, as the rest of the report
+        return f"{human_bytes(m.available_bytes)} {m.where} available"
+    text = f"{binary_bytes(m.available_bytes)} {m.where} available"  # another machine's: as its maker labels it
     total = getattr(target, "memory_total_bytes", None)
-    if target is not None and total and total != m.available_bytes:
+    if total and total != m.available_bytes:
         text += f" ({m.available_bytes / total:.0%} of {binary_bytes(total)}, what the GPU may use)"
     return text
 
