@@ -129,6 +129,12 @@ class ProbeResult:
             attn_gflops=self.kernel.attn_gflops,
         )
 
+    def host_calibration(self) -> Calibration:
+        """A calibration from the host probe alone (no kernel probe): the ceiling bandwidth and the
+        host's compute; the step times are then the bound itself (source "bound")."""
+        return Calibration(backend=self.backend, ceiling_gbs=self.ceiling_gbs, compute_gflops=self.compute.f32_gflops,
+                           source="bound")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA_VERSION,
