@@ -105,13 +105,14 @@ def estimated_calibration(result, spec: ModelSpec) -> Calibration:
 
 def predict(model_or_spec: ModelSpec | str | Path | None = None, *, ctx=(128, 2048), probe=None,
             bandwidth_gbs: float | None = None, prompt_tokens: int | str | None = "default", n_batch: int = 512,
-            available_bytes: int | None = None, output_tokens: int | None = None) -> Prediction:
+            available_bytes: int | None = None, output_tokens: int | None = None, target=None) -> Prediction:
     """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model on this machine.
 
     model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
     probe: a ProbeResult; None uses this machine's cached probe unless bandwidth_gbs is given.
     bandwidth_gbs: a bandwidth to use instead of the measured one (a machine you do not own);
-    the prediction is then the pure ceiling only.
+    the prediction is then the ceiling and an estimate fitted on published llama.cpp runs.
+    target: that machine's backend, compute and memory (ondevice.roofline.target.make_target).
     """
     if probe is None and bandwidth_gbs is None:
         probe = cached_probe()
@@ -119,4 +120,4 @@ def predict(model_or_spec: ModelSpec | str | Path | None = None, *, ctx=(128, 20
             raise ProbeError("no probe results for this machine: run `ondevice probe` first, or give a bandwidth")
     return roofline_predict(model_or_spec, ctx=ctx, probe=probe, bandwidth_gbs=bandwidth_gbs,
                             prompt_tokens=prompt_tokens, n_batch=n_batch, available_bytes=available_bytes,
-                            output_tokens=output_tokens)
+                            output_tokens=output_tokens, target=target)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
-from ondevice.nameplate import Nameplate
+from ondevice.nameplate import Nameplate, compute_lookup
 from ondevice.probing.host import ComputeProbe, MemoryProbe
 from ondevice.roofline import Calibration
 
@@ -103,6 +103,15 @@ class ProbeResult:
         if self.backend.upper() != "CPU" and self.nameplate:
             best = max(best, self.nameplate.bandwidth_gbs)
         return best
+
+    @property
+    def device_fp16_tflops(self) -> float | None:
+        """The offload device's nameplate peak FP16 TFLOPS on a GPU backend (TTFT floor); None on
+        the CPU backend or for a device the table does not know."""
+        if self.backend.upper() == "CPU" or not self.nameplate:
+            return None
+        hit = compute_lookup(self.nameplate.chip)
+        return hit.fp16_tflops if hit else None
 
     def calibration(self) -> Calibration | None:
         """The roofline's calibration; None without a kernel probe."""
