@@ -80,6 +80,8 @@ class ProbeResult:
     compute: ComputeProbe  # host f32 GFLOP/s
     kernel: KernelProbe | None  # llama.cpp decode on synthetic models (None: not run)
     nameplate: Nameplate | None = None  # maker's figure for the chip, when known (not measured)
+    read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), 2 MiB up to the memory
+    # probe's array size: what the caches add (probing.readcurve; measured with the kernel probe)
     from_cache: bool = field(default=False, compare=False)  # loaded from the cache rather than run now
 
     @property
@@ -127,6 +129,7 @@ class ProbeResult:
             compute_gflops=self.compute.f32_gflops,
             type_gflops=dict(self.kernel.type_gflops),
             attn_gflops=self.kernel.attn_gflops,
+            read_curve=self.read_curve,
         )
 
     def host_calibration(self) -> Calibration:
@@ -146,6 +149,7 @@ class ProbeResult:
             "compute": self.compute.to_dict(),
             "kernel": self.kernel.to_dict() if self.kernel else None,
             "nameplate": self.nameplate.to_dict() if self.nameplate else None,
+            "read_curve": [list(p) for p in self.read_curve],
             "ceiling_gbs": self.ceiling_gbs,
         }
 
@@ -167,6 +171,7 @@ class ProbeResult:
             compute=ComputeProbe(**_known(ComputeProbe, d["compute"])),
             kernel=KernelProbe.from_dict(d["kernel"]) if d.get("kernel") else None,
             nameplate=Nameplate(**_known(Nameplate, d["nameplate"])) if d.get("nameplate") else None,
+            read_curve=tuple((int(b), float(g)) for b, g in d.get("read_curve") or ()),
             from_cache=from_cache,
         )
 

@@ -14,9 +14,10 @@ from ondevice.roofline.spec import positive_number
 from ondevice.roofline.target import Target, ttft_compute
 
 __all__ = ["predict", "check_contexts", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict",
-           "RequestPrediction", "request_prediction", "prefill_flops", "memory_verdict", "FITS_SHARE"]
+           "RequestPrediction", "request_prediction", "prefill_flops", "memory_verdict", "FITS_SHARE", "POOR_FIT"]
 
 DEFAULT_PROMPT_TOKENS = 1024  # the request predicted when no prompt length is given
+POOR_FIT = 0.10  # a kernel-probe fit whose rms relative residual is above this is called poor
 FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
 _UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
 
@@ -141,6 +142,9 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
     else:
         cal = probe.calibration()
         calibrated = cal is not None
+        if calibrated and probe.kernel.fit_rms_rel > POOR_FIT:
+            notes.append(f"the kernel probe's fit is poor ({100 * probe.kernel.fit_rms_rel:.0f}% rms): predicted figures "
+                         "are uncertain by about that much; `ondevice probe --refresh` on a quiet machine")
         if cal is None:
             cal = Calibration(backend=probe.backend, ceiling_gbs=probe.ceiling_gbs, compute_gflops=probe.compute.f32_gflops)
             notes.append("no kernel probe: run `ondevice probe` for the calibrated prediction")
