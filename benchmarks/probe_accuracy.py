@@ -112,15 +112,38 @@ def host_check(rounds: int, threads: int | None) -> dict:
         subprocess.run([gcc, "-O2", "-fopenmp", str(src), "-o", str(exe)], check=True)
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "false"}
         c_gbs, np_gbs = [], []
-        for r in range(rounds):
+        def exe_gbs() -> float:
             out = subprocess.run([str(exe), str(size), "5"], capture_output=True, text=True, env=env, check=True)
-            c_gbs.append(float(out.stdout.split()[0]))
+            return float(out.stdout.split()[0])
+
+        for r in range(rounds):
+            c_gbs.append(exe_gbs())
             np_gbs.append(probe_memory(threads, size, passes=5).read_gbs)
             say(f"host round {r + 1}/{rounds}: C {c_gbs[-1]:.2f} GB/s, numpy {np_gbs[-1]:.2f} GB/s")
+        first = first_contact_check(exe_gbs, rounds)
     c_med, np_med = statistics.median(c_gbs), statistics.median(np_gbs)
     return {"threads": threads, "array_bytes": size, "c_read_gbs": c_gbs, "numpy_read_gbs": np_gbs,
             "c_median_gbs": c_med, "numpy_median_gbs": np_med, "ratio": np_med / c_med,
-            "within_10pct": abs(np_med / c_med - 1) <= 0.10}
+            "within_10pct": abs(np_med / c_med - 1) <= 0.10, "first_contact": first}
+
+
+def first_contact_check(c_read, rounds: int) -> dict:
+    """The probe a first `ondevice run` takes (host only, ondevice.api.FIRST_CONTACT_PASSES passes,
+    measured and not saved), timed whole, alternating with the C read kernel: its read figure
+    within +-5% of C's (medians), and done within 3 s (the slowest of the rounds)."""
+    from ondevice.api import FIRST_CONTACT_PASSES
+    from ondevice.probing import probe
+
+    c_gbs, fc_gbs, fc_s = [], [], []
+    for _ in range(rounds):
+        c_gbs.append(c_read())
+        t0 = time.perf_counter()
+        r = probe(refresh=True, kernel=False, save=False, memory_passes=FIRST_CONTACT_PASSES)
+        fc_s.append(time.perf_counter() - t0)
+        fc_gbs.append(r.memory.read_gbs)
+    ratio = statistics.median(fc_gbs) / statistics.median(c_gbs)
+    return {"read_gbs": fc_gbs, "c_read_gbs": c_gbs, "elapsed_s": fc_s, "ratio": ratio,
+            "within_5pct": abs(ratio - 1) <= 0.05, "max_elapsed_s": max(fc_s), "within_3s": max(fc_s) <= 3.0}
 
 
 # ---------- 2. decode: prediction against measurement ----------
@@ -369,6 +392,11 @@ def misses(report: dict) -> list[str]:
     h = report.get("host")
     if h and "skipped" not in h and not h["within_10pct"]:
         out.append(f"host read: numpy/C ratio {h['ratio']:.3f} outside +-10%")
+    fc = (h or {}).get("first_contact")
+    if fc and not fc["within_5pct"]:
+        out.append(f"first-contact probe: read/C ratio {fc['ratio']:.3f} outside +-5%")
+    if fc and not fc["within_3s"]:
+        out.append(f"first-contact probe: took {fc['max_elapsed_s']:.2f} s (more than 3 s)")
     for r in report.get("decode", {}).get("rows", []):
         name = f"{r['model']} at {r['ctx']}"
         if not abs(r["error"]) <= 0.10:  # NaN (no round fitted) is a miss too
@@ -388,6 +416,11 @@ def render(report: dict) -> str:
         lines.append(f"host read, {h['threads']} threads, {h['array_bytes'] >> 20} MiB: numpy {h['numpy_median_gbs']:.2f} GB/s"
                      f" vs C {h['c_median_gbs']:.2f} GB/s -> ratio {h['ratio']:.3f} "
                      f"({'within' if h['within_10pct'] else 'OUTSIDE'} +-10%)")
+        fc = h["first_contact"]
+        lines.append(f"first-contact probe (host only): read {statistics.median(fc['read_gbs']):.2f} GB/s, ratio to C "
+                     f"{fc['ratio']:.3f} ({'within' if fc['within_5pct'] else 'OUTSIDE'} +-5%); took "
+                     f"{statistics.median(fc['elapsed_s']):.2f} s median, {fc['max_elapsed_s']:.2f} s at most "
+                     f"({'within' if fc['within_3s'] else 'OVER'} 3 s)")
     elif h:
         lines.append(f"host read: skipped ({h['skipped']})")
     if "probe" in report:
