@@ -9,11 +9,13 @@ time adds what the kernel probe measured (model.py has the formula, once).
                  several per step, prefill, TTFT, E2E)
 - prediction.py  predict(): ceilings and predictions per context, TTFT floor, memory verdict
 - spec.py        a spec typed in by hand (a model you do not have)
+- estimate.py    decode speed on a machine you do not have, fitted on published llama.cpp runs
+- target.py      that machine's backend, compute and memory; the compute behind the TTFT floor
 """
 
 from ondevice.roofline.model import (
     Calibration, Predictor, attention_head_dims, attention_scores, bits_per_weight, causal_spans, effective_gbs,
-    effective_gflops,
+    effective_gflops, read_speedup,
 )
 from ondevice.roofline.prediction import (
     ContextPrediction, MemoryVerdict, Prediction, TTFTPrediction, memory_verdict, predict, prefill_flops,
@@ -21,5 +23,5 @@ from ondevice.roofline.prediction import (
 
 __all__ = [
     "Calibration", "Predictor", "attention_head_dims", "attention_scores", "bits_per_weight", "causal_spans",
-    "effective_gbs", "effective_gflops", "ContextPrediction", "MemoryVerdict", "Prediction", "TTFTPrediction", "memory_verdict", "predict", "prefill_flops",
+    "effective_gbs", "effective_gflops", "read_speedup", "ContextPrediction", "MemoryVerdict", "Prediction", "TTFTPrediction", "memory_verdict", "predict", "prefill_flops",
 ]
