@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["TokenEvent", "Timings", "Generation", "FinishReason"]
+__all__ = ["TokenEvent", "Timings", "Generation", "FinishReason", "SpecStats"]
 
 FinishReason = Literal["stop", "length", "cancelled"]
 
@@ -72,6 +72,48 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class SpecStats:
+    """What speculative decoding did in one request (ondevice.engine.speculative).
+
+    A verify step decodes the current token plus k drafted tokens in one llama_decode and
+    commits the drafts up to the first mismatch plus the token the target sampled there;
+    a plain step (k = 0) decodes one token. Every committed token is sampled from the target."""
+
+    mode: str  # "lookup" (prompt lookup) or "draft" (a draft model)
+    k_max: int  # most drafted tokens one step may verify, as asked (spec_k), tokens
+    k_cap: int  # most drafted tokens one step verified here: k_max, or less where the backend's logits for a
+    # batch of more tokens differ from single-token decoding (then the output would not be plain decoding's), tokens
+    drafted: int  # drafted tokens verified, over all steps, tokens
+    accepted: int  # drafted tokens the target agreed with (committed as they were), tokens
+    steps: int  # verify steps (one llama_decode of 1 + k tokens, k >= 1)
+    plain_steps: int  # decode steps with nothing drafted (k = 0: no match, or drafts did not pay)
+    k_final: int  # k chosen for the last step, tokens
+    predicted_speedup: float | None  # expected committed tokens per unit of plain-step time, summed over
+    # the decode steps before each ran (expected committed / (verify time / plain step time)); None: no step
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted / drafted (0..1); None when nothing was drafted."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_per_step(self) -> float | None:
+        """Accepted drafted tokens per verify step (tokens/step; the step also commits one sampled token)."""
+        return self.accepted / self.steps if self.steps else None
+
+    @property
+    def drafts_per_step(self) -> float | None:
+        """Drafted tokens per verify step (tokens/step)."""
+        return self.drafted / self.steps if self.steps else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(acceptance_rate=self.acceptance_rate, mean_accepted_per_step=self.mean_accepted_per_step,
+                 drafts_per_step=self.drafts_per_step)
+        return d
+
+
+@dataclass(frozen=True)
 class Generation:
     """A finished request: text, tokens, why it stopped, and every timing."""
 
@@ -84,6 +126,7 @@ class Generation:
     ceiling_tok_s: float | None = None  # pure bandwidth bound at the context reached (no probe: None)
     predicted_tok_s: float | None = None  # calibrated prediction at the context reached
     predicted_step_s: tuple[float, ...] = field(default=())  # calibrated step time per output token (len T)
+    speculative: SpecStats | None = None  # speculative decoding's counts, when the request asked for it
 
     @property
     def efficiency(self) -> float | None:
@@ -103,4 +146,5 @@ class Generation:
             "predicted_tok_s": self.predicted_tok_s,
             "efficiency": self.efficiency,
             "predicted_step_s": list(self.predicted_step_s),
+            "speculative": self.speculative.to_dict() if self.speculative is not None else None,
         }

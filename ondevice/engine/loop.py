@@ -74,6 +74,7 @@ class Request:
     cancelled: Callable[[], bool]  # polled before each step
     reuse_prefix: bool  # keep the KV cache's common prefix
     think: Any = None  # (ThinkMarkers, {marker token id: marker text}) when the chat template has reasoning blocks
+    spec: Any = None  # a Speculator (ondevice.engine.speculative) when the request asked for speculative decoding
 
 
 def _token_reader(handle: LlamaHandle) -> Callable[[int], tuple[bytes, bool]]:
@@ -133,7 +134,8 @@ def run_request(
     steps: list[tuple[float, float]] = []
     finish: FinishReason = "cancelled"
     if done and p.max_tokens and not cancelled():
-        finish = yield from _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps)
+        decode = _decode if req.spec is None else req.spec.decode
+        finish = yield from decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps)
     elif done:
         finish = "length" if not p.max_tokens else "cancelled"
     timings = timings_from_marks(req.start_ns, req.tokenized_ns, prefill_start, prefill_end, token_ns, n_computed)
@@ -150,6 +152,7 @@ def run_request(
         ceiling_tok_s=ceiling,
         predicted_tok_s=predicted,
         predicted_step_s=tuple(s[1] for s in steps),
+        speculative=req.spec.stats() if req.spec is not None else None,
     )
 
 

@@ -1,0 +1,375 @@
+"""Speculative decoding: draft k tokens, verify them and the current token in one llama_decode.
+
+One verify step puts the current token and k drafted tokens (ondevice.engine.drafters) at
+their positions in one batch with logits at every position, samples each position with
+the request's own sampler chain (`llama_sampler_sample(chain, ctx, i)`, which also accepts
+the token, as in the plain loop), and commits the drafts up to the first one the target did
+not sample, plus the token it sampled there. The rejected cells leave the KV cache
+(`llama_memory_seq_rm`). Every committed token is sampled by the target from the same
+logits and sampler state as plain decoding, so greedy output is the plain output token for
+token; stop strings, end-of-generation and max_tokens end the output at the same token.
+
+Choosing k (0 = a plain step): the acceptance of drafted tokens is kept per kind of draft
+(prompt lookup: per matched n-gram length), as decayed counts; with acceptance a, a step
+of k drafts commits (1 - a^(k+1)) / (1 - a) tokens on average, and costs the decode of k + 1
+tokens (the predictor's tokens_step_s when it has one, else this request's measured decode
+times, fitted linearly in the tokens per step), plus a sample per committed token and the
+drafting itself (both measured). k maximises committed tokens per unit time; a kind whose
+drafts do not pay is probed again now and then so k can come back. The prediction kept in
+SpecStats is the sum of expected committed tokens over the sum of predicted step costs, in
+plain steps, each taken before its step ran.
+
+Timing is the plain loop's: a token's mark is when its sample returned, so the tokens of one
+verify step arrive together (ITLs of ~0 inside a burst are kept, not smoothed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any, Hashable
+
+from ondevice.engine.drafters import Drafter
+from ondevice.engine.loop import KVCache, Request
+from ondevice.engine.sampling import SamplerChain
+from ondevice.engine.text import TextAssembler
+from ondevice.errors import EngineError, InvalidParameterError
+from ondevice.llama.model import LlamaHandle, fill_batch
+from ondevice.results import FinishReason, SpecStats, TokenEvent
+
+__all__ = ["SpecSettings", "spec_settings", "Speculator", "lookup_speculator", "StepCost", "KPlanner",
+           "expected_committed", "MODES", "K_LIMIT", "DEFAULT_K_MAX"]
+
+MODES = ("lookup", "draft")
+K_LIMIT = 64  # most drafted tokens one step may verify (spec_k is checked against it)
+DEFAULT_K_MAX = 16  # spec_k when none is given
+_NS = 1e-9
+# Text the batch-invariance check decodes (any text works; this one is public domain: Austen, Pride and Prejudice).
+_CHECK_TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be "
+               "in want of a wife. However little known the feelings or views of such a man may be on his first "
+               "entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, that "
+               "he is considered as the rightful property of some one or other of their daughters. ")
+
+
+@dataclass(frozen=True)
+class SpecSettings:
+    """One request's speculative decoding settings, validated."""
+
+    mode: str  # "lookup" or "draft"
+    k_max: int  # most drafted tokens per step, 0..K_LIMIT (0: plain steps only)
+    draft: str | None  # draft model reference (mode "draft"), as given
+
+
+def spec_settings(speculative: Any, draft: Any, spec_k: Any) -> SpecSettings | None:
+    """Validate the speculative arguments of stream()/generate(); None when none is asked for.
+    draft=PATH alone means speculative="draft"."""
+    if speculative is None and draft is None:
+        if spec_k is not None:
+            raise InvalidParameterError("spec_k needs speculative='lookup' or a draft model")
+        return None
+    mode = speculative if speculative is not None else "draft"
+    if mode not in MODES:
+        raise InvalidParameterError(f"speculative must be None, 'lookup' or 'draft', not {speculative!r}")
+    if mode == "draft" and draft is None:
+        raise InvalidParameterError("speculative='draft' needs a draft model (draft=PATH)")
+    if mode == "lookup" and draft is not None:
+        raise InvalidParameterError("speculative='lookup' drafts from the prompt: give no draft model, or speculative='draft'")
+    if draft is not None and not isinstance(draft, (str, bytes)) and not hasattr(draft, "__fspath__"):
+        raise InvalidParameterError(f"draft must be a path to a GGUF file, not {draft!r}")
+    if spec_k is None:
+        k = DEFAULT_K_MAX
+    elif isinstance(spec_k, bool) or not isinstance(spec_k, int) or not 0 <= spec_k <= K_LIMIT:
+        raise InvalidParameterError(f"spec_k must be an integer in [0, {K_LIMIT}], not {spec_k!r}")
+    else:
+        k = spec_k
+    return SpecSettings(mode, k, None if draft is None else str(draft))
+
+
+def exact_verify_tokens(handle: LlamaHandle, info: Any, tokenize: Any, want: int) -> int:
+    """Most tokens (<= want) one verify decode may hold on this engine and still give each position the
+    logits of single-token decoding, bit for bit (ondevice.llama.invariance; measured, a second or so)."""
+    from ondevice.engine.loader import _flash_attn_type
+    from ondevice.kvtypes import kv_ggml_type
+    from ondevice.llama.invariance import batch_invariant_tokens
+
+    ids = tokenize(_CHECK_TEXT * (1 + (want + 8) // 40), add_bos=True)[: want + 4]
+    lib = handle.lib
+    return batch_invariant_tokens(
+        handle.model, ids, n_threads=info.n_threads, lib=lib, flash_attn_type=_flash_attn_type(lib, info.flash_attn),
+        type_k=int(kv_ggml_type(info.cache_type_k)), type_v=int(kv_ggml_type(info.cache_type_v)), n_ubatch=info.n_ubatch)
+
+
+def expected_committed(a: float, k: int) -> float:
+    """Tokens one step of k drafts commits on average when each draft is accepted with probability a
+    (given the ones before it were): 1 + a + ... + a^k = (1 - a^(k+1)) / (1 - a)."""
+    if a >= 1.0:
+        return k + 1.0
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+class StepCost:
+    """Predicted time of a step that verifies k drafts, in plain steps (decode of one token + one sample).
+
+    decode(n tokens) / decode(1): the predictor's tokens_step_s ratio when it has one; else this
+    request's measured decode times fitted as t(n) = t1 + slope (n - 1) (least squares over the
+    mean per n), with PRIOR_SLOPE standing in until two sizes are measured. Sampling and drafting
+    are measured per token."""
+
+    PRIOR_SLOPE = 0.05  # extra decode time per extra token, in single-token decodes (the issue's CPU: 16 tokens = 1.77)
+
+    def __init__(self, predictor: Any = None):
+        self._tokens_step_s = getattr(predictor, "tokens_step_s", None)
+        self._decode: dict[int, list[float]] = {}  # tokens per decode -> [sum ns, count]
+        self._sample = [0.0, 0]  # ns summed over samples, samples
+        self._draft = [0.0, 0]  # ns summed over drafting, drafted tokens
+        self._fit: tuple[float, float] | None = None  # (t1 ns, slope ns per extra token), from _decode
+        self._ratio_cache: dict[tuple[int, int], float] = {}  # (context bucket, n) -> predictor's decode ratio
+
+    def record(self, n_tokens: int, decode_ns: float, samples: int, sample_ns: float, drafted: int, draft_ns: float) -> None:
+        d = self._decode.setdefault(n_tokens, [0.0, 0])
+        d[0] += decode_ns
+        d[1] += 1
+        self._sample[0] += sample_ns
+        self._sample[1] += samples
+        if drafted:
+            self._draft[0] += draft_ns
+            self._draft[1] += drafted
+        self._fit = None
+
+    def _linear(self) -> tuple[float, float] | None:
+        if self._fit is None and self._decode:
+            pts = [(n, s / c) for n, (s, c) in self._decode.items()]
+            if len(pts) == 1:
+                n, t = pts[0]
+                t1 = t / (1.0 + self.PRIOR_SLOPE * (n - 1))
+                self._fit = (t1, self.PRIOR_SLOPE * t1)
+            else:
+                mx = sum(n for n, _ in pts) / len(pts)
+                my = sum(t for _, t in pts) / len(pts)
+                sxx = sum((n - mx) ** 2 for n, _ in pts)
+                slope = max(0.0, sum((n - mx) * (t - my) for n, t in pts) / sxx)
+                t1 = my - slope * (mx - 1)
+                if t1 <= 0:
+                    t1 = min(t for _, t in pts)
+                self._fit = (t1, slope)
+        return self._fit
+
+    def decode_ratio(self, n_ctx: int, n: int) -> float:
+        """decode(n tokens) / decode(1 token) at a context of n_ctx tokens."""
+        if n <= 1:
+            return 1.0
+        if self._tokens_step_s is not None:
+            key = (n_ctx // 64, n)
+            r = self._ratio_cache.get(key)
+            if r is None:
+                try:
+                    r = float(self._tokens_step_s(n_ctx, n)) / float(self._tokens_step_s(n_ctx, 1))
+                except Exception:  # a predictor that cannot answer: fall back to what was measured
+                    self._tokens_step_s = None
+                    return self.decode_ratio(n_ctx, n)
+                self._ratio_cache[key] = r
+            return r
+        fit = self._linear()
+        if fit is None:
+            return 1.0 + self.PRIOR_SLOPE * (n - 1)
+        t1, slope = fit
+        return 1.0 + slope * (n - 1) / t1
+
+    def step_ratio(self, n_ctx: int, k: int, committed: float) -> float:
+        """Predicted time of a step with k drafts committing `committed` tokens / a plain step's."""
+        if k <= 0:
+            return 1.0
+        r = self.decode_ratio(n_ctx, k + 1)
+        fit = self._linear()
+        if fit is None:
+            return r
+        t1 = fit[0]
+        s = self._sample[0] / self._sample[1] if self._sample[1] else 0.0
+        d = self._draft[0] / self._draft[1] if self._draft[1] else 0.0
+        return (t1 * r + committed * s + k * d) / (t1 + s)
+
+
+class KPlanner:
+    """Chooses k per step from the running acceptance of each kind of draft and the step cost."""
+
+    PRIOR = (1.0, 1.0)  # (accepted, rejected) pseudo-counts of a kind not seen yet: acceptance 0.5
+    DECAY = 0.9  # weight of the counts so far at each update: recent steps count most (text changes)
+    MIN_GAIN = 1.02  # drafting must promise this speedup over a plain step, else k = 0
+    PROBE_EVERY = 16  # a kind held at k = 0 is tried again on every 16th chance
+
+    def __init__(self, k_max: int, cost: StepCost):
+        self.k_max = k_max
+        self.cost = cost
+        self._counts: dict[Hashable, list[float]] = {}
+        self._held: dict[Hashable, int] = {}  # kind -> chances passed at k = 0 since its last try
+
+    def acceptance(self, kind: Hashable) -> float:
+        acc, rej = self._counts.get(kind, self.PRIOR)
+        return acc / (acc + rej) if acc + rej > 0 else 0.0
+
+    def choose(self, kind: Hashable | None, k_cap: int, n_ctx: int) -> tuple[int, float, float]:
+        """(k, expected committed tokens, predicted cost in plain steps) for the next step."""
+        k_cap = min(k_cap, self.k_max)
+        if kind is None or k_cap <= 0:
+            return 0, 1.0, 1.0
+        a = self.acceptance(kind)
+        best = (0.0, 0, 1.0, 1.0)
+        for k in range(1, k_cap + 1):
+            e = expected_committed(a, k)
+            c = self.cost.step_ratio(n_ctx, k, e)
+            if e / c > best[0]:
+                best = (e / c, k, e, c)
+        score, k, e, c = best
+        if score >= self.MIN_GAIN:
+            self._held[kind] = 0
+            return k, e, c
+        held = self._held.get(kind, 0) + 1
+        self._held[kind] = held
+        if held >= self.PROBE_EVERY:
+            self._held[kind] = 0
+            return k, e, c
+        return 0, 1.0, 1.0
+
+    def update(self, kind: Hashable, drafted: int, accepted: int) -> None:
+        acc, rej = self._counts.get(kind, self.PRIOR)
+        self._counts[kind] = [acc * self.DECAY + accepted, rej * self.DECAY + (1.0 if accepted < drafted else 0.0)]
+
+
+class Speculator:
+    """One request's speculative decoding: `decode` stands in for the plain loop's decode (same
+    arguments, same lists filled), `stats()` tells what it did."""
+
+    def __init__(self, settings: SpecSettings, drafter: Drafter, predictor: Any = None, k_cap: int | None = None):
+        self.settings = settings
+        self._drafter = drafter
+        # most drafts a step verifies: spec_k, and what the backend verifies with single-token logits
+        self.k_cap = max(0, min(settings.k_max, K_LIMIT if k_cap is None else k_cap))
+        self.planner = KPlanner(self.k_cap, StepCost(predictor))
+        self._drafted = self._accepted = self._steps = self._plain_steps = self._k = 0
+        self._pred_committed = self._pred_cost = 0.0
+
+    def stats(self) -> SpecStats:
+        n = self._steps + self._plain_steps
+        return SpecStats(
+            mode=self.settings.mode, k_max=self.settings.k_max, k_cap=self.k_cap, drafted=self._drafted, accepted=self._accepted,
+            steps=self._steps, plain_steps=self._plain_steps, k_final=self._k,
+            predicted_speedup=self._pred_committed / self._pred_cost if n and self._pred_cost > 0 else None,
+        )
+
+    def decode(self, handle: LlamaHandle, kv: KVCache, req: Request, predictor: Any, token_info: Any,
+               token_ns: list[int], ids_out: list[int], texts: list[str], steps: list) -> Any:
+        """Generator of TokenEvents, returning the FinishReason (as the plain loop's _decode)."""
+        lib = handle.lib
+        k_max = max(0, min(self.k_cap, handle.n_batch - 1))
+        batch = lib.llama_batch_init(k_max + 1, 0, 1)
+        chain = SamplerChain(lib, req.params, req.seed, handle.n_vocab, history=req.ids)
+        try:
+            self._drafter.extend(req.ids)
+            return (yield from self._run(handle, kv, req, predictor, token_info, chain.ptr, batch, k_max,
+                                         token_ns, ids_out, texts, steps))
+        finally:
+            lib.llama_batch_free(batch)
+            chain.close()
+            self._drafter.close()
+
+    def _run(self, handle, kv, req, predictor, token_info, smpl, batch, k_max, token_ns, ids_out, texts, steps):
+        lib, ctx, p = handle.lib, handle.ctx, req.params
+        sample, decode = lib.llama_sampler_sample, lib.llama_decode
+        step_s = predictor.step_s if predictor is not None else None
+        text = TextAssembler(p.stop)
+        check_eog, n_prompt, start, last_i = not p.ignore_eos, len(req.ids), req.start_ns, p.max_tokens - 1
+        drafter, planner, tokens = self._drafter, self.planner, kv.tokens
+
+        def commit(token: int) -> tuple[TokenEvent, bool, bool]:
+            """Time, record and render one committed token: (event, is last, ended by a stop)."""
+            t = perf_counter_ns()
+            i = len(ids_out)
+            token_ns.append(t)
+            ids_out.append(token)
+            drafter.extend((token,))
+            piece, eog = token_info(token)
+            eog = eog and check_eog
+            out = "" if eog else text.push(piece)
+            last = eog or text.stopped or i == last_i
+            if last:
+                out += text.flush()
+            pred = None
+            if step_s is not None:
+                step = step_s(n_prompt + i)
+                steps.append(step)
+                pred = step[1]
+            texts.append(out)
+            return TokenEvent(i, token, out, (t - start) * _NS, n_prompt + i, pred), last, eog or text.stopped
+
+        token = sample(smpl, ctx, -1)  # the first token, from the prompt's logits
+        event, last, stopped = commit(token)
+        yield event
+        if last:
+            return "stop" if stopped else "length"
+        while True:
+            if req.cancelled():
+                return "cancelled"
+            pos0 = len(tokens)
+            kind = drafter.candidate()
+            k, expected, cost = planner.choose(kind, min(k_max, p.max_tokens - len(ids_out) - 1), pos0)
+            t0 = perf_counter_ns()
+            draft = drafter.draft(k)[:k] if k else []
+            t1 = perf_counter_ns()
+            fill_batch(batch, [token] + draft, pos0, lambda i: True)
+            rc = decode(ctx, batch)
+            t2 = perf_counter_ns()
+            if rc != 0:
+                kv.clear()
+                raise EngineError(f"llama_decode failed (code {rc}) verifying {len(draft)} drafted tokens at output token {len(ids_out)}")
+            tokens.append(token)
+            tokens.extend(draft)  # the cells now in the cache; the rejected ones leave below
+            self._count(k, len(draft), expected, cost)
+            sample_ns, accepted = 0, 0
+            for i in range(len(draft) + 1):
+                s0 = perf_counter_ns()
+                token = sample(smpl, ctx, i)
+                sample_ns += perf_counter_ns() - s0
+                event, last, stopped = commit(token)
+                yield event
+                if last:
+                    self._rollback(handle, kv, pos0 + i + 1)
+                    return "stop" if stopped else "length"
+                if i < len(draft) and token == draft[i]:
+                    accepted += 1
+                    continue
+                break
+            self._rollback(handle, kv, pos0 + accepted + 1)
+            planner.cost.record(len(draft) + 1, t2 - t1, accepted + 1, sample_ns, len(draft), t1 - t0)
+            if draft:
+                planner.update(kind, len(draft), accepted)
+                self._accepted += accepted
+
+    def _count(self, k: int, drafted: int, expected: float, cost: float) -> None:
+        self._k = k
+        if drafted:
+            self._steps += 1
+            self._drafted += drafted
+            self._pred_committed += expected
+            self._pred_cost += cost
+        else:
+            self._plain_steps += 1
+            self._pred_committed += 1.0
+            self._pred_cost += 1.0
+
+    @staticmethod
+    def _rollback(handle: LlamaHandle, kv: KVCache, keep: int) -> None:
+        """Drop the cache's cells from position `keep` on (rejected drafts), and their tokens."""
+        if len(kv.tokens) <= keep:
+            return
+        if not handle.lib.llama_memory_seq_rm(handle.memory, 0, keep, -1):
+            kv.clear()
+            raise EngineError("llama.cpp could not remove rejected drafts from the KV cache")
+        del kv.tokens[keep:]
+
+
+def lookup_speculator(settings: SpecSettings, predictor: Any = None) -> Speculator:
+    """A Speculator drafting by prompt lookup."""
+    from ondevice.engine.drafters import PromptLookup
+
+    return Speculator(settings, PromptLookup(), predictor)
+
