@@ -25,7 +25,9 @@ verify step arrive together (ITLs of ~0 inside a burst are kept, not smoothed).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+from statistics import median
 from time import perf_counter_ns
 from typing import Any, Hashable
 
@@ -37,7 +39,7 @@ from ondevice.errors import EngineError, InvalidParameterError
 from ondevice.llama.model import LlamaHandle, fill_batch
 from ondevice.results import FinishReason, SpecStats, TokenEvent
 
-__all__ = ["SpecSettings", "spec_settings", "Speculator", "lookup_speculator", "StepCost", "KPlanner",
+__all__ = ["SpecSettings", "spec_settings", "Speculator", "exact_verify_tokens", "StepCost", "KPlanner",
            "expected_committed", "MODES", "K_LIMIT", "DEFAULT_K_MAX"]
 
 MODES = ("lookup", "draft")
@@ -110,54 +112,58 @@ def expected_committed(a: float, k: int) -> float:
 class StepCost:
     """Predicted time of a step that verifies k drafts, in plain steps (decode of one token + one sample).
 
-    decode(n tokens) / decode(1): the predictor's tokens_step_s ratio when it has one; else this
-    request's measured decode times fitted as t(n) = t1 + slope (n - 1) (least squares over the
-    mean per n), with PRIOR_SLOPE standing in until two sizes are measured. Sampling and drafting
-    are measured per token."""
+    decode(n tokens) / decode(1 token): this request's measured decode times (the median of the
+    last ones per n) where n has been measured; else the predictor's tokens_step_s ratio when it
+    has one; else a line through what was measured, t(n) = t(1) + slope (n - 1), PRIOR_SLOPE
+    standing in for the slope until a second size is measured. Sampling and drafting are measured
+    per token. Decode times on a shared machine are noisy: medians, not means."""
 
-    PRIOR_SLOPE = 0.05  # extra decode time per extra token, in single-token decodes (the issue's CPU: 16 tokens = 1.77)
+    PRIOR_SLOPE = 0.05  # extra decode time per extra token, in single-token decodes, before any is measured
+    MEASURED = 3  # samples of a size before its own median is used
+    _KEEP = 32  # samples kept per size
 
     def __init__(self, predictor: Any = None):
         self._tokens_step_s = getattr(predictor, "tokens_step_s", None)
-        self._decode: dict[int, list[float]] = {}  # tokens per decode -> [sum ns, count]
-        self._sample = [0.0, 0]  # ns summed over samples, samples
-        self._draft = [0.0, 0]  # ns summed over drafting, drafted tokens
-        self._fit: tuple[float, float] | None = None  # (t1 ns, slope ns per extra token), from _decode
+        self._decode: dict[int, deque[float]] = {}  # tokens per decode -> the last decode times, ns
+        self._sample: deque[float] = deque(maxlen=4 * self._KEEP)  # ns per sample, averaged per step
+        self._draft: deque[float] = deque(maxlen=self._KEEP)  # ns per drafted token, per step
+        self._cache: dict[int, float] = {}  # n -> median decode ns (cleared on each record)
         self._ratio_cache: dict[tuple[int, int], float] = {}  # (context bucket, n) -> predictor's decode ratio
 
-    def record(self, n_tokens: int, decode_ns: float, samples: int, sample_ns: float, drafted: int, draft_ns: float) -> None:
-        d = self._decode.setdefault(n_tokens, [0.0, 0])
-        d[0] += decode_ns
-        d[1] += 1
-        self._sample[0] += sample_ns
-        self._sample[1] += samples
-        if drafted:
-            self._draft[0] += draft_ns
-            self._draft[1] += drafted
-        self._fit = None
+    @property
+    def plain_samples(self) -> int:
+        """Single-token decodes measured so far."""
+        return len(self._decode.get(1, ()))
 
-    def _linear(self) -> tuple[float, float] | None:
-        if self._fit is None and self._decode:
-            pts = [(n, s / c) for n, (s, c) in self._decode.items()]
-            if len(pts) == 1:
-                n, t = pts[0]
-                t1 = t / (1.0 + self.PRIOR_SLOPE * (n - 1))
-                self._fit = (t1, self.PRIOR_SLOPE * t1)
-            else:
-                mx = sum(n for n, _ in pts) / len(pts)
-                my = sum(t for _, t in pts) / len(pts)
-                sxx = sum((n - mx) ** 2 for n, _ in pts)
-                slope = max(0.0, sum((n - mx) * (t - my) for n, t in pts) / sxx)
-                t1 = my - slope * (mx - 1)
-                if t1 <= 0:
-                    t1 = min(t for _, t in pts)
-                self._fit = (t1, slope)
-        return self._fit
+    def record(self, n_tokens: int, decode_ns: float, samples: int, sample_ns: float, drafted: int, draft_ns: float) -> None:
+        self._decode.setdefault(n_tokens, deque(maxlen=self._KEEP)).append(decode_ns)
+        self._sample.append(sample_ns / max(1, samples))
+        if drafted:
+            self._draft.append(draft_ns / drafted)
+        self._cache.clear()
+
+    def _median(self, n: int) -> float | None:
+        if n not in self._cache:
+            xs = self._decode.get(n)
+            self._cache[n] = median(xs) if xs else None
+        return self._cache[n]
+
+    def _line(self, n: int) -> float:
+        """decode(n) / decode(1) on a line through the measured sizes (PRIOR_SLOPE with fewer than two)."""
+        t1 = self._median(1)
+        pts = [(m, self._median(m)) for m in self._decode if m > 1]
+        if t1 is None or not pts:
+            return 1.0 + self.PRIOR_SLOPE * (n - 1)
+        slope = max(0.0, sum((t - t1) * (m - 1) for m, t in pts) / sum((m - 1) ** 2 for m, _ in pts))  # through (1, t1)
+        return 1.0 + slope * (n - 1) / t1
 
     def decode_ratio(self, n_ctx: int, n: int) -> float:
         """decode(n tokens) / decode(1 token) at a context of n_ctx tokens."""
         if n <= 1:
             return 1.0
+        t1 = self._median(1)
+        if t1 and len(self._decode.get(n, ())) >= self.MEASURED:
+            return self._median(n) / t1
         if self._tokens_step_s is not None:
             key = (n_ctx // 64, n)
             r = self._ratio_cache.get(key)
@@ -166,26 +172,21 @@ class StepCost:
                     r = float(self._tokens_step_s(n_ctx, n)) / float(self._tokens_step_s(n_ctx, 1))
                 except Exception:  # a predictor that cannot answer: fall back to what was measured
                     self._tokens_step_s = None
-                    return self.decode_ratio(n_ctx, n)
+                    return self._line(n)
                 self._ratio_cache[key] = r
             return r
-        fit = self._linear()
-        if fit is None:
-            return 1.0 + self.PRIOR_SLOPE * (n - 1)
-        t1, slope = fit
-        return 1.0 + slope * (n - 1) / t1
+        return self._line(n)
 
     def step_ratio(self, n_ctx: int, k: int, committed: float) -> float:
         """Predicted time of a step with k drafts committing `committed` tokens / a plain step's."""
         if k <= 0:
             return 1.0
         r = self.decode_ratio(n_ctx, k + 1)
-        fit = self._linear()
-        if fit is None:
+        t1 = self._median(1)
+        if t1 is None:
             return r
-        t1 = fit[0]
-        s = self._sample[0] / self._sample[1] if self._sample[1] else 0.0
-        d = self._draft[0] / self._draft[1] if self._draft[1] else 0.0
+        s = median(self._sample) if self._sample else 0.0
+        d = median(self._draft) if self._draft else 0.0
         return (t1 * r + committed * s + k * d) / (t1 + s)
 
 
@@ -195,38 +196,42 @@ class KPlanner:
     PRIOR = (1.0, 1.0)  # (accepted, rejected) pseudo-counts of a kind not seen yet: acceptance 0.5
     DECAY = 0.9  # weight of the counts so far at each update: recent steps count most (text changes)
     MIN_GAIN = 1.02  # drafting must promise this speedup over a plain step, else k = 0
-    PROBE_EVERY = 16  # a kind held at k = 0 is tried again on every 16th chance
+    PROBE_EVERY = 16  # a kind held at k = 0 is tried again after this many chances, doubling after each try
+    PLAIN_FIRST = 2  # plain steps before any draft: the single-token decode time every ratio is relative to
 
     def __init__(self, k_max: int, cost: StepCost):
         self.k_max = k_max
         self.cost = cost
         self._counts: dict[Hashable, list[float]] = {}
-        self._held: dict[Hashable, int] = {}  # kind -> chances passed at k = 0 since its last try
+        self._held: dict[Hashable, list[int]] = {}  # kind -> [chances passed at k = 0, chances before the next try]
 
     def acceptance(self, kind: Hashable) -> float:
         acc, rej = self._counts.get(kind, self.PRIOR)
         return acc / (acc + rej) if acc + rej > 0 else 0.0
 
-    def choose(self, kind: Hashable | None, k_cap: int, n_ctx: int) -> tuple[int, float, float]:
-        """(k, expected committed tokens, predicted cost in plain steps) for the next step."""
-        k_cap = min(k_cap, self.k_max)
-        if kind is None or k_cap <= 0:
-            return 0, 1.0, 1.0
-        a = self.acceptance(kind)
+    def _best(self, a: float, k_cap: int, n_ctx: int) -> tuple[float, int, float, float]:
+        """(committed per plain-step time, k, expected committed, cost) of the best k >= 1."""
         best = (0.0, 0, 1.0, 1.0)
         for k in range(1, k_cap + 1):
             e = expected_committed(a, k)
             c = self.cost.step_ratio(n_ctx, k, e)
             if e / c > best[0]:
                 best = (e / c, k, e, c)
-        score, k, e, c = best
+        return best
+
+    def choose(self, kind: Hashable | None, k_cap: int, n_ctx: int) -> tuple[int, float, float]:
+        """(k, expected committed tokens, predicted cost in plain steps) for the next step."""
+        k_cap = min(k_cap, self.k_max)
+        if kind is None or k_cap <= 0 or self.cost.plain_samples < self.PLAIN_FIRST:
+            return 0, 1.0, 1.0
+        score, k, e, c = self._best(self.acceptance(kind), k_cap, n_ctx)
+        held = self._held.setdefault(kind, [0, self.PROBE_EVERY])
         if score >= self.MIN_GAIN:
-            self._held[kind] = 0
+            held[:] = [0, self.PROBE_EVERY]
             return k, e, c
-        held = self._held.get(kind, 0) + 1
-        self._held[kind] = held
-        if held >= self.PROBE_EVERY:
-            self._held[kind] = 0
+        held[0] += 1
+        if held[0] >= held[1] and self._best(1.0, k_cap, n_ctx)[0] >= self.MIN_GAIN:
+            held[:] = [0, 2 * held[1]]  # try again; if it still does not pay, wait twice as long
             return k, e, c
         return 0, 1.0, 1.0
 
@@ -275,38 +280,12 @@ class Speculator:
     def _run(self, handle, kv, req, predictor, token_info, smpl, batch, k_max, token_ns, ids_out, texts, steps):
         lib, ctx, p = handle.lib, handle.ctx, req.params
         sample, decode = lib.llama_sampler_sample, lib.llama_decode
-        step_s = predictor.step_s if predictor is not None else None
-        text = TextAssembler(p.stop)
-        check_eog, n_prompt, start, last_i = not p.ignore_eos, len(req.ids), req.start_ns, p.max_tokens - 1
+        out = _Output(req, predictor, token_info, self._drafter, token_ns, ids_out, texts, steps)
         drafter, planner, tokens = self._drafter, self.planner, kv.tokens
-
-        def commit(token: int) -> tuple[TokenEvent, bool, bool]:
-            """Time, record and render one committed token: (event, is last, ended by a stop)."""
-            t = perf_counter_ns()
-            i = len(ids_out)
-            token_ns.append(t)
-            ids_out.append(token)
-            drafter.extend((token,))
-            piece, eog = token_info(token)
-            eog = eog and check_eog
-            out = "" if eog else text.push(piece)
-            last = eog or text.stopped or i == last_i
-            if last:
-                out += text.flush()
-            pred = None
-            if step_s is not None:
-                step = step_s(n_prompt + i)
-                steps.append(step)
-                pred = step[1]
-            texts.append(out)
-            return TokenEvent(i, token, out, (t - start) * _NS, n_prompt + i, pred), last, eog or text.stopped
-
         token = sample(smpl, ctx, -1)  # the first token, from the prompt's logits
-        event, last, stopped = commit(token)
+        event, finish = out.commit(token)
         yield event
-        if last:
-            return "stop" if stopped else "length"
-        while True:
+        while finish is None:
             if req.cancelled():
                 return "cancelled"
             pos0 = len(tokens)
@@ -329,20 +308,19 @@ class Speculator:
                 s0 = perf_counter_ns()
                 token = sample(smpl, ctx, i)
                 sample_ns += perf_counter_ns() - s0
-                event, last, stopped = commit(token)
+                event, finish = out.commit(token)
                 yield event
-                if last:
-                    self._rollback(handle, kv, pos0 + i + 1)
-                    return "stop" if stopped else "length"
-                if i < len(draft) and token == draft[i]:
+                if finish is None and i < len(draft) and token == draft[i]:
                     accepted += 1
                     continue
                 break
-            self._rollback(handle, kv, pos0 + accepted + 1)
-            planner.cost.record(len(draft) + 1, t2 - t1, accepted + 1, sample_ns, len(draft), t1 - t0)
-            if draft:
-                planner.update(kind, len(draft), accepted)
-                self._accepted += accepted
+            self._rollback(handle, kv, pos0 + i + 1)  # keeps the current token and the drafts before position i
+            self._accepted += accepted
+            if finish is None:
+                planner.cost.record(len(draft) + 1, t2 - t1, accepted + 1, sample_ns, len(draft), t1 - t0)
+                if draft:
+                    planner.update(kind, len(draft), accepted)
+        return finish
 
     def _count(self, k: int, drafted: int, expected: float, cost: float) -> None:
         self._k = k
@@ -367,9 +345,40 @@ class Speculator:
         del kv.tokens[keep:]
 
 
-def lookup_speculator(settings: SpecSettings, predictor: Any = None) -> Speculator:
-    """A Speculator drafting by prompt lookup."""
-    from ondevice.engine.drafters import PromptLookup
+class _Output:
+    """The plain loop's handling of each committed token: its time mark, its text (stop strings,
+    end-of-generation, max_tokens) and its event."""
 
-    return Speculator(settings, PromptLookup(), predictor)
+    def __init__(self, req: Request, predictor: Any, token_info: Any, drafter: Drafter, token_ns: list[int],
+                 ids_out: list[int], texts: list[str], steps: list):
+        p = req.params
+        self._text = TextAssembler(p.stop)
+        self._step_s = predictor.step_s if predictor is not None else None
+        self._check_eog, self._last_i = not p.ignore_eos, p.max_tokens - 1
+        self._n_prompt, self._start = len(req.ids), req.start_ns
+        self._info, self._drafter = token_info, drafter
+        self._token_ns, self._ids, self._texts, self._steps = token_ns, ids_out, texts, steps
+
+    def commit(self, token: int) -> tuple[TokenEvent, FinishReason | None]:
+        """Time, record and render one committed token: (its event, the finish reason when it is the last)."""
+        t = perf_counter_ns()
+        i = len(self._ids)
+        self._token_ns.append(t)
+        self._ids.append(token)
+        self._drafter.extend((token,))
+        text = self._text
+        piece, eog = self._info(token)
+        eog = eog and self._check_eog
+        out = "" if eog else text.push(piece)
+        stopped = eog or text.stopped
+        if stopped or i == self._last_i:
+            out += text.flush()
+        pred = None
+        if self._step_s is not None:
+            step = self._step_s(self._n_prompt + i)
+            self._steps.append(step)
+            pred = step[1]
+        self._texts.append(out)
+        finish: FinishReason | None = "stop" if stopped else ("length" if i == self._last_i else None)
+        return TokenEvent(i, token, out, (t - self._start) * _NS, self._n_prompt + i, pred), finish
 
