@@ -153,7 +153,7 @@ class ModelDrafter:
         self._m = model
         h = model.handle
         self._lib, self._ctx = h.lib, h.ctx
-        self._greedy = h.lib.llama_sampler_init_greedy()
+        self._greedy = None  # llama.cpp's greedy sampler, made on first use (freed by close())
         self._hist: list[int] = []
         self._one = (ctypes.c_int32 * 1)()
         self._batch = h.lib.llama_batch_get_one(self._one, 1)
@@ -177,6 +177,8 @@ class ModelDrafter:
             return []
         lib, ctx, kv = self._lib, self._ctx, self._m.kv
         self._sync()
+        if self._greedy is None:
+            self._greedy = lib.llama_sampler_init_greedy()
         out: list[int] = []
         for j in range(k):
             if j:

@@ -186,7 +186,6 @@ class Engine:
         tokens per step, 0..64 (default 16); the engine picks k per step. The Generation's
         `speculative` holds the counts (ondevice.engine.speculative).
         """
-        start_ns = perf_counter_ns()
         params = make_params(
             max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repeat_penalty=repeat_penalty, seed=seed, stop=stop, ignore_eos=ignore_eos,
@@ -196,7 +195,9 @@ class Engine:
         if cancel is not None and not callable(getattr(cancel, "is_set", None)):
             raise InvalidParameterError("cancel must be a threading.Event (or have is_set())")
         self._check_open()
+        # one-time set-up (a draft model's load, the batch check) is not part of the request's timings
         spec = self.speculator(speculative, draft, spec_k)
+        start_ns = perf_counter_ns()  # the request starts here: tokenization is part of TTFT
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_bos=True, special=False)
             if not ids:
