@@ -59,6 +59,7 @@ class LiveStats:
     prompt_tokens: int | None = None  # prompt length in tokens; known when the message ends
     cached_prompt_tokens: int | None = None  # prompt tokens served from the KV cache; known at the end
     finish_reason: str | None = None  # "stop", "length", "cancelled"; None while streaming
+    speculative: Any = None  # the Generation's SpecStats when the message was decoded speculatively; known at the end
 
     @property
     def efficiency(self) -> float | None:
@@ -126,6 +127,7 @@ class LiveTracker:
                 prompt_tokens=g.prompt_tokens,
                 cached_prompt_tokens=g.cached_prompt_tokens,
                 finish_reason=g.finish_reason,
+                speculative=g.speculative,
             )
         return LiveStats(
             output_tokens=self.count,
