@@ -11,9 +11,9 @@ import sys
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, settings_text
 from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import InvalidParameterError
-from ondevice.fmt import millis, rate
+from ondevice.fmt import millis, number, rate
 
-__all__ = ["register", "run", "timings_line", "add_speculative_args", "speculative_kwargs", "speculative_text"]
+__all__ = ["register", "run", "timings_line", "explain_text", "add_speculative_args", "speculative_kwargs", "speculative_text"]
 
 
 def register(sub) -> None:
@@ -39,6 +39,8 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
     p.add_argument("--no-predict", action="store_true", help="skip the roofline prediction")
+    p.add_argument("--explain", action="store_true",
+                   help="after the timings, where the request's time went (tokenize, prefill, decode, sampling, ...)")
     add_speculative_args(p)
     add_engine_args(p)
     p.set_defaults(func=run, late_positionals="args")  # `run MODEL -n 2 PROMPT` works (cli.main)
@@ -55,7 +57,7 @@ def run(args) -> int:
         prompt = _read_stdin()
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
     engine = load(model, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=layers,
-                  predictor=None if args.no_predict else "auto", **engine_kwargs(args))
+                  predictor=None if args.no_predict else "auto", progress=_say, **engine_kwargs(args))
     try:
         stream = engine.stream(
             prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -73,7 +75,11 @@ def run(args) -> int:
         sys.stdout.flush()
         g = stream.generation
         if g is not None:
-            print(f"{timings_line(g, engine.info.load_s, engine.info.backend)} | {settings_text(engine.info)}", file=sys.stderr)
+            basis = engine.predictor.calibration.source if engine.predictor is not None else None
+            print(f"{timings_line(g, engine.info.load_s, engine.info.backend, basis)} | {settings_text(engine.info)}",
+                  file=sys.stderr)
+            if args.explain and g.attribution is not None:
+                print(explain_text(g), file=sys.stderr)
         return 130 if g is not None and g.finish_reason == "cancelled" else 0
     finally:
         engine.close()
@@ -115,6 +121,10 @@ def speculative_text(s, committed_tok_s: float | None) -> str:
             f"committed {rate(committed_tok_s)}{pred}")
 
 
+def _say(line: str) -> None:
+    print(f"ondevice: {line}", file=sys.stderr, flush=True)
+
+
 def _read_stdin() -> str:
     """The prompt from stdin, read as bytes whatever the locale: invalid UTF-8 becomes U+FFFD."""
     from ondevice.textclean import clean_text, decode_utf8
@@ -130,22 +140,68 @@ def _int_arg(name: str, value: str) -> int:
         raise InvalidParameterError(f"{name} must be 'auto' or an integer, not {value!r}") from None
 
 
-def timings_line(g, load_s: float | None = None, backend: str | None = None) -> str:
-    """One line: TTFT, TPOT, decode and prefill rates, token counts, finish reason (and the prediction)."""
+# calibration source -> the words beside a rate and beside a time (a bound caps a rate and floors a time)
+_BASIS = {"estimate": ("estimated", "estimated"), "bound": ("at most", "at least")}
+HOW_TO_CALIBRATE = "`ondevice probe` calibrates"
+
+
+def timings_line(g, load_s: float | None = None, backend: str | None = None, basis: str | None = None) -> str:
+    """One line: TTFT, TPOT, decode and prefill rates, E2E and output throughput, token counts,
+    finish reason, each measured figure with its prediction beside it when there is one. basis:
+    the predictor's calibration source ("kernel", "estimate", "bound"); an uncalibrated one says
+    how to calibrate."""
     t = g.timings
     cached = f", {g.cached_prompt_tokens} cached" if g.cached_prompt_tokens else ""
+    decode = f"decode {rate(t.decode_tok_s)}"
+    rate_word, word = _BASIS.get(basis or "", ("predicted", "predicted"))
+    if g.predicted_tok_s:
+        ceiling = f"ceiling {number(g.ceiling_tok_s)}"
+        if basis == "bound":
+            decode += f" ({ceiling}; {HOW_TO_CALIBRATE})"
+        elif basis in _BASIS:
+            decode += f" ({ceiling}, {rate_word} {number(g.predicted_tok_s)}; {HOW_TO_CALIBRATE})"
+        else:
+            decode += f" (predicted {number(g.predicted_tok_s)}, {ceiling})"
     parts = [
-        f"TTFT {millis(t.ttft_s)}",
+        f"TTFT {millis(t.ttft_s)}{_beside(g.predicted_ttft_s, word)}",
         f"TPOT {millis(t.tpot_s)}",
-        f"decode {rate(t.decode_tok_s)}",
+        decode,
         f"prefill {rate(t.prefill_tok_s)}",
+        f"E2E {_seconds(t.e2e_s)}{_beside(g.predicted_e2e_s, word)}",
+        f"output {rate(t.output_throughput_tok_s)}",
         f"tokens {g.prompt_tokens} prompt{cached} + {t.output_tokens} output",
         f"finish {g.finish_reason}",
     ]
-    if g.predicted_tok_s:
-        parts.append(f"predicted {rate(g.predicted_tok_s)} (ceiling {rate(g.ceiling_tok_s)})")
     if g.speculative is not None:
         parts.append(speculative_text(g.speculative, t.decode_tok_s))
     if load_s is not None:
         parts.append(f"load {load_s:.2f} s" + (f" on {backend}" if backend else ""))
     return " | ".join(parts)
+
+
+def _seconds(s: float | None) -> str:
+    return millis(s) if s is not None and s < 1 else f"{s:.2f} s"
+
+
+def _beside(predicted_s: float | None, word: str = "predicted") -> str:
+    return f" ({word} {_seconds(predicted_s)})" if predicted_s else ""
+
+
+_PARTS = (("tokenize_s", "tokenize"), ("prefill_s", "prefill"), ("first_sample_s", "first sample"),
+          ("decode_s", "llama_decode"), ("sample_s", "sampling"), ("detokenize_s", "detokenize + stop checks"),
+          ("consumer_s", "this program (printing)"), ("overhead_s", "other"))
+
+
+def explain_text(g) -> str:
+    """Where the request's E2E went (Generation.attribution), one row per part, and the split
+    between prefill (TTFT) and decode: which side of the wait a lever can shorten."""
+    from ondevice.fmt import table
+
+    a = g.attribution
+    shares = a.shares()
+    rows = [[label, millis(getattr(a, key)), f"{100 * shares[key]:.1f}%"] for key, label in _PARTS]
+    rows.append(["E2E", millis(a.e2e_s), "100.0%"])
+    ttft_share = g.timings.ttft_s / a.e2e_s if a.e2e_s > 0 else 0.0
+    head = (f"where the time went: TTFT {100 * ttft_share:.1f}% of E2E (prefill side), "
+            f"decode {100 * (1 - ttft_share):.1f}% (decode side)")
+    return head + "\n" + table(["part", "time", "share"], rows, align="lrr")

@@ -262,8 +262,9 @@ class Speculator:
         )
 
     def decode(self, handle: LlamaHandle, kv: KVCache, req: Request, predictor: Any, token_info: Any,
-               token_ns: list[int], ids_out: list[int], texts: list[str], steps: list) -> Any:
-        """Generator of TokenEvents, returning the FinishReason (as the plain loop's _decode)."""
+               token_ns: list[int], ids_out: list[int], texts: list[str], steps: list, spent: Any) -> Any:
+        """Generator of TokenEvents, returning the FinishReason (as the plain loop's _decode). spent: the
+        loop's attribution sums (verify decodes count as llama_decode; drafting is in the overhead)."""
         lib = handle.lib
         k_max = max(0, min(self.k_cap, handle.n_batch - 1))
         batch = lib.llama_batch_init(k_max + 1, 0, 1)
@@ -271,21 +272,26 @@ class Speculator:
         try:
             self._drafter.extend(req.ids)
             return (yield from self._run(handle, kv, req, predictor, token_info, chain.ptr, batch, k_max,
-                                         token_ns, ids_out, texts, steps))
+                                         token_ns, ids_out, texts, steps, spent))
         finally:
             lib.llama_batch_free(batch)
             chain.close()
             self._drafter.close()
 
-    def _run(self, handle, kv, req, predictor, token_info, smpl, batch, k_max, token_ns, ids_out, texts, steps):
+    def _run(self, handle, kv, req, predictor, token_info, smpl, batch, k_max, token_ns, ids_out, texts, steps, spent):
         lib, ctx, p = handle.lib, handle.ctx, req.params
         sample, decode = lib.llama_sampler_sample, lib.llama_decode
         out = _Output(req, predictor, token_info, self._drafter, token_ns, ids_out, texts, steps)
         drafter, planner, tokens = self._drafter, self.planner, kv.tokens
         token = sample(smpl, ctx, -1)  # the first token, from the prompt's logits
+        s1 = perf_counter_ns()
         event, finish = out.commit(token)
+        t_yield = perf_counter_ns()
+        if finish is None:
+            spent.detok_ns += t_yield - s1
         yield event
         while finish is None:
+            spent.consumer_ns += perf_counter_ns() - t_yield
             if req.cancelled():
                 return "cancelled"
             pos0 = len(tokens)
@@ -297,6 +303,7 @@ class Speculator:
             fill_batch(batch, [token] + draft, pos0, lambda i: True)
             rc = decode(ctx, batch)
             t2 = perf_counter_ns()
+            spent.decode_ns += t2 - t1
             if rc != 0:
                 kv.clear()
                 raise EngineError(f"llama_decode failed (code {rc}) verifying {len(draft)} drafted tokens at output token {len(ids_out)}")
@@ -305,15 +312,22 @@ class Speculator:
             self._count(k, len(draft), expected, cost)
             sample_ns, accepted = 0, 0
             for i in range(len(draft) + 1):
+                if i:
+                    spent.consumer_ns += perf_counter_ns() - t_yield
                 s0 = perf_counter_ns()
                 token = sample(smpl, ctx, i)
-                sample_ns += perf_counter_ns() - s0
+                s1 = perf_counter_ns()
+                sample_ns += s1 - s0
                 event, finish = out.commit(token)
+                t_yield = perf_counter_ns()
+                if finish is None:  # the last token's text comes after E2E's end
+                    spent.detok_ns += t_yield - s1
                 yield event
                 if finish is None and i < len(draft) and token == draft[i]:
                     accepted += 1
                     continue
                 break
+            spent.sample_ns += sample_ns
             self._rollback(handle, kv, pos0 + i + 1)  # keeps the current token and the drafts before position i
             self._accepted += accepted
             if finish is None:

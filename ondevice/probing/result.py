@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
-from ondevice.nameplate import Nameplate
+from ondevice.nameplate import Nameplate, compute_lookup
 from ondevice.probing.host import ComputeProbe, MemoryProbe
 from ondevice.roofline import Calibration
 
@@ -31,7 +31,8 @@ class KernelPoint:
     n_ctx: int = 0  # context at the middle of the timed steps, tokens
     attn_scores: int = 0  # attention scores per step at n_ctx (roofline.attention_scores)
     head_dims: int = 0  # key + value head dimensions of the model (roofline.attention_head_dims)
-    role: str = ""  # "sized", "tiny" or "attn": what the fit used the run for
+    role: str = ""  # "sized", "tiny" or "attn": what the fit used the run for; "prefill" / "attn-prefill":
+    # a prefill of n_tokens prompt tokens that took step_s seconds (the prefill rates' fit)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class KernelProbe:
     pass_spread: float = 0.0  # how far apart the passes were: median over the sized runs of
     # slowest / fastest pass - 1 (0.1 = 10%); a shared or busy machine shows it here
     cpu_buffers: str = "all"  # extra CPU buffer types the runs used ("all", "repack", "none": the crash guard's verdict)
+    type_gflops: dict[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
+    # in prefill (kernel.fit_prefill; empty in probes cached before prefill was measured)
+    attn_gflops: float | None = None  # batched attention GFLOP/s in prefill (None: not measured)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -76,6 +80,8 @@ class ProbeResult:
     compute: ComputeProbe  # host f32 GFLOP/s
     kernel: KernelProbe | None  # llama.cpp decode on synthetic models (None: not run)
     nameplate: Nameplate | None = None  # maker's figure for the chip, when known (not measured)
+    read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), 2 MiB up to the memory
+    # probe's array size: what the caches add (probing.readcurve; measured with the kernel probe)
     from_cache: bool = field(default=False, compare=False)  # loaded from the cache rather than run now
 
     @property
@@ -100,6 +106,15 @@ class ProbeResult:
             best = max(best, self.nameplate.bandwidth_gbs)
         return best
 
+    @property
+    def device_fp16_tflops(self) -> float | None:
+        """The offload device's nameplate peak FP16 TFLOPS on a GPU backend (TTFT floor); None on
+        the CPU backend or for a device the table does not know."""
+        if self.backend.upper() == "CPU" or not self.nameplate:
+            return None
+        hit = compute_lookup(self.nameplate.chip)
+        return hit.fp16_tflops if hit else None
+
     def calibration(self) -> Calibration | None:
         """The roofline's calibration; None without a kernel probe."""
         if self.kernel is None or not self.kernel.type_gbs:
@@ -112,7 +127,16 @@ class ProbeResult:
             kv_gbs=kv,
             **{name: getattr(self.kernel, name) for name in SMALL_TERMS},
             compute_gflops=self.compute.f32_gflops,
+            type_gflops=dict(self.kernel.type_gflops),
+            attn_gflops=self.kernel.attn_gflops,
+            read_curve=self.read_curve,
         )
+
+    def host_calibration(self) -> Calibration:
+        """A calibration from the host probe alone (no kernel probe): the ceiling bandwidth and the
+        host's compute; the step times are then the bound itself (source "bound")."""
+        return Calibration(backend=self.backend, ceiling_gbs=self.ceiling_gbs, compute_gflops=self.compute.f32_gflops,
+                           source="bound")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -125,6 +149,7 @@ class ProbeResult:
             "compute": self.compute.to_dict(),
             "kernel": self.kernel.to_dict() if self.kernel else None,
             "nameplate": self.nameplate.to_dict() if self.nameplate else None,
+            "read_curve": [list(p) for p in self.read_curve],
             "ceiling_gbs": self.ceiling_gbs,
         }
 
@@ -146,6 +171,7 @@ class ProbeResult:
             compute=ComputeProbe(**_known(ComputeProbe, d["compute"])),
             kernel=KernelProbe.from_dict(d["kernel"]) if d.get("kernel") else None,
             nameplate=Nameplate(**_known(Nameplate, d["nameplate"])) if d.get("nameplate") else None,
+            read_curve=tuple((int(b), float(g)) for b, g in d.get("read_curve") or ()),
             from_cache=from_cache,
         )
 

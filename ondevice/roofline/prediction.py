@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
 from ondevice.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.modelspec import ModelSpec, inspect
+from ondevice.roofline.estimate import Estimate, estimated_calibration, estimates_for
 from ondevice.roofline.model import Calibration, Predictor
 from ondevice.roofline.spec import positive_number
+from ondevice.roofline.target import Target, ttft_compute
 
 __all__ = ["predict", "check_contexts", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict",
-           "prefill_flops", "memory_verdict", "FITS_SHARE"]
+           "RequestPrediction", "request_prediction", "prefill_flops", "memory_verdict", "FITS_SHARE", "POOR_FIT"]
 
+DEFAULT_PROMPT_TOKENS = 1024  # the request predicted when no prompt length is given
+POOR_FIT = 0.10  # a kernel-probe fit whose rms relative residual is above this is called poor
 FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
 _UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
 
@@ -40,6 +44,23 @@ class TTFTPrediction:
 
 
 @dataclass(frozen=True)
+class RequestPrediction:
+    """One request of P prompt and N output tokens, predicted (the timeline of the source articles:
+    TTFT = prefill, then N - 1 decode steps over the growing context)."""
+
+    prompt_tokens: int  # P, all computed (nothing cached)
+    output_tokens: int | None  # N (None: TTFT only)
+    ttft_s: float  # predicted time to first token, seconds
+    decode_s: float | None  # predicted time of the N - 1 decode steps after it, seconds
+    e2e_s: float | None  # ttft_s + decode_s
+    tpot_s: float | None  # decode_s / (N - 1): the mean inter-token latency (None for N < 2)
+    output_tok_s: float | None  # N / e2e_s: output throughput
+    prefill_share: float | None  # ttft_s / e2e_s: which side of the wait a lever can shorten
+    basis: str  # "calibrated" (kernel probe: prefill and decode measured on this machine), "estimate" (decode
+    # fitted on published llama.cpp runs; TTFT a floor at the compute figure) or "bound" (both bounds)
+
+
+@dataclass(frozen=True)
 class MemoryVerdict:
     weight_bytes: int  # all weights (every expert)
     kv_bytes: int  # KV cache at n_ctx, every layer holding n_ctx cells (llama.cpp's default)
@@ -63,61 +84,109 @@ class Prediction:
     ttft: TTFTPrediction | None  # None without a compute figure or prompt length
     memory: MemoryVerdict
     notes: tuple[str, ...] = ()  # caveats (approximations, missing data)
+    estimates: tuple[Estimate, ...] = ()  # per context (same order), fitted on published runs; () when calibrated
+    request: RequestPrediction | None = None  # the request of prompt_tokens (and output_tokens) predicted
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["contexts"] = [asdict(c) for c in self.contexts]
         d["notes"] = list(self.notes)
+        d["estimates"] = [asdict(e) for e in self.estimates]
+        d["request"] = asdict(self.request) if self.request else None
         return d
 
 
 def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: float | None = None,
-            prompt_tokens: int | None = 1024, n_batch: int = 512, available_bytes: int | None = None) -> Prediction:
+            prompt_tokens: int | str | None = "default", n_batch: int = 512, available_bytes: int | None = None,
+            output_tokens: int | None = None, target: Target | None = None) -> Prediction:
     """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model.
 
     model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
+    prompt_tokens: the request's prompt ("default": 1024, or the trained context when shorter; None:
+    no TTFT); output_tokens: its output (decode time, E2E, the prefill share).
     probe: a ProbeResult (ondevice.predict passes this machine's cached one); needed unless
     bandwidth_gbs is given. bandwidth_gbs: a bandwidth to use instead of the measured one (a
-    machine you do not own); the prediction is then the pure ceiling only.
+    machine you do not own); the prediction is then the ceiling and an estimate fitted on published
+    llama.cpp runs. target: that machine's backend, compute and memory (roofline.target.make_target).
     """
     spec = model_or_spec if isinstance(model_or_spec, ModelSpec) else inspect(_resolve(model_or_spec))
     if not spec.decode_weight_bytes:
         raise SpecError(f"{spec.path or spec.name}: no weights to predict for")
     contexts = check_contexts(ctx, spec)
+    if prompt_tokens == "default":
+        prompt_tokens = min(DEFAULT_PROMPT_TOKENS, spec.n_ctx_train or DEFAULT_PROMPT_TOKENS)
     if prompt_tokens is not None:
         prompt_tokens = _positive_int("prompt tokens", prompt_tokens)
+    if output_tokens is not None:
+        output_tokens = _positive_int("output tokens", output_tokens)
+        if prompt_tokens is None:
+            raise InvalidParameterError("output tokens need a prompt length too")
+    if prompt_tokens is not None and spec.n_ctx_train and prompt_tokens + (output_tokens or 0) > spec.n_ctx_train:
+        raise InvalidParameterError(f"a prompt of {prompt_tokens} tokens + {output_tokens or 0} output tokens is longer "
+                                    f"than the model's trained context of {spec.n_ctx_train} tokens")
     if bandwidth_gbs is not None:
         bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s")
+    if target is not None and bandwidth_gbs is None:
+        raise InvalidParameterError("a target machine needs its bandwidth (bandwidth_gbs)")
     if probe is None and bandwidth_gbs is None:
         raise ProbeError("no probe results: pass a probe (ondevice.predict reads this machine's cached one) or a bandwidth")
     notes = list(spec.warnings)
     if bandwidth_gbs is not None:
-        cal = Calibration(backend=probe.backend if probe else "given", ceiling_gbs=bandwidth_gbs,
+        cal = Calibration(backend=(target and target.backend) or (probe.backend if probe else "given"),
+                          ceiling_gbs=bandwidth_gbs,
                           compute_gflops=probe.compute.f32_gflops if probe else None)
         source, calibrated = "given", False
-        notes.append("bandwidth given: the prediction is the pure ceiling (no kernel calibration)")
-        if probe is not None:
+        notes.append("bandwidth given: no kernel calibration (ceiling: the bound; estimate: fitted on published runs)")
+        if probe is not None and target is None:
             notes.append("TTFT floor and memory verdict are for this machine (its measured compute and free memory)")
     else:
         cal = probe.calibration()
         calibrated = cal is not None
+        if calibrated and probe.kernel.fit_rms_rel > POOR_FIT:
+            notes.append(f"the kernel probe's fit is poor ({100 * probe.kernel.fit_rms_rel:.0f}% rms): predicted figures "
+                         "are uncertain by about that much; `ondevice probe --refresh` on a quiet machine")
         if cal is None:
             cal = Calibration(backend=probe.backend, ceiling_gbs=probe.ceiling_gbs, compute_gflops=probe.compute.f32_gflops)
             notes.append("no kernel probe: run `ondevice probe` for the calibrated prediction")
         source = "measured"
-    pred = Predictor(spec, cal)
+    gflops, compute_note = ttft_compute(cal.backend, cal.compute_gflops, probe, target)
+    floor_cal = replace(cal, compute_gflops=gflops)  # the device's compute on a GPU backend (or the target's)
+    pred = Predictor(spec, cal if calibrated else floor_cal)  # bounds use it too; a calibration keeps its own
     rows = tuple(_context_row(pred, n, calibrated) for n in contexts)
     ttft = None
-    if prompt_tokens is not None and cal.compute_gflops:
-        ttft = _ttft(spec, prompt_tokens, cal)
-        if cal.backend.upper() != "CPU":
-            notes.append("TTFT floor uses the host CPU's measured compute; a GPU prefills faster")
-    where, avail = _memory_budget(probe, cal.backend, available_bytes)
+    if prompt_tokens is not None and gflops:
+        ttft = _ttft(spec, prompt_tokens, floor_cal)
+    notes += [compute_note] if compute_note and prompt_tokens is not None else []
+    request = None
+    if prompt_tokens:
+        decode_pred = pred if calibrated else Predictor(spec, estimated_calibration(floor_cal, spec))
+        request = request_prediction(pred, prompt_tokens, output_tokens, calibrated, n_batch, decode_pred)
+    if target is not None:
+        where, avail = target.memory_where, available_bytes if available_bytes is not None else target.memory_bytes
+    else:
+        where, avail = _memory_budget(probe, cal.backend, available_bytes)
     memory = memory_verdict(spec, n_ctx=max(contexts), n_batch=n_batch, available_bytes=avail, where=where)
     return Prediction(
         model=spec.path or spec.name or "spec", quant=spec.quant, backend=cal.backend, bandwidth_gbs=cal.ceiling_gbs,
         bandwidth_source=source, calibrated=calibrated, contexts=rows, ttft=ttft, memory=memory, notes=tuple(notes),
+        estimates=() if calibrated else estimates_for(pred, contexts, target.backend if target else cal.backend),
+        request=request,
     )
+
+
+def request_prediction(pred: Predictor, prompt_tokens: int, output_tokens: int | None, calibrated: bool,
+                       n_batch: int = 512, decode_pred: Predictor | None = None) -> RequestPrediction:
+    """TTFT, decode time, E2E and the prefill share of one request (nothing cached). Without a
+    kernel calibration the figures are bounds (the ceiling's steps, prefill at the host's compute)."""
+    ttft = pred.ttft_s(prompt_tokens, 0, n_batch)
+    decode = (decode_pred or pred).decode_s(prompt_tokens, output_tokens) if output_tokens else None
+    e2e = ttft + decode if decode is not None else None
+    n = output_tokens or 0
+    return RequestPrediction(
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens, ttft_s=ttft, decode_s=decode, e2e_s=e2e,
+        tpot_s=decode / (n - 1) if decode is not None and n >= 2 else None,
+        output_tok_s=n / e2e if e2e else None, prefill_share=ttft / e2e if e2e else None,
+        basis="calibrated" if calibrated else ("estimate" if decode_pred is not None else "bound"))
 
 
 def _resolve(ref) -> Path:
