@@ -120,12 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.max_tokens < 2:
         ap.error("--repeats must be at least 1 and --max-tokens at least 2")
-    from ondevice.engine import load
+    from ondevice.api import load
 
     prompts = json.loads(PROMPTS.read_text())
-    eng = load(args.model, n_ctx=2048, n_threads=args.threads)
+    eng = load(args.model, n_ctx=2048, n_threads=args.threads)  # with this machine's predictor, as `ondevice run`
     try:
         costs = verify_costs(eng)
+        tss = getattr(eng.predictor, "tokens_step_s", None)
+        predicted_costs = {n: tss(256, n) / tss(256, 1) for n in costs} if tss else {}
         eng.generate(prompts["open"][0], max_tokens=8, temperature=0, speculative="lookup")  # warm-up, batch check
         rows = {name: [one_prompt(eng, p, args.repeats, args.max_tokens) for p in prompts[name]] for name in ("grounded", "open")}
     finally:
@@ -133,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     i = eng.info
     print(f"speculative decoding (prompt lookup): {i.spec.name} on {i.backend}, {i.n_threads} threads, CPU buffers "
           f"{i.cpu_buffers}, greedy, {args.repeats} interleaved pairs per prompt, up to {args.max_tokens} tokens")
-    print("verify cost, one decode of n tokens / one of 1 token: " + ", ".join(
-        f"n={n}: {every:.2f} (last-only {last:.2f})" for n, (every, last) in costs.items()))
+    print("verify cost measured, one decode of n tokens (logits at every position) / one of 1 token: " + ", ".join(
+        f"n={n}: {every:.2f} (logits at the last only {last:.2f})" for n, (every, last) in costs.items()))
+    if predicted_costs:
+        print("verify cost predicted (Predictor.tokens_step_s at 256 tokens of context): " + ", ".join(
+            f"n={n}: {r:.2f}" for n, r in predicted_costs.items()))
     res = {name: report_set(name, r) for name, r in rows.items()}
     checks = [
         (f"grounded median >= {GROUNDED_MIN}x", res["grounded"]["measured"] >= GROUNDED_MIN),

@@ -240,6 +240,10 @@ def test_timing_identities_hold_with_bursts(succ, always_draft):
     assert [e.index for e in events] == list(range(n))
     assert events[0].t_s == pytest.approx(t.ttft_s) and events[-1].t_s == pytest.approx(t.e2e_s)
     assert [b.t_s - a.t_s for a, b in zip(events, events[1:])] == pytest.approx(list(t.itl_s))
+    a = g.attribution  # the parts add up to E2E in the speculative loop too
+    assert a.decode_s > 0 and a.sample_s > 0 and a.overhead_s > -1e-3
+    assert a.tokenize_s + a.prefill_s + a.first_sample_s + a.decode_s + a.sample_s + a.detokenize_s + a.consumer_s \
+        + a.overhead_s == pytest.approx(t.e2e_s)
     d = g.to_dict()["speculative"]
     assert d["acceptance_rate"] == pytest.approx(g.speculative.accepted / g.speculative.drafted)
 

@@ -119,7 +119,7 @@ class StepCost:
     per token. Decode times on a shared machine are noisy: medians, not means."""
 
     PRIOR_SLOPE = 0.05  # extra decode time per extra token, in single-token decodes, before any is measured
-    MEASURED = 3  # samples of a size before its own median is used
+    MEASURED = 1  # samples of a size before its own median is used (a probe's one sample beats any model)
     _KEEP = 32  # samples kept per size
 
     def __init__(self, predictor: Any = None):
