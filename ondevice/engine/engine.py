@@ -84,6 +84,7 @@ class Engine:
         self._template: Any = None  # chat template, built on first chat()
         self._drafts: dict[str, Any] = {}  # draft model path -> DraftModel, loaded on first use, freed by close()
         self._exact = (1, 1)  # (verify tokens checked, most of them giving single-token logits): speculative.exact_verify_tokens
+        self._step_costs: dict[str, Any] = {}  # mode -> speculative.StepCost: step times its requests measured
 
     # ---- state -------------------------------------------------------------------------
     @property
@@ -223,7 +224,7 @@ class Engine:
         """A Speculator for one request from stream()'s speculative arguments, checked before any
         work (InvalidParameterError; a draft model that is missing, malformed or of another
         vocabulary raises its typed error); None when none is asked for."""
-        from ondevice.engine.speculative import Speculator, exact_verify_tokens, spec_settings
+        from ondevice.engine.speculative import Speculator, StepCost, exact_verify_tokens, spec_settings
 
         settings = spec_settings(speculative, draft, spec_k)
         if settings is None:
@@ -244,7 +245,8 @@ class Engine:
             from ondevice.engine.drafters import PromptLookup
 
             drafter = PromptLookup()
-        return Speculator(settings, drafter, self.predictor, k_cap=min(want, exact) - 1)
+        cost = self._step_costs.setdefault(settings.mode, StepCost(self.predictor))  # drafting costs differ by mode
+        return Speculator(settings, drafter, self.predictor, k_cap=min(want, exact) - 1, cost=cost)
 
     @contextlib.contextmanager
     def _holding(self) -> Iterator[None]:

@@ -244,12 +244,15 @@ class Speculator:
     """One request's speculative decoding: `decode` stands in for the plain loop's decode (same
     arguments, same lists filled), `stats()` tells what it did."""
 
-    def __init__(self, settings: SpecSettings, drafter: Drafter, predictor: Any = None, k_cap: int | None = None):
+    def __init__(self, settings: SpecSettings, drafter: Drafter, predictor: Any = None, k_cap: int | None = None,
+                 cost: StepCost | None = None):
+        """cost: step times measured so far (an engine keeps one across its requests: verify costs are the
+        machine's, acceptance is the text's and starts afresh each request)."""
         self.settings = settings
         self._drafter = drafter
         # most drafts a step verifies: spec_k, and what the backend verifies with single-token logits
         self.k_cap = max(0, min(settings.k_max, K_LIMIT if k_cap is None else k_cap))
-        self.planner = KPlanner(self.k_cap, StepCost(predictor))
+        self.planner = KPlanner(self.k_cap, cost if cost is not None else StepCost(predictor))
         self._drafted = self._accepted = self._steps = self._plain_steps = self._k = 0
         self._pred_committed = self._pred_cost = 0.0
 
