@@ -348,3 +348,18 @@ def test_default_model_bad_input_before_any_work(gemma, tiny_model, tmp_path):
         with pytest.raises(err, match=needle):
             gemma.stream("Hello there", max_tokens=4, **kw)
         assert not gemma.busy and gemma.kv_cache_tokens == before
+
+
+def test_chat_turns_take_the_speculative_setting(succ):
+    from ondevice.tui.session import ChatSettings
+
+    s = ChatSettings(temperature=0.0, max_tokens=8, speculative="lookup").validated()
+    assert s.sampling()["speculative"] == "lookup" and "speculative" not in ChatSettings().sampling()
+    with pytest.raises(InvalidParameterError, match="speculative"):
+        ChatSettings(speculative="draft").validated()
+    chat = succ.chat(temperature=0, max_tokens=8)
+    g = chat.send("of the and", **{k: v for k, v in s.sampling().items() if k != "temperature"})
+    assert g.speculative is not None and g.speculative.mode == "lookup"
+    assert succ.chat(temperature=0, max_tokens=8).send("of the and").token_ids == g.token_ids
+    with pytest.raises(InvalidParameterError, match="spec_k"):
+        chat.send("x", speculative="lookup", spec_k=99)
