@@ -363,3 +363,16 @@ def test_chat_turns_take_the_speculative_setting(succ):
     assert succ.chat(temperature=0, max_tokens=8).send("of the and").token_ids == g.token_ids
     with pytest.raises(InvalidParameterError, match="spec_k"):
         chat.send("x", speculative="lookup", spec_k=99)
+
+
+def test_leaving_the_stream_inside_a_burst_cancels_there(succ, always_draft):
+    ids = _prompt(0)
+    stream = succ.stream(ids, max_tokens=40, temperature=0, reuse_prefix=False, speculative="lookup")
+    for i, _ in enumerate(stream):
+        if i == 2:  # token 2 arrives inside the first verify step's burst
+            break
+    g = stream.generation
+    assert g.finish_reason == "cancelled" and len(g.token_ids) == 3 and not succ.busy
+    assert succ.kv_cache_tokens == len(ids) + 2  # as plain decoding leaves it: the last token not decoded
+    follow = succ.generate(ids + list(g.token_ids), max_tokens=4, temperature=0)
+    assert follow.cached_prompt_tokens == len(ids) + 2 and list(follow.token_ids) == CHAIN[4:8]

@@ -313,10 +313,13 @@ class Speculator:
             tokens.append(token)
             tokens.extend(draft)  # the cells now in the cache; the rejected ones leave below
             self._count(k, len(draft), expected, cost)
-            sample_ns, accepted = 0, 0
+            sample_ns, accepted, keep = 0, 0, pos0 + 1
             for i in range(len(draft) + 1):
                 if i:
                     spent.consumer_ns += perf_counter_ns() - t_yield
+                    if req.cancelled():  # stop inside a burst too, as the plain loop stops between tokens
+                        finish = "cancelled"
+                        break
                 s0 = perf_counter_ns()
                 token = sample(smpl, ctx, i)
                 s1 = perf_counter_ns()
@@ -326,12 +329,13 @@ class Speculator:
                 if finish is None:  # the last token's text comes after E2E's end
                     spent.detok_ns += t_yield - s1
                 yield event
+                keep = pos0 + i + 1  # the cache keeps the current token and the drafts before position i
                 if finish is None and i < len(draft) and token == draft[i]:
                     accepted += 1
                     continue
                 break
             spent.sample_ns += sample_ns
-            self._rollback(handle, kv, pos0 + i + 1)  # keeps the current token and the drafts before position i
+            self._rollback(handle, kv, keep)
             self._accepted += accepted
             if finish is None:
                 planner.cost.record(len(draft) + 1, t2 - t1, accepted + 1, sample_ns, len(draft), t1 - t0)
