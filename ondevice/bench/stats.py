@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Iterable, Sequence
 
-from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, RunRecord
+from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE, RunRecord
+from ondevice.bench.speculative import spec_summary
 from ondevice.metrics import Summary, summarize
 
 __all__ = ["ScenarioResult", "scenario_results", "METRICS", "EXTRA_METRICS", "clean"]
@@ -54,6 +55,7 @@ class ScenarioResult:
     failures: tuple[dict[str, Any], ...]  # {repeat, status, reason} of every run that is not ok
     notes: tuple[str, ...]  # distinct notes of the runs
     runs: tuple[RunRecord, ...] = field(default=(), repr=False)  # every run, in order
+    speculative: dict[str, Any] | None = None  # speculative scenario: acceptance, per-step counts, speedups (bench.speculative)
 
     def summary(self, metric: str) -> Summary:
         return self.summaries.get(metric) or summarize(())
@@ -88,6 +90,8 @@ class ScenarioResult:
             notes=list(self.notes),
             runs=[r.to_dict() for r in self.runs],
         )
+        if self.speculative is not None:
+            d["speculative"] = self.speculative
         return clean(d)
 
 
@@ -122,7 +126,7 @@ def _values(runs: Iterable[RunRecord], metric: str) -> list[float | None]:
 
 
 def _roofline(predictor: Any, scenario: str, p: int, n: int) -> tuple[float | None, float | None]:
-    if predictor is None or scenario not in (RESIDENT, PREFIX_HIT) or n < 2:
+    if predictor is None or scenario not in (RESIDENT, PREFIX_HIT, SPECULATIVE) or n < 2:
         return None, None
     try:
         ceiling_s, calibrated_s = predictor.step_s(p + n // 2)
@@ -192,6 +196,7 @@ def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any 
         failures=tuple({"repeat": r.repeat, "status": r.status, "reason": r.reason} for r in runs if not r.ok),
         notes=tuple(notes),
         runs=tuple(runs),
+        speculative=spec_summary(runs) if first.scenario == SPECULATIVE else None,
     )
 
 

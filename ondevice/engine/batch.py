@@ -28,7 +28,8 @@ from typing import Any, Callable, Sequence
 from ondevice.engine.sampling import SamplerChain, SamplingParams, make_params
 from ondevice.engine.text import TextAssembler
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
-from ondevice.llama.model import LlamaHandle, fill_batch_entries
+from ondevice.engine.loader import context_settings
+from ondevice.llama.model import LlamaHandle, fill_batch_entries, new_context
 from ondevice.metrics import timings_from_marks
 from ondevice.results import FinishReason, Generation
 
@@ -141,6 +142,31 @@ class BatchContext:
         lib, ctx = handle.lib, handle.ctx
         per = int(lib.llama_n_ctx_seq(ctx)) if hasattr(lib, "llama_n_ctx_seq") else handle.n_ctx // n_seqs
         self.n_ctx_seq = per  # tokens each sequence may hold (prompt + output)
+
+    @classmethod
+    def open(cls, engine: Any, handle: LlamaHandle, lock: threading.Lock, token_info: Callable[[int], tuple[bytes, bool]],
+             n_seqs: Any, seq_tokens: Any = None) -> BatchContext:
+        """A context of n_seqs sequences on the model of `handle` (the engine's), each holding
+        seq_tokens (None: the engine's n_ctx) rounded up to 256, with the engine's settings
+        (loader.context_settings). InvalidParameterError before any work for n_seqs outside
+        1..256 or seq_tokens past the trained context; ModelLoadError when llama.cpp cannot allocate it."""
+        ok = isinstance(n_seqs, int) and not isinstance(n_seqs, bool) and 1 <= n_seqs <= MAX_SEQS
+        if not ok:
+            raise InvalidParameterError(f"n_seqs must be an integer from 1 to {MAX_SEQS} (llama.cpp's limit), not {n_seqs!r}")
+        info = engine.info
+        seq_tokens = info.n_ctx if seq_tokens is None else seq_tokens
+        if isinstance(seq_tokens, bool) or not isinstance(seq_tokens, int) or seq_tokens < 1:
+            raise InvalidParameterError(f"seq_tokens must be a positive integer, not {seq_tokens!r}")
+        trained = info.spec.n_ctx_train
+        if trained and seq_tokens > trained:
+            raise InvalidParameterError(
+                f"seq_tokens {seq_tokens}: each sequence would run past the model's trained context of {trained} tokens")
+        per = -(-seq_tokens // 256) * 256  # llama.cpp gives each sequence n_ctx / n_seq_max, rounded up to 256
+        lib = handle.lib
+        settings = context_settings(info, lib)
+        settings["n_batch"] = max(settings["n_batch"], n_seqs)  # one decode step holds a token of every sequence
+        ctx, _ = new_context(handle.model, n_ctx=n_seqs * per, n_seq_max=n_seqs, lib=lib, **settings)
+        return cls(engine, LlamaHandle(lib, handle.model, ctx, owns_model=False), n_seqs, lock, token_info)
 
     @property
     def closed(self) -> bool:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 import weakref
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-from ondevice.engine.batch import MAX_SEQS, BatchContext
-from ondevice.engine.loader import EngineInfo, context_settings, open_model
-from ondevice.llama.model import LlamaHandle, new_context
+from ondevice.engine.batch import BatchContext
+from ondevice.engine.loader import EngineInfo, open_model
+from ondevice.llama.model import LlamaHandle
 from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, run_request
 from ondevice.engine.sampling import DEFAULTS, make_params
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
@@ -84,6 +85,9 @@ class Engine:
         self._closed = False
         self._template: Any = None  # chat template, built on first chat()
         self._batches: weakref.WeakSet[BatchContext] = weakref.WeakSet()  # live batch contexts, freed before the model
+        self._drafts: dict[str, Any] = {}  # draft model path -> DraftModel, loaded on first use, freed by close()
+        self._exact = (1, 1)  # (verify tokens checked, most of them giving single-token logits): speculative.exact_verify_tokens
+        self._step_costs: dict[str, Any] = {}  # mode -> speculative.StepCost: step times its requests measured
 
     # ---- state -------------------------------------------------------------------------
     @property
@@ -175,14 +179,22 @@ class Engine:
         ignore_eos: bool = DEFAULTS.ignore_eos,
         cancel: threading.Event | None = None,
         reuse_prefix: bool = True,
+        speculative: str | None = None,
+        draft: str | Path | None = None,
+        spec_k: int | None = None,
     ) -> TokenStream:
         """Start a generation; iterate the returned TokenStream for timed TokenEvents.
 
         A prompt given as text is tokenized (BOS added when the model wants it); token ids
         are used as they are. Raises ContextOverflowError before any work when prompt +
         max_tokens exceed n_ctx, EngineBusyError when a generation is already running.
+
+        speculative="lookup" drafts tokens by prompt lookup, draft=PATH (speculative="draft")
+        with a smaller GGUF of the same vocabulary; the target verifies every draft, so the
+        output is what plain decoding gives (token for token when greedy). spec_k: most drafted
+        tokens per step, 0..64 (default 16); the engine picks k per step. The Generation's
+        `speculative` holds the counts (ondevice.engine.speculative).
         """
-        start_ns = perf_counter_ns()
         params = make_params(
             max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repeat_penalty=repeat_penalty, seed=seed, stop=stop, ignore_eos=ignore_eos,
@@ -192,13 +204,16 @@ class Engine:
         if cancel is not None and not callable(getattr(cancel, "is_set", None)):
             raise InvalidParameterError("cancel must be a threading.Event (or have is_set())")
         self._check_open()
+        # one-time set-up (a draft model's load, the batch check) is not part of the request's timings
+        spec = self.speculator(speculative, draft, spec_k)
+        start_ns = perf_counter_ns()  # the request starts here: tokenization is part of TTFT
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_bos=True, special=False)
             if not ids:
                 raise InvalidParameterError("prompt is empty: no tokens to process")
         else:
             ids = self._check_ids(prompt)
-        return self._start(ids, start_ns, perf_counter_ns(), params, cancel, reuse_prefix)
+        return self._start(ids, start_ns, perf_counter_ns(), params, cancel, reuse_prefix, spec=spec)
 
     def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> Generation:
         """Run a generation to its end and return the Generation (same arguments as stream())."""
@@ -208,8 +223,59 @@ class Engine:
         assert ts.generation is not None
         return ts.generation
 
+    def speculator(self, speculative: Any = None, draft: Any = None, spec_k: Any = None) -> Any:
+        """A Speculator for one request from stream()'s speculative arguments, checked before any
+        work (InvalidParameterError; a draft model that is missing, malformed or of another
+        vocabulary raises its typed error); None when none is asked for."""
+        from ondevice.engine.speculative import Speculator, StepCost, exact_verify_tokens, spec_settings
+
+        settings = spec_settings(speculative, draft, spec_k)
+        if settings is None:
+            return None
+        self._check_open()
+        lib = self._h.lib
+        if lib.llama_model_is_recurrent(self._h.model) or lib.llama_model_is_hybrid(self._h.model):
+            raise InvalidParameterError("speculative decoding needs a KV cache that can drop rejected drafts; "
+                                        "this model's recurrent state cannot")
+        drafter = self._draft_model(settings.draft).drafter() if settings.mode == "draft" else None
+        want = settings.k_max + 1
+        checked, exact = self._exact
+        if want > checked and exact == checked:  # not measured this far yet
+            with self._holding():
+                exact = exact_verify_tokens(self._h, self.info, self.tokenize, want)
+            self._exact = (want, exact)
+        if drafter is None:
+            from ondevice.engine.drafters import PromptLookup
+
+            drafter = PromptLookup()
+        cost = self._step_costs.setdefault(settings.mode, StepCost(self.predictor))  # drafting costs differ by mode
+        return Speculator(settings, drafter, self.predictor, k_cap=min(want, exact) - 1, cost=cost)
+
+    @contextlib.contextmanager
+    def _holding(self) -> Iterator[None]:
+        """The engine's lock for work outside a generation (EngineBusyError while one runs)."""
+        if not self._busy.acquire(blocking=False):
+            raise EngineBusyError("the engine is already generating; wait for it, cancel it, or use another engine")
+        try:
+            yield
+        finally:
+            self._busy.release()
+
+    def _draft_model(self, ref: str) -> Any:
+        from ondevice.engine.drafters import DraftModel
+        from ondevice.llama.devices import gpu_layers
+        from ondevice.materialize import resolve_model
+
+        path = resolve_model(ref)  # ModelNotFoundError for a file that is not there
+        key = str(path.resolve())
+        if key not in self._drafts:
+            with self._holding():
+                layers = gpu_layers(self._h.lib, "auto", None)[0] if self.info.backend != "CPU" else 0
+                self._drafts[key] = DraftModel(path, self._h, n_threads=self.info.n_threads, n_gpu_layers=layers)
+        return self._drafts[key]
+
     def _start(self, ids: list[int], start_ns: int, tokenized_ns: int, params: Any, cancel: Any, reuse_prefix: bool,
-               on_done: Any = None, think: Any = None) -> TokenStream:
+               on_done: Any = None, think: Any = None, spec: Any = None) -> TokenStream:
         self._check_open()
         if len(ids) + params.max_tokens > self.n_ctx:
             raise ContextOverflowError(
@@ -225,7 +291,7 @@ class Engine:
             is_cancelled = (lambda: own.is_set() or external.is_set()) if external is not None else own.is_set
             seed = params.seed if params.seed is not None else (self.info.seed + self._requests) % _SEED_MOD
             self._requests += 1
-            req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix, think)
+            req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix, think, spec)
             gen = run_request(self._h, self._kv, req, self.info.n_batch, self.predictor, self._token_info)
         except BaseException:
             self._cancel = None
@@ -275,23 +341,7 @@ class Engine:
         context, else InvalidParameterError before any work; ModelLoadError when llama.cpp
         cannot allocate it."""
         self._check_open()
-        ok = isinstance(n_seqs, int) and not isinstance(n_seqs, bool) and 1 <= n_seqs <= MAX_SEQS
-        if not ok:
-            raise InvalidParameterError(f"n_seqs must be an integer from 1 to {MAX_SEQS} (llama.cpp's limit), not {n_seqs!r}")
-        seq_tokens = self.n_ctx if seq_tokens is None else seq_tokens
-        if isinstance(seq_tokens, bool) or not isinstance(seq_tokens, int) or seq_tokens < 1:
-            raise InvalidParameterError(f"seq_tokens must be a positive integer, not {seq_tokens!r}")
-        trained = self.info.spec.n_ctx_train
-        if trained and seq_tokens > trained:
-            raise InvalidParameterError(
-                f"seq_tokens {seq_tokens}: each sequence would run past the model's trained context of {trained} tokens")
-        per = -(-seq_tokens // 256) * 256  # llama.cpp rounds each sequence's share up to 256
-        lib = self._h.lib
-        settings = context_settings(self.info, lib)
-        settings["n_batch"] = max(settings["n_batch"], n_seqs)  # one decode step holds a token of every sequence
-        ctx, _ = new_context(self._h.model, n_ctx=n_seqs * per, n_seq_max=n_seqs, lib=lib, **settings)
-        handle = LlamaHandle(lib, self._h.model, ctx, owns_model=False)
-        batch = BatchContext(self, handle, n_seqs, self._busy, self._token_info)
+        batch = BatchContext.open(self, self._h, self._busy, self._token_info, n_seqs, seq_tokens)
         self._batches.add(batch)
         return batch
 
@@ -305,6 +355,9 @@ class Engine:
             self._closed = True
             for batch in list(self._batches):
                 batch.close()
+            for d in self._drafts.values():
+                d.close()
+            self._drafts.clear()
             self._h.free()
         finally:
             self._busy.release()
