@@ -96,7 +96,7 @@ def render(r, *, width: int | None = None) -> str:
     lines += [f"  note: {w}" for w in h.warnings]
     lines.append("")
     lines.append(f"host memory, {m.n_threads} threads over {human_bytes(m.array_bytes)} arrays (best of {m.passes}):")
-    lines.append(f"  read {m.read_gbs:.1f} GB/s   copy {m.copy_gbs:.1f} GB/s   triad {m.triad_gbs:.1f} GB/s"
+    lines.append(f"  read {m.read_gbs:.1f} GB/s   copy {m.copy_gbs:.1f} GB/s"
                  "   (bytes counted as STREAM counts them)")
     lines.append(f"host compute: {c.f32_gflops:.1f} GFLOP/s f32 ({c.matrix_n}x{c.matrix_n} matrix product)")
     lines.append("")

@@ -1,10 +1,16 @@
-"""Host probes: memory bandwidth (read, copy, triad) with threads, and f32 matmul GFLOP/s.
+"""Host probes: memory bandwidth (read, copy) with threads, and f32 matmul GFLOP/s.
 
-Bandwidth is counted as STREAM counts it: read = bytes read, copy = 2 x bytes (read + write),
-triad (a = b + s*c) = 3 x bytes. Each pass runs one slice per thread (numpy releases the
-GIL in its loops; the threads start together at a barrier); the figure is the best of
-several passes, over arrays at least 4x the last-level cache, filled first so no page is
-the shared zero page.
+Bandwidth is counted as STREAM counts it: read = bytes read, copy = 2 x bytes (read + write).
+Each pass runs one slice per thread (numpy releases the GIL in its loops; the threads start
+together at a barrier); the figure is the best of several passes, over arrays at least 4x the
+last-level cache, filled first so no page is the shared zero page.
+
+No triad: numpy has no fused a = b + s*c, so a triad is either two passes over memory (5
+arrays' worth of traffic, not the 3 STREAM counts) or a blocked loop whose Python overhead per
+block is timed with it. Measured on an AMD EPYC VM, 256 MiB arrays, one thread: a C triad 36.4
+GB/s, the blocked numpy one 27.3, the two-pass one 23.9 (39.8 counting what moves); the issue's
+Intel VM: 16 against 28. Either way it reported a kernel's overhead as the memory's speed, and
+decode reads weights: read and copy are what the roofline uses.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from ondevice.errors import ProbeError
 __all__ = ["MemoryProbe", "ComputeProbe", "probe_memory", "probe_compute", "array_bytes_for", "best_of"]
 
 _MB = 1 << 20
-_TRIAD_BLOCK = 32 * 1024  # float64 elements per triad block (256 KiB temp, stays in L2)
+_MIN_SLICE = 32 * 1024  # float64 elements per thread at least
 MIN_ARRAY_BYTES = 256 * _MB  # also covers system-level caches the OS does not report
 
 
@@ -30,7 +36,6 @@ MIN_ARRAY_BYTES = 256 * _MB  # also covers system-level caches the OS does not r
 class MemoryProbe:
     read_gbs: float  # read-only bandwidth, GB/s (1e9 bytes/s)
     copy_gbs: float  # copy bandwidth (read + write counted), GB/s
-    triad_gbs: float  # triad bandwidth (2 reads + 1 write counted), GB/s
     n_threads: int  # threads, one slice each
     array_bytes: int  # bytes of each array
     passes: int  # passes per kernel; the best is kept
@@ -50,7 +55,7 @@ class ComputeProbe:
         return asdict(self)
 
 
-def array_bytes_for(llc_bytes: int | None, available_bytes: int | None, n_arrays: int = 3) -> int:
+def array_bytes_for(llc_bytes: int | None, available_bytes: int | None, n_arrays: int = 2) -> int:
     """Bytes per array: at least 4x the last-level cache and MIN_ARRAY_BYTES, the n_arrays
     together at most 1/8 of the free RAM, never below 8 MiB; whole MiB."""
     want = max(4 * (llc_bytes or 0), MIN_ARRAY_BYTES)
@@ -60,25 +65,23 @@ def array_bytes_for(llc_bytes: int | None, available_bytes: int | None, n_arrays
 
 
 def probe_memory(n_threads: int, array_bytes: int, passes: int = 5) -> MemoryProbe:
-    """Read, copy and triad bandwidth with `n_threads` threads over arrays of `array_bytes`."""
+    """Read and copy bandwidth with `n_threads` threads over two arrays of `array_bytes`."""
     if n_threads < 1 or passes < 1:
         raise ProbeError("memory probe: n_threads and passes must be at least 1")
     t_start = time.perf_counter()
-    n = max(-(-(array_bytes // 8) // n_threads), _TRIAD_BLOCK) * n_threads  # >= array_bytes, whole slices
+    n = max(-(-(array_bytes // 8) // n_threads), _MIN_SLICE) * n_threads  # >= array_bytes, whole slices
     try:
-        a, b, c = np.ones(n), np.full(n, 2.0), np.full(n, 0.5)
+        a, b = np.ones(n), np.full(n, 2.0)
     except MemoryError as exc:
-        raise ProbeError(f"memory probe: cannot allocate 3 x {n * 8} bytes") from exc
+        raise ProbeError(f"memory probe: cannot allocate 2 x {n * 8} bytes") from exc
     bounds = _slices(n, n_threads)
     with ThreadPoolExecutor(n_threads, thread_name_prefix="ondevice-probe") as pool:
         read_s = _best(pool, bounds, passes, lambda lo, hi: a[lo:hi].max())
         copy_s = _best(pool, bounds, passes, lambda lo, hi: np.copyto(b[lo:hi], a[lo:hi]))
-        triad_s = _best(pool, bounds, passes, lambda lo, hi: _triad(a, b, c, 3.0, lo, hi))
     size = n * 8
     return MemoryProbe(
         read_gbs=size / read_s / 1e9,
         copy_gbs=2 * size / copy_s / 1e9,
-        triad_gbs=3 * size / triad_s / 1e9,
         n_threads=n_threads,
         array_bytes=size,
         passes=passes,
@@ -88,8 +91,7 @@ def probe_memory(n_threads: int, array_bytes: int, passes: int = 5) -> MemoryPro
 
 def best_of(a: MemoryProbe, b: MemoryProbe) -> MemoryProbe:
     """Two MemoryProbes of the same machine -> the best figure of each kernel (passes added up)."""
-    return replace(a, read_gbs=max(a.read_gbs, b.read_gbs), copy_gbs=max(a.copy_gbs, b.copy_gbs),
-                   triad_gbs=max(a.triad_gbs, b.triad_gbs), passes=a.passes + b.passes,
+    return replace(a, read_gbs=max(a.read_gbs, b.read_gbs), copy_gbs=max(a.copy_gbs, b.copy_gbs), passes=a.passes + b.passes,
                    elapsed_s=a.elapsed_s + b.elapsed_s)
 
 
@@ -118,16 +120,6 @@ def _best(pool: ThreadPoolExecutor, bounds, passes: int, kernel: Callable[[int, 
         spans = [f.result() for f in [pool.submit(timed, lo, hi) for lo, hi in bounds]]
         best = min(best, max(end for _, end in spans) - min(start for start, _ in spans))
     return best
-
-
-def _triad(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: float, lo: int, hi: int) -> None:
-    """a = b + s*c over [lo, hi), through a cache-resident temporary (one pass over memory)."""
-    tmp = np.empty(_TRIAD_BLOCK)
-    for i in range(lo, hi, _TRIAD_BLOCK):
-        j = min(i + _TRIAD_BLOCK, hi)
-        t = tmp[: j - i]
-        np.multiply(c[i:j], s, out=t)
-        np.add(t, b[i:j], out=a[i:j])
 
 
 def probe_compute(budget_s: float = 0.6, max_n: int = 2048) -> ComputeProbe:

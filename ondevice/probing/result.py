@@ -87,11 +87,11 @@ class ProbeResult:
     def ceiling_gbs(self) -> float:
         """The bandwidth of the pure roofline bound, GB/s.
 
-        The best figure measured on this machine: host read/copy/triad and the kernels'
+        The best figure measured on this machine: host read/copy and the kernels'
         raw rate on the models that dwarf the caches (bytes / step time, t0 included). On a GPU backend the nameplate figure
         (a physical bound of the device memory) is used when known and higher.
         """
-        measured = [self.memory.read_gbs, self.memory.copy_gbs, self.memory.triad_gbs]
+        measured = [self.memory.read_gbs, self.memory.copy_gbs]
         if self.kernel:
             measured += [(p.decode_bytes + p.kv_bytes) / p.step_s / 1e9 for p in self.kernel.points
                          if p.step_s > 0 and p.role in ("sized", "")]  # tiny models read from cache
