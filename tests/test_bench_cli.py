@@ -34,7 +34,7 @@ def test_quick_suite_json_record(quick_run, tiny_model):
     rc, _, doc = quick_run
     assert rc == 0
     rec = doc["record"]
-    assert rec["schema"] == "ondevice-bench/1" and rec["incomplete"] is False
+    assert rec["schema"] == "ondevice-bench/2" and rec["incomplete"] is False and rec["host"]["machine_id"]
     assert "bench" in rec["command_line"] and rec["started_at"] and rec["versions"]["llama_cpp_python"]
     assert rec["settings"]["sampling"]["ignore_eos"] is True and rec["settings"]["suite"] == "quick"
     assert rec["host"].get("os") and rec["probe"]  # probe results or the note saying there are none

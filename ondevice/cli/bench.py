@@ -4,7 +4,9 @@ Exit status: 0 when every run was ok (and every --slo passed); 1 when a run fail
 out or an SLO failed (the results are still written); 2 for bad input, or an output file that
 could not be written after the run (the results are then kept in the cache dir, and the
 one-line error names the file); 130 after Ctrl-C (the runs gathered so far are written,
-marked incomplete).
+marked incomplete). `bench compare` exits 0 when it could compare, also when it says the two
+runs are not comparable (different model file, llama-cpp-python, settings or machine: one
+line above the table names what differs, and the JSON has "comparable" and "differences").
 
 Output files (--json, --csv, --md) follow one rule with `ondevice quantize`: checked before
 anything runs (paths.check_destination), an existing file is replaced only with --force, and
@@ -220,7 +222,7 @@ def _config(args: argparse.Namespace):
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from ondevice.bench.compare import compare_docs, load_results, render_comparison, split_models
+    from ondevice.bench.compare import comparability, compare_docs, load_results, render_comparison, split_models
 
     _check_outputs(args, ("--json",))
     files = args.models[1:]
@@ -233,6 +235,7 @@ def run_compare(args: argparse.Namespace) -> int:
     else:
         raise BenchError(f"bench compare needs two result files (A.json B.json), or one holding two models; got {len(files)}")
     rows = compare_docs(a, b, threshold=args.threshold)
+    differs = comparability(a, b, rows, same_file=len(files) == 1)
     if args.json:
         import json
 
@@ -240,7 +243,7 @@ def run_compare(args: argparse.Namespace) -> int:
         from ondevice.paths import atomic_write
 
         with atomic_write(args.json, "w") as f:
-            json.dump(clean({"a": names[0], "b": names[1], "threshold": args.threshold,
-                             "scenarios": [r.to_dict() for r in rows]}), f, indent=1)
-    print(render_comparison(rows, names[0], names[1], width=terminal_width()))
+            json.dump(clean({"a": names[0], "b": names[1], "threshold": args.threshold, "comparable": not differs,
+                             "differences": differs, "scenarios": [r.to_dict() for r in rows]}), f, indent=1)
+    print(render_comparison(rows, names[0], names[1], width=terminal_width(), differs=differs))
     return EXIT_OK
