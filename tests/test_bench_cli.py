@@ -62,7 +62,8 @@ def test_quick_suite_json_results(quick_run):
     hit = by["prefix_hit"]
     assert all(run["cached_prompt_tokens"] >= 100 for run in hit["runs"])  # 128 - 16 shared
     assert all(run["baseline_ttft_s"] is not None for run in hit["runs"])
-    assert by["resident"]["slo"]["requests"] == 3 and 0 <= by["resident"]["slo"]["goodput"] <= 1
+    assert by["resident"]["slo"]["requests"] == 3 and 0 <= by["resident"]["slo"]["good_share"] <= 1
+    assert by["resident"]["slo"]["goodput_rps"] == pytest.approx(by["resident"]["slo"]["good"] / by["resident"]["slo"]["time_s"])
     assert by["no_kv_cache"]["kv_cache_speedup"] is not None
 
 
@@ -224,7 +225,7 @@ def test_slo_verdict_sets_the_exit_status(tmp_path, capsys, tiny_model, slo, rc)
     assert got == rc
     (r,) = json.loads(out.read_text())["results"]
     assert r["ok_runs"] == 2 and r["failures"] == []  # every run was ok: the SLO alone decides the status
-    assert r["slo"]["passed"] is (rc == 0) and r["slo"]["goodput"] == (1.0 if rc == 0 else 0.0)
+    assert r["slo"]["passed"] is (rc == 0) and r["slo"]["good_share"] == (1.0 if rc == 0 else 0.0)
     assert ("SLO FAIL" in capsys.readouterr().out) is (rc == 1)
 
 

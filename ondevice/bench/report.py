@@ -77,7 +77,7 @@ def _csv_header() -> list[str]:
     for m in EXTRA_METRICS:
         cols += [f"{m}_{s}" for s in _STATS]
     return cols + ["ceiling_tok_s", "predicted_tok_s", "efficiency", "peak_rss_bytes", "kv_bytes",
-                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput", "slo_passed"] + \
+                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput_rps", "slo_good_share", "slo_passed"] + \
         [f"load_{c}" for c in _LOAD_COLS] + ["failures"]
 
 
@@ -94,7 +94,7 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
                 flat[f"{m}_{s}"] = (r.get(m) or {}).get(s)
         flat.update({f"load_{c}": (r.get("load") or {}).get(c) for c in _LOAD_COLS})
         slo = r.get("slo") or {}
-        flat.update(slo_goodput=slo.get("goodput"), slo_passed=slo.get("passed"),
+        flat.update(slo_goodput_rps=slo.get("goodput_rps"), slo_good_share=slo.get("good_share"), slo_passed=slo.get("passed"),
                     failures="; ".join(f"#{f['repeat']} {f['status']}: {f['reason']}" for f in r.get("failures", [])))
         w.writerow(["" if flat.get(k) is None else flat.get(k) for k in header])
     with atomic_write(Path(path), "w") as f:
@@ -121,7 +121,8 @@ def _notes(r: ScenarioResult, slo: Any) -> str:
     if r.scenario == NO_KV_CACHE and r.kv_cache_speedup:
         parts.append(f"{r.kv_cache_speedup:.1f}x the resident ITL")
     if slo is not None:
-        parts.append(f"SLO {'pass' if slo.passed else 'FAIL'}, goodput {100 * slo.goodput:.0f}%")
+        rate = f"{slo.goodput_rps:.3g} req/s" if slo.goodput_rps is not None else "- req/s"
+        parts.append(f"SLO {'pass' if slo.passed else 'FAIL'}, goodput {rate} ({100 * slo.good_share:.0f}% of requests)")
     if r.failures:
         reasons = sorted({f["reason"] for f in r.failures})
         parts.append(f"{len(r.failures)} not ok: {reasons[0]}" + (" ..." if len(reasons) > 1 else ""))
