@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ondevice.bench import scenarios as sc
-from ondevice.bench.oscache import PeakRss, evict_page_cache
+from ondevice.bench.oscache import PeakRss
 from ondevice.bench.runs import COLD_LOAD, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, WARM_LOAD, RunRecord
 from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
 from ondevice.engine.interface import StreamingEngine
@@ -24,6 +24,7 @@ from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import BenchError
 from ondevice.materialize import resolve_model
 from ondevice.modelspec import ModelSpec, inspect
+from ondevice.pagecache import evict_page_cache
 
 __all__ = ["BenchConfig", "ModelPlan", "BenchOutcome", "Progress", "plan_bench", "run_bench", "load_plan", "DEFAULT_SAMPLING"]
 
