@@ -4,7 +4,7 @@ Cold loads (the bench) and the disk read probe need a file out of the page cache
 posix_fadvise(DONTNEED) drops its clean pages (pages another process has mapped stay);
 mincore() then says how much of the file is still resident, so a cold measurement is
 reported with the evidence. Elsewhere eviction is not possible without privileges and the
-result says so (macOS has F_NOCACHE per open file: ondevice.probing.disk uses it).
+result says so (macOS has F_NOCACHE per open file: the disk read probe in ondevice.probing.host uses it).
 """
 
 from __future__ import annotations

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import sys
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -88,3 +93,59 @@ def test_array_size_rules():
 def test_compute_probe_small():
     c = probe_compute(budget_s=0.05, max_n=256)
     assert c.matrix_n == 256 and c.f32_gflops > 0 and math.isfinite(c.f32_gflops)
+
+
+# ---------- disk read probe ----------
+
+SMALL = dict(max_bytes=16 * MIB, min_bytes=8 * MIB)
+
+
+def test_disk_probe_reads_a_file_not_in_the_page_cache(tmp_path):
+    d = host.probe_disk(tmp_path, **SMALL)
+    assert d.file_bytes == 16 * MIB and d.folder == str(tmp_path) and d.device == os.stat(tmp_path).st_dev
+    assert list(tmp_path.iterdir()) == []  # the test file is gone
+    if d.read_gbs is None:  # a RAM-backed tmp folder keeps its pages: no figure, and the reason
+        assert "stayed in the page cache" in d.note or "cannot be bypassed" in d.note
+        return
+    assert math.isfinite(d.read_gbs) and d.read_gbs > 0 and 1 <= d.passes <= 2 and d.elapsed_s > 0
+    if sys.platform.startswith("linux"):
+        assert d.method.startswith("posix_fadvise") and d.resident_at_read is not None and d.resident_at_read <= 0.05
+
+
+def test_disk_probe_without_eviction_gives_no_figure(tmp_path, monkeypatch):
+    """Where the page cache cannot be dropped, the page cache's speed is not reported as the disk's."""
+    from ondevice import pagecache
+
+    monkeypatch.setattr(host.sys, "platform", "linux")
+    monkeypatch.setattr(pagecache, "evict_page_cache", lambda path: pagecache.Eviction(
+        False, "none", 1.0, 1.0, "page-cache eviction is not available on plan9; cold load not measured"))
+    d = host.probe_disk(tmp_path, **SMALL)
+    assert d.read_gbs is None and d.passes == 0 and "cannot be bypassed" in d.note and d.method == "none"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_probe_bad_input(tmp_path, monkeypatch):
+    for kw in (dict(passes=0), dict(max_bytes=4 * MIB, min_bytes=8 * MIB), dict(budget_s=0)):
+        with pytest.raises(ProbeError):
+            host.probe_disk(tmp_path, **kw)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ProbeError, match="cannot use"):
+        host.probe_disk(blocker / "sub", **SMALL)
+    monkeypatch.setattr(host.shutil, "disk_usage", lambda p: SimpleNamespace(total=1 << 40, used=0, free=20 * MIB))
+    with pytest.raises(ProbeError, match="too little"):
+        host.probe_disk(tmp_path, **SMALL)
+
+
+def test_disk_probe_in_the_probe_result_and_older_caches():
+    from ondevice.probing.host import DiskProbe
+    from ondevice.probing.result import ProbeResult
+    from tests.probe_fakes import fake_result
+
+    disk = DiskProbe(read_gbs=2.5, file_bytes=256 * MIB, folder="/c/probe", device=7, method="posix_fadvise",
+                     resident_at_read=0.0, passes=2, elapsed_s=1.1)
+    r = replace(fake_result(build="A"), disk=disk)
+    assert ProbeResult.from_dict(json.loads(json.dumps(r.to_dict()))).disk == disk
+    old = r.to_dict()
+    del old["disk"]  # a cache written before the disk probe
+    assert ProbeResult.from_dict(old).disk is None

@@ -8,7 +8,7 @@ from typing import Any
 
 from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
 from ondevice.nameplate import Nameplate
-from ondevice.probing.host import ComputeProbe, MemoryProbe
+from ondevice.probing.host import ComputeProbe, DiskProbe, MemoryProbe
 from ondevice.roofline import Calibration
 
 __all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION", "SMALL_TERMS"]
@@ -76,6 +76,7 @@ class ProbeResult:
     compute: ComputeProbe  # host f32 GFLOP/s
     kernel: KernelProbe | None  # llama.cpp decode on synthetic models (None: not run)
     nameplate: Nameplate | None = None  # maker's figure for the chip, when known (not measured)
+    disk: DiskProbe | None = None  # sequential read of the cache dir's disk (None: not measured, or a cache from before it)
     from_cache: bool = field(default=False, compare=False)  # loaded from the cache rather than run now
 
     @property
@@ -125,6 +126,7 @@ class ProbeResult:
             "compute": self.compute.to_dict(),
             "kernel": self.kernel.to_dict() if self.kernel else None,
             "nameplate": self.nameplate.to_dict() if self.nameplate else None,
+            "disk": self.disk.to_dict() if self.disk else None,
             "ceiling_gbs": self.ceiling_gbs,
         }
 
@@ -146,6 +148,7 @@ class ProbeResult:
             compute=ComputeProbe(**_known(ComputeProbe, d["compute"])),
             kernel=KernelProbe.from_dict(d["kernel"]) if d.get("kernel") else None,
             nameplate=Nameplate(**_known(Nameplate, d["nameplate"])) if d.get("nameplate") else None,
+            disk=DiskProbe(**_known(DiskProbe, d["disk"])) if d.get("disk") else None,
             from_cache=from_cache,
         )
 
