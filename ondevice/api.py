@@ -53,8 +53,8 @@ def cached_predictor(spec: ModelSpec, backend: str) -> Predictor | None:
 
 
 def predict(model_or_spec: ModelSpec | str | Path | None = None, *, ctx=(128, 2048), probe=None,
-            bandwidth_gbs: float | None = None, prompt_tokens: int | None = 1024, n_batch: int = 512,
-            available_bytes: int | None = None) -> Prediction:
+            bandwidth_gbs: float | None = None, prompt_tokens: int | str | None = "default", n_batch: int = 512,
+            available_bytes: int | None = None, output_tokens: int | None = None) -> Prediction:
     """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model on this machine.
 
     model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
@@ -67,4 +67,5 @@ def predict(model_or_spec: ModelSpec | str | Path | None = None, *, ctx=(128, 20
         if probe is None:
             raise ProbeError("no probe results for this machine: run `ondevice probe` first, or give a bandwidth")
     return roofline_predict(model_or_spec, ctx=ctx, probe=probe, bandwidth_gbs=bandwidth_gbs,
-                            prompt_tokens=prompt_tokens, n_batch=n_batch, available_bytes=available_bytes)
+                            prompt_tokens=prompt_tokens, n_batch=n_batch, available_bytes=available_bytes,
+                            output_tokens=output_tokens)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["TokenEvent", "Timings", "Generation", "FinishReason"]
+__all__ = ["TokenEvent", "Timings", "Attribution", "Generation", "FinishReason"]
 
 FinishReason = Literal["stop", "length", "cancelled"]
 
@@ -72,6 +72,33 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class Attribution:
+    """Where one request's E2E went, measured: the parts add up to Timings.e2e_s (overhead_s is
+    what no other part holds: cache-prefix matching, setting up the sampler, the loop's own work).
+    The decode parts are sums over output tokens 2..T; what happens after the last token is
+    available (its text, the caller's handling of it) is outside E2E and not counted."""
+
+    tokenize_s: float  # text -> token ids
+    prefill_s: float  # llama_decode over the prompt tokens not cached
+    first_sample_s: float  # prefill end -> first token sampled (logits, sampler)
+    decode_s: float  # llama_decode of the output tokens, summed
+    sample_s: float  # sampling after each llama_decode, summed
+    detokenize_s: float  # token -> text, stop-string checks and the event, summed (tokens 1..T-1)
+    consumer_s: float  # the caller's own time between receiving a token and asking for the next, summed
+    overhead_s: float  # the rest of E2E (>= 0 up to clock rounding)
+    e2e_s: float  # the whole: sum of the parts above
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    def shares(self) -> dict[str, float]:
+        """Each part / E2E (0 when E2E is 0)."""
+        d = asdict(self)
+        e2e = d.pop("e2e_s")
+        return {k: (v / e2e if e2e > 0 else 0.0) for k, v in d.items()}
+
+
+@dataclass(frozen=True)
 class Generation:
     """A finished request: text, tokens, why it stopped, and every timing."""
 
@@ -84,12 +111,27 @@ class Generation:
     ceiling_tok_s: float | None = None  # pure bandwidth bound at the context reached (no probe: None)
     predicted_tok_s: float | None = None  # calibrated prediction at the context reached
     predicted_step_s: tuple[float, ...] = field(default=())  # calibrated step time per output token (len T)
+    predicted_ttft_s: float | None = None  # roofline's TTFT for this prompt, counting only what the cache lacked
+    predicted_e2e_s: float | None = None  # predicted TTFT + predicted decode steps of the T tokens produced
+    attribution: Attribution | None = None  # measured parts of E2E (None: not measured, e.g. cancelled before a token)
 
     @property
     def efficiency(self) -> float | None:
         """Measured decode tok/s / predicted decode tok/s."""
         measured = self.timings.decode_tok_s
         return measured / self.predicted_tok_s if measured and self.predicted_tok_s else None
+
+    @property
+    def ttft_efficiency(self) -> float | None:
+        """Predicted TTFT / measured TTFT (1.0 = as predicted; below 1 = slower than predicted)."""
+        t = self.timings.ttft_s
+        return self.predicted_ttft_s / t if self.predicted_ttft_s and t > 0 else None
+
+    @property
+    def predicted_output_tok_s(self) -> float | None:
+        """T / predicted E2E: the prediction of Timings.output_throughput_tok_s."""
+        e2e = self.predicted_e2e_s
+        return self.timings.output_tokens / e2e if e2e and self.timings.output_tokens else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,4 +145,8 @@ class Generation:
             "predicted_tok_s": self.predicted_tok_s,
             "efficiency": self.efficiency,
             "predicted_step_s": list(self.predicted_step_s),
+            "predicted_ttft_s": self.predicted_ttft_s,
+            "predicted_e2e_s": self.predicted_e2e_s,
+            "predicted_output_tok_s": self.predicted_output_tok_s,
+            "attribution": self.attribution.to_dict() if self.attribution else None,
         }

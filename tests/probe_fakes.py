@@ -51,7 +51,8 @@ def nvidia_host() -> HostInfo:
 
 # Known step-time model for the kernel-probe pipeline tests.
 TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9,
-        "attn_s": 1.0e-8, "attn_dim_s": 5e-11}
+        "attn_s": 1.0e-8, "attn_dim_s": 5e-11, "type_gflops": {"Q4_0": 120.0, "Q8_0": 150.0, "F16": 60.0},
+        "attn_gflops": 40.0}
 TINY = KernelPlan(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, tiny_layers=(1, 4), tiny_vocab=1024,
                   attn_shapes=((128, 4, 2, 2), (128, 1, 1, 2)), attn_d_ff=64, n_long=64, n_prompt=8, n_tokens=4, n_warmup=1)
 
@@ -68,7 +69,7 @@ def fake_measure(calls: list | None = None):
 
     from ondevice.roofline import attention_head_dims, attention_scores
 
-    def measure(path, plan, *, n_prompt, n_threads, n_gpu_layers):
+    def measure(path, plan, *, n_prompt, n_threads, n_gpu_layers, decode=True):
         spec = inspect(path)
         main = path.name.rsplit("-", 1)[1].removesuffix(".gguf")
         n = plan.mid_context(n_prompt)
@@ -76,6 +77,16 @@ def fake_measure(calls: list | None = None):
             calls.append((path.name, n_prompt))
         nbytes = 0 if path.name.startswith("tiny-") else spec.decode_weight_bytes + spec.kv_read_bytes(n)  # cached
         step = model_time(main, nbytes, spec.n_layer, spec.n_vocab, attention_scores(spec, n), attention_head_dims(spec))
-        return step, "CPU", 3, spec
+        return (step if decode else 0.0), "CPU", 3, spec, true_prefill_s(spec, n_prompt)
 
     return measure
+
+
+def true_prefill_s(spec, n_prompt: int, p=TRUE) -> float:
+    """The prefill time the roofline's own arithmetic gives with the known terms above."""
+    from ondevice.roofline import Calibration, Predictor
+
+    small = {k: p[k] for k in ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s")}
+    cal = Calibration("CPU", ceiling_gbs=max(p["type_gbs"].values()), type_gbs=p["type_gbs"], kv_gbs=p["type_gbs"]["F16"],
+                      type_gflops=p["type_gflops"], attn_gflops=p["attn_gflops"], **small)
+    return Predictor(spec, cal).prefill_s(n_prompt, n_batch=512)

@@ -91,9 +91,11 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel, "measure", fake_measure(calls))
     said: list[str] = []
     k = probe_kernels(TINY, tmp_path / "models", progress=said.append)
-    n = 8 + 2 * len(TINY.attn_shapes)  # sized x3, tiny x5, each attention model short and long
-    assert len(calls) == n * TINY.passes and len(k.points) == n
+    n = 11 + 2 * len(TINY.attn_shapes)  # sized x3, tiny x5, prefill x3, each attention model short and long
+    n_long = len(TINY.attn_shapes)  # the attention models' long prompts are prefill points too
+    assert len(calls) == n * TINY.passes and len(k.points) == n + n_long
     assert all(calls[n * i:n * (i + 1)] == calls[:n] for i in range(TINY.passes))  # round-robin passes
+    assert [c[1] for c in calls[8:11]] == [TINY.n_prefill] * 3
     assert calls[-1][1] == TINY.n_long and calls[-2][0] == calls[-1][0]  # an attention model, short then long
     assert calls[-3][1] == TINY.n_long and calls[-3][0] != calls[-1][0]  # ... and the other one
     assert any(s.startswith("building") for s in said) and any(s.startswith("quantizing") for s in said)
@@ -103,6 +105,9 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     assert k.attn_s == pytest.approx(TRUE["attn_s"], rel=1e-6)
     assert k.attn_dim_s == pytest.approx(TRUE["attn_dim_s"], rel=1e-6)
     assert k.pass_spread == 0.0
+    for t, gflops in TRUE["type_gflops"].items():  # the prefill rates come back too
+        assert k.type_gflops[t] == pytest.approx(gflops, rel=1e-6)
+    assert k.attn_gflops == pytest.approx(TRUE["attn_gflops"], rel=1e-6)
     said.clear()
     probe_kernels(TINY, tmp_path / "models", progress=said.append)  # second time: models come from the cache
     assert not any(s.startswith(("building", "quantizing")) for s in said)
@@ -113,8 +118,10 @@ def test_measure_decodes_through_the_engine(tmp_path):
     models = kernel.probe_models(TINY, tmp_path, lambda _m: None)
     run = models[0]
     assert run.weight_type == "Q4_0" and "Q4_0" in inspect(run.path).decode_bytes_by_type
-    step_s, backend, threads, spec = kernel.measure(run.path, TINY, n_prompt=8, n_threads=1, n_gpu_layers=0)
-    assert step_s > 0 and backend == "CPU" and threads == 1 and spec.n_layer == TINY.n_layer
+    step_s, backend, threads, spec, prefill_s = kernel.measure(run.path, TINY, n_prompt=8, n_threads=1, n_gpu_layers=0)
+    assert step_s > 0 and prefill_s > 0 and backend == "CPU" and threads == 1 and spec.n_layer == TINY.n_layer
+    step_s, *_, prefill_s = kernel.measure(run.path, TINY, n_prompt=8, n_threads=1, n_gpu_layers=0, decode=False)
+    assert step_s == 0.0 and prefill_s > 0
 
 
 def test_a_run_stops_at_its_time_budget(tmp_path, monkeypatch):
@@ -149,7 +156,7 @@ def test_a_run_stops_at_its_time_budget(tmp_path, monkeypatch):
 def test_the_median_pass_counts(tmp_path, monkeypatch):
     """A busy pass (twice as slow) and a lucky one (a third faster) do not move the fit: the middle one is kept."""
     exact = fake_measure()
-    n_runs = 8 + 2 * len(TINY.attn_shapes)
+    n_runs = 11 + 2 * len(TINY.attn_shapes)
     factor = {0: 2.0, 1: 1.0, 2: 2 / 3}  # pass -> step time factor
     n = {"calls": 0}
 

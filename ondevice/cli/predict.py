@@ -18,7 +18,10 @@ def register(sub) -> None:
     p = sub.add_parser("predict", help="predict decode speed, TTFT and memory for a model on this machine")
     p.add_argument("model", nargs="?", help="registry name or .gguf path (default: the built-in model)")
     p.add_argument("--ctx", help="context lengths, comma-separated (default 128,2048,8192 within the model's)")
-    p.add_argument("--prompt", type=int, default=1024, help="prompt tokens for the TTFT floor (default 1024)")
+    p.add_argument("--prompt", type=int, default=None,
+                   help="prompt tokens of the request predicted (default 1024, or the trained context when shorter)")
+    p.add_argument("--output", type=int, default=None,
+                   help="output tokens of the request: predict its decode time, E2E and the prefill share")
     p.add_argument("--bandwidth", type=float, help="GB/s to use instead of this machine's (pure ceiling only)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     g = p.add_argument_group("a model you have not downloaded (instead of MODEL)")
@@ -83,8 +86,16 @@ def run(args) -> int:
     contexts = check_contexts(_contexts(args.ctx, spec), spec)  # before any probing (a minute on a first run)
     if args.prompt is not None and args.prompt <= 0:
         raise InvalidParameterError(f"--prompt must be a positive number of tokens, not {args.prompt}")
+    if args.output is not None and args.output <= 0:
+        raise InvalidParameterError(f"--output must be a positive number of tokens, not {args.output}")
+    if args.prompt is None:
+        args.prompt = min(1024, spec.n_ctx_train or 1024)
+    if spec.n_ctx_train and args.prompt + (args.output or 0) > spec.n_ctx_train:
+        raise InvalidParameterError(f"--prompt {args.prompt} + --output {args.output or 0} tokens is longer than the "
+                                    f"model's trained context of {spec.n_ctx_train} tokens")
     probe = _probe(args)
-    pred = predict(spec, ctx=contexts, probe=probe, bandwidth_gbs=args.bandwidth, prompt_tokens=args.prompt)
+    pred = predict(spec, ctx=contexts, probe=probe, bandwidth_gbs=args.bandwidth, prompt_tokens=args.prompt,
+                   output_tokens=args.output)
     if args.json:
         d = pred.to_dict()
         d["probe_age_s"] = probe.age_s if probe is not None else None
@@ -133,9 +144,30 @@ def render(p, spec, probe, *, width: int | None = None) -> str:
         bound = "compute" if t.compute_s >= t.bandwidth_s else "bandwidth"
         lines.append(f"TTFT floor for {t.prompt_tokens} prompt tokens: {1e3 * t.floor_s:.0f} ms "
                      f"({bound}-bound: {t.prefill_flops / 1e9:.1f} GFLOP at {t.compute_gflops:.1f} GFLOP/s)")
+    if p.request:
+        lines += request_lines(p.request)
     m = p.memory
     avail = f"{human_bytes(m.available_bytes)} {m.where} available" if m.available_bytes else f"{m.where} unknown"
     lines.append(f"memory at {m.n_ctx} tokens: weights {human_bytes(m.weight_bytes)} + KV {human_bytes(m.kv_bytes)} "
                  f"+ buffers ~{human_bytes(m.buffer_bytes)} = {human_bytes(m.total_bytes)} of {avail}: {m.verdict.upper()}")
     lines += [f"  note: {n}" for n in p.notes]
     return fold_lines("\n".join(lines), width)
+
+
+def request_lines(r) -> list[str]:
+    """The request's predicted timeline: TTFT, decode, E2E, and where the wait goes."""
+    what = "predicted" if r.basis == "calibrated" else "at best (bounds: no kernel calibration; `ondevice probe`)"
+    if r.output_tokens is None:
+        return [f"request of {r.prompt_tokens} prompt tokens, {what}: TTFT {_secs(r.ttft_s)}"]
+    out = [f"request of {r.prompt_tokens} prompt + {r.output_tokens} output tokens, {what}:",
+           f"  TTFT {_secs(r.ttft_s)} + decode {_secs(r.decode_s)}"
+           + (f" ({r.output_tokens - 1} steps, TPOT {millis(r.tpot_s)})" if r.tpot_s else "")
+           + f" = E2E {_secs(r.e2e_s)}; output {number(r.output_tok_s)} tok/s",
+           f"  the wait is {100 * r.prefill_share:.0f}% prefill, {100 * (1 - r.prefill_share):.0f}% decode: "
+           + ("a shorter prompt or a prefix cache helps most" if r.prefill_share >= 0.5
+              else "fewer bytes per token (a smaller quant, a faster memory) helps most")]
+    return out
+
+
+def _secs(s: float | None) -> str:
+    return "-" if s is None else (millis(s) if s < 1 else f"{s:.2f} s")

@@ -11,9 +11,9 @@ import sys
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, settings_text
 from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import InvalidParameterError
-from ondevice.fmt import millis, rate
+from ondevice.fmt import millis, number, rate
 
-__all__ = ["register", "run", "timings_line"]
+__all__ = ["register", "run", "timings_line", "explain_text"]
 
 
 def register(sub) -> None:
@@ -39,6 +39,8 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
     p.add_argument("--no-predict", action="store_true", help="skip the roofline prediction")
+    p.add_argument("--explain", action="store_true",
+                   help="after the timings, where the request's time went (tokenize, prefill, decode, sampling, ...)")
     add_engine_args(p)
     p.set_defaults(func=run, late_positionals="args")  # `run MODEL -n 2 PROMPT` works (cli.main)
 
@@ -72,6 +74,8 @@ def run(args) -> int:
         g = stream.generation
         if g is not None:
             print(f"{timings_line(g, engine.info.load_s, engine.info.backend)} | {settings_text(engine.info)}", file=sys.stderr)
+            if args.explain and g.attribution is not None:
+                print(explain_text(g), file=sys.stderr)
         return 130 if g is not None and g.finish_reason == "cancelled" else 0
     finally:
         engine.close()
@@ -93,19 +97,51 @@ def _int_arg(name: str, value: str) -> int:
 
 
 def timings_line(g, load_s: float | None = None, backend: str | None = None) -> str:
-    """One line: TTFT, TPOT, decode and prefill rates, token counts, finish reason (and the prediction)."""
+    """One line: TTFT, TPOT, decode and prefill rates, E2E and output throughput, token counts,
+    finish reason, each measured figure with its prediction beside it when there is one."""
     t = g.timings
     cached = f", {g.cached_prompt_tokens} cached" if g.cached_prompt_tokens else ""
+    decode = f"decode {rate(t.decode_tok_s)}"
+    if g.predicted_tok_s:
+        decode += f" (predicted {number(g.predicted_tok_s)}, ceiling {number(g.ceiling_tok_s)})"
     parts = [
-        f"TTFT {millis(t.ttft_s)}",
+        f"TTFT {millis(t.ttft_s)}{_beside(g.predicted_ttft_s)}",
         f"TPOT {millis(t.tpot_s)}",
-        f"decode {rate(t.decode_tok_s)}",
+        decode,
         f"prefill {rate(t.prefill_tok_s)}",
+        f"E2E {_seconds(t.e2e_s)}{_beside(g.predicted_e2e_s)}",
+        f"output {rate(t.output_throughput_tok_s)}",
         f"tokens {g.prompt_tokens} prompt{cached} + {t.output_tokens} output",
         f"finish {g.finish_reason}",
     ]
-    if g.predicted_tok_s:
-        parts.append(f"predicted {rate(g.predicted_tok_s)} (ceiling {rate(g.ceiling_tok_s)})")
     if load_s is not None:
         parts.append(f"load {load_s:.2f} s" + (f" on {backend}" if backend else ""))
     return " | ".join(parts)
+
+
+def _seconds(s: float | None) -> str:
+    return millis(s) if s is not None and s < 1 else f"{s:.2f} s"
+
+
+def _beside(predicted_s: float | None) -> str:
+    return f" (predicted {_seconds(predicted_s)})" if predicted_s else ""
+
+
+_PARTS = (("tokenize_s", "tokenize"), ("prefill_s", "prefill"), ("first_sample_s", "first sample"),
+          ("decode_s", "llama_decode"), ("sample_s", "sampling"), ("detokenize_s", "detokenize + stop checks"),
+          ("consumer_s", "this program (printing)"), ("overhead_s", "other"))
+
+
+def explain_text(g) -> str:
+    """Where the request's E2E went (Generation.attribution), one row per part, and the split
+    between prefill (TTFT) and decode: which side of the wait a lever can shorten."""
+    from ondevice.fmt import table
+
+    a = g.attribution
+    shares = a.shares()
+    rows = [[label, millis(getattr(a, key)), f"{100 * shares[key]:.1f}%"] for key, label in _PARTS]
+    rows.append(["E2E", millis(a.e2e_s), "100.0%"])
+    ttft_share = g.timings.ttft_s / a.e2e_s if a.e2e_s > 0 else 0.0
+    head = (f"where the time went: TTFT {100 * ttft_share:.1f}% of E2E (prefill side), "
+            f"decode {100 * (1 - ttft_share):.1f}% (decode side)")
+    return head + "\n" + table(["part", "time", "share"], rows, align="lrr")

@@ -19,7 +19,7 @@ from ondevice.engine.text import TextAssembler
 from ondevice.errors import EngineError
 from ondevice.metrics import timings_from_marks
 from ondevice.reasoning import first_visible
-from ondevice.results import FinishReason, Generation, TokenEvent
+from ondevice.results import Attribution, FinishReason, Generation, TokenEvent
 
 __all__ = ["KVCache", "Request", "run_request", "TokenStream"]
 
@@ -132,14 +132,20 @@ def run_request(
     texts: list[str] = []
     steps: list[tuple[float, float]] = []
     finish: FinishReason = "cancelled"
+    spent = _Spent()
     if done and p.max_tokens and not cancelled():
-        finish = yield from _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps)
+        finish = yield from _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps, spent)
     elif done:
         finish = "length" if not p.max_tokens else "cancelled"
     timings = timings_from_marks(req.start_ns, req.tokenized_ns, prefill_start, prefill_end, token_ns, n_computed)
     if req.think is not None:
         timings = replace(timings, ttft_visible_s=_visible_s(req, token_ns, ids_out, texts))
     ceiling, predicted = _rates(steps)
+    ttft_fn = getattr(predictor, "ttft_s", None)
+    chunk = min(n_batch, getattr(handle, "n_ubatch", n_batch) or n_batch)
+    predicted_ttft = ttft_fn(n_prompt, n_cached, chunk) if callable(ttft_fn) else None
+    predicted_e2e = predicted_ttft + sum(s[1] for s in steps[1:]) if predicted_ttft is not None and steps else None
+    attribution = spent.attribution(timings, prefill_start, prefill_end, token_ns) if token_ns else None
     return Generation(
         text="".join(texts),
         token_ids=tuple(ids_out),
@@ -150,10 +156,29 @@ def run_request(
         ceiling_tok_s=ceiling,
         predicted_tok_s=predicted,
         predicted_step_s=tuple(s[1] for s in steps),
+        predicted_ttft_s=predicted_ttft,
+        predicted_e2e_s=predicted_e2e,
+        attribution=attribution,
     )
 
 
-def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps) -> Generator[TokenEvent, None, FinishReason]:
+class _Spent:
+    """Nanoseconds the decode loop spent per kind of work, summed over output tokens 2..T."""
+
+    __slots__ = ("decode_ns", "sample_ns", "detok_ns", "consumer_ns")
+
+    def __init__(self) -> None:
+        self.decode_ns = self.sample_ns = self.detok_ns = self.consumer_ns = 0
+
+    def attribution(self, timings, prefill_start: int, prefill_end: int, token_ns: list[int]) -> Attribution:
+        parts = dict(tokenize_s=timings.tokenize_s, prefill_s=timings.prefill_s,
+                     first_sample_s=(token_ns[0] - prefill_end) * _NS, decode_s=self.decode_ns * _NS,
+                     sample_s=self.sample_ns * _NS, detokenize_s=self.detok_ns * _NS, consumer_s=self.consumer_ns * _NS)
+        return Attribution(**parts, overhead_s=timings.e2e_s - sum(parts.values()), e2e_s=timings.e2e_s)
+
+
+def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps,
+            spent: _Spent) -> Generator[TokenEvent, None, FinishReason]:
     lib, p = handle.lib, req.params
     ctx = handle.ctx
     decode, sample = lib.llama_decode, lib.llama_sampler_sample
@@ -169,16 +194,23 @@ def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, st
     try:
         for i in range(p.max_tokens):
             if i:
+                t_back = perf_counter_ns()
+                spent.consumer_ns += t_back - t_yield
                 if cancelled():
                     return "cancelled"
                 one[0] = token
+                t_decode = perf_counter_ns()
                 rc = decode(ctx, batch)
+                t_decoded = perf_counter_ns()
+                spent.decode_ns += t_decoded - t_decode
                 if rc != 0:
                     kv.clear()
                     raise EngineError(f"llama_decode failed (code {rc}) at output token {i}")
                 tokens.append(token)
             token = sample(smpl, ctx, -1)
             t = perf_counter_ns()
+            if i:
+                spent.sample_ns += t - t_decoded
             token_ns.append(t)
             ids_out.append(token)
             piece, eog = token_info(token)
@@ -193,7 +225,11 @@ def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, st
                 steps.append(step)
                 pred = step[1]
             texts.append(out)
-            yield TokenEvent(i, token, out, (t - start) * _NS, n_prompt + i, pred)
+            event = TokenEvent(i, token, out, (t - start) * _NS, n_prompt + i, pred)
+            t_yield = perf_counter_ns()
+            if not last:  # the last token's text comes after E2E's end
+                spent.detok_ns += t_yield - t
+            yield event
             if last:
                 return "stop" if (eog or text.stopped) else "length"
         return "length"

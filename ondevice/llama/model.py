@@ -49,6 +49,7 @@ class LlamaHandle:
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
         self.n_ctx = int(lib.llama_n_ctx(ctx))  # llama.cpp may round the request up
         self.n_batch = int(lib.llama_n_batch(ctx))  # llama.cpp caps the request at n_ctx
+        self.n_ubatch = int(lib.llama_n_ubatch(ctx))  # tokens per compute pass inside one llama_decode
         self.n_swa = int(lib.llama_model_n_swa(model))
 
     def free(self) -> None:

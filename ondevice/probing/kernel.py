@@ -19,6 +19,11 @@ query head against one cached token in one layer: what GQA does not save on a CP
 attn_dim_s its part that grows with the head (key + value dimensions: the dot product and
 the weighted sum), told apart by two attention models with heads of 64 and 256.
 A run's weight bytes are all counted as its main type (norms and the small head are < 1%).
+
+Prefill (more than one token per llama_decode) is fitted apart, after the decode fit: each
+sized model prefills n_prefill tokens in one chunk, and what that takes beyond the decode
+step's terms is its matrix products, at type_gflops (GFLOP/s per weight type); the attention
+models' long prompts (n_long tokens, whose attention is a large share) give attn_gflops.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from ondevice.modelspec import ModelSpec, inspect
 from ondevice.probing.result import SMALL_TERMS, KernelPoint, KernelProbe
 
 __all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "probe_models",
-           "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
+           "fit_prefill", "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
 
 PROBE_TYPES = ("Q4_0", "Q8_0", "F16")
 _MB = 1 << 20
@@ -63,6 +68,7 @@ class KernelPlan:
     attn_d_ff: int = 256  # feed-forward width of the attention models (small: the context's cost stands out)
     n_long: int = 2048  # prompt tokens of the attention model's long-context run (attention dominates there)
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
+    n_prefill: int = 256  # prompt tokens of the sized models' prefill runs (one llama_decode chunk)
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
     n_warmup: int = 3  # decode steps dropped first (page faults, caches)
     run_budget_s: float = 4.0  # a run stops decoding after this many seconds (>= 4 timed steps kept)
@@ -93,7 +99,7 @@ class ProbeRun:
     weight_type: str  # main weight type of the model
     path: Path  # the model file
     n_prompt: int  # prompt tokens before the timed steps
-    role: str  # "sized" (bandwidth), "tiny" (fixed costs) or "attn" (attention)
+    role: str  # "sized" (bandwidth), "tiny" (fixed costs), "attn" (attention) or "prefill" (batched rate)
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,7 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
     for n_layer, n_vocab, t in tiny:
         runs.append(ProbeRun(t, _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress),
                              plan.n_prompt, "tiny"))
+    runs += [ProbeRun(r.weight_type, r.path, plan.n_prefill, "prefill") for r in runs if r.role == "sized"]
     for shape in plan.attn_shapes:
         attn = _ensure(model_dir, "attn", _synth_kwargs(plan, "attn", shape[3], 512, shape), "F16", progress)
         runs += [ProbeRun("F16", attn, plan.n_prompt, "attn"), ProbeRun("F16", attn, plan.n_long, "attn")]
@@ -172,8 +179,10 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
 # ---------- measuring ----------
 
 def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | None,
-            n_gpu_layers) -> tuple[float, str, int, ModelSpec]:
-    """(median decode step s, backend, threads, spec) of one model decoded through the engine."""
+            n_gpu_layers, decode: bool = True) -> tuple[float, str, int, ModelSpec, float]:
+    """(median decode step s, backend, threads, spec, prefill s of the n_prompt tokens) of one
+    model run through the engine. decode=False: the prefill only (timed on a second request,
+    after a first one has faulted the weights in), step s is 0."""
     from ondevice.engine import load
     from ondevice.engine.loader import MIN_N_CTX
 
@@ -183,6 +192,10 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
     try:
         vocab = spec.n_vocab or 512
         prompt = [1] + [3 + (i * 97) % (vocab - 3) for i in range(n_prompt - 1)]
+        if not decode:
+            for _ in range(2):
+                g = eng.generate(prompt, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
+            return 0.0, eng.info.backend, eng.info.n_threads, spec, g.timings.prefill_s
         stream = eng.stream(prompt, max_tokens=plan.n_warmup + plan.n_tokens + 1, ignore_eos=True, seed=0,
                             reuse_prefix=False)
         t_first = None
@@ -195,7 +208,7 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
         itl = stream.generation.timings.itl_s[plan.n_warmup:]
         if not itl:
             raise ProbeError(f"kernel probe: {path.name} produced no decode steps")
-        return statistics.median(itl), eng.info.backend, eng.info.n_threads, spec
+        return statistics.median(itl), eng.info.backend, eng.info.n_threads, spec, stream.generation.timings.prefill_s
     finally:
         eng.close()
 
@@ -211,29 +224,40 @@ def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -
 
 def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = None, n_gpu_layers="auto",
                   progress: Progress | None = None) -> KernelProbe:
-    """Build (or reuse) the probe models, decode each (plan.passes times, round-robin; the
+    """Build (or reuse) the probe models, run each (plan.passes times, round-robin; the
     median pass counts: the prediction is for a typical generation, and one busy or lucky
-    pass moves it no more than a middle one), and fit the step-time model."""
+    pass moves it no more than a middle one), fit the step-time model, then the prefill rates."""
     from ondevice.llama.guard import cpu_buffer_verdict
 
     say = progress or (lambda _msg: None)
     t_start = time.perf_counter()
     runs = probe_models(plan, model_dir, say)
-    steps: list[list[float]] = [[] for _ in runs]  # step_s of each pass, per run
+    steps: list[list[float]] = [[] for _ in runs]  # step_s of each pass, per run (0 for prefill runs)
+    prefills: list[list[float]] = [[] for _ in runs]  # prefill_s of each pass, per run
     specs: list[ModelSpec | None] = [None] * len(runs)
     backend, threads = "CPU", 0
     for k in range(plan.passes):
         for i, run in enumerate(runs):
-            say(f"decoding {run.path.name} after {run.n_prompt} prompt tokens (pass {k + 1} of {plan.passes})")
-            step_s, backend, threads, specs[i] = measure(run.path, plan, n_prompt=run.n_prompt, n_threads=n_threads,
-                                                         n_gpu_layers=n_gpu_layers)
+            what = "prefilling" if run.role == "prefill" else "decoding"
+            say(f"{what} {run.path.name} after {run.n_prompt} prompt tokens (pass {k + 1} of {plan.passes})")
+            step_s, backend, threads, specs[i], prefill_s = measure(
+                run.path, plan, n_prompt=run.n_prompt, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
+                decode=run.role != "prefill")
             steps[i].append(step_s)
-    fit_in = [fit_point(run, spec, statistics.median(st), plan) for run, spec, st in zip(runs, specs, steps)]
-    points = [KernelPoint(run.weight_type, spec.decode_weight_bytes, fp.step_bytes - spec.decode_weight_bytes if
-                          run.role != "tiny" else spec.kv_read_bytes(plan.mid_context(run.n_prompt)), fp.step_s,
-                          plan.n_tokens, plan.mid_context(run.n_prompt), fp.attn_scores, fp.head_dims, run.role)
-              for run, spec, fp in zip(runs, specs, fit_in)]
+            prefills[i].append(prefill_s)
+    decode_runs = [i for i, run in enumerate(runs) if run.role != "prefill"]
+    fit_in = [fit_point(runs[i], specs[i], statistics.median(steps[i]), plan) for i in decode_runs]
+    points = [KernelPoint(runs[i].weight_type, specs[i].decode_weight_bytes, fp.step_bytes - specs[i].decode_weight_bytes if
+                          runs[i].role != "tiny" else specs[i].kv_read_bytes(plan.mid_context(runs[i].n_prompt)), fp.step_s,
+                          plan.n_tokens, plan.mid_context(runs[i].n_prompt), fp.attn_scores, fp.head_dims, runs[i].role)
+              for i, fp in zip(decode_runs, fit_in)]
     fit = fit_points(fit_in, plan.types)
+    prefill_in = [(runs[i], specs[i], statistics.median(prefills[i])) for i in range(len(runs))
+                  if runs[i].role == "prefill" or (runs[i].role == "attn" and runs[i].n_prompt == plan.n_long)]
+    points += [KernelPoint(run.weight_type, spec.decode_weight_bytes, 0, t, run.n_prompt, run.n_prompt, 0,
+                           0, "prefill" if run.role == "prefill" else "attn-prefill") for run, spec, t in prefill_in]
+    rates = fit_prefill([(spec, run.weight_type, run.n_prompt, t, run.role == "attn") for run, spec, t in prefill_in], fit,
+                        backend=backend)
     return KernelProbe(
         backend=backend,
         n_threads=threads,
@@ -245,7 +269,42 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         elapsed_s=time.perf_counter() - t_start,
         pass_spread=statistics.median([max(st) / min(st) - 1 for run, st in zip(runs, steps) if run.role == "sized"]),
         cpu_buffers=cpu_buffer_verdict().mode,
+        type_gflops=rates["type_gflops"],
+        attn_gflops=rates["attn_gflops"],
     )
+
+
+def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, bool]], decode_fit: dict, *, backend: str = "CPU",
+                n_batch: int = 512) -> dict:
+    """Batched rates from measured prefills: observations are (spec, main weight type, prompt
+    tokens, prefill s, is an attention run). The roofline's prefill time (roofline.Predictor.prefill_s,
+    with the decode fit's terms) is linear in the inverse rates, 1 / GFLOP/s of each weight type's
+    matrix products and of attention: one least-squares solve over every run (relative
+    residuals) gives them all. A rate that comes out non-positive (a busy moment; a GPU hiding
+    the work) is left out (None / missing)."""
+    from ondevice.roofline import Calibration, Predictor
+
+    base = Calibration(backend=backend, ceiling_gbs=max(decode_fit["type_gbs"].values()),
+                       type_gbs=dict(decode_fit["type_gbs"]), kv_gbs=decode_fit["type_gbs"].get("F16"),
+                       **{name: decode_fit[name] for name in SMALL_TERMS})
+    types = sorted({wt for _s, wt, _n, _t, is_attn in observations if not is_attn})
+    unknowns = types + (["attn"] if any(o[4] for o in observations) else [])
+    if not types:
+        return {"type_gflops": {}, "attn_gflops": None}
+
+    def prefill_s(spec: ModelSpec, n: int, slow: str | None) -> float:  # every rate 1e30 GFLOP/s but `slow`'s, 1
+        rates = {t: (1.0 if t == slow else 1e30) for t in types}
+        cal = replace(base, type_gflops=rates, attn_gflops=1.0 if slow == "attn" else 1e30)
+        return Predictor(spec, cal).prefill_s(n, n_batch=n_batch)
+
+    rows, rhs = [], []
+    for spec, _wt, n, measured, _a in observations:
+        floor_s = prefill_s(spec, n, None)
+        rows.append([(prefill_s(spec, n, u) - floor_s) / measured for u in unknowns])  # seconds at 1 GFLOP/s
+        rhs.append((measured - floor_s) / measured)
+    inv = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)[0]
+    rates = {u: float(1.0 / x) for u, x in zip(unknowns, inv) if x > 0}
+    return {"type_gflops": {t: rates[t] for t in types if t in rates}, "attn_gflops": rates.get("attn")}
 
 
 # ---------- the fit ----------

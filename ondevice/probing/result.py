@@ -31,7 +31,8 @@ class KernelPoint:
     n_ctx: int = 0  # context at the middle of the timed steps, tokens
     attn_scores: int = 0  # attention scores per step at n_ctx (roofline.attention_scores)
     head_dims: int = 0  # key + value head dimensions of the model (roofline.attention_head_dims)
-    role: str = ""  # "sized", "tiny" or "attn": what the fit used the run for
+    role: str = ""  # "sized", "tiny" or "attn": what the fit used the run for; "prefill" / "attn-prefill":
+    # a prefill of n_tokens prompt tokens that took step_s seconds (the prefill rates' fit)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class KernelProbe:
     pass_spread: float = 0.0  # how far apart the passes were: median over the sized runs of
     # slowest / fastest pass - 1 (0.1 = 10%); a shared or busy machine shows it here
     cpu_buffers: str = "all"  # extra CPU buffer types the runs used ("all", "repack", "none": the crash guard's verdict)
+    type_gflops: dict[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
+    # in prefill (kernel.fit_prefill; empty in probes cached before prefill was measured)
+    attn_gflops: float | None = None  # batched attention GFLOP/s in prefill (None: not measured)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -113,6 +117,8 @@ class ProbeResult:
             kv_gbs=kv,
             **{name: getattr(self.kernel, name) for name in SMALL_TERMS},
             compute_gflops=self.compute.f32_gflops,
+            type_gflops=dict(self.kernel.type_gflops),
+            attn_gflops=self.kernel.attn_gflops,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,19 +5,21 @@ A decode step at context s reads the weights used for one token plus the KV cach
 (sliding-window layers capped): ceiling tok/s = bandwidth / those bytes. The calibrated step
 time adds what the kernel probe measured (model.py has the formula, once).
 
-- model.py       bytes per weight type, Calibration, Predictor.step_s: the step-time model
+- model.py       bytes per weight type, Calibration, Predictor: the step-time model (one token per step,
+                 several per step, prefill, TTFT, E2E)
 - prediction.py  predict(): ceilings and predictions per context, TTFT floor, memory verdict
 - spec.py        a spec typed in by hand (a model you do not have)
 """
 
 from ondevice.roofline.model import (
-    Calibration, Predictor, attention_head_dims, attention_scores, bits_per_weight, effective_gbs,
+    Calibration, Predictor, attention_head_dims, attention_scores, bits_per_weight, causal_spans, effective_gbs,
+    effective_gflops,
 )
 from ondevice.roofline.prediction import (
     ContextPrediction, MemoryVerdict, Prediction, TTFTPrediction, memory_verdict, predict, prefill_flops,
 )
 
 __all__ = [
-    "Calibration", "Predictor", "attention_head_dims", "attention_scores", "bits_per_weight", "effective_gbs",
-    "ContextPrediction", "MemoryVerdict", "Prediction", "TTFTPrediction", "memory_verdict", "predict", "prefill_flops",
+    "Calibration", "Predictor", "attention_head_dims", "attention_scores", "bits_per_weight", "causal_spans",
+    "effective_gbs", "effective_gflops", "ContextPrediction", "MemoryVerdict", "Prediction", "TTFTPrediction", "memory_verdict", "predict", "prefill_flops",
 ]

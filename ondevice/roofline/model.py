@@ -19,6 +19,20 @@ calibrated KV and attention terms span the whole context there; the ceiling coun
 Weight types the kernel probe did not measure borrow a bandwidth interpolated linearly in
 bits per weight between the two nearest probed types (clamped at the ends): Q4_K (4.5
 bpw) reads like Q4_0, Q6_K lies between Q4_0 and Q8_0, F32 like F16.
+
+More than one token per llama_decode (a prompt chunk, a speculative verify, a batch of
+sequences) reads the weights once and computes every token: each token past the first adds
+its matrix products at the batched rate the probe measured per weight type (type_gflops,
+interpolated like the bandwidths), its attention over its context (attn_gflops), and, per
+extra sequence, that sequence's KV read:
+
+    t(s, n tokens, B seqs) = t(s) + (n*B - 1) * (2 * matmul elements / rate)
+                             + B * n * attention FLOPs at s / attn rate (minus the first token's)
+                             + (B - 1) * kv_bytes(s) / bw_kv
+
+Prefill is chunks of n_batch such steps (logits, and so the output head, for the last token
+only); TTFT = prefill of the tokens not already cached; E2E = TTFT + the decode steps over the
+growing context.
 """
 
 from __future__ import annotations
@@ -30,7 +44,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "attention_scores", "attention_head_dims"]
+__all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "effective_gflops", "attention_scores",
+           "attention_head_dims", "causal_spans"]
 
 _GB = 1e9
 
@@ -58,19 +73,39 @@ class Calibration:
     # (llama.cpp's default swa_full, which ondevice.engine keeps): the calibrated KV and attention
     # terms then span the whole context; the pure ceiling always counts only the window
     compute_gflops: float | None = None  # achievable GFLOP/s for the TTFT floor (None: unknown)
+    type_gflops: Mapping[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
+    # (prefill chunks; kernel probe). Empty: compute_gflops for every type
+    attn_gflops: float | None = None  # GFLOP/s of batched attention (QK and AV) in prefill (None: the matmul rate)
 
 
 def effective_gbs(weight_type: str, cal: Calibration) -> float:
     """Effective bandwidth for a weight type; unprobed types interpolate in bits per weight."""
-    if weight_type in cal.type_gbs:
-        return cal.type_gbs[weight_type]
-    if not cal.type_gbs:
-        return cal.ceiling_gbs
+    return _per_type(weight_type, cal.type_gbs, cal.ceiling_gbs)
+
+
+def effective_gflops(weight_type: str, cal: Calibration) -> float | None:
+    """Batched matrix-product rate for a weight type, GFLOP/s; an unprobed type interpolates in
+    bits per weight like effective_gbs, but in seconds per FLOP (so a prefill's time stays linear
+    in the probed rates' inverses, which kernel.fit_prefill solves for); compute_gflops when the
+    probe measured none; None when neither is known."""
+    if not cal.type_gflops:
+        return cal.compute_gflops
+    inverse = {t: 1.0 / g for t, g in cal.type_gflops.items()}
+    return 1.0 / _per_type(weight_type, inverse, None, unknown=max)
+
+
+def _per_type(weight_type: str, table: Mapping[str, float], default, unknown=min):
+    """table[weight_type], else interpolated linearly in bits per weight between the nearest
+    entries (clamped at the ends; unknown(values) for an unknown type); default for an empty table."""
+    if weight_type in table:
+        return table[weight_type]
+    if not table:
+        return default
     try:
         bpw = bits_per_weight(weight_type)
     except KeyError:
-        return min(cal.type_gbs.values())
-    known = sorted((bits_per_weight(t), gbs) for t, gbs in cal.type_gbs.items())
+        return unknown(table.values())
+    known = sorted((bits_per_weight(t), gbs) for t, gbs in table.items())
     if bpw <= known[0][0]:
         return known[0][1]
     if bpw >= known[-1][0]:
@@ -92,6 +127,16 @@ def attention_scores(spec: ModelSpec, n_ctx: int, *, windowed: bool = True) -> i
     n_swa = sum(1 for i in range(spec.n_layer) if i in swa)
     span_swa = min(n_ctx, spec.sliding_window) if spec.sliding_window else n_ctx
     return spec.n_head * ((spec.n_layer - n_swa) * n_ctx + n_swa * span_swa)
+
+
+def causal_spans(p0: int, p1: int, window: int | None = None) -> float:
+    """Cached tokens attended by the prompt tokens at positions p0..p1-1 (token i attends i+1,
+    at most `window`): sum over i of min(i + 1, window)."""
+    def upto(p: int) -> float:  # tokens 0..p-1
+        if not window or p <= window:
+            return p * (p + 1) / 2
+        return window * (window + 1) / 2 + (p - window) * window
+    return upto(p1) - upto(p0)
 
 
 def attention_head_dims(spec: ModelSpec) -> int:
@@ -132,6 +177,26 @@ class Predictor:
             n_swa = 0 if calibration.swa_full else sum(1 for i in range(spec.n_layer) if i in swa)
             self._cal_full_s += per * (spec.n_layer - n_swa)
             self._cal_window_s += per * n_swa
+        self._init_compute(spec, calibration, swa)
+
+    def _init_compute(self, spec: ModelSpec, cal: Calibration, swa: set[int]) -> None:
+        """Seconds of one more token's matrix products (body, and the output head apart: it runs
+        only for tokens whose logits are kept) and of its attention per attended token."""
+        elements = {t: b * 8.0 / bits_per_weight(t) for t, b in spec.decode_bytes_by_type.items() if _known_type(t)}
+        rated = [(n, effective_gflops(t, cal)) for t, n in elements.items()]
+        self._token_s = sum(2.0 * n / (g * 1e9) for n, g in rated if g)  # every matrix product, one token
+        total = sum(n for n, g in rated if g)
+        mean_gflops = total / sum(n / g for n, g in rated if g) if self._token_s else None
+        head = (spec.n_vocab or 0) * (spec.d_model or 0)
+        self._head_s = 2.0 * head / (mean_gflops * 1e9) if mean_gflops and 0 < head < total else 0.0
+        self._body_s = self._token_s - self._head_s
+        attn_gflops = cal.attn_gflops or mean_gflops
+        flops_per_span = 2.0 * (spec.n_head or 0) * attention_head_dims(spec)  # QK dot + AV sum, per attended token and layer
+        self._attn_span_s = flops_per_span / (attn_gflops * 1e9) if attn_gflops else 0.0
+        self._full_layers = (spec.n_layer or 0) - (0 if cal.swa_full else len(swa & set(range(spec.n_layer or 0))))
+        self._window_layers = (spec.n_layer or 0) - self._full_layers
+        self._step_fixed_s = cal.t0_s + (spec.n_layer or 0) * cal.layer_s  # per llama_decode call
+        self._logits_fixed_s = (spec.n_vocab or 0) * cal.vocab_s  # per token whose logits are kept (and sampled)
 
     def kv_read_bytes(self, n_ctx: int) -> int:
         """Same figure as ModelSpec.kv_read_bytes, from precomputed sums."""
@@ -149,3 +214,66 @@ class Predictor:
         span = min(n, self._cal_window) if self._cal_window else n
         calibrated = self._weight_calibrated_s + self._cal_full_s * n + self._cal_window_s * span + self._fixed_s
         return ceiling, max(calibrated, ceiling)
+
+    # ---- more than one token per llama_decode -------------------------------------------
+    def _attention_s(self, p0: int, p1: int) -> float:
+        """Batched attention of the tokens at positions p0..p1-1 over their contexts, seconds."""
+        if not self._attn_span_s:
+            return 0.0
+        spans = self._full_layers * causal_spans(p0, p1)
+        if self._window_layers:
+            spans += self._window_layers * causal_spans(p0, p1, self._window or None)
+        return spans * self._attn_span_s
+
+    def tokens_step_s(self, n_ctx: int, n_tokens: int, n_seqs: int = 1) -> float:
+        """Predicted seconds of ONE llama_decode computing n_tokens new tokens in each of n_seqs
+        sequences (each at a context of n_ctx tokens), logits kept for every token (a speculative
+        verify, a batched decode step). tokens_step_s(s, 1, 1) == step_s(s)[1]."""
+        n, b, s = max(1, int(n_tokens)), max(1, int(n_seqs)), max(0, int(n_ctx))
+        extra = n * b - 1
+        t = self.step_s(s)[1] + extra * (self._body_s + self._head_s + self._logits_fixed_s)
+        t += b * self._attention_s(s, s + n) - self._attention_s(s, s + 1) if n > 1 or b > 1 else 0.0
+        return t + (b - 1) * self.kv_read_bytes(s) / self._kv_bps
+
+    def ceiling_tokens_step_s(self, n_ctx: int, n_tokens: int, n_seqs: int = 1) -> float:
+        """The pure bandwidth bound of the same step: weights once, every sequence's KV once."""
+        b = max(1, int(n_seqs))
+        return (self.spec.decode_weight_bytes + b * self.kv_read_bytes(max(0, int(n_ctx)))) / self._ceiling_bps
+
+    def prefill_s(self, n_tokens: int, n_cached: int = 0, n_batch: int = 512) -> float:
+        """Predicted seconds to prefill n_tokens prompt tokens after n_cached cached ones, in
+        llama_decode chunks of n_batch tokens (each reads the weights once), up to the first
+        token's logits (the output head and the logits' fixed cost once, for the last token)."""
+        n, pos, chunk = max(0, int(n_tokens)), max(0, int(n_cached)), max(1, int(n_batch))
+        if not n:
+            return 0.0
+        t = 0.0
+        while n:
+            k = min(chunk, n)
+            t += self._weight_calibrated_s + self._step_fixed_s + k * self._body_s + self._attention_s(pos, pos + k)
+            t += self.kv_read_bytes(pos) / self._kv_bps  # what is cached is read once per chunk
+            pos, n = pos + k, n - k
+        return t + self._head_s + self._logits_fixed_s
+
+    def ttft_s(self, n_prompt: int, n_cached: int = 0, n_batch: int = 512) -> float:
+        """Predicted time to first token: the prefill of what the cache does not hold (a prefix
+        hit prefills the rest) and the first token's logits (sampling is in the fixed cost)."""
+        cached = min(max(0, int(n_cached)), max(0, int(n_prompt) - 1))
+        return self.prefill_s(int(n_prompt) - cached, cached, n_batch)
+
+    def decode_s(self, n_prompt: int, n_output: int) -> float:
+        """Predicted seconds of the decode steps after the first token: steps at contexts
+        n_prompt + 1 .. n_prompt + n_output - 1 (the growing context)."""
+        return sum(self.step_s(int(n_prompt) + i)[1] for i in range(1, max(0, int(n_output))))
+
+    def e2e_s(self, n_prompt: int, n_output: int, n_cached: int = 0, n_batch: int = 512) -> float:
+        """Predicted request time: TTFT + decode of the other n_output - 1 tokens."""
+        return self.ttft_s(n_prompt, n_cached, n_batch) + self.decode_s(n_prompt, n_output)
+
+
+def _known_type(type_name: str) -> bool:
+    try:
+        bits_per_weight(type_name)
+    except KeyError:
+        return False
+    return True

@@ -12,8 +12,9 @@ from ondevice.roofline.model import Calibration, Predictor
 from ondevice.roofline.spec import positive_number
 
 __all__ = ["predict", "check_contexts", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict",
-           "prefill_flops", "memory_verdict", "FITS_SHARE"]
+           "RequestPrediction", "request_prediction", "prefill_flops", "memory_verdict", "FITS_SHARE"]
 
+DEFAULT_PROMPT_TOKENS = 1024  # the request predicted when no prompt length is given
 FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
 _UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
 
@@ -40,6 +41,23 @@ class TTFTPrediction:
 
 
 @dataclass(frozen=True)
+class RequestPrediction:
+    """One request of P prompt and N output tokens, predicted (the timeline of the source articles:
+    TTFT = prefill, then N - 1 decode steps over the growing context)."""
+
+    prompt_tokens: int  # P, all computed (nothing cached)
+    output_tokens: int | None  # N (None: TTFT only)
+    ttft_s: float  # predicted time to first token, seconds
+    decode_s: float | None  # predicted time of the N - 1 decode steps after it, seconds
+    e2e_s: float | None  # ttft_s + decode_s
+    tpot_s: float | None  # decode_s / (N - 1): the mean inter-token latency (None for N < 2)
+    output_tok_s: float | None  # N / e2e_s: output throughput
+    prefill_share: float | None  # ttft_s / e2e_s: which side of the wait a lever can shorten
+    basis: str  # "calibrated" (kernel probe: prefill and decode measured on this machine) or "bound"
+    # (bandwidth ceiling for decode, host compute for prefill: a lower bound on the time, not a prediction)
+
+
+@dataclass(frozen=True)
 class MemoryVerdict:
     weight_bytes: int  # all weights (every expert)
     kv_bytes: int  # KV cache at n_ctx, every layer holding n_ctx cells (llama.cpp's default)
@@ -63,19 +81,24 @@ class Prediction:
     ttft: TTFTPrediction | None  # None without a compute figure or prompt length
     memory: MemoryVerdict
     notes: tuple[str, ...] = ()  # caveats (approximations, missing data)
+    request: RequestPrediction | None = None  # the request of prompt_tokens (and output_tokens) predicted
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["contexts"] = [asdict(c) for c in self.contexts]
         d["notes"] = list(self.notes)
+        d["request"] = asdict(self.request) if self.request else None
         return d
 
 
 def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: float | None = None,
-            prompt_tokens: int | None = 1024, n_batch: int = 512, available_bytes: int | None = None) -> Prediction:
+            prompt_tokens: int | str | None = "default", n_batch: int = 512, available_bytes: int | None = None,
+            output_tokens: int | None = None) -> Prediction:
     """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model.
 
     model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
+    prompt_tokens: the request's prompt ("default": 1024, or the trained context when shorter; None:
+    no TTFT); output_tokens: its output (decode time, E2E, the prefill share).
     probe: a ProbeResult (ondevice.predict passes this machine's cached one); needed unless
     bandwidth_gbs is given. bandwidth_gbs: a bandwidth to use instead of the measured one (a
     machine you do not own); the prediction is then the pure ceiling only.
@@ -84,8 +107,17 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
     if not spec.decode_weight_bytes:
         raise SpecError(f"{spec.path or spec.name}: no weights to predict for")
     contexts = check_contexts(ctx, spec)
+    if prompt_tokens == "default":
+        prompt_tokens = min(DEFAULT_PROMPT_TOKENS, spec.n_ctx_train or DEFAULT_PROMPT_TOKENS)
     if prompt_tokens is not None:
         prompt_tokens = _positive_int("prompt tokens", prompt_tokens)
+    if output_tokens is not None:
+        output_tokens = _positive_int("output tokens", output_tokens)
+        if prompt_tokens is None:
+            raise InvalidParameterError("output tokens need a prompt length too")
+    if prompt_tokens is not None and spec.n_ctx_train and prompt_tokens + (output_tokens or 0) > spec.n_ctx_train:
+        raise InvalidParameterError(f"a prompt of {prompt_tokens} tokens + {output_tokens or 0} output tokens is longer "
+                                    f"than the model's trained context of {spec.n_ctx_train} tokens")
     if bandwidth_gbs is not None:
         bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s")
     if probe is None and bandwidth_gbs is None:
@@ -112,12 +144,29 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
         ttft = _ttft(spec, prompt_tokens, cal)
         if cal.backend.upper() != "CPU":
             notes.append("TTFT floor uses the host CPU's measured compute; a GPU prefills faster")
+    request = request_prediction(pred, prompt_tokens, output_tokens, calibrated, n_batch) if prompt_tokens else None
     where, avail = _memory_budget(probe, cal.backend, available_bytes)
     memory = memory_verdict(spec, n_ctx=max(contexts), n_batch=n_batch, available_bytes=avail, where=where)
     return Prediction(
         model=spec.path or spec.name or "spec", quant=spec.quant, backend=cal.backend, bandwidth_gbs=cal.ceiling_gbs,
         bandwidth_source=source, calibrated=calibrated, contexts=rows, ttft=ttft, memory=memory, notes=tuple(notes),
+        request=request,
     )
+
+
+def request_prediction(pred: Predictor, prompt_tokens: int, output_tokens: int | None, calibrated: bool,
+                       n_batch: int = 512) -> RequestPrediction:
+    """TTFT, decode time, E2E and the prefill share of one request (nothing cached). Without a
+    kernel calibration the figures are bounds (the ceiling's steps, prefill at the host's compute)."""
+    ttft = pred.ttft_s(prompt_tokens, 0, n_batch)
+    decode = pred.decode_s(prompt_tokens, output_tokens) if output_tokens else None
+    e2e = ttft + decode if decode is not None else None
+    n = output_tokens or 0
+    return RequestPrediction(
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens, ttft_s=ttft, decode_s=decode, e2e_s=e2e,
+        tpot_s=decode / (n - 1) if decode is not None and n >= 2 else None,
+        output_tok_s=n / e2e if e2e else None, prefill_share=ttft / e2e if e2e else None,
+        basis="calibrated" if calibrated else "bound")
 
 
 def _resolve(ref) -> Path:

@@ -1,0 +1,187 @@
+"""Predicted TTFT, E2E and multi-token steps: the source articles' worked timelines, the
+prefill arithmetic by hand, and the measured attribution of a real request adding up."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ondevice.results import Timings
+from ondevice.roofline import Calibration, Predictor, bits_per_weight, causal_spans, effective_gbs, effective_gflops
+from ondevice.roofline.prediction import request_prediction
+from ondevice.roofline.spec import spec_from_flags
+
+GB = 1e9
+
+
+class _Timeline:
+    """A stand-in predictor with a fixed prefill time and a flat decode step (the seeds' scenarios)."""
+
+    def __init__(self, ttft_s: float, step_s: float):
+        self._ttft, self._step = ttft_s, step_s
+
+    def ttft_s(self, n_prompt, n_cached=0, n_batch=512):
+        return self._ttft
+
+    def decode_s(self, n_prompt, n_output):
+        return (n_output - 1) * self._step
+
+
+def test_seed_timeline_measured_side():
+    """Seed 3: first token at 0.8 s, the 101st and last at 2.8 s: TPOT 20 ms (50 tok/s decode),
+    output throughput 101 / 2.8 = 36.1 tok/s: two different numbers."""
+    t = Timings(tokenize_s=0.0, prefill_s=0.8, ttft_s=0.8, itl_s=(0.02,) * 100, e2e_s=2.8,
+                prompt_tokens_computed=10, output_tokens=101)
+    assert t.tpot_s == pytest.approx(0.02) and t.decode_tok_s == pytest.approx(50.0)
+    assert t.output_throughput_tok_s == pytest.approx(36.07, abs=0.01)
+
+
+def test_seed_scenarios_prefill_share():
+    """Seed 0: chat (200 prompt, 800 output: prefill 6 ms, 799 steps of ~5.4 ms = 4.3 s) waits
+    0.1% on prefill; document QA (65k prompt, 150 output: TTFT 4.3 s, 149 steps of 8 ms) 78%."""
+    chat = request_prediction(_Timeline(0.006, 0.0054), 200, 800, calibrated=True)
+    assert chat.decode_s == pytest.approx(4.3146) and chat.e2e_s == pytest.approx(4.3206)
+    assert round(100 * chat.prefill_share, 1) == 0.1 and chat.tpot_s == pytest.approx(0.0054)
+    assert chat.output_tok_s == pytest.approx(800 / 4.3206)
+    doc = request_prediction(_Timeline(4.3, 0.008), 65_000, 150, calibrated=True)
+    assert doc.decode_s == pytest.approx(1.192) and round(100 * doc.prefill_share) == 78
+    only = request_prediction(_Timeline(4.3, 0.008), 65_000, None, calibrated=False)
+    assert only.e2e_s is None and only.prefill_share is None and only.basis == "bound"
+
+
+def _cal(**kw) -> Calibration:
+    base = dict(backend="CPU", ceiling_gbs=100.0, type_gbs={"Q4_K": 50.0, "Q6_K": 60.0, "F16": 80.0}, kv_gbs=80.0,
+                t0_s=1e-4, layer_s=1e-5, vocab_s=1e-9, type_gflops={"Q4_K": 200.0, "Q6_K": 150.0, "F16": 100.0},
+                attn_gflops=50.0)
+    base.update(kw)
+    return Calibration(**base)
+
+
+def _spec():
+    return spec_from_flags(params=8.03e9, quant="Q4_K_M", layers=32, kv_heads=8, head_dim=128, heads=32,
+                           d_model=4096, vocab=128256, ctx_train=8192)
+
+
+def test_causal_spans():
+    assert causal_spans(0, 4) == 1 + 2 + 3 + 4
+    assert causal_spans(2, 4) == 3 + 4
+    assert causal_spans(0, 6, window=3) == 1 + 2 + 3 + 3 + 3 + 3
+    assert causal_spans(4, 6, window=3) == 3 + 3
+
+
+def test_one_token_step_is_the_decode_step():
+    pred = Predictor(_spec(), _cal())
+    for s in (1, 100, 4000):
+        assert pred.tokens_step_s(s, 1, 1) == pytest.approx(pred.step_s(s)[1])
+        assert pred.ceiling_tokens_step_s(s, 1, 1) == pytest.approx(pred.step_s(s)[0])
+
+
+def test_more_tokens_per_step_cost_their_compute():
+    spec, cal = _spec(), _cal()
+    pred = Predictor(spec, cal)
+    elements = {t: b * 8 / bits_per_weight(t) for t, b in spec.decode_bytes_by_type.items()}
+    token_s = sum(2 * n / (effective_gflops(t, cal) * GB) for t, n in elements.items())
+    two = pred.tokens_step_s(1000, 2) - pred.tokens_step_s(1000, 1)
+    attn = 2 * 32 * 256 * 32 * 1002 / (50.0 * GB)  # the second token (position 1001) attends 1002 tokens, 32 layers
+    assert two == pytest.approx(token_s + attn + spec.n_vocab * cal.vocab_s, rel=1e-9)
+    # a batch of B sequences reads every sequence's KV: B - 1 more reads than one sequence
+    b4 = pred.tokens_step_s(1000, 1, 4) - pred.tokens_step_s(1000, 1, 1)
+    assert b4 == pytest.approx(3 * (token_s + attn - 2 * 32 * 256 * 32 / (50.0 * GB) + spec.n_vocab * cal.vocab_s)
+                               + 3 * pred.kv_read_bytes(1000) / (80 * GB), rel=1e-3)
+    assert pred.ceiling_tokens_step_s(1000, 1, 4) == pytest.approx(
+        (spec.decode_weight_bytes + 4 * pred.kv_read_bytes(1000)) / (100 * GB))
+    fast = Predictor(spec, _cal(type_gflops={"Q4_K": 20000.0}, attn_gflops=5000.0))  # a GPU's compute
+    assert fast.tokens_step_s(1000, 8) < 1.2 * fast.tokens_step_s(1000, 1)  # the weights are read once
+
+
+def test_prefill_by_hand_in_chunks():
+    """Two chunks of 512: each reads the weights once and computes its tokens; the head once."""
+    spec = _spec()
+    cal = _cal(attn_gflops=1e30)  # attention free, to check the rest by hand
+    pred = Predictor(spec, cal)
+    elements = {t: b * 8 / bits_per_weight(t) for t, b in spec.decode_bytes_by_type.items()}
+    token_s = sum(2 * n / (effective_gflops(t, cal) * GB) for t, n in elements.items())
+    mean_gflops = sum(elements.values()) / sum(n / effective_gflops(t, cal) for t, n in elements.items())
+    head_s = 2 * 128256 * 4096 / (mean_gflops * GB)
+    weights_s = sum(b / (effective_gbs(t, cal) * GB) for t, b in spec.decode_bytes_by_type.items())
+    fixed_s = cal.t0_s + 32 * cal.layer_s
+    expected = (2 * (weights_s + fixed_s) + 1024 * (token_s - head_s) + pred.kv_read_bytes(512) / (80 * GB)
+                + head_s + 128256 * cal.vocab_s)
+    assert pred.prefill_s(1024, n_batch=512) == pytest.approx(expected, rel=1e-9)
+    assert pred.prefill_s(1024, n_batch=1024) == pytest.approx(expected - weights_s - fixed_s
+                                                               - pred.kv_read_bytes(512) / (80 * GB), rel=1e-9)
+    assert pred.prefill_s(0) == 0.0
+
+
+def test_ttft_counts_only_what_the_cache_lacks():
+    pred = Predictor(_spec(), _cal())
+    assert pred.ttft_s(1000, 0) == pytest.approx(pred.prefill_s(1000, 0))
+    assert pred.ttft_s(1000, 600) == pytest.approx(pred.prefill_s(400, 600))
+    assert pred.ttft_s(1000, 1000) == pytest.approx(pred.prefill_s(1, 999))  # the last token is always computed
+    assert pred.ttft_s(1000, 600) < pred.ttft_s(1000, 0)
+
+
+def test_e2e_is_ttft_plus_the_growing_steps():
+    pred = Predictor(_spec(), _cal())
+    e2e = pred.e2e_s(500, 64)
+    assert e2e == pytest.approx(pred.ttft_s(500) + sum(pred.step_s(500 + i)[1] for i in range(1, 64)))
+    assert pred.decode_s(500, 1) == 0.0
+
+
+def test_uncalibrated_prefill_uses_the_host_compute():
+    pred = Predictor(_spec(), Calibration("CPU", ceiling_gbs=100.0, compute_gflops=300.0))
+    faster = Predictor(_spec(), Calibration("CPU", ceiling_gbs=100.0, compute_gflops=600.0))
+    assert faster.prefill_s(2048) < pred.prefill_s(2048)
+    none = Predictor(_spec(), Calibration("CPU", ceiling_gbs=100.0))
+    assert none.prefill_s(2048) < pred.prefill_s(2048)  # no compute figure: the weight reads only
+
+
+def test_gflops_interpolate_in_time_per_flop():
+    cal = _cal(type_gflops={"Q4_0": 100.0, "Q8_0": 50.0})
+    assert effective_gflops("Q4_0", cal) == 100.0
+    mid = effective_gflops("Q6_K", cal)  # 6.5625 bpw: 51.6% of the way from 4.5 to 8.5 bits
+    f = (6.5625 - 4.5) / 4.0
+    assert 1 / mid == pytest.approx((1 - f) / 100.0 + f / 50.0)
+    assert effective_gflops("Q4_0", replace(cal, type_gflops={}, compute_gflops=None)) is None
+
+
+# ---- a real request: predicted TTFT/E2E beside measured, the attribution adds up ----
+
+def test_generation_carries_predictions_and_an_attribution(tiny_model):
+    from ondevice.engine import load
+    from ondevice.modelspec import inspect
+
+    spec = inspect(tiny_model)
+    pred = Predictor(spec, _cal(type_gbs={"F16": 10.0}, type_gflops={"F16": 20.0}))
+    with load(tiny_model, n_ctx=256, predictor=pred) as eng:
+        g = eng.generate([1, 5, 9, 13, 17, 21], max_tokens=6, ignore_eos=True, seed=0)
+        assert g.predicted_ttft_s == pytest.approx(pred.ttft_s(6, 0, min(eng.info.n_batch, eng.info.n_ubatch)))
+        assert g.predicted_e2e_s == pytest.approx(g.predicted_ttft_s + sum(g.predicted_step_s[1:]))
+        assert g.predicted_output_tok_s == pytest.approx(6 / g.predicted_e2e_s)
+        a = g.attribution
+        parts = [a.tokenize_s, a.prefill_s, a.first_sample_s, a.decode_s, a.sample_s, a.detokenize_s, a.consumer_s]
+        assert all(p >= 0 for p in parts) and a.overhead_s > -1e-6
+        assert sum(parts) + a.overhead_s == pytest.approx(g.timings.e2e_s, abs=1e-9)
+        assert a.prefill_s == g.timings.prefill_s and a.decode_s > 0 and a.sample_s > 0
+        assert sum(a.shares().values()) == pytest.approx(1.0)
+        d = g.to_dict()
+        assert d["attribution"]["e2e_s"] == a.e2e_s and d["predicted_ttft_s"] == g.predicted_ttft_s
+        # a prefix hit: the prediction counts only the tokens computed
+        h = eng.generate([1, 5, 9, 13, 17, 21, 25], max_tokens=2, ignore_eos=True, seed=0)
+        assert h.cached_prompt_tokens == 6
+        assert h.predicted_ttft_s == pytest.approx(pred.ttft_s(7, 6, min(eng.info.n_batch, eng.info.n_ubatch)))
+
+
+def test_consumer_time_is_attributed_to_the_consumer(tiny_model):
+    import time
+
+    from ondevice.engine import load
+
+    with load(tiny_model, n_ctx=256, predictor=None) as eng:
+        stream = eng.stream([1, 5, 9], max_tokens=4, ignore_eos=True, seed=0)
+        for _ in stream:
+            time.sleep(0.02)
+        g = stream.generation
+    assert g.attribution.consumer_s >= 3 * 0.02 * 0.9  # three gaps inside E2E (the last token ends it)
+    assert g.predicted_ttft_s is None and g.predicted_e2e_s is None
