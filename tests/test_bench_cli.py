@@ -47,7 +47,7 @@ def test_quick_suite_json_record(quick_run, tiny_model):
 def test_quick_suite_json_results(quick_run):
     _, _, doc = quick_run
     by = {r["scenario"]: r for r in doc["results"]}
-    assert set(by) == {"cold_load", "warm_load", "resident", "prefix_hit", "no_kv_cache"}
+    assert set(by) == {"cold_load", "warm_load", "resident", "prefix_hit", "no_kv_cache", "cold_start"}
     for r in doc["results"]:
         assert LAYOUT <= set(r), r["scenario"]
         assert r["failures"] == [] and r["repeats"] == 3 and len(r["runs"]) == 3
@@ -65,13 +65,18 @@ def test_quick_suite_json_results(quick_run):
     assert by["resident"]["slo"]["requests"] == 3 and 0 <= by["resident"]["slo"]["good_share"] <= 1
     assert by["resident"]["slo"]["goodput_rps"] == pytest.approx(by["resident"]["slo"]["good"] / by["resident"]["slo"]["time_s"])
     assert by["no_kv_cache"]["kv_cache_speedup"] is not None
+    cold = by["cold_start"]  # page cache dropped -> load -> first token, and its parts
+    assert "slo" not in cold and cold["cold_start_predicted"]["load_overhead_s"] == by["warm_load"]["load_s"]["p50"]
+    for run in cold["runs"]:
+        assert run["cold_start_s"] > run["load_s"] > 0 and run["output_tokens"] == 1
+        assert run["load_s"] + run["tokenize_s"] + run["prefill_s"] + run["cold_start_rest_s"] == pytest.approx(run["cold_start_s"])
 
 
 def test_quick_suite_per_run_identities(quick_run):
     _, _, doc = quick_run
     n_runs = 0
     for r in doc["results"]:
-        if r["scenario"] in ("cold_load", "warm_load"):
+        if r["scenario"] in ("cold_load", "warm_load", "cold_start"):
             continue
         for run in r["runs"]:
             n_runs += 1

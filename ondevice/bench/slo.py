@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, RunRecord
+from ondevice.bench.runs import COLD_START, LOAD, LOAD_SCENARIOS, RunRecord
 from ondevice.errors import BenchError
 from ondevice.metrics import summarize
 
@@ -125,8 +125,9 @@ def _request_value(r: RunRecord, b: Bound) -> float | None:
 
 
 def evaluate(runs: Sequence[RunRecord], bounds: Sequence[Bound]) -> SloResult | None:
-    """The SLO check of one scenario's runs (local or server); None for a load scenario (no requests)."""
-    if not runs or runs[0].scenario in LOAD_SCENARIOS + (LOAD,):
+    """The SLO check of one scenario's runs (local or server); None for a load scenario (no requests)
+    and for the cold start (one token after a load: not a served request)."""
+    if not runs or runs[0].scenario in LOAD_SCENARIOS + (LOAD, COLD_START):
         return None
     ok = [r for r in runs if r.ok]
     good = 0

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Iterable, Sequence
 
-from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, RunRecord
+from ondevice.bench.coldstart import ColdStartPrediction, predict_cold_start
+from ondevice.bench.runs import (COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, WARM_LOAD,
+                                 RunRecord)
 from ondevice.metrics import Summary, summarize
 
 __all__ = ["ScenarioResult", "scenario_results", "METRICS", "EXTRA_METRICS", "clean"]
@@ -24,8 +26,10 @@ __all__ = ["ScenarioResult", "scenario_results", "METRICS", "EXTRA_METRICS", "cl
 # Summaries every request scenario carries, in the JSON layout's order.
 METRICS = ("ttft_s", "itl_s", "tpot_s", "e2e_s", "prefill_tok_s", "decode_tok_s")
 # Summaries a cell carries only when its runs measured them: time to the first visible token
-# (reasoning models, server runs) and the gaps between streamed chunks (server runs).
-EXTRA_METRICS = ("ttft_visible_s", "itl_chunk_s")
+# (reasoning models, server runs), the gaps between streamed chunks (server runs), and the cold
+# start's figure and parts (cold_start: load_s is in every cell's layout already).
+COLD_START_PARTS = ("cold_start_s", "tokenize_s", "prefill_s", "cold_start_rest_s")
+EXTRA_METRICS = ("ttft_visible_s", "itl_chunk_s") + COLD_START_PARTS
 _ORDER = {name: i for i, name in enumerate((LOAD,) + SCENARIOS)}
 
 
@@ -51,6 +55,7 @@ class ScenarioResult:
     failures: tuple[dict[str, Any], ...]  # {repeat, status, reason} of every run that is not ok
     notes: tuple[str, ...]  # distinct notes of the runs
     runs: tuple[RunRecord, ...] = field(default=(), repr=False)  # every run, in order
+    cold_start: ColdStartPrediction | None = None  # cold_start: the predicted cold start and its parts
 
     def summary(self, metric: str) -> Summary:
         return self.summaries.get(metric) or summarize(())
@@ -82,6 +87,8 @@ class ScenarioResult:
             notes=list(self.notes),
             runs=[r.to_dict() for r in self.runs],
         )
+        if self.cold_start is not None:
+            d["cold_start_predicted"] = self.cold_start.to_dict()
         return clean(d)
 
 
@@ -108,6 +115,8 @@ def _values(runs: Iterable[RunRecord], metric: str) -> list[float | None]:
             out.extend(t.itl_s)
         elif metric == "itl_chunk_s":
             out.extend((r.serve or {}).get("itl_chunk_s") or ())
+        elif metric in ("cold_start_s", "cold_start_rest_s"):
+            out.append(getattr(r, metric))
         elif metric == "ttft_saved_s":
             out.append(r.baseline_ttft_s - t.ttft_s if r.baseline_ttft_s is not None else None)
         else:
@@ -134,6 +143,8 @@ def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any 
     summaries = {m: summarize(_values(ok, m)) for m in metrics}
     if first.scenario != PREFIX_HIT:
         summaries.pop("ttft_saved_s", None)
+    if first.scenario == COLD_START:
+        summaries.update({m: summarize(_values(ok, m)) for m in ("load_s",) + COLD_START_PARTS})
     if any(r.timings is not None and r.timings.ttft_visible_s is not None for r in ok):
         summaries["ttft_visible_s"] = summarize(_values(ok, "ttft_visible_s"))
     if any(r.serve for r in runs):
@@ -183,14 +194,44 @@ def scenario_results(outcome: Any) -> list[ScenarioResult]:
         w = next((w for w in plan.suite.workloads if w.name == workload), None) if plan else None
         p_tok = w.prompt_tokens if w else 0
         n_tok = w.output_tokens if w else 0
-        if scenario == NO_KV_CACHE and runs:
+        if scenario in (NO_KV_CACHE, COLD_START) and runs:
             n_tok = runs[0].output_tokens_requested
         results.append(build_result(runs, spec=plan.spec if plan else None, predictor=plan.predictor if plan else None,
                                     prompt_tokens=p_tok, output_tokens=n_tok))
     wl_order = {w.name: i for p in outcome.models for i, w in enumerate(p.suite.workloads)}
     results.sort(key=lambda r: (model_order.get(r.model, 0), r.scenario not in LOAD_SCENARIOS + (LOAD,),
                                 wl_order.get(r.workload, -1), _ORDER.get(r.scenario, 99)))
-    return _with_speedups(results)
+    return _with_cold_start(_with_speedups(results), plans)
+
+
+def _with_cold_start(results: list[ScenarioResult], plans: dict[str, Any]) -> list[ScenarioResult]:
+    """Each cold_start cell with its prediction (ondevice.bench.coldstart): the disk read of the
+    model file, the same bench's warm load p50 as the load overhead, the predictor's TTFT."""
+    from dataclasses import replace
+
+    warm = {r.model: r.summary("load_s").p50 for r in results if r.scenario == WARM_LOAD and r.ok_runs}
+    out = []
+    for r in results:
+        if r.scenario == COLD_START:
+            p = plans.get(r.model)
+            r = replace(r, cold_start=predict_cold_start(
+                file_bytes=getattr(getattr(p, "spec", None), "file_bytes", None),
+                disk_read_gbs=getattr(p, "disk_read_gbs", None), load_overhead_s=warm.get(r.model),
+                ttft_s=_predicted_ttft(getattr(p, "predictor", None), r.prompt_tokens),
+                notes=[n for n in (getattr(p, "disk_note", ""),) if n]))
+        out.append(r)
+    return out
+
+
+def _predicted_ttft(predictor: Any, n_prompt: int) -> float | None:
+    ttft = getattr(predictor, "ttft_s", None)
+    if ttft is None or n_prompt < 1:
+        return None
+    try:
+        value = float(ttft(n_prompt))
+    except Exception:  # a predictor that cannot answer leaves the part empty
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _with_speedups(results: list[ScenarioResult]) -> list[ScenarioResult]:

@@ -42,7 +42,9 @@ def register(sub) -> None:
     p.add_argument("-n", "--output-tokens", help="output lengths in tokens, comma-separated (custom suite)")
     p.add_argument("-r", "--repeat", type=int, help="measured runs per workload and scenario")
     p.add_argument("--warmup", type=int, help="untimed requests after each load (default 1)")
-    p.add_argument("--scenarios", help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache")
+    p.add_argument("--scenarios", help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache,"
+                   "cold_start (page cache dropped -> load -> first token, with its parts and a prediction; "
+                   "default: all but no_kv_cache)")
     p.add_argument("--no-kv-cache", action="store_true", help="add the ablation: recompute the whole context for every token (short run)")
     p.add_argument("--n-ctx", type=int, help="context size (default: the smallest that fits the suite)")
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")
@@ -191,7 +193,8 @@ def _config(args: argparse.Namespace):
     else:
         suite = suites.get_suite(args.suite or "standard")
     suite = suites.with_counts(suite, repeats=args.repeat, warmup=args.warmup)
-    scenarios = tuple(s.strip() for s in args.scenarios.split(",") if s.strip()) if args.scenarios else DEFAULT_SCENARIOS
+    scenarios = (tuple(s.strip().replace("-", "_") for s in args.scenarios.split(",") if s.strip()) if args.scenarios
+                 else DEFAULT_SCENARIOS)
     if args.no_kv_cache and NO_KV_CACHE not in scenarios:
         scenarios += (NO_KV_CACHE,)
     if not scenarios:
