@@ -15,6 +15,7 @@ __all__ = [
     "ModelLoadError",
     "ProbeError",
     "SpecError",
+    "EstimateDataError",
     "QuantError",
     "BenchError",
     "DestinationError",
@@ -67,6 +68,11 @@ class ProbeError(OndeviceError):
 
 class SpecError(OndeviceError, ValueError):
     """A model spec for prediction is incomplete or inconsistent."""
+
+
+class EstimateDataError(OndeviceError):
+    """The published-measurement table or the fitted estimate that ships with the package is
+    missing, unreadable or malformed (the estimate for a machine you do not have needs both)."""
 
 
 class QuantError(OndeviceError):

@@ -193,3 +193,27 @@ def test_terminal_and_markdown_tables():
     assert "SLO FAIL, goodput 0 req/s (0% of requests)" in text and "1 not ok: boom" in text
     md = markdown(record, [ok, bad], slo)
     assert md.count("\n| m | ") == 2 and "| resident | w | 100 | 4 | 2/2 |" in md
+
+
+class RequestPredictor(StepPredictor):
+    """Prefill: 1 ms per computed prompt token; decode: 8 ms per step."""
+
+    def ttft_s(self, n_prompt, n_cached=0, n_batch=512):
+        return 0.001 * (n_prompt - n_cached)
+
+    def decode_s(self, n_prompt, n_output):
+        return 0.008 * (n_output - 1)
+
+
+def test_predicted_ttft_and_e2e_beside_the_measured():
+    runs = [run(0, 0.2, [0.01] * 3), run(1, 0.25, [0.01] * 3)]
+    r = build_result(runs, predictor=RequestPredictor(), prompt_tokens=100, output_tokens=4)
+    assert r.predicted_ttft_s == pytest.approx(0.1) and r.ttft_efficiency == pytest.approx(0.1 / 0.225)
+    assert r.predicted_e2e_s == pytest.approx(0.1 + 3 * 0.008)
+    hits = [run(0, 0.05, [0.01] * 3, scenario=PREFIX_HIT, cached=80), run(1, 0.05, [0.01] * 3, scenario=PREFIX_HIT, cached=80)]
+    h = build_result(hits, predictor=RequestPredictor(), prompt_tokens=100, output_tokens=4)
+    assert h.predicted_ttft_s == pytest.approx(0.02)  # only the 20 tokens the cache lacked
+    plain = build_result(runs, predictor=StepPredictor(), prompt_tokens=100, output_tokens=4)
+    assert plain.predicted_ttft_s is None and plain.ttft_efficiency is None  # a predictor without prefill
+    d = r.to_dict()
+    assert d["predicted_ttft_s"] == r.predicted_ttft_s and d["predicted_e2e_s"] == r.predicted_e2e_s

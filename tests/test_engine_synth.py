@@ -223,11 +223,11 @@ def test_predictor_auto_resolves_through_the_api(tiny_model, monkeypatch, offloa
     seen = []
     sentinel = FakePredictor()
 
-    def fake_default(spec, backend):
+    def fake_default(spec, backend, progress=None):
         seen.append((spec.path, backend))
         return sentinel
 
-    monkeypatch.setattr(api, "cached_predictor", fake_default)
+    monkeypatch.setattr(api, "auto_predictor", fake_default)
     with api.load(tiny_model, n_ctx=256, n_threads=1) as eng:
         assert eng.predictor is sentinel
     assert seen == [(str(tiny_model), offload_backend)]

@@ -65,11 +65,15 @@ def test_build_id_follows_version_and_system_info():
     assert a != cache.build_id("0.3.37", "CPU : AVX2 = 1 | ")
 
 
-def test_unreadable_cache_is_ignored(tmp_path):
+def test_a_damaged_cache_is_named_and_another_schema_is_measured_again(tmp_path):
+    from ondevice.errors import ProbeError
+
     path = cache.cache_path("CPU", "A", root=tmp_path)
     path.parent.mkdir(parents=True)
-    path.write_text("{not json")
-    assert cache.load_cached("CPU", build="A", root=tmp_path) is None
+    for damaged in ("{not json", json.dumps({"schema": cache.SCHEMA_VERSION, "host": 3}), "[1, 2]"):
+        path.write_text(damaged)
+        with pytest.raises(ProbeError, match="probe cache .* (unreadable|damaged).*ondevice probe --refresh"):
+            cache.load_cached("CPU", build="A", root=tmp_path)
     path.write_text(json.dumps({"schema": 999}))
     assert cache.load_cached("CPU", build="A", root=tmp_path) is None
 

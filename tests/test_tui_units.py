@@ -311,3 +311,24 @@ def test_ui_budget_shrinks_when_the_engine_takes_every_core():
     assert ui_cpu_budget(4, 8) == UI_CPU_BUDGET
     assert ui_cpu_budget(None, 2) == ui_cpu_budget(2, None) == UI_CPU_BUDGET  # unknown: the usual budget
     assert no_spare_core(2, 2) and no_spare_core(3, 2) and not no_spare_core(4, 8) and not no_spare_core(None, 2)
+
+
+def test_tracker_shows_the_predicted_ttft_before_the_first_token():
+    tracker = LiveTracker(StepModel(), 0, predicted_ttft_s=0.12)
+    s = tracker.stats()
+    assert s.predicted_ttft_s == 0.12 and s.ttft_s is None and s.e2e_s is None
+
+
+def test_controller_predicts_the_ttft_of_the_next_message():
+    from tests.tui_fakes import FakeEngine
+    from ondevice.tui.controller import ChatController
+
+    engine = FakeEngine()
+    ctl = ChatController.__new__(ChatController)
+    ctl.engine, ctl.session = engine, type("S", (), {"chat": engine.chat()})()
+    ids = engine.chat().prompt_tokens("hello there")
+    assert ctl._predicted_ttft("hello there") == pytest.approx(engine.predictor.ttft_s(len(ids), 0))
+    engine.kv_cache_tokens = 5  # a cached prefix shortens it
+    assert ctl._predicted_ttft("hello there") == pytest.approx(engine.predictor.ttft_s(len(ids), 5))
+    ctl.session = None
+    assert ctl._predicted_ttft("hello there") is None

@@ -143,6 +143,8 @@ class FakeStream:
             timings=timings,
             ceiling_tok_s=1 / step[0] if step[0] else None,
             predicted_tok_s=1 / step[1] if step[1] else None,
+            predicted_ttft_s=e.predictor.ttft_s(self.prompt_tokens, cached) if e.predictor else None,
+            predicted_e2e_s=e.predictor.e2e_s(self.prompt_tokens, len(times), cached) if e.predictor and times else None,
         )
 
 
@@ -154,6 +156,9 @@ class FakeChat:
 
     def _prompt_tokens(self, text: str) -> int:
         return sum(count_tokens(m["content"]) + 2 for m in self.messages) + count_tokens(text) + 3
+
+    def prompt_tokens(self, text: str | None = None) -> list[int]:
+        return list(range(self._prompt_tokens(text or "")))
 
     def stream(self, text: str, **kw: Any) -> FakeStream:
         e = self.engine
@@ -223,6 +228,9 @@ class FakeEngine:
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
         return list(range(count_tokens(text) + int(add_bos)))
+
+    def cached_prefix(self, ids) -> int:
+        return min(self.kv_cache_tokens, len(ids) - 1)
 
     def cancel(self) -> None:
         self.cancelled.set()

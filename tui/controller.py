@@ -298,10 +298,23 @@ class ChatController:
     def start_turn(self, text: str, user: Any, assistant: Any) -> Turn:
         """The turn streaming from now on (the app is busy: a new message queues)."""
         engine = self.engine
-        turn = Turn(text, user, assistant, LiveTracker(engine.predictor, engine.kv_cache_tokens))
+        tracker = LiveTracker(engine.predictor, engine.kv_cache_tokens, predicted_ttft_s=self._predicted_ttft(text))
+        turn = Turn(text, user, assistant, tracker)
         self.turn = turn
         self.turns.append(turn)
         return turn
+
+    def _predicted_ttft(self, text: str) -> float | None:
+        """The roofline's TTFT for this message's prompt, counting what the KV cache already holds
+        (shown while the user waits for the first token); None without a prefill model."""
+        ttft_s = getattr(self.engine.predictor, "ttft_s", None)
+        if not callable(ttft_s) or self.session is None:
+            return None
+        try:
+            ids = self.session.chat.prompt_tokens(text)
+            return ttft_s(len(ids), self.engine.cached_prefix(ids))
+        except Exception:  # a prompt that cannot be rendered fails in the worker, with its message
+            return None
 
     def is_current(self, turn: Turn) -> bool:
         """False once a new chat or a restore replaced it."""

@@ -59,6 +59,10 @@ class LiveStats:
     prompt_tokens: int | None = None  # prompt length in tokens; known when the message ends
     cached_prompt_tokens: int | None = None  # prompt tokens served from the KV cache; known at the end
     finish_reason: str | None = None  # "stop", "length", "cancelled"; None while streaming
+    predicted_ttft_s: float | None = None  # roofline TTFT for this prompt (the cached prefix not counted), seconds
+    e2e_s: float | None = None  # request start -> last token, seconds; known when the message ends
+    predicted_e2e_s: float | None = None  # predicted TTFT + predicted steps of the tokens produced; at the end
+    output_tok_s: float | None = None  # output tokens / e2e_s (not decode_tok_s); at the end
 
     @property
     def efficiency(self) -> float | None:
@@ -71,8 +75,10 @@ class LiveStats:
 class LiveTracker:
     """Running sums over the events of one message (UI thread only)."""
 
-    def __init__(self, predictor: StepPredictor | None = None, n_ctx_start: int = 0):
+    def __init__(self, predictor: StepPredictor | None = None, n_ctx_start: int = 0,
+                 predicted_ttft_s: float | None = None):
         self.predictor = predictor
+        self.predicted_ttft_s = predicted_ttft_s  # known before the first token
         self.itl_s: deque[float] = deque(maxlen=ITL_HISTORY)  # recent gaps, seconds
         self.count = 0
         self.first_t_s: float | None = None
@@ -126,6 +132,10 @@ class LiveTracker:
                 prompt_tokens=g.prompt_tokens,
                 cached_prompt_tokens=g.cached_prompt_tokens,
                 finish_reason=g.finish_reason,
+                predicted_ttft_s=g.predicted_ttft_s or self.predicted_ttft_s,
+                e2e_s=t.e2e_s if t.output_tokens else None,
+                predicted_e2e_s=g.predicted_e2e_s,
+                output_tok_s=t.output_throughput_tok_s if t.output_tokens else None,
             )
         return LiveStats(
             output_tokens=self.count,
@@ -137,6 +147,7 @@ class LiveTracker:
             ceiling_tok_s=_inv(ceiling_s),
             predicted_tok_s=_inv(step_s),
             predicted_step_s=step_s,
+            predicted_ttft_s=self.predicted_ttft_s,
         )
 
     def _prediction(self) -> tuple[float | None, float | None]:

@@ -3,7 +3,8 @@
 The library renders strings and writes files atomically; only the CLI prints.
 JSON layout: {"record": {...}, "results": [{"model", "scenario", "prompt_tokens",
 "output_tokens", "repeats", "ttft_s": {p50, p95, p99, mean, std, min, max, n}, "itl_s", "tpot_s",
-"e2e_s", "prefill_tok_s", "decode_tok_s", "ceiling_tok_s", "predicted_tok_s", "efficiency",
+"e2e_s", "prefill_tok_s", "decode_tok_s", "ceiling_tok_s", "predicted_tok_s", "efficiency", "predicted_ttft_s",
+"ttft_efficiency", "predicted_e2e_s",
 "failures": [...], "runs": [... each with its per-token "itl_s" trace]}]}.
 """
 
@@ -28,13 +29,15 @@ from ondevice.paths import atomic_write
 __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_markdown", "render_table", "table_rows",
            "HEADERS", "ProgressBar"]
 
-HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "ITL p50/p95/p99 ms",
-           "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff", "notes")
+HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "TTFT pred ms", "TTFT eff",
+           "ITL p50/p95/p99 ms", "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff",
+           "E2E p50/pred s", "out tok/s", "notes")
 _STATS = ("n", "p50", "p95", "p99", "mean", "std", "min", "max")
 _TEXT_COLUMNS = ("model", "scenario", "workload", "notes")
 # What a narrow terminal leaves out first (the files keep everything): the token counts the
 # workload names, the roofline, prefill speed, efficiency, TPOT (ITL p50 is beside it), runs.
-TERMINAL_DROP = ("P", "N", "ceiling/pred tok/s", "prefill tok/s", "eff", "TPOT p50 ms", "runs")
+TERMINAL_DROP = ("P", "N", "out tok/s", "E2E p50/pred s", "ceiling/pred tok/s", "prefill tok/s", "TTFT eff", "eff",
+                 "TPOT p50 ms", "runs", "TTFT pred ms")
 _COLD_COLS = ("total_s", "read_s", "load_overhead_s", "ttft_s", "disk_read_gbs")  # of "cold_start_predicted"
 _LOAD_COLS = ("offered", "sent", "achieved_rps", "arrival_rps", "mean_in_flight", "little_lw", "little_ratio", "goodput_rps",
               "output_tok_s")  # server levels (bench --url), from each result's "load"
@@ -78,7 +81,8 @@ def _csv_header() -> list[str]:
         cols += [f"{m}_{s}" for s in _STATS]
     for m in EXTRA_METRICS:
         cols += [f"{m}_{s}" for s in _STATS]
-    return cols + ["ceiling_tok_s", "predicted_tok_s", "efficiency", "peak_rss_bytes", "kv_bytes",
+    return cols + ["ceiling_tok_s", "predicted_tok_s", "efficiency", "predicted_ttft_s", "ttft_efficiency",
+                   "predicted_e2e_s", "peak_rss_bytes", "kv_bytes",
                    "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput_rps", "slo_good_share", "slo_passed"] + \
         [f"load_{c}" for c in _LOAD_COLS] + [f"cold_start_predicted_{c}" for c in _COLD_COLS] + ["failures"]
 
@@ -136,6 +140,14 @@ def _notes(r: ScenarioResult, slo: Any) -> str:
     return "; ".join(parts)
 
 
+def _output_tok_s(r: ScenarioResult) -> float | None:
+    """Median over the ok runs of output tokens / E2E (the output throughput, not decode tok/s)."""
+    from statistics import median
+
+    values = [x.timings.output_throughput_tok_s for x in r.runs if x.ok and x.timings and x.timings.output_throughput_tok_s]
+    return median(values) if values else None
+
+
 def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> list[list[str]]:
     rows = []
     for r in results:
@@ -147,12 +159,16 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
             str(r.prompt_tokens) if request else "-", str(r.output_tokens) if request else "-",
             f"{r.ok_runs}/{r.repeats}",
             f"{_ms(ttft.p50)}/{_ms(ttft.p95)}" if request else "-",
+            _ms(r.predicted_ttft_s) if r.predicted_ttft_s else "-",
+            number(r.ttft_efficiency, ".2f"),
             f"{_ms(itl.p50)}/{_ms(itl.p95)}/{_ms(itl.p99)}" if request else "-",
             _ms(tpot.p50) if request else "-",
             number(r.summary("decode_tok_s").p50) if request else "-",
             number(r.summary("prefill_tok_s").p50, ".0f") if request else "-",
             roof,
             number(r.efficiency, ".2f"),
+            f"{number(r.summary('e2e_s').p50, '.2f')}/{number(r.predicted_e2e_s, '.2f')}" if request else "-",
+            number(_output_tok_s(r)) if request else "-",
             _notes(r, (slo or {}).get((r.model, r.scenario, r.workload))),
         ])
     return rows

@@ -51,6 +51,7 @@ class RunRecord:
     seed: int | None = None  # sampling seed of the request
     notes: tuple[str, ...] = field(default=())  # anything odd seen during the run
     serve: dict[str, Any] | None = None  # server runs (bench --url): what the client saw beyond Timings (ondevice.bench.serve.measure)
+    attribution: dict[str, float] | None = None  # where the request's E2E went (results.Attribution.to_dict), seconds
 
     @property
     def ok(self) -> bool:
@@ -103,6 +104,7 @@ class RunRecord:
             "notes": list(self.notes),
             "itl_s": list(t.itl_s) if t else [],
             **({"serve": self.serve} if self.serve is not None else {}),
+            **({"attribution": self.attribution} if self.attribution is not None else {}),
         }
 
     @classmethod

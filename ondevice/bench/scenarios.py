@@ -96,6 +96,7 @@ def _record(ctx: RequestContext, scenario: str, workload: str, n_out: int, seed:
         timings=g.timings if g else None,
         peak_rss_bytes=ctx.rss.read_bytes(),
         seed=seed,
+        attribution=g.attribution.to_dict() if g and g.attribution else None,
         **{k: v for k, v in extra.items() if k != "prompt_tokens"},
     )
 

@@ -48,6 +48,9 @@ class ScenarioResult:
     ceiling_tok_s: float | None  # roofline bound at P + N/2 (no probe: None)
     predicted_tok_s: float | None  # calibrated roofline prediction at P + N/2
     efficiency: float | None  # decode_tok_s p50 / predicted_tok_s
+    predicted_ttft_s: float | None  # roofline TTFT for P prompt tokens (the median cached share not computed)
+    ttft_efficiency: float | None  # predicted_ttft_s / ttft_s p50 (1 = as predicted, below 1 = slower)
+    predicted_e2e_s: float | None  # predicted TTFT + the N - 1 decode steps over the growing context
     peak_rss_bytes: int | None  # largest peak RSS over the runs, bytes
     kv_bytes: int | None  # f16 K+V bytes of the context at a run's end (windowed layers capped)
     cached_prompt_tokens: float | None  # median prompt tokens served from the KV cache
@@ -79,6 +82,9 @@ class ScenarioResult:
             ceiling_tok_s=self.ceiling_tok_s,
             predicted_tok_s=self.predicted_tok_s,
             efficiency=self.efficiency,
+            predicted_ttft_s=self.predicted_ttft_s,
+            ttft_efficiency=self.ttft_efficiency,
+            predicted_e2e_s=self.predicted_e2e_s,
             peak_rss_bytes=self.peak_rss_bytes,
             kv_bytes=self.kv_bytes,
             cached_prompt_tokens=self.cached_prompt_tokens,
@@ -134,6 +140,18 @@ def _roofline(predictor: Any, scenario: str, p: int, n: int) -> tuple[float | No
     return (1.0 / ceiling_s if ceiling_s > 0 else None), (1.0 / calibrated_s if calibrated_s > 0 else None)
 
 
+def _request_prediction(predictor: Any, scenario: str, p: int, n: int, cached: float | None) -> tuple[float | None, float | None]:
+    """(predicted TTFT, predicted E2E) of the cell's request; None where the predictor has no prefill model."""
+    decode_fn = getattr(predictor, "decode_s", None)
+    ttft = _predicted_ttft(predictor, p, int(cached or 0)) if scenario in (RESIDENT, PREFIX_HIT) else None
+    if ttft is None:
+        return None, None
+    try:
+        return ttft, (ttft + decode_fn(p, n) if callable(decode_fn) and n >= 1 else None)
+    except Exception:  # a predictor that cannot answer leaves the columns empty
+        return ttft, None
+
+
 def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any = None,
                  prompt_tokens: int = 0, output_tokens: int = 0) -> ScenarioResult:
     """Summarise the runs of one cell (all of the same model, scenario and workload)."""
@@ -152,6 +170,10 @@ def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any 
     ceiling, predicted = _roofline(predictor, first.scenario, prompt_tokens, output_tokens)
     decode_p50 = summaries.get("decode_tok_s", summarize(())).p50
     efficiency = decode_p50 / predicted if predicted and decode_p50 and math.isfinite(decode_p50) else None
+    cached = median(r.cached_prompt_tokens for r in ok) if ok and first.scenario not in LOAD_SCENARIOS else None
+    predicted_ttft, predicted_e2e = _request_prediction(predictor, first.scenario, prompt_tokens, output_tokens, cached)
+    ttft_p50 = summaries.get("ttft_s", summarize(())).p50
+    ttft_eff = predicted_ttft / ttft_p50 if predicted_ttft and ttft_p50 and math.isfinite(ttft_p50) else None
     rss = [r.peak_rss_bytes for r in runs if r.peak_rss_bytes]
     kv = None
     if spec is not None and first.scenario not in LOAD_SCENARIOS + (LOAD,) and spec.kv_bytes_per_token_by_layer:
@@ -171,9 +193,12 @@ def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any 
         ceiling_tok_s=ceiling,
         predicted_tok_s=predicted,
         efficiency=efficiency,
+        predicted_ttft_s=predicted_ttft,
+        ttft_efficiency=ttft_eff,
+        predicted_e2e_s=predicted_e2e,
         peak_rss_bytes=max(rss) if rss else None,
         kv_bytes=kv,
-        cached_prompt_tokens=median(r.cached_prompt_tokens for r in ok) if ok and first.scenario not in LOAD_SCENARIOS else None,
+        cached_prompt_tokens=cached,
         kv_cache_speedup=None,
         failures=tuple({"repeat": r.repeat, "status": r.status, "reason": r.reason} for r in runs if not r.ok),
         notes=tuple(notes),
@@ -223,12 +248,14 @@ def _with_cold_start(results: list[ScenarioResult], plans: dict[str, Any]) -> li
     return out
 
 
-def _predicted_ttft(predictor: Any, n_prompt: int) -> float | None:
+def _predicted_ttft(predictor: Any, n_prompt: int, n_cached: int = 0) -> float | None:
+    """The predictor's TTFT of a prompt (n_cached of it in the KV cache); None where it has no
+    prefill model (older predictors, fakes) or cannot answer."""
     ttft = getattr(predictor, "ttft_s", None)
-    if ttft is None or n_prompt < 1:
+    if not callable(ttft) or n_prompt < 1:
         return None
     try:
-        value = float(ttft(n_prompt))
+        value = float(ttft(n_prompt, n_cached))
     except Exception:  # a predictor that cannot answer leaves the part empty
         return None
     return value if math.isfinite(value) and value >= 0 else None

@@ -7,6 +7,7 @@ import sys
 
 from ondevice.cli.engine_args import add_kv_cache_args
 from ondevice.cli.output import dump_json, terminal_width
+from ondevice.cli.target_args import add_target_args, estimate_lines, memory_where_text, target_from_args
 from ondevice.fmt import fold_lines, human_bytes, millis, number, table
 
 __all__ = ["register", "run", "render", "DEFAULT_CONTEXTS"]
@@ -25,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--bandwidth", type=float, help="GB/s to use instead of this machine's (pure ceiling only)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     g = p.add_argument_group("a model you have not downloaded (instead of MODEL)")
-    g.add_argument("--params", type=float, help="parameters, e.g. 8.0e9")
+    g.add_argument("--params", help="parameters, e.g. 8B or 8.03e9")
     g.add_argument("--quant", help="file type, e.g. Q4_K_M, Q8_0, F16")
     g.add_argument("--layers", type=int, help="transformer blocks")
     g.add_argument("--kv-heads", type=int, help="key/value heads")
@@ -37,6 +38,7 @@ def register(sub) -> None:
     g.add_argument("--active-params", type=float, help="parameters used per token (MoE)")
     g.add_argument("--tied", action="store_true", help="output head tied to the embedding")
     add_kv_cache_args(p)
+    add_target_args(p)
     p.set_defaults(func=run)
 
 
@@ -52,10 +54,10 @@ def _spec(args):
         return inspect(resolve_model(args.model))
     if args.model:
         raise SpecError("give either MODEL or a spec (--params, --quant, ...), not both")
-    from ondevice.roofline.spec import spec_from_flags
+    from ondevice.roofline.spec import parameter_count, spec_from_flags
 
     return spec_from_flags(
-        params=args.params, quant=args.quant, layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim,
+        params=None if args.params is None else parameter_count(args.params), quant=args.quant, layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim,
         d_model=args.d_model, vocab=args.vocab, heads=args.heads, ctx_train=args.ctx_train, tied=args.tied,
         active_params=args.active_params,
     )
@@ -93,15 +95,16 @@ def run(args) -> int:
     if spec.n_ctx_train and args.prompt + (args.output or 0) > spec.n_ctx_train:
         raise InvalidParameterError(f"--prompt {args.prompt} + --output {args.output or 0} tokens is longer than the "
                                     f"model's trained context of {spec.n_ctx_train} tokens")
+    target, args.bandwidth = target_from_args(args)  # another machine: its bandwidth (from --device too)
     probe = _probe(args)
     pred = predict(spec, ctx=contexts, probe=probe, bandwidth_gbs=args.bandwidth, prompt_tokens=args.prompt,
-                   output_tokens=args.output)
+                   output_tokens=args.output, target=target)
     if args.json:
         d = pred.to_dict()
         d["probe_age_s"] = probe.age_s if probe is not None else None
         dump_json(d)
     else:
-        print(render(pred, spec, probe, width=terminal_width()))
+        print(render(pred, spec, probe, width=terminal_width(), target=target))
     return 0
 
 
@@ -117,7 +120,7 @@ def _probe(args):
     return probe(progress=None if args.json else (lambda m: print(f"probing: {m}", file=sys.stderr, flush=True)))
 
 
-def render(p, spec, probe, *, width: int | None = None) -> str:
+def render(p, spec, probe, *, width: int | None = None, target=None) -> str:
     from ondevice.cli.probe import age_text
 
     name = spec.name or p.model
@@ -131,13 +134,17 @@ def render(p, spec, probe, *, width: int | None = None) -> str:
     lines.append(f"  {backend}ceiling bandwidth {p.bandwidth_gbs:.1f} GB/s ({src})")
     lines.append("")
     rows = []
-    for c in p.contexts:
-        rows.append([c.n_ctx, human_bytes(c.kv_bytes), f"{c.ceiling_tok_s:.1f}", number(c.predicted_tok_s or None),
-                     millis(c.predicted_step_s or None, places=((math.inf, 2),), unit=False)])
-    lines.append(table(["context", "KV read", "ceiling tok/s", "predicted tok/s", "predicted ms/token"], rows,
-                       align="rrrrr", width=width, full="--json"))
+    for i, c in enumerate(p.contexts):
+        e = p.estimates[i] if p.estimates else None
+        rows.append([c.n_ctx, human_bytes(c.kv_bytes), f"{c.ceiling_tok_s:.1f}",
+                     *([f"{e.tok_s:.1f} ({e.low_tok_s:.0f}–{e.high_tok_s:.0f})"] if e else []),
+                     number(c.predicted_tok_s or None), millis(c.predicted_step_s or None, places=((math.inf, 2),), unit=False)])
+    est = ["estimated tok/s (range)"] if p.estimates else []
+    lines.append(table(["context", "KV read", "ceiling tok/s", *est, "predicted tok/s", "predicted ms/token"], rows,
+                       align="r" * len(rows[0]), width=width, full="--json"))
     lines.append("  ceiling: a bound decoding cannot beat" + ("; predicted: calibrated by this machine's kernel probe"
                                                               if p.calibrated else ""))
+    lines += estimate_lines(p)
     lines.append("")
     if p.ttft:
         t = p.ttft
@@ -147,7 +154,7 @@ def render(p, spec, probe, *, width: int | None = None) -> str:
     if p.request:
         lines += request_lines(p.request)
     m = p.memory
-    avail = f"{human_bytes(m.available_bytes)} {m.where} available" if m.available_bytes else f"{m.where} unknown"
+    avail = memory_where_text(m, target)
     lines.append(f"memory at {m.n_ctx} tokens: weights {human_bytes(m.weight_bytes)} + KV {human_bytes(m.kv_bytes)} "
                  f"+ buffers ~{human_bytes(m.buffer_bytes)} = {human_bytes(m.total_bytes)} of {avail}: {m.verdict.upper()}")
     lines += [f"  note: {n}" for n in p.notes]

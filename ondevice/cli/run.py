@@ -55,7 +55,7 @@ def run(args) -> int:
         prompt = _read_stdin()
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
     engine = load(model, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=layers,
-                  predictor=None if args.no_predict else "auto", **engine_kwargs(args))
+                  predictor=None if args.no_predict else "auto", progress=_say, **engine_kwargs(args))
     try:
         stream = engine.stream(
             prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -73,12 +73,18 @@ def run(args) -> int:
         sys.stdout.flush()
         g = stream.generation
         if g is not None:
-            print(f"{timings_line(g, engine.info.load_s, engine.info.backend)} | {settings_text(engine.info)}", file=sys.stderr)
+            basis = engine.predictor.calibration.source if engine.predictor is not None else None
+            print(f"{timings_line(g, engine.info.load_s, engine.info.backend, basis)} | {settings_text(engine.info)}",
+                  file=sys.stderr)
             if args.explain and g.attribution is not None:
                 print(explain_text(g), file=sys.stderr)
         return 130 if g is not None and g.finish_reason == "cancelled" else 0
     finally:
         engine.close()
+
+
+def _say(line: str) -> None:
+    print(f"ondevice: {line}", file=sys.stderr, flush=True)
 
 
 def _read_stdin() -> str:
@@ -96,20 +102,34 @@ def _int_arg(name: str, value: str) -> int:
         raise InvalidParameterError(f"{name} must be 'auto' or an integer, not {value!r}") from None
 
 
-def timings_line(g, load_s: float | None = None, backend: str | None = None) -> str:
+# calibration source -> the words beside a rate and beside a time (a bound caps a rate and floors a time)
+_BASIS = {"estimate": ("estimated", "estimated"), "bound": ("at most", "at least")}
+HOW_TO_CALIBRATE = "`ondevice probe` calibrates"
+
+
+def timings_line(g, load_s: float | None = None, backend: str | None = None, basis: str | None = None) -> str:
     """One line: TTFT, TPOT, decode and prefill rates, E2E and output throughput, token counts,
-    finish reason, each measured figure with its prediction beside it when there is one."""
+    finish reason, each measured figure with its prediction beside it when there is one. basis:
+    the predictor's calibration source ("kernel", "estimate", "bound"); an uncalibrated one says
+    how to calibrate."""
     t = g.timings
     cached = f", {g.cached_prompt_tokens} cached" if g.cached_prompt_tokens else ""
     decode = f"decode {rate(t.decode_tok_s)}"
+    rate_word, word = _BASIS.get(basis or "", ("predicted", "predicted"))
     if g.predicted_tok_s:
-        decode += f" (predicted {number(g.predicted_tok_s)}, ceiling {number(g.ceiling_tok_s)})"
+        ceiling = f"ceiling {number(g.ceiling_tok_s)}"
+        if basis == "bound":
+            decode += f" ({ceiling}; {HOW_TO_CALIBRATE})"
+        elif basis in _BASIS:
+            decode += f" ({ceiling}, {rate_word} {number(g.predicted_tok_s)}; {HOW_TO_CALIBRATE})"
+        else:
+            decode += f" (predicted {number(g.predicted_tok_s)}, {ceiling})"
     parts = [
-        f"TTFT {millis(t.ttft_s)}{_beside(g.predicted_ttft_s)}",
+        f"TTFT {millis(t.ttft_s)}{_beside(g.predicted_ttft_s, word)}",
         f"TPOT {millis(t.tpot_s)}",
         decode,
         f"prefill {rate(t.prefill_tok_s)}",
-        f"E2E {_seconds(t.e2e_s)}{_beside(g.predicted_e2e_s)}",
+        f"E2E {_seconds(t.e2e_s)}{_beside(g.predicted_e2e_s, word)}",
         f"output {rate(t.output_throughput_tok_s)}",
         f"tokens {g.prompt_tokens} prompt{cached} + {t.output_tokens} output",
         f"finish {g.finish_reason}",
@@ -123,8 +143,8 @@ def _seconds(s: float | None) -> str:
     return millis(s) if s is not None and s < 1 else f"{s:.2f} s"
 
 
-def _beside(predicted_s: float | None) -> str:
-    return f" (predicted {_seconds(predicted_s)})" if predicted_s else ""
+def _beside(predicted_s: float | None, word: str = "predicted") -> str:
+    return f" ({word} {_seconds(predicted_s)})" if predicted_s else ""
 
 
 _PARTS = (("tokenize_s", "tokenize"), ("prefill_s", "prefill"), ("first_sample_s", "first sample"),

@@ -92,6 +92,11 @@ class Engine:
         """Tokens whose keys/values the cache holds now."""
         return len(self._kv.tokens)
 
+    def cached_prefix(self, ids: Sequence[int]) -> int:
+        """How many leading tokens of `ids` the KV cache holds now (what a request with prefix reuse
+        would not prefill; at most len(ids) - 1: the last prompt token is always computed)."""
+        return self._kv.common_prefix(ids)
+
     @property
     def n_vocab(self) -> int:
         return self._h.n_vocab

@@ -37,16 +37,21 @@ class KVCache:
         self._h.lib.llama_memory_clear(self._h.memory, False)  # cells emptied; buffers need no zeroing
         self.tokens.clear()
 
+    def common_prefix(self, ids: Sequence[int]) -> int:
+        """Leading tokens of `ids` the cache holds, at most len(ids) - 1 (one token is always computed)."""
+        cached, n = self.tokens, 0
+        limit = min(len(cached), len(ids) - 1)
+        while n < limit and cached[n] == ids[n]:
+            n += 1
+        return n
+
     def reuse(self, ids: Sequence[int], allow: bool) -> int:
         """Keep the longest common prefix with `ids` (at least one token left to compute); return its length."""
         if not allow:
             self.clear()
             return 0
+        n = self.common_prefix(ids)
         cached = self.tokens
-        n = 0
-        limit = min(len(cached), len(ids) - 1)
-        while n < limit and cached[n] == ids[n]:
-            n += 1
         lib, mem = self._h.lib, self._h.memory
         # Always trim from n on: also drops a cell decoded but not recorded (an exception between the two).
         if not lib.llama_memory_seq_rm(mem, 0, n, -1):

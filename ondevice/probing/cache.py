@@ -18,7 +18,7 @@ import psutil
 
 from ondevice import paths
 from ondevice.llama.build import build_id
-from ondevice.probing.result import ProbeResult
+from ondevice.probing.result import SCHEMA_VERSION, ProbeResult
 
 __all__ = ["cache_path", "load_cached", "save", "build_id", "machine_id", "probe_dir", "lock_path"]
 
@@ -47,16 +47,32 @@ def cache_path(backend: str, build: str | None = None, machine: str | None = Non
 
 
 def load_cached(backend: str, *, build: str | None = None, root: Path | None = None) -> ProbeResult | None:
-    """The cached result for this machine, `backend` and llama.cpp build; None if absent or unreadable."""
+    """The cached result for this machine, `backend` and llama.cpp build; None if absent or written
+    by another schema version (an older ondevice: measured again). A damaged file raises ProbeError
+    (one line naming it and the way out): predictions from it would be wrong, and silently
+    measuring again would hide the damage."""
+    from ondevice.errors import ProbeError
+
     path = cache_path(backend, build, root=root)
     try:
         data = json.loads(path.read_text())
-        return ProbeResult.from_dict(data, from_cache=True)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("ignoring unreadable probe cache %s: %s", path, exc)
+    except (OSError, ValueError) as exc:
+        raise ProbeError(f"probe cache {path} is unreadable ({_short(exc)}); delete it or run "
+                         "`ondevice probe --refresh`") from None
+    if isinstance(data, dict) and data.get("schema") != SCHEMA_VERSION and isinstance(data.get("schema"), int):
+        log.info("probe cache %s has schema %s, not %s: measuring again", path, data.get("schema"), SCHEMA_VERSION)
         return None
+    try:
+        return ProbeResult.from_dict(data, from_cache=True)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ProbeError(f"probe cache {path} is damaged ({_short(exc)}); delete it or run "
+                         "`ondevice probe --refresh`") from None
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:120]
 
 
 def save(result: ProbeResult, *, root: Path | None = None) -> Path:

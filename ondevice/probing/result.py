@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
-from ondevice.nameplate import Nameplate
+from ondevice.nameplate import Nameplate, compute_lookup
 from ondevice.probing.host import ComputeProbe, DiskProbe, MemoryProbe
 from ondevice.roofline import Calibration
 
@@ -105,6 +105,15 @@ class ProbeResult:
             best = max(best, self.nameplate.bandwidth_gbs)
         return best
 
+    @property
+    def device_fp16_tflops(self) -> float | None:
+        """The offload device's nameplate peak FP16 TFLOPS on a GPU backend (TTFT floor); None on
+        the CPU backend or for a device the table does not know."""
+        if self.backend.upper() == "CPU" or not self.nameplate:
+            return None
+        hit = compute_lookup(self.nameplate.chip)
+        return hit.fp16_tflops if hit else None
+
     def calibration(self) -> Calibration | None:
         """The roofline's calibration; None without a kernel probe."""
         if self.kernel is None or not self.kernel.type_gbs:
@@ -120,6 +129,12 @@ class ProbeResult:
             type_gflops=dict(self.kernel.type_gflops),
             attn_gflops=self.kernel.attn_gflops,
         )
+
+    def host_calibration(self) -> Calibration:
+        """A calibration from the host probe alone (no kernel probe): the ceiling bandwidth and the
+        host's compute; the step times are then the bound itself (source "bound")."""
+        return Calibration(backend=self.backend, ceiling_gbs=self.ceiling_gbs, compute_gflops=self.compute.f32_gflops,
+                           source="bound")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -9,6 +9,8 @@ time adds what the kernel probe measured (model.py has the formula, once).
                  several per step, prefill, TTFT, E2E)
 - prediction.py  predict(): ceilings and predictions per context, TTFT floor, memory verdict
 - spec.py        a spec typed in by hand (a model you do not have)
+- estimate.py    decode speed on a machine you do not have, fitted on published llama.cpp runs
+- target.py      that machine's backend, compute and memory; the compute behind the TTFT floor
 """
 
 from ondevice.roofline.model import (

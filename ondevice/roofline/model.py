@@ -76,6 +76,8 @@ class Calibration:
     type_gflops: Mapping[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
     # (prefill chunks; kernel probe). Empty: compute_gflops for every type
     attn_gflops: float | None = None  # GFLOP/s of batched attention (QK and AV) in prefill (None: the matmul rate)
+    source: str = "kernel"  # where the figures come from: "kernel" (this machine's kernel probe), "estimate"
+    # (the host's bandwidth times an efficiency fitted on published measurements), "bound" (the ceiling itself)
 
 
 def effective_gbs(weight_type: str, cal: Calibration) -> float:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
 from ondevice.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.modelspec import ModelSpec, inspect
+from ondevice.roofline.estimate import Estimate, estimates_for
 from ondevice.roofline.model import Calibration, Predictor
 from ondevice.roofline.spec import positive_number
+from ondevice.roofline.target import Target, ttft_compute
 
 __all__ = ["predict", "check_contexts", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict",
            "RequestPrediction", "request_prediction", "prefill_flops", "memory_verdict", "FITS_SHARE"]
@@ -81,19 +83,21 @@ class Prediction:
     ttft: TTFTPrediction | None  # None without a compute figure or prompt length
     memory: MemoryVerdict
     notes: tuple[str, ...] = ()  # caveats (approximations, missing data)
+    estimates: tuple[Estimate, ...] = ()  # per context (same order), fitted on published runs; () when calibrated
     request: RequestPrediction | None = None  # the request of prompt_tokens (and output_tokens) predicted
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["contexts"] = [asdict(c) for c in self.contexts]
         d["notes"] = list(self.notes)
+        d["estimates"] = [asdict(e) for e in self.estimates]
         d["request"] = asdict(self.request) if self.request else None
         return d
 
 
 def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: float | None = None,
             prompt_tokens: int | str | None = "default", n_batch: int = 512, available_bytes: int | None = None,
-            output_tokens: int | None = None) -> Prediction:
+            output_tokens: int | None = None, target: Target | None = None) -> Prediction:
     """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model.
 
     model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
@@ -101,7 +105,8 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
     no TTFT); output_tokens: its output (decode time, E2E, the prefill share).
     probe: a ProbeResult (ondevice.predict passes this machine's cached one); needed unless
     bandwidth_gbs is given. bandwidth_gbs: a bandwidth to use instead of the measured one (a
-    machine you do not own); the prediction is then the pure ceiling only.
+    machine you do not own); the prediction is then the ceiling and an estimate fitted on published
+    llama.cpp runs. target: that machine's backend, compute and memory (roofline.target.make_target).
     """
     spec = model_or_spec if isinstance(model_or_spec, ModelSpec) else inspect(_resolve(model_or_spec))
     if not spec.decode_weight_bytes:
@@ -120,15 +125,18 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
                                     f"than the model's trained context of {spec.n_ctx_train} tokens")
     if bandwidth_gbs is not None:
         bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s")
+    if target is not None and bandwidth_gbs is None:
+        raise InvalidParameterError("a target machine needs its bandwidth (bandwidth_gbs)")
     if probe is None and bandwidth_gbs is None:
         raise ProbeError("no probe results: pass a probe (ondevice.predict reads this machine's cached one) or a bandwidth")
     notes = list(spec.warnings)
     if bandwidth_gbs is not None:
-        cal = Calibration(backend=probe.backend if probe else "given", ceiling_gbs=bandwidth_gbs,
+        cal = Calibration(backend=(target and target.backend) or (probe.backend if probe else "given"),
+                          ceiling_gbs=bandwidth_gbs,
                           compute_gflops=probe.compute.f32_gflops if probe else None)
         source, calibrated = "given", False
-        notes.append("bandwidth given: the prediction is the pure ceiling (no kernel calibration)")
-        if probe is not None:
+        notes.append("bandwidth given: no kernel calibration (ceiling: the bound; estimate: fitted on published runs)")
+        if probe is not None and target is None:
             notes.append("TTFT floor and memory verdict are for this machine (its measured compute and free memory)")
     else:
         cal = probe.calibration()
@@ -140,16 +148,24 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
     pred = Predictor(spec, cal)
     rows = tuple(_context_row(pred, n, calibrated) for n in contexts)
     ttft = None
-    if prompt_tokens is not None and cal.compute_gflops:
-        ttft = _ttft(spec, prompt_tokens, cal)
-        if cal.backend.upper() != "CPU":
-            notes.append("TTFT floor uses the host CPU's measured compute; a GPU prefills faster")
+    gflops, compute_note = ttft_compute(cal.backend, cal.compute_gflops, probe, target)
+    floor_cal = replace(cal, compute_gflops=gflops)  # the device's compute on a GPU backend (or the target's)
+    pred = Predictor(spec, cal if calibrated else floor_cal)  # bounds use it too; a calibration keeps its own
+    rows = tuple(_context_row(pred, n, calibrated) for n in contexts)
+    ttft = None
+    if prompt_tokens is not None and gflops:
+        ttft = _ttft(spec, prompt_tokens, floor_cal)
+    notes += [compute_note] if compute_note and prompt_tokens is not None else []
     request = request_prediction(pred, prompt_tokens, output_tokens, calibrated, n_batch) if prompt_tokens else None
-    where, avail = _memory_budget(probe, cal.backend, available_bytes)
+    if target is not None:
+        where, avail = target.memory_where, available_bytes if available_bytes is not None else target.memory_bytes
+    else:
+        where, avail = _memory_budget(probe, cal.backend, available_bytes)
     memory = memory_verdict(spec, n_ctx=max(contexts), n_batch=n_batch, available_bytes=avail, where=where)
     return Prediction(
         model=spec.path or spec.name or "spec", quant=spec.quant, backend=cal.backend, bandwidth_gbs=cal.ceiling_gbs,
         bandwidth_source=source, calibrated=calibrated, contexts=rows, ttft=ttft, memory=memory, notes=tuple(notes),
+        estimates=() if calibrated else estimates_for(pred, contexts, target.backend if target else cal.backend),
         request=request,
     )
 

@@ -22,7 +22,7 @@ from ondevice.errors import SpecError
 from ondevice.modelspec import KV_CACHE_ELEMENT_BYTES, ModelSpec
 from ondevice.roofline.model import bits_per_weight
 
-__all__ = ["QUANT_MIXES", "mix_for", "mix_bits_per_weight", "spec_from_flags", "positive_number"]
+__all__ = ["QUANT_MIXES", "mix_for", "mix_bits_per_weight", "spec_from_flags", "positive_number", "parameter_count"]
 
 _V, _O, _D = 0.02, 0.07, 0.27  # shares of a llama block: attn_v, attn_output, ffn_down
 _HALF = 0.5  # share of layers llama.cpp's use_more_bits() upgrades
@@ -131,6 +131,20 @@ def positive_number(what: str, v, error: type[Exception] = SpecError, unit: str 
     if not math.isfinite(x) or x <= 0:
         raise error(f"{what} must be positive{f' ({unit})' if unit else ''}, not {v!r}")
     return x
+
+
+_SCALE = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def parameter_count(text) -> float:
+    """'8B', '1.5b', '500M', '8.03e9', '8000000000' -> parameters; SpecError otherwise."""
+    t = str(text).strip().upper()
+    scale = _SCALE.get(t[-1:], 1.0) if t else 1.0
+    number = t[:-1] if t[-1:] in _SCALE else t
+    try:
+        return positive_number("--params", float(number) * scale)
+    except (ValueError, SpecError):
+        raise SpecError(f"--params takes a count such as 8B, 1.5B, 500M or 8.03e9, not {text!r}") from None
 
 
 def _add(d: dict[str, float], key: str, value: float) -> None:

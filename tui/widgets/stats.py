@@ -65,7 +65,7 @@ class StatsPanel(VerticalScroll, can_focus=False):
     frame, and a frame repaints only the lines that changed.
     """
 
-    SECTIONS = (("live", 8), ("itl", ItlChartRows.ROWS), ("ctx", 3), ("prefill", 2), ("mem", 2), ("gap", 1), ("card", 0))
+    SECTIONS = (("live", 11), ("itl", ItlChartRows.ROWS), ("ctx", 3), ("prefill", 2), ("mem", 2), ("gap", 1), ("card", 0))
 
     def compose(self) -> ComposeResult:
         yield StyledLines(id="stats-lines")
@@ -93,11 +93,15 @@ class StatsPanel(VerticalScroll, can_focus=False):
         self._set(
             live=[
                 ((_row("TTFT", fmt_ms(s.ttft_s)), None),),
+                ((_row("  pred", fmt_ms(s.predicted_ttft_s)), "dim"),),
                 ((_row("ITL last", fmt_ms(s.last_itl_s)), None),),
                 ((_row("TPOT", fmt_ms(s.tpot_s)), None),),
                 ((_row("decode", fmt_rate(s.decode_tok_s)), None),),
                 ((_row("ceiling", fmt_rate(s.ceiling_tok_s)), None),),
                 ((_row("predicted", fmt_rate(s.predicted_tok_s)), None),),
+                ((_row("E2E", fmt_ms(s.e2e_s)), None),),
+                ((_row("  pred", fmt_ms(s.predicted_e2e_s)), "dim"),),
+                ((_row("output", fmt_rate(s.output_tok_s)), None),),
                 ((f"{hbar(eff, BAR_CELLS)} {gauge}", "gauge"),),
                 ((f"ITL {s.output_tokens} tok{ref}", "dim"),),
             ],
