@@ -7,11 +7,13 @@ together at a barrier); the figure is the best of several passes, over arrays at
 last-level cache, filled first so no page is the shared zero page.
 
 No triad: numpy has no fused a = b + s*c, so a triad is either two passes over memory (5
-arrays' worth of traffic, not the 3 STREAM counts) or a blocked loop whose Python overhead per
-block is timed with it. Measured on an AMD EPYC VM, 256 MiB arrays, one thread: a C triad 36.4
-GB/s, the blocked numpy one 27.3, the two-pass one 23.9 (39.8 counting what moves); the issue's
-Intel VM: 16 against 28. Either way it reported a kernel's overhead as the memory's speed, and
-decode reads weights: read and copy are what the roofline uses.
+arrays' worth of traffic, not the 3 STREAM counts: 23.9 GB/s counted as 3, 39.8 as 5, one
+thread here) or a loop over cache-sized blocks through a temporary, which moves the 3 arrays
+but times numpy's per-block call overhead with them. That overhead depends on the machine: on
+an AMD EPYC VM (2 threads, 256 MiB arrays, median of 5 rounds interleaved with a C OpenMP
+triad) the blocked triad gave 42.2 GB/s against C's 44.1; on an Intel Xeon VM 16 against 28.
+Decode reads weights, the roofline takes the best of read and copy, and the triad was never
+the figure it used, so it is not measured (the host probe is a third shorter).
 
 The disk read (probe_disk) is what a cold start pays before the weights are in memory: a
 temporary file written in the cache dir (the file system the default model lives on), dropped
