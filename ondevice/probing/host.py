@@ -12,8 +12,11 @@ thread here) or a loop over cache-sized blocks through a temporary, which moves 
 but times numpy's per-block call overhead with them. That overhead depends on the machine: on
 an AMD EPYC VM (2 threads, 256 MiB arrays, median of 5 rounds interleaved with a C OpenMP
 triad) the blocked triad gave 42.2 GB/s against C's 44.1; on an Intel Xeon VM 16 against 28.
-Decode reads weights, the roofline takes the best of read and copy, and the triad was never
-the figure it used, so it is not measured (the host probe is a third shorter).
+A figure that measures the interpreter on one machine and the memory on another is not a
+bound; decode reads weights, and the ceiling is the best of read, copy and llama.cpp's own
+kernels (ProbeResult.ceiling_gbs), so the triad is not measured (the host probe is a third
+shorter). Where the triad was the best figure the ceiling drops to the next (here 38.4 -> 37.3
+GB/s in one cached probe).
 
 The disk read (probe_disk) is what a cold start pays before the weights are in memory: a
 temporary file written in the cache dir (the file system the default model lives on), dropped
