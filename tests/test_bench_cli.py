@@ -66,7 +66,7 @@ def test_quick_suite_json_results(quick_run):
     assert by["resident"]["slo"]["goodput_rps"] == pytest.approx(by["resident"]["slo"]["good"] / by["resident"]["slo"]["time_s"])
     assert by["no_kv_cache"]["kv_cache_speedup"] is not None
     cold = by["cold_start"]  # page cache dropped -> load -> first token, and its parts
-    assert "slo" not in cold and cold["cold_start_predicted"]["load_overhead_s"] == by["warm_load"]["load_s"]["p50"]
+    assert "slo" not in cold and cold["cold_start_predicted"]["load_overhead_s"] == by["warm_load"]["load_call_s"]["p50"]
     for run in cold["runs"]:
         assert run["cold_start_s"] > run["load_s"] > 0 and run["output_tokens"] == 1
         assert run["load_s"] + run["tokenize_s"] + run["prefill_s"] + run["cold_start_rest_s"] == pytest.approx(run["cold_start_s"])

@@ -126,15 +126,16 @@ class TtftPredictor:
         return 0.1
 
 
-def _outcome(predictor, disk_gbs):
+def _outcome(predictor, disk_gbs, call=False):
     """Three cold starts (0.5, 0.6, 0.7 s; load 0.3 s, tokenize 1 ms, prefill 60 ms) and three
-    warm loads (0.20, 0.21, 0.22 s) of a 1 GB model."""
+    warm loads (0.20, 0.21, 0.22 s; with call: the whole load calls 0.30, 0.31, 0.32 s) of a 1 GB model."""
     suite = custom_suite((64,), (8,))
     w = suite.workloads[0].name
     cold = [RunRecord("m.gguf", COLD_START, w, i, "ok", prompt_tokens=64, output_tokens_requested=1, load_s=0.3,
                       cold_start_s=0.5 + 0.1 * i, timings=Timings(0.001, 0.06, 0.08, (), 0.08, 64, 1))
             for i in range(3)]
-    warm = [RunRecord("m.gguf", WARM_LOAD, "", i, "ok", load_s=0.2 + 0.01 * i) for i in range(3)]
+    warm = [RunRecord("m.gguf", WARM_LOAD, "", i, "ok", load_s=0.2 + 0.01 * i, load_call_s=0.3 + 0.01 * i if call else None)
+            for i in range(3)]
     plan = SimpleNamespace(label="m.gguf", spec=SimpleNamespace(file_bytes=GB, kv_bytes_per_token_by_layer=()),
                            predictor=predictor, disk_read_gbs=disk_gbs, disk_note="", suite=suite)
     return SimpleNamespace(models=[plan], runs=warm + cold)
@@ -158,6 +159,9 @@ def test_scenario_results_carry_the_prediction():
     bare = next(r for r in scenario_results(_outcome(object(), 4.0)) if r.scenario == COLD_START)
     assert bare.cold_start.ttft_s is None and bare.cold_start.total_s is None
     assert any("no TTFT prediction" in n for n in bare.cold_start.notes)
+    # the warm load call (ondevice.load's own work included) is the overhead when the bench timed it
+    called = next(r for r in scenario_results(_outcome(predictor, 4.0, call=True)) if r.scenario == COLD_START)
+    assert called.cold_start.load_overhead_s == pytest.approx(0.31) and called.cold_start.total_s == pytest.approx(0.66)
 
 
 def test_slo_leaves_the_cold_start_out():
@@ -219,7 +223,9 @@ def test_cli_cold_start_end_to_end(tmp_path, capsys, tiny_model):
     for part in ("load_s", "tokenize_s", "prefill_s", "cold_start_rest_s"):
         assert cell[part]["p50"] is not None, part
     pred = cell["cold_start_predicted"]
-    assert pred["load_overhead_s"] == pytest.approx(next(r for r in doc["results"] if r["scenario"] == WARM_LOAD)["load_s"]["p50"])
+    warm = next(r for r in doc["results"] if r["scenario"] == WARM_LOAD)
+    assert pred["load_overhead_s"] == pytest.approx(warm["load_call_s"]["p50"])  # the whole warm load call
+    assert all(run["load_call_s"] >= run["load_s"] > 0 for run in warm["runs"] + cell["runs"])
     for run in cell["runs"]:
         parts = run["load_s"] + run["tokenize_s"] + run["prefill_s"] + run["cold_start_rest_s"]
         assert parts == pytest.approx(run["cold_start_s"]) and run["tokenize_s"] > 0  # a text prompt, tokenized

@@ -17,7 +17,8 @@ same ids, else as token ids (tokenize then not timed; the record says so).
 The prediction is
 
     file bytes / the disk's sequential read (ondevice probe, page cache dropped)
-    + load overhead (the warm load measured in the same bench: the same load, file in memory)
+    + load overhead (the warm load call measured in the same bench, load_call_s: the same
+      load, the file in memory, with what ondevice.load does around llama.cpp's load)
     + TTFT (the predictor's ttft_s(P), when it has one)
 
 with each part None, and a note, where its input is missing.
@@ -42,7 +43,7 @@ class ColdStartPrediction:
     """Predicted cold start of one model (module docstring)."""
 
     read_s: float | None  # file_bytes / disk read bandwidth, seconds
-    load_overhead_s: float | None  # warm load p50 of the same bench, seconds
+    load_overhead_s: float | None  # warm load call p50 of the same bench (load_call_s), seconds
     ttft_s: float | None  # predicted TTFT of the first request's prompt, seconds
     total_s: float | None  # the sum, when all three parts are known, seconds
     file_bytes: int | None  # model file size, bytes

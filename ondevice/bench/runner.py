@@ -217,7 +217,6 @@ def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
     if not p.engine_info:
         p.engine_info = _info_dict(engine.info)
         p.predictor = getattr(engine, "predictor", None)
-        p.disk_read_gbs, p.disk_note = disk_read_for(p.path, p.engine_info.get("backend"))
     return engine
 
 
@@ -269,6 +268,7 @@ def _cold_start(config: BenchConfig, p: ModelPlan, w: Workload, prompts: PromptB
     """Close the engine, then the cold start (its prompt built once, with the engine still loaded)."""
     if p.cold_prompt is None:
         p.cold_prompt, p.cold_prompt_note = prompt_for(p.engine, prompts.ids(w.prompt_tokens, f"{w.name}:cold-start"))
+        p.disk_read_gbs, p.disk_note = disk_read_for(p.path, p.engine_info.get("backend"))  # for the prediction
     _close(p)
     rec, p.engine = sc.cold_start_run(ctx, w.name, p.path, lambda: _load(config, p, load_fn), p.cold_prompt,
                                       w.prompt_tokens, seed, notes=(p.cold_prompt_note,))
@@ -325,6 +325,7 @@ def _loads(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: PeakRss
                 continue
             before = ev.resident_after
         rss.reset()
+        t0 = time.perf_counter()
         try:
             p.engine = _load(config, p, load_fn)
         except KeyboardInterrupt:
@@ -334,7 +335,8 @@ def _loads(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: PeakRss
             runs.append(RunRecord(p.label, scenario, "", repeat, "failed", reason=reason))
             p.error = reason
             return False
+        call_s = time.perf_counter() - t0
         notes = (ev.note,) if scenario == COLD_LOAD and ev.note else ()
-        runs.append(RunRecord(p.label, scenario, "", repeat, "ok", load_s=float(p.engine.info.load_s),
+        runs.append(RunRecord(p.label, scenario, "", repeat, "ok", load_s=float(p.engine.info.load_s), load_call_s=call_s,
                               resident_before_load=before, peak_rss_bytes=rss.read_bytes(), notes=notes))
     return True

@@ -44,6 +44,8 @@ class RunRecord:
     finish_reason: str | None = None  # the engine's finish reason
     timings: Timings | None = None  # the request's timings (None for loads and runs that never started)
     load_s: float | None = None  # load scenarios: model file open -> engine ready, seconds
+    load_call_s: float | None = None  # load scenarios, cold_start: the whole load call (ondevice.load: header,
+    # checks, predictor and llama.cpp's load_s), wall-clock in the bench, seconds
     baseline_ttft_s: float | None = None  # prefix_hit: TTFT of the same-length prompt with nothing cached, seconds
     resident_before_load: float | None = None  # cold_load, cold_start: share of the file in the page cache at load, 0..1
     cold_start_s: float | None = None  # cold_start: load call -> first token, seconds (load_s + the request's TTFT + gaps)
@@ -63,8 +65,8 @@ class RunRecord:
 
     @property
     def cold_start_rest_s(self) -> float | None:
-        """cold_start: what is neither load_s, tokenize nor prefill (the first sample, the
-        wrapper around the load, handing the request over), seconds."""
+        """cold_start: what is neither load_s, tokenize nor prefill (the work of the load call
+        around llama.cpp's load, the first sample, handing the request over), seconds."""
         t = self.timings
         if self.cold_start_s is None or self.load_s is None or t is None:
             return None
@@ -85,6 +87,7 @@ class RunRecord:
             "output_tokens_requested": self.output_tokens_requested,
             "finish_reason": self.finish_reason,
             "load_s": self.load_s,
+            "load_call_s": self.load_call_s,
             "resident_before_load": self.resident_before_load,
             **({"cold_start_s": self.cold_start_s, "cold_start_rest_s": self.cold_start_rest_s}
                if self.cold_start_s is not None else {}),
@@ -135,6 +138,7 @@ class RunRecord:
             finish_reason=d.get("finish_reason"),
             timings=timings,
             load_s=d.get("load_s"),
+            load_call_s=d.get("load_call_s"),
             baseline_ttft_s=d.get("baseline_ttft_s"),
             resident_before_load=d.get("resident_before_load"),
             cold_start_s=d.get("cold_start_s"),

@@ -200,6 +200,7 @@ def cold_start_run(ctx: RequestContext, workload: str, path: Any, load: Callable
     first = g is not None and g.timings.output_tokens > 0
     cold_s = (handed_ns - t0) * 1e-9 + g.timings.ttft_s if first else None
     rec = _record(ctx, COLD_START, workload, 1, seed, out, prompt_tokens=n_prompt, load_s=float(engine.info.load_s),
+                  load_call_s=(handed_ns - t0) * 1e-9,
                   resident_before_load=ev.resident_after, cold_start_s=cold_s,
                   notes=tuple(n for n in (ev.note, *notes) if n))
     return rec, engine

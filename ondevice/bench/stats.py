@@ -29,7 +29,7 @@ METRICS = ("ttft_s", "itl_s", "tpot_s", "e2e_s", "prefill_tok_s", "decode_tok_s"
 # (reasoning models, server runs), the gaps between streamed chunks (server runs), and the cold
 # start's figure and parts (cold_start: load_s is in every cell's layout already).
 COLD_START_PARTS = ("cold_start_s", "tokenize_s", "prefill_s", "cold_start_rest_s")
-EXTRA_METRICS = ("ttft_visible_s", "itl_chunk_s") + COLD_START_PARTS
+EXTRA_METRICS = ("ttft_visible_s", "itl_chunk_s", "load_call_s") + COLD_START_PARTS
 _ORDER = {name: i for i, name in enumerate((LOAD,) + SCENARIOS)}
 
 
@@ -113,8 +113,8 @@ def _values(runs: Iterable[RunRecord], metric: str) -> list[float | None]:
     out: list[float | None] = []
     for r in runs:
         t = r.timings
-        if metric == "load_s":
-            out.append(r.load_s)
+        if metric in ("load_s", "load_call_s"):
+            out.append(getattr(r, metric))
         elif t is None:
             out.append(None)
         elif metric == "itl_s":
@@ -163,6 +163,8 @@ def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any 
         summaries.pop("ttft_saved_s", None)
     if first.scenario == COLD_START:
         summaries.update({m: summarize(_values(ok, m)) for m in ("load_s",) + COLD_START_PARTS})
+    if any(r.load_call_s is not None for r in ok):
+        summaries["load_call_s"] = summarize(_values(ok, "load_call_s"))
     if any(r.timings is not None and r.timings.ttft_visible_s is not None for r in ok):
         summaries["ttft_visible_s"] = summarize(_values(ok, "ttft_visible_s"))
     if any(r.serve for r in runs):
@@ -231,10 +233,11 @@ def scenario_results(outcome: Any) -> list[ScenarioResult]:
 
 def _with_cold_start(results: list[ScenarioResult], plans: dict[str, Any]) -> list[ScenarioResult]:
     """Each cold_start cell with its prediction (ondevice.bench.coldstart): the disk read of the
-    model file, the same bench's warm load p50 as the load overhead, the predictor's TTFT."""
+    model file, the same bench's warm load call p50 as the load overhead, the predictor's TTFT."""
     from dataclasses import replace
 
-    warm = {r.model: r.summary("load_s").p50 for r in results if r.scenario == WARM_LOAD and r.ok_runs}
+    warm = {r.model: (r.summaries.get("load_call_s") or r.summary("load_s")).p50 for r in results
+            if r.scenario == WARM_LOAD and r.ok_runs}
     out = []
     for r in results:
         if r.scenario == COLD_START:
