@@ -120,6 +120,8 @@ def _notes(r: ScenarioResult, slo: Any) -> str:
     if r.scenario in LOAD_SCENARIOS and r.ok_runs:
         s = r.summary("load_s")
         parts.append(f"load p50 {s.p50:.3f} s, p95 {s.p95:.3f} s")
+        if "load_call_s" in r.summaries:
+            parts.append(f"the whole load call p50 {r.summary('load_call_s').p50:.3f} s")
         resident = [x.resident_before_load for x in r.runs if x.resident_before_load is not None]
         if resident:
             parts.append(f"{100 * max(resident):.0f}% cached at load")
