@@ -16,12 +16,15 @@
    `ondevice probe` does, and what a cached probe predicts) is compared with the median
    measured figure. Target: within +-10%, and the pure ceiling (the best host bandwidth
    measured in any round) never below the fastest round of any row.
+3. TTFT: the calibrated prefill (each round's prefill runs fitted with that round's decode fit)
+   against the TTFT the engine measures for prompts of 128, 1,024 and 4,096 tokens with nothing
+   cached, interleaved in the same rounds. Target: within +-15% (median over rounds) per row.
 
 Exit status 1 when a target is missed: the numpy/C host ratio outside +-10%, a row's paired
-error outside +-10% (or not measured: no round fitted), or a ceiling below a row's fastest
-round. The standalone probe's error is reported beside them, not checked.
+error outside +-10% (or not measured: no round fitted), a ceiling below a row's fastest
+round, or a TTFT row outside +-15%. The standalone probe's error is reported beside them, not checked.
 
-    python benchmarks/probe_accuracy.py [--reps 7] [--tokens 32] [--cold] [--json out.json]
+    python benchmarks/probe_accuracy.py [--reps 7] [--tokens 32] [--prompts 128,1024,4096] [--cold] [--json out.json]
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ SYNTH = [
     ("synth-F16-1000MB", "F16", dict(d_model=2048, n_head=16, n_head_kv=4, d_ff=5632, n_layer=11)),
 ]
 CONTEXTS = (128, 2048)
+PROMPTS = (128, 1024, 4096)  # TTFT rows: prompt tokens, nothing cached
+TTFT_MODELS = ("default", "synth-Q4_0-50MB")  # the models whose TTFT is checked (prefill of the large ones takes long)
 
 
 def say(msg: str) -> None:
@@ -107,15 +112,38 @@ def host_check(rounds: int, threads: int | None) -> dict:
         subprocess.run([gcc, "-O2", "-fopenmp", str(src), "-o", str(exe)], check=True)
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "false"}
         c_gbs, np_gbs = [], []
-        for r in range(rounds):
+        def exe_gbs() -> float:
             out = subprocess.run([str(exe), str(size), "5"], capture_output=True, text=True, env=env, check=True)
-            c_gbs.append(float(out.stdout.split()[0]))
+            return float(out.stdout.split()[0])
+
+        for r in range(rounds):
+            c_gbs.append(exe_gbs())
             np_gbs.append(probe_memory(threads, size, passes=5).read_gbs)
             say(f"host round {r + 1}/{rounds}: C {c_gbs[-1]:.2f} GB/s, numpy {np_gbs[-1]:.2f} GB/s")
+        first = first_contact_check(exe_gbs, rounds)
     c_med, np_med = statistics.median(c_gbs), statistics.median(np_gbs)
     return {"threads": threads, "array_bytes": size, "c_read_gbs": c_gbs, "numpy_read_gbs": np_gbs,
             "c_median_gbs": c_med, "numpy_median_gbs": np_med, "ratio": np_med / c_med,
-            "within_10pct": abs(np_med / c_med - 1) <= 0.10}
+            "within_10pct": abs(np_med / c_med - 1) <= 0.10, "first_contact": first}
+
+
+def first_contact_check(c_read, rounds: int) -> dict:
+    """The probe a first `ondevice run` takes (host only, ondevice.api.FIRST_CONTACT_PASSES passes,
+    measured and not saved), timed whole, alternating with the C read kernel: its read figure
+    within +-5% of C's (medians), and done within 3 s (the slowest of the rounds)."""
+    from ondevice.api import FIRST_CONTACT_PASSES
+    from ondevice.probing import probe
+
+    c_gbs, fc_gbs, fc_s = [], [], []
+    for _ in range(rounds):
+        c_gbs.append(c_read())
+        t0 = time.perf_counter()
+        r = probe(refresh=True, kernel=False, save=False, memory_passes=FIRST_CONTACT_PASSES)
+        fc_s.append(time.perf_counter() - t0)
+        fc_gbs.append(r.memory.read_gbs)
+    ratio = statistics.median(fc_gbs) / statistics.median(c_gbs)
+    return {"read_gbs": fc_gbs, "c_read_gbs": c_gbs, "elapsed_s": fc_s, "ratio": ratio,
+            "within_5pct": abs(ratio - 1) <= 0.05, "max_elapsed_s": max(fc_s), "within_3s": max(fc_s) <= 3.0}
 
 
 # ---------- 2. decode: prediction against measurement ----------
@@ -157,9 +185,11 @@ def predicted(pred, prompt: int, n_out: int) -> tuple[float, float]:
     return (len(steps) / sum(s[0] for s in steps), len(steps) / sum(s[1] for s in steps))
 
 
-def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS, threads: int | None = None) -> dict:
-    """Round-robin: every round re-runs the kernel probe's decode runs and every (model, context) row;
-    each round's fit predicts that round's rows (paired); the standalone probe is reported beside it."""
+def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS, threads: int | None = None,
+                 prompts=PROMPTS) -> dict:
+    """Round-robin: every round re-runs the kernel probe's runs, every (model, context) decode row and
+    every (model, prompt) TTFT row; each round's fit predicts that round's rows (paired); the
+    standalone probe is reported beside it."""
     from dataclasses import replace
 
     from ondevice import paths
@@ -168,14 +198,19 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     plan = kernel.plan_for(probe_result.host.llc_bytes)
     probe_runs = kernel.probe_models(plan, paths.cache_dir() / "probe" / "models", say)
     rows = _open_rows(models, contexts, tokens, threads)
-    probe_steps, probe_specs, memory = _rounds(probe_result, plan, probe_runs, rows, reps, tokens, threads)
+    ttft_rows = _open_ttft_rows([(label, path) for label, path in models if any(k in label for k in TTFT_MODELS)],
+                                prompts, threads)
+    probe_steps, probe_prefills, probe_specs, memory = _rounds(probe_result, plan, probe_runs, rows, ttft_rows, reps,
+                                                                tokens, threads)
     standalone = probe_result.calibration()
     ceiling_gbs = max(replace(probe_result, memory=memory).ceiling_gbs, standalone.ceiling_gbs)
-    fits, cals = _round_calibrations(plan, probe_runs, probe_specs, probe_steps, reps, standalone, ceiling_gbs)
+    fits, cals = _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefills, reps, standalone,
+                                     ceiling_gbs)
     out = [_row_result(row, cals, standalone, tokens) for row in rows]
-    runs = [{"model": r.path.name, "role": r.role, "n_prompt": r.n_prompt, "step_s": st}
-            for r, st in zip(probe_runs, probe_steps)]
-    return {"rows": out, "round_fits": fits, "probe_runs": runs, "ceiling_gbs": ceiling_gbs,
+    ttft_out = [_ttft_result(row, cals, standalone) for row in ttft_rows]
+    runs = [{"model": r.path.name, "role": r.role, "n_prompt": r.n_prompt, "step_s": st, "prefill_s": pf}
+            for r, st, pf in zip(probe_runs, probe_steps, probe_prefills)]
+    return {"rows": out, "ttft_rows": ttft_out, "round_fits": fits, "probe_runs": runs, "ceiling_gbs": ceiling_gbs,
             "memory_best": memory.to_dict()}
 
 
@@ -196,7 +231,26 @@ def _open_rows(models, contexts, tokens: int, threads: int | None) -> list[dict]
     return rows
 
 
-def _rounds(probe_result, plan, probe_runs, rows, reps: int, tokens: int, threads: int | None):
+def _open_ttft_rows(models, prompts, threads: int | None) -> list[dict]:
+    """One engine per (model, prompt length); each round prefills the whole prompt (nothing cached)."""
+    from ondevice.engine import load
+    from ondevice.engine.loader import MIN_N_CTX
+
+    rows = []
+    for label, path in models:
+        for n in prompts:
+            eng = load(path, n_ctx=max(MIN_N_CTX, n + 16), n_threads=threads)
+            if eng.info.spec.n_ctx_train and n + 1 > eng.info.spec.n_ctx_train:
+                eng.close()
+                continue
+            vocab = eng.info.spec.n_vocab or 1000
+            ids = [1] + [3 + (i * 7919) % (vocab - 3) for i in range(n - 1)]
+            eng.generate(ids, max_tokens=1, ignore_eos=True, reuse_prefix=False)  # faults the weights in
+            rows.append({"label": label, "prompt": n, "eng": eng, "ids": ids, "ttft_s": []})
+    return rows
+
+
+def _rounds(probe_result, plan, probe_runs, rows, ttft_rows, reps: int, tokens: int, threads: int | None):
     """Every round: the host read probe, then probe runs and rows alternating (P1 R1 P2 R2 ...), so
     neither side owns the start or the end of a round (a CPU that boosts after a pause, a
     neighbour that starts mid-round). Returns (probe steps per run per round, specs, best memory)."""
@@ -204,41 +258,55 @@ def _rounds(probe_result, plan, probe_runs, rows, reps: int, tokens: int, thread
     from ondevice.probing.host import best_of, probe_memory
 
     probe_steps: list[list[float]] = [[] for _ in probe_runs]
+    probe_prefills: list[list[float]] = [[] for _ in probe_runs]
     probe_specs = [None] * len(probe_runs)
     memory = probe_result.memory
     for r in range(reps):
         memory = best_of(memory, probe_memory(memory.n_threads, memory.array_bytes, passes=3))
-        for k in range(max(len(probe_runs), len(rows))):
+        for k in range(max(len(probe_runs), len(rows), len(ttft_rows))):
             if k < len(probe_runs):
                 run = probe_runs[k]
-                step, _, _, probe_specs[k] = kernel.measure(run.path, plan, n_prompt=run.n_prompt, n_threads=threads,
-                                                            n_gpu_layers=0 if probe_result.backend == "CPU" else -1)
+                step, _, _, probe_specs[k], prefill = kernel.measure(
+                    run.path, plan, n_prompt=run.n_prompt, n_threads=threads, decode=run.role != "prefill",
+                    n_gpu_layers=0 if probe_result.backend == "CPU" else -1)
                 probe_steps[k].append(step)
+                probe_prefills[k].append(prefill)
             if k < len(rows):
                 row = rows[k]
                 g = row["eng"].generate(row["ids"], max_tokens=tokens, ignore_eos=True, reuse_prefix=True)
                 row["tok_s"].append(g.timings.decode_tok_s)
+            if k < len(ttft_rows):
+                row = ttft_rows[k]
+                g = row["eng"].generate(row["ids"], max_tokens=1, ignore_eos=True, reuse_prefix=False)
+                row["ttft_s"].append(g.timings.ttft_s)
         say(f"round {r + 1}/{reps} done")
-    return probe_steps, probe_specs, memory
+    return probe_steps, probe_prefills, probe_specs, memory
 
 
-def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, reps: int, standalone, ceiling_gbs: float):
+def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefills, reps: int, standalone,
+                        ceiling_gbs: float):
     """Paired: each round's probe runs calibrate a prediction for that round's rows (the same
-    minute of a shared machine whose memory bandwidth drifts by +-10% or more)."""
+    minute of a shared machine whose memory bandwidth drifts by +-10% or more): the decode fit,
+    then the prefill rates on top of it."""
     from ondevice.errors import ProbeError
     from ondevice.probing import kernel
     from ondevice.roofline import Calibration
 
     fits = []
+    decode = [i for i, run in enumerate(probe_runs) if run.role != "prefill"]
     for k in range(reps):
-        points = [kernel.fit_point(run, spec, st[k], plan) for run, spec, st in zip(probe_runs, probe_specs, probe_steps)]
+        points = [kernel.fit_point(probe_runs[i], probe_specs[i], probe_steps[i][k], plan) for i in decode]
         try:
-            fits.append(kernel.fit_points(points, plan.types))
+            fit = kernel.fit_points(points, plan.types)
         except ProbeError as exc:  # a round too disturbed to fit: its rows are not compared
             say(f"round {k + 1}: no fit ({exc})")
             fits.append(None)
+            continue
+        observed = kernel.prefill_observations(probe_runs, probe_specs, [p[k] for p in probe_prefills], plan)
+        fits.append({**fit, **kernel.fit_prefill(observed, fit, backend=standalone.backend)})
     cals = [None if f is None else Calibration(
         backend=standalone.backend, ceiling_gbs=ceiling_gbs, type_gbs=f["type_gbs"], kv_gbs=f["type_gbs"]["F16"],
+        type_gflops=f["type_gflops"], attn_gflops=f["attn_gflops"], read_curve=standalone.read_curve,
         **{name: f[name] for name in kernel.SMALL_TERMS}) for f in fits]
     return fits, cals
 
@@ -263,6 +331,22 @@ def _row_result(row: dict, cals, standalone, tokens: int) -> dict:
             "ceiling_tok_s": ceiling, "ceiling_ok": ceiling >= best}
 
 
+def _ttft_result(row: dict, cals, standalone) -> dict:
+    """A TTFT row's error is the median over rounds of predicted / measured - 1 (that round's fit)."""
+    from ondevice.roofline import Predictor
+
+    eng = row["eng"]
+    spec, chunk = eng.info.spec, min(eng.info.n_batch, eng.info.n_ubatch)
+    per_round = [Predictor(spec, cal).ttft_s(row["prompt"], 0, chunk) / t - 1
+                 for cal, t in zip(cals, row["ttft_s"]) if cal is not None]
+    alone = Predictor(spec, standalone).ttft_s(row["prompt"], 0, chunk)
+    typical = statistics.median(row["ttft_s"])
+    eng.close()
+    return {"model": row["label"], "prompt": row["prompt"], "measured_ttft_s": typical, "all_ttft_s": row["ttft_s"],
+            "round_errors": per_round, "error": statistics.median(per_round) if per_round else float("nan"),
+            "standalone_ttft_s": alone, "standalone_error": alone / typical - 1}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=7, help="round-robin repetitions of every row (default 7)")
@@ -272,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-host", action="store_true")
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--contexts", default="128,2048", help="context lengths (default 128,2048)")
+    ap.add_argument("--prompts", default="128,1024,4096", help="TTFT prompt lengths (default 128,1024,4096)")
     ap.add_argument("--only", help="comma-separated substrings: decode only models whose label has one")
     ap.add_argument("--threads", type=int, help="threads for the probe, the engines and both read kernels "
                     "(default: the engine's, one per physical core)")
@@ -292,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         report["probe"] = {"elapsed_s": time.perf_counter() - t0, "cold": args.cold, **result.to_dict()}
         models = build_models(paths.cache_dir() / "probe" / "accuracy", args.only.split(",") if args.only else None)
         contexts = tuple(int(c) for c in args.contexts.split(","))
-        report["decode"] = decode_check(result, models, args.reps, args.tokens, contexts, args.threads)
+        prompts = tuple(int(c) for c in args.prompts.split(",")) if args.prompts else ()
+        report["decode"] = decode_check(result, models, args.reps, args.tokens, contexts, args.threads, prompts)
     report["misses"] = misses(report)
     print(render(report))
     if args.json:
@@ -306,12 +392,20 @@ def misses(report: dict) -> list[str]:
     h = report.get("host")
     if h and "skipped" not in h and not h["within_10pct"]:
         out.append(f"host read: numpy/C ratio {h['ratio']:.3f} outside +-10%")
+    fc = (h or {}).get("first_contact")
+    if fc and not fc["within_5pct"]:
+        out.append(f"first-contact probe: read/C ratio {fc['ratio']:.3f} outside +-5%")
+    if fc and not fc["within_3s"]:
+        out.append(f"first-contact probe: took {fc['max_elapsed_s']:.2f} s (more than 3 s)")
     for r in report.get("decode", {}).get("rows", []):
         name = f"{r['model']} at {r['ctx']}"
         if not abs(r["error"]) <= 0.10:  # NaN (no round fitted) is a miss too
             out.append(f"{name}: paired error {100 * r['error']:+.1f}% outside +-10%")
         if not r["ceiling_ok"]:
             out.append(f"{name}: ceiling {r['ceiling_tok_s']:.2f} tok/s below the fastest round {r['best_tok_s']:.2f}")
+    for r in report.get("decode", {}).get("ttft_rows", []):
+        if not abs(r["error"]) <= 0.15:
+            out.append(f"TTFT {r['model']} at {r['prompt']} prompt tokens: paired error {100 * r['error']:+.1f}% outside +-15%")
     return out
 
 
@@ -322,6 +416,11 @@ def render(report: dict) -> str:
         lines.append(f"host read, {h['threads']} threads, {h['array_bytes'] >> 20} MiB: numpy {h['numpy_median_gbs']:.2f} GB/s"
                      f" vs C {h['c_median_gbs']:.2f} GB/s -> ratio {h['ratio']:.3f} "
                      f"({'within' if h['within_10pct'] else 'OUTSIDE'} +-10%)")
+        fc = h["first_contact"]
+        lines.append(f"first-contact probe (host only): read {statistics.median(fc['read_gbs']):.2f} GB/s, ratio to C "
+                     f"{fc['ratio']:.3f} ({'within' if fc['within_5pct'] else 'OUTSIDE'} +-5%); took "
+                     f"{statistics.median(fc['elapsed_s']):.2f} s median, {fc['max_elapsed_s']:.2f} s at most "
+                     f"({'within' if fc['within_3s'] else 'OVER'} 3 s)")
     elif h:
         lines.append(f"host read: skipped ({h['skipped']})")
     if "probe" in report:
@@ -357,8 +456,28 @@ def render(report: dict) -> str:
         lines.append(f"within +-10%: paired {sum(abs(r['error']) <= 0.10 for r in rows)}/{len(rows)}, "
                      f"standalone {sum(abs(r['standalone_error']) <= 0.10 for r in rows)}/{len(rows)}; "
                      f"ceiling never below measured: {all(r['ceiling_ok'] for r in rows)}")
+        lines += _ttft_lines(report["decode"].get("ttft_rows", []), fits)
     lines += [f"target NOT met: {m}" for m in report.get("misses", [])] or ["targets met"]
     return "\n".join(lines)
+
+
+def _ttft_lines(rows: list[dict], fits: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+    rates = ", ".join(f"{t} {med([f['type_gflops'][t] for f in fits if t in f['type_gflops']]):.0f}"
+                      for t in (fits[0]["type_gflops"] if fits else ()))
+    attn = med([f["attn_gflops"] for f in fits if f.get("attn_gflops")])
+    out = ["", f"prefill rates per round, medians: {rates} GFLOP/s; attention {attn:.0f} GFLOP/s", "",
+           "| model | prompt tokens | measured TTFT ms (median) | paired error, median | per round | standalone ms | error |",
+           "|---|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['prompt']} | {1e3 * r['measured_ttft_s']:.1f} | {100 * r['error']:+.1f}% | "
+                   + " ".join(f"{100 * e:+.0f}" for e in r["round_errors"]) + f" | {1e3 * r['standalone_ttft_s']:.1f} | "
+                   f"{100 * r['standalone_error']:+.1f}% |")
+    out.append(f"TTFT within +-15%: paired {sum(abs(r['error']) <= 0.15 for r in rows)}/{len(rows)}, "
+               f"standalone {sum(abs(r['standalone_error']) <= 0.15 for r in rows)}/{len(rows)}")
+    return out
 
 
 if __name__ == "__main__":

@@ -90,18 +90,11 @@ FIRST_CONTACT_PASSES = 3  # memory-probe passes on first contact (the full probe
 
 
 def estimated_calibration(result, spec: ModelSpec) -> Calibration:
-    """The host probe's calibration with the decode bandwidths scaled by the efficiency that
-    published llama.cpp measurements show for this backend and model size (roofline.estimate);
-    the bound itself when no estimate is available."""
-    cal = result.host_calibration()
-    try:
-        from ondevice.roofline.estimate import estimate
-    except ImportError:  # no estimate table in this build
-        return cal
-    dominant = max(spec.decode_bytes_by_type, key=spec.decode_bytes_by_type.get)
-    est = estimate(cal.backend, dominant, spec.decode_weight_bytes, cal.ceiling_gbs)
-    gbs = cal.ceiling_gbs * est.efficiency
-    return replace(cal, type_gbs={dominant: gbs}, kv_gbs=gbs, source="estimate")
+    """The host probe's calibration with the decode step that published llama.cpp measurements
+    show for this backend and weight type (roofline.estimate); EstimateDataError if its data is damaged."""
+    from ondevice.roofline.estimate import estimated_calibration as estimate_from
+
+    return estimate_from(result.host_calibration(), spec)
 
 
 def predict(model_or_spec: ModelSpec | str | Path | None = None, *, ctx=(128, 2048), probe=None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["TokenEvent", "Timings", "Attribution", "Generation", "FinishReason"]
+__all__ = ["TokenEvent", "Timings", "Attribution", "Generation", "FinishReason", "SpecStats"]
 
 FinishReason = Literal["stop", "length", "cancelled"]
 
@@ -99,6 +99,48 @@ class Attribution:
 
 
 @dataclass(frozen=True)
+class SpecStats:
+    """What speculative decoding did in one request (ondevice.engine.speculative).
+
+    A verify step decodes the current token plus k drafted tokens in one llama_decode and
+    commits the drafts up to the first mismatch plus the token the target sampled there;
+    a plain step (k = 0) decodes one token. Every committed token is sampled from the target."""
+
+    mode: str  # "lookup" (prompt lookup) or "draft" (a draft model)
+    k_max: int  # most drafted tokens one step may verify, as asked (spec_k), tokens
+    k_cap: int  # most drafted tokens one step verified here: k_max, or less where the backend's logits for a
+    # batch of more tokens differ from single-token decoding (then the output would not be plain decoding's), tokens
+    drafted: int  # drafted tokens verified, over all steps, tokens
+    accepted: int  # drafted tokens the target agreed with (committed as they were), tokens
+    steps: int  # verify steps (one llama_decode of 1 + k tokens, k >= 1)
+    plain_steps: int  # decode steps with nothing drafted (k = 0: no match, or drafts did not pay)
+    k_final: int  # k chosen for the last step, tokens
+    predicted_speedup: float | None  # expected committed tokens per unit of plain-step time, summed over
+    # the decode steps before each ran (expected committed / (verify time / plain step time)); None: no step
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted / drafted (0..1); None when nothing was drafted."""
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_per_step(self) -> float | None:
+        """Accepted drafted tokens per verify step (tokens/step; the step also commits one sampled token)."""
+        return self.accepted / self.steps if self.steps else None
+
+    @property
+    def drafts_per_step(self) -> float | None:
+        """Drafted tokens per verify step (tokens/step)."""
+        return self.drafted / self.steps if self.steps else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(acceptance_rate=self.acceptance_rate, mean_accepted_per_step=self.mean_accepted_per_step,
+                 drafts_per_step=self.drafts_per_step)
+        return d
+
+
+@dataclass(frozen=True)
 class Generation:
     """A finished request: text, tokens, why it stopped, and every timing."""
 
@@ -114,6 +156,7 @@ class Generation:
     predicted_ttft_s: float | None = None  # roofline's TTFT for this prompt, counting only what the cache lacked
     predicted_e2e_s: float | None = None  # predicted TTFT + predicted decode steps of the T tokens produced
     attribution: Attribution | None = None  # measured parts of E2E (None: not measured, e.g. cancelled before a token)
+    speculative: SpecStats | None = None  # speculative decoding's counts, when the request asked for it
 
     @property
     def efficiency(self) -> float | None:
@@ -149,4 +192,5 @@ class Generation:
             "predicted_e2e_s": self.predicted_e2e_s,
             "predicted_output_tok_s": self.predicted_output_tok_s,
             "attribution": self.attribution.to_dict() if self.attribution else None,
+            "speculative": self.speculative.to_dict() if self.speculative is not None else None,
         }

@@ -8,7 +8,7 @@ vocabulary with all 256 byte-fallback tokens, so any text tokenizes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,8 @@ class SynthConfig:
     init_std: float = 0.02  # std of the random weights
     chat_template: str | None = None  # optional tokenizer.chat_template
     name: str = "synthetic-llama"  # general.name
+    tokenizer_from: str | None = None  # a GGUF whose tokenizer is copied (tokens, scores, types, special ids and
+    # flags): a model that shares its vocabulary (a draft model for it); n_vocab then follows that file
 
     @property
     def head_dim(self) -> int:
@@ -106,13 +108,16 @@ def tensor_shapes(cfg: SynthConfig) -> list[tuple[str, tuple[int, ...]]]:
 
 def build_synthetic_model(cfg: SynthConfig, path: str | Path) -> Path:
     """Write a GGUF for `cfg` to `path` (atomically). Same config and seed, same bytes."""
+    tokenizer = _read_tokenizer(cfg.tokenizer_from) if cfg.tokenizer_from else None
+    if tokenizer is not None:
+        cfg = replace(cfg, n_vocab=len(tokenizer["tokenizer.ggml.tokens"]))
     cfg.validate()
     path = Path(path)
     matrix_dtype = np.float16 if cfg.dtype == "F16" else np.float32
     shapes = tensor_shapes(cfg)
     with paths.atomic_path(path) as tmp:
         writer = GGUFWriter(path=tmp, arch="llama")
-        _add_metadata(writer, cfg)
+        _add_metadata(writer, cfg, tokenizer)
         for name, shape in shapes:
             dtype = np.float32 if len(shape) == 1 else matrix_dtype
             raw = GGMLQuantizationType.F32 if dtype == np.float32 else GGMLQuantizationType.F16
@@ -132,7 +137,45 @@ def build_synthetic_model(cfg: SynthConfig, path: str | Path) -> Path:
     return path
 
 
-def _add_metadata(writer: GGUFWriter, cfg: SynthConfig) -> None:
+_SPECIAL_IDS = ("bos", "eos", "unknown", "padding", "seperator")  # tokenizer.ggml.<name>_token_id keys (gguf's spelling)
+_FLAGS = ("add_bos_token", "add_eos_token", "add_sep_token", "add_space_prefix")
+
+
+def _read_tokenizer(path: str) -> dict:
+    """The tokenizer fields of a GGUF (tokenizer.* keys -> values), chat template excluded."""
+    from ondevice.gguf_file import ArrayRef, read_gguf
+
+    g = read_gguf(path)
+    out = {}
+    for key, value in g.metadata.items():
+        if key.startswith("tokenizer.") and key != "tokenizer.chat_template":
+            value = g.read_array(value) if isinstance(value, ArrayRef) else value
+            out[key] = value.tolist() if hasattr(value, "tolist") else value
+    return out
+
+
+def _add_tokenizer(writer: GGUFWriter, tok: dict) -> None:
+    writer.add_tokenizer_model(tok["tokenizer.ggml.model"])
+    if "tokenizer.ggml.pre" in tok:
+        writer.add_tokenizer_pre(tok["tokenizer.ggml.pre"])
+    writer.add_token_list(tok["tokenizer.ggml.tokens"])
+    if "tokenizer.ggml.scores" in tok:
+        writer.add_token_scores(tok["tokenizer.ggml.scores"])
+    if "tokenizer.ggml.token_type" in tok:
+        writer.add_token_types(tok["tokenizer.ggml.token_type"])
+    if "tokenizer.ggml.merges" in tok:
+        writer.add_token_merges(tok["tokenizer.ggml.merges"])
+    for name in _SPECIAL_IDS:
+        key = f"tokenizer.ggml.{name}_token_id"
+        if key in tok:
+            writer.add_uint32(key, int(tok[key]))
+    for name in _FLAGS:
+        key = f"tokenizer.ggml.{name}"
+        if key in tok:
+            writer.add_bool(key, bool(tok[key]))
+
+
+def _add_metadata(writer: GGUFWriter, cfg: SynthConfig, tokenizer: dict | None = None) -> None:
     writer.add_name(cfg.name)
     writer.add_context_length(cfg.n_ctx_train)
     writer.add_embedding_length(cfg.d_model)
@@ -145,6 +188,11 @@ def _add_metadata(writer: GGUFWriter, cfg: SynthConfig) -> None:
     writer.add_rope_freq_base(10000.0)
     writer.add_vocab_size(cfg.n_vocab)
     writer.add_file_type(LlamaFileType.MOSTLY_F16 if cfg.dtype == "F16" else LlamaFileType.ALL_F32)
+    if cfg.chat_template:
+        writer.add_chat_template(cfg.chat_template)
+    if tokenizer is not None:
+        _add_tokenizer(writer, tokenizer)
+        return
     tokens, scores, types = synthetic_vocab(cfg.n_vocab)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
@@ -156,5 +204,3 @@ def _add_metadata(writer: GGUFWriter, cfg: SynthConfig) -> None:
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(False)  # text round-trips exactly through tokenize/detokenize
-    if cfg.chat_template:
-        writer.add_chat_template(cfg.chat_template)

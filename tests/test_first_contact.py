@@ -10,6 +10,7 @@ from ondevice.cli.main import main
 from ondevice.errors import ProbeError
 from ondevice.modelspec import inspect
 from ondevice.probing import cache
+from ondevice.roofline.estimate import estimate
 from tests.probe_fakes import fake_result
 
 
@@ -27,10 +28,13 @@ def test_first_contact_probes_once_then_uses_the_cache(empty_cache, tiny_model):
     assert said == [api.FIRST_CONTACT]
     result = cache.load_cached("CPU")
     assert result is not None and result.kernel is None  # the host probe only, cached
-    assert pred.calibration.source in ("estimate", "bound")
+    assert pred.calibration.source == "estimate"
     assert pred.calibration.ceiling_gbs == pytest.approx(result.ceiling_gbs)
     ceiling_s, predicted_s = pred.step_s(64)
     assert predicted_s >= ceiling_s  # an estimate is never faster than the bound
+    # the step is the published-measurement estimate's for these bytes (the pooled fit: no CPU rows)
+    est = estimate("CPU", spec.quant, pred.step_bytes(64), result.ceiling_gbs)
+    assert 1 / predicted_s == pytest.approx(est.tok_s, rel=1e-9) and "pooled" in est.basis
     said.clear()
     again = api.auto_predictor(spec, "CPU", said.append)
     assert said == [] and again.calibration == pred.calibration  # cached: nothing measured

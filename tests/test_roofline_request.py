@@ -185,3 +185,38 @@ def test_consumer_time_is_attributed_to_the_consumer(tiny_model):
         g = stream.generation
     assert g.attribution.consumer_s >= 3 * 0.02 * 0.9  # three gaps inside E2E (the last token ends it)
     assert g.predicted_ttft_s is None and g.predicted_e2e_s is None
+
+
+# ---- a working set the caches hold ----
+
+CURVE = ((2 << 20, 100.0), (16 << 20, 90.0), (64 << 20, 40.0), (256 << 20, 30.0))  # bytes, GB/s
+
+
+def test_read_speedup_interpolates_in_log_bytes():
+    from ondevice.roofline import read_speedup
+
+    assert read_speedup(CURVE, 1 << 20) == pytest.approx(100 / 30)  # below the smallest: the smallest's
+    assert read_speedup(CURVE, 16 << 20) == pytest.approx(3.0)
+    assert read_speedup(CURVE, 32 << 20) == pytest.approx((90 + (40 - 90) * 0.5) / 30)  # halfway in log
+    assert read_speedup(CURVE, 200 << 20) == 1.0  # within 10% of DRAM: drift, not a cache
+    assert read_speedup(CURVE, 1 << 30) == 1.0 and read_speedup((), 1 << 20) == 1.0
+
+
+def test_monotone_curve_and_best_of_two():
+    from ondevice.probing.readcurve import best_curve, curve_sizes, monotone
+
+    assert monotone([(1, 50.0), (2, 60.0), (4, 20.0), (8, 25.0)]) == ((1, 60.0), (2, 60.0), (4, 25.0), (8, 25.0))
+    assert best_curve(((1, 10.0), (2, 5.0)), ((1, 8.0), (2, 6.0))) == ((1, 10.0), (2, 6.0))
+    assert curve_sizes(10 << 20) == [2 << 20, 4 << 20, 8 << 20, 10 << 20]
+
+
+def test_a_cache_resident_model_is_predicted_faster_and_so_is_its_ceiling():
+    from ondevice.roofline.spec import spec_from_flags
+
+    small = spec_from_flags(params=20e6, quant="Q4_0", layers=4, kv_heads=2, head_dim=64)  # ~11 MB
+    big = _spec()
+    for spec, faster in ((small, True), (big, False)):
+        plain, cached = Predictor(spec, _cal()), Predictor(spec, _cal(read_curve=CURVE))
+        (c0, p0), (c1, p1) = plain.step_s(64), cached.step_s(64)
+        assert (p1 < p0) is faster and (c1 < c0) is faster
+        assert cached.tokens_step_s(64, 1) == pytest.approx(p1)

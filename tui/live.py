@@ -63,6 +63,7 @@ class LiveStats:
     e2e_s: float | None = None  # request start -> last token, seconds; known when the message ends
     predicted_e2e_s: float | None = None  # predicted TTFT + predicted steps of the tokens produced; at the end
     output_tok_s: float | None = None  # output tokens / e2e_s (not decode_tok_s); at the end
+    speculative: Any = None  # the Generation's SpecStats when the message was decoded speculatively; known at the end
 
     @property
     def efficiency(self) -> float | None:
@@ -136,6 +137,7 @@ class LiveTracker:
                 e2e_s=t.e2e_s if t.output_tokens else None,
                 predicted_e2e_s=g.predicted_e2e_s,
                 output_tok_s=t.output_throughput_tok_s if t.output_tokens else None,
+                speculative=g.speculative,
             )
         return LiveStats(
             output_tokens=self.count,

@@ -32,6 +32,7 @@ class ChatSettings:
     temperature: float = DEFAULTS.temperature  # sampling temperature, >= 0 (0 = greedy)
     top_p: float = DEFAULTS.top_p  # nucleus sampling, in (0, 1]
     max_tokens: int = CHAT_MAX_TOKENS  # most tokens in one answer, >= 1
+    speculative: str | None = None  # "lookup": speculative decoding by prompt lookup (`chat --speculative lookup`); None = off
 
     def validated(self) -> "ChatSettings":
         """The same settings, checked; raises InvalidParameterError naming the bad one."""
@@ -41,11 +42,14 @@ class ChatSettings:
             raise InvalidParameterError(f"top_p must be in (0, 1], got {self.top_p}")
         if int(self.max_tokens) != self.max_tokens or self.max_tokens < 1:
             raise InvalidParameterError(f"max_tokens must be a positive integer, got {self.max_tokens}")
+        if self.speculative not in (None, "lookup"):
+            raise InvalidParameterError(f"speculative must be 'lookup' or none, got {self.speculative!r}")
         system = clean_text(self.system).strip() if self.system else None  # storable and tokenizable
-        return ChatSettings(system or None, float(self.temperature), float(self.top_p), int(self.max_tokens))
+        return ChatSettings(system or None, float(self.temperature), float(self.top_p), int(self.max_tokens), self.speculative)
 
     def sampling(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+        spec = {"speculative": self.speculative} if self.speculative else {}
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens, **spec}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,7 +139,8 @@ class ChatSession:
         """Continue a saved conversation: its messages become the chat's (notes left out)."""
         with self.lock:
             self.engine.reset()
-            self.settings = ChatSettings(conversation.system, *self._sampling_of(conversation)).validated()
+            self.settings = ChatSettings(conversation.system, *self._sampling_of(conversation),
+                                         speculative=self.settings.speculative).validated()
             self.chat = self.engine.chat(system=self.settings.system)
             for m in conversation.messages:
                 if m.role in ("user", "assistant"):

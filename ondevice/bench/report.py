@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from ondevice.bench import coldstart
 from ondevice.bench.runs import COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
+from ondevice.bench.speculative import SPEC_HEADERS, spec_rows, spec_table
 from ondevice.bench.stats import EXTRA_METRICS, METRICS, ScenarioResult, clean
 from ondevice import paths
 from ondevice.fmt import fold, millis, number, table
@@ -39,6 +40,8 @@ _TEXT_COLUMNS = ("model", "scenario", "workload", "notes")
 TERMINAL_DROP = ("P", "N", "out tok/s", "E2E p50/pred s", "ceiling/pred tok/s", "prefill tok/s", "TTFT eff", "eff",
                  "TPOT p50 ms", "runs", "TTFT pred ms")
 _COLD_COLS = ("total_s", "read_s", "load_overhead_s", "ttft_s", "disk_read_gbs")  # of "cold_start_predicted"
+_SPEC_COLS = ("acceptance", "mean_accepted_per_step", "drafts_per_step", "k_cap", "plain_decode_tok_s", "spec_decode_tok_s",
+              "speedup_p50", "predicted_speedup_p50", "burst_share")  # the speculative scenario's, from "speculative"
 _LOAD_COLS = ("offered", "sent", "achieved_rps", "arrival_rps", "mean_in_flight", "little_lw", "little_ratio", "goodput_rps",
               "output_tok_s")  # server levels (bench --url), from each result's "load"
 
@@ -84,7 +87,8 @@ def _csv_header() -> list[str]:
     return cols + ["ceiling_tok_s", "predicted_tok_s", "efficiency", "predicted_ttft_s", "ttft_efficiency",
                    "predicted_e2e_s", "peak_rss_bytes", "kv_bytes",
                    "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput_rps", "slo_good_share", "slo_passed"] + \
-        [f"load_{c}" for c in _LOAD_COLS] + [f"cold_start_predicted_{c}" for c in _COLD_COLS] + ["failures"]
+        [f"load_{c}" for c in _LOAD_COLS] + [f"cold_start_predicted_{c}" for c in _COLD_COLS] + \
+        [f"spec_{c}" for c in _SPEC_COLS] + ["failures"]
 
 
 def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
@@ -100,6 +104,7 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
                 flat[f"{m}_{s}"] = (r.get(m) or {}).get(s)
         flat.update({f"load_{c}": (r.get("load") or {}).get(c) for c in _LOAD_COLS})
         flat.update({f"cold_start_predicted_{c}": (r.get("cold_start_predicted") or {}).get(c) for c in _COLD_COLS})
+        flat.update({f"spec_{c}": (r.get("speculative") or {}).get(c) for c in _SPEC_COLS})
         slo = r.get("slo") or {}
         flat.update(slo_goodput_rps=slo.get("goodput_rps"), slo_good_share=slo.get("good_share"), slo_passed=slo.get("passed"),
                     failures="; ".join(f"#{f['repeat']} {f['status']}: {f['reason']}" for f in r.get("failures", [])))
@@ -199,6 +204,11 @@ def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dic
 
         lines += ["", "## Load levels", "", "| " + " | ".join(LOAD_HEADERS) + " |", "|" + "|".join("---" for _ in LOAD_HEADERS) + "|"]
         lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in load_rows(results, load)]
+    spec = spec_rows(results)
+    if spec:
+        lines += ["", "## Speculative decoding (prompt lookup against plain, interleaved)", "",
+                  "| " + " | ".join(SPEC_HEADERS) + " |", "|" + "|".join("---" for _ in SPEC_HEADERS) + "|"]
+        lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in spec]
     return "\n".join(lines) + "\n"
 
 
@@ -245,13 +255,15 @@ def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo:
     lines = [fold(f"{k}: {v}", width) for k, v in _header_facts(record)] + ["", title]
     text = table(headers, rows, align)
     if width is None or max(map(len, text.splitlines())) <= width:
-        return "\n".join(lines + [text] + _cold_table(results, width) + _load_table(results, load, width)) + "\n"
+        return "\n".join(lines + [text] + _cold_table(results, width) + _load_table(results, load, width)
+                         + spec_table(results, width)) + "\n"
     # Too wide: the notes (failures, SLO verdicts, load times) go under the table, one line a row.
     notes = [fold(f"{' '.join(c for c in row[:-1][:3 - single] if c != '-')}: {row[-1]}", width, indent="    ")
              for row in rows if row[-1]]
     lines.append(table(headers[:-1], [row[:-1] for row in rows], align[:-1], width=width, drop=TERMINAL_DROP,
                        full="--json/--csv/--md"))
-    return "\n".join(lines + notes + _cold_table(results, width) + _load_table(results, load, width)) + "\n"
+    return "\n".join(lines + notes + _cold_table(results, width) + _load_table(results, load, width)
+                     + spec_table(results, width)) + "\n"
 
 
 def _cold_notes(results: Sequence[ScenarioResult]) -> list[str]:

@@ -20,8 +20,9 @@ from typing import Any, Callable, Sequence
 from ondevice.bench import scenarios as sc
 from ondevice.bench.oscache import PeakRss
 from ondevice.bench.coldstart import disk_read_for, prompt_for
-from ondevice.bench.runs import (COLD_LOAD, COLD_START, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, WARM_LOAD,
-                                 RunRecord)
+from ondevice.bench.runs import (COLD_LOAD, COLD_START, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE,
+                                 WARM_LOAD, RunRecord)
+from ondevice.bench.speculative import speculative_run
 from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
 from ondevice.engine.interface import StreamingEngine
 from ondevice.engine.sampling import DEFAULTS
@@ -140,7 +141,7 @@ def _steps(plans: Sequence[ModelPlan], config: BenchConfig) -> int:
         if p.error:
             continue
         per += sum(s in config.scenarios for s in (COLD_LOAD, WARM_LOAD))
-        per += len(p.suite.workloads) * sum(s in config.scenarios for s in (RESIDENT, PREFIX_HIT))
+        per += len(p.suite.workloads) * sum(s in config.scenarios for s in (RESIDENT, PREFIX_HIT, SPECULATIVE))
         per += NO_KV_CACHE in config.scenarios
         per += COLD_START in config.scenarios
     return per * config.suite.repeats
@@ -252,6 +253,10 @@ def _model_repeat(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: 
         if PREFIX_HIT in config.scenarios:
             tick(f"{p.label} {w.name} prefix hit #{repeat + 1}")
             _guard(runs, ctx, PREFIX_HIT, w, lambda: _prefix(ctx, w, prompts, repeat, seed))
+        if SPECULATIVE in config.scenarios:
+            tick(f"{p.label} {w.name} speculative #{repeat + 1}")
+            _guard(runs, ctx, SPECULATIVE, w, lambda: speculative_run(
+                ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:speculative:{repeat}"), w.output_tokens, seed))
     if NO_KV_CACHE in config.scenarios:
         w = min(p.suite.workloads, key=lambda x: x.prompt_tokens)
         n = min(w.output_tokens, p.suite.ablation_tokens)

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from ondevice.results import Timings
 
-__all__ = ["RunRecord", "RunStatus", "SCENARIOS", "DEFAULT_SCENARIOS", "LOAD_SCENARIOS", "REQUEST_SCENARIOS", "COLD_START"]
+__all__ = ["RunRecord", "RunStatus", "SCENARIOS", "DEFAULT_SCENARIOS", "LOAD_SCENARIOS", "REQUEST_SCENARIOS", "SPECULATIVE",
+           "COLD_START"]
 
 RunStatus = Literal["ok", "failed", "timeout", "interrupted", "skipped"]
 
@@ -22,8 +23,9 @@ COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT, NO_KV_CACHE, COLD_START, LOAD = (
     "cold_start",
     "load",
 )
+SPECULATIVE = "speculative"  # prompt-lookup decoding paired with plain decoding of the same prompt (bench.speculative)
 LOAD_SCENARIOS = (COLD_LOAD, WARM_LOAD)
-REQUEST_SCENARIOS = (RESIDENT, PREFIX_HIT, NO_KV_CACHE)
+REQUEST_SCENARIOS = (RESIDENT, PREFIX_HIT, NO_KV_CACHE, SPECULATIVE)
 SCENARIOS = LOAD_SCENARIOS + REQUEST_SCENARIOS + (COLD_START,)
 DEFAULT_SCENARIOS = (COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT, COLD_START)
 
@@ -54,6 +56,7 @@ class RunRecord:
     notes: tuple[str, ...] = field(default=())  # anything odd seen during the run
     serve: dict[str, Any] | None = None  # server runs (bench --url): what the client saw beyond Timings (ondevice.bench.serve.measure)
     attribution: dict[str, float] | None = None  # where the request's E2E went (results.Attribution.to_dict), seconds
+    speculative: dict[str, Any] | None = None  # speculative runs: SpecStats.to_dict() + the paired plain run's decode_tok_s
 
     @property
     def ok(self) -> bool:
@@ -108,6 +111,7 @@ class RunRecord:
             "itl_s": list(t.itl_s) if t else [],
             **({"serve": self.serve} if self.serve is not None else {}),
             **({"attribution": self.attribution} if self.attribution is not None else {}),
+            **({"speculative": self.speculative} if self.speculative is not None else {}),
         }
 
     @classmethod
@@ -146,4 +150,5 @@ class RunRecord:
             seed=d.get("seed"),
             notes=tuple(d.get("notes") or ()),
             serve=d.get("serve") if isinstance(d.get("serve"), dict) else None,
+            speculative=d.get("speculative") if isinstance(d.get("speculative"), dict) else None,
         )

@@ -17,7 +17,7 @@ from ondevice.bench.runs import COLD_START, NO_KV_CACHE, PREFIX_HIT, RESIDENT, R
 from ondevice.metrics import timings_from_marks
 from ondevice.results import Generation
 
-__all__ = ["RequestContext", "resident_run", "prefix_hit_run", "no_kv_cache_run", "cold_start_run", "request",
+__all__ = ["RequestContext", "resident_run", "prefix_hit_run", "no_kv_cache_run", "cold_start_run", "request", "record",
            "suffix_tokens"]
 
 
@@ -42,9 +42,11 @@ class _Outcome:
         self.reason = ""
 
 
-def request(ctx: RequestContext, ids: str | Sequence[int], max_tokens: int, seed: int, *, reuse_prefix: bool) -> _Outcome:
+def request(ctx: RequestContext, ids: str | Sequence[int], max_tokens: int, seed: int, *, reuse_prefix: bool,
+            **stream_kw: Any) -> _Outcome:
     """Run one stream to its end; never raises except KeyboardInterrupt (after closing it).
-    ids: token ids, or text (tokenized by the engine, inside the request's timing)."""
+    ids: token ids, or text (tokenized by the engine, inside the request's timing);
+    stream_kw: more stream() arguments (speculative=...)."""
     out = _Outcome()
     cancel = threading.Event()
     timer = threading.Timer(ctx.timeout_s, cancel.set) if ctx.timeout_s else None
@@ -52,7 +54,7 @@ def request(ctx: RequestContext, ids: str | Sequence[int], max_tokens: int, seed
     try:
         stream = ctx.engine.stream(
             ids if isinstance(ids, str) else list(ids), max_tokens=max_tokens, seed=seed, ignore_eos=True, cancel=cancel,
-            reuse_prefix=reuse_prefix, **dict(ctx.sampling),
+            reuse_prefix=reuse_prefix, **dict(ctx.sampling), **stream_kw,
         )
         if timer:
             timer.daemon = True
@@ -80,7 +82,8 @@ def request(ctx: RequestContext, ids: str | Sequence[int], max_tokens: int, seed
     return out
 
 
-def _record(ctx: RequestContext, scenario: str, workload: str, n_out: int, seed: int, out: _Outcome, **extra) -> RunRecord:
+def record(ctx: RequestContext, scenario: str, workload: str, n_out: int, seed: int, out: _Outcome, **extra) -> RunRecord:
+    """The RunRecord of one request's outcome (extra: more RunRecord fields)."""
     g = out.generation
     return RunRecord(
         model=ctx.model,
@@ -105,7 +108,7 @@ def resident_run(ctx: RequestContext, workload: str, ids: Sequence[int], n_out: 
     """The model in memory, the KV cache cleared first: no prefix hit."""
     ctx.rss.reset()
     out = request(ctx, ids, n_out, seed, reuse_prefix=False)
-    rec = _record(ctx, RESIDENT, workload, n_out, seed, out, prompt_tokens=len(ids))
+    rec = record(ctx, RESIDENT, workload, n_out, seed, out, prompt_tokens=len(ids))
     if rec.cached_prompt_tokens:
         rec = replace(rec, notes=rec.notes + (f"unexpected cache hit of {rec.cached_prompt_tokens} tokens",))
     return rec
@@ -126,10 +129,10 @@ def prefix_hit_run(
     prime = request(ctx, list(prefix) + list(suffix_a), 1, seed, reuse_prefix=False)
     p = len(prefix) + len(suffix_b)
     if prime.status != "ok" or prime.generation is None:
-        return _record(ctx, PREFIX_HIT, workload, n_out, seed, prime, prompt_tokens=p)
+        return record(ctx, PREFIX_HIT, workload, n_out, seed, prime, prompt_tokens=p)
     baseline = prime.generation.timings.ttft_s
     out = request(ctx, list(prefix) + list(suffix_b), n_out, seed, reuse_prefix=True)
-    rec = _record(ctx, PREFIX_HIT, workload, n_out, seed, out, prompt_tokens=p, baseline_ttft_s=baseline)
+    rec = record(ctx, PREFIX_HIT, workload, n_out, seed, out, prompt_tokens=p, baseline_ttft_s=baseline)
     if out.status == "ok" and rec.cached_prompt_tokens < len(prefix):
         rec = replace(rec, notes=rec.notes + (f"only {rec.cached_prompt_tokens} of {len(prefix)} prefix tokens were cached",))
     return rec
@@ -199,7 +202,7 @@ def cold_start_run(ctx: RequestContext, workload: str, path: Any, load: Callable
     g = out.generation
     first = g is not None and g.timings.output_tokens > 0
     cold_s = (handed_ns - t0) * 1e-9 + g.timings.ttft_s if first else None
-    rec = _record(ctx, COLD_START, workload, 1, seed, out, prompt_tokens=n_prompt, load_s=float(engine.info.load_s),
+    rec = record(ctx, COLD_START, workload, 1, seed, out, prompt_tokens=n_prompt, load_s=float(engine.info.load_s),
                   load_call_s=(handed_ns - t0) * 1e-9,
                   resident_before_load=ev.resident_after, cold_start_s=cold_s,
                   notes=tuple(n for n in (ev.note, *notes) if n))

@@ -17,8 +17,9 @@ from statistics import median
 from typing import Any, Iterable, Sequence
 
 from ondevice.bench.coldstart import ColdStartPrediction, predict_cold_start
-from ondevice.bench.runs import (COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, WARM_LOAD,
-                                 RunRecord)
+from ondevice.bench.runs import (COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE,
+                                 WARM_LOAD, RunRecord)
+from ondevice.bench.speculative import spec_summary
 from ondevice.metrics import Summary, summarize
 
 __all__ = ["ScenarioResult", "scenario_results", "METRICS", "EXTRA_METRICS", "clean"]
@@ -58,6 +59,7 @@ class ScenarioResult:
     failures: tuple[dict[str, Any], ...]  # {repeat, status, reason} of every run that is not ok
     notes: tuple[str, ...]  # distinct notes of the runs
     runs: tuple[RunRecord, ...] = field(default=(), repr=False)  # every run, in order
+    speculative: dict[str, Any] | None = None  # speculative scenario: acceptance, per-step counts, speedups (bench.speculative)
     cold_start: ColdStartPrediction | None = None  # cold_start: the predicted cold start and its parts
 
     def summary(self, metric: str) -> Summary:
@@ -93,6 +95,8 @@ class ScenarioResult:
             notes=list(self.notes),
             runs=[r.to_dict() for r in self.runs],
         )
+        if self.speculative is not None:
+            d["speculative"] = self.speculative
         if self.cold_start is not None:
             d["cold_start_predicted"] = self.cold_start.to_dict()
         return clean(d)
@@ -131,7 +135,7 @@ def _values(runs: Iterable[RunRecord], metric: str) -> list[float | None]:
 
 
 def _roofline(predictor: Any, scenario: str, p: int, n: int) -> tuple[float | None, float | None]:
-    if predictor is None or scenario not in (RESIDENT, PREFIX_HIT) or n < 2:
+    if predictor is None or scenario not in (RESIDENT, PREFIX_HIT, SPECULATIVE) or n < 2:
         return None, None
     try:
         ceiling_s, calibrated_s = predictor.step_s(p + n // 2)
@@ -205,6 +209,7 @@ def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any 
         failures=tuple({"repeat": r.repeat, "status": r.status, "reason": r.reason} for r in runs if not r.ok),
         notes=tuple(notes),
         runs=tuple(runs),
+        speculative=spec_summary(runs) if first.scenario == SPECULATIVE else None,
     )
 
 

@@ -43,8 +43,9 @@ def register(sub) -> None:
     p.add_argument("-r", "--repeat", type=int, help="measured runs per workload and scenario")
     p.add_argument("--warmup", type=int, help="untimed requests after each load (default 1)")
     p.add_argument("--scenarios", help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache,"
-                   "cold_start (page cache dropped -> load -> first token, with its parts and a prediction; "
-                   "default: all but no_kv_cache)")
+                   "speculative,cold_start (speculative: prompt lookup paired with plain decoding of the same prompt; "
+                   "cold_start: page cache dropped -> load -> first token, with its parts and a prediction; each has "
+                   "its own table; default: cold_load,warm_load,resident,prefix_hit,cold_start)")
     p.add_argument("--no-kv-cache", action="store_true", help="add the ablation: recompute the whole context for every token (short run)")
     p.add_argument("--n-ctx", type=int, help="context size (default: the smallest that fits the suite)")
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")

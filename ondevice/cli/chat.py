@@ -47,6 +47,9 @@ def register(sub) -> None:
     p.add_argument("--list", action="store_true", help="list saved conversations and exit")
     p.add_argument("--export", metavar="ID", help="write a saved conversation to --out and exit")
     p.add_argument("--out", type=Path, help="export file: .md (Markdown) or .json")
+    p.add_argument("--speculative", choices=("lookup",), default=None,
+                   help="speculative decoding by prompt lookup (the answers are what plain decoding gives; "
+                   "the stats panel shows the acceptance)")
     add_engine_args(p)
     p.set_defaults(func=run)
 
@@ -55,7 +58,7 @@ def run(args) -> int:
     from ondevice.tui.session import ChatSettings
     from ondevice.tui.store import HistoryStore
 
-    settings = ChatSettings(args.system, args.temperature, args.top_p, args.max_tokens).validated()
+    settings = ChatSettings(args.system, args.temperature, args.top_p, args.max_tokens, args.speculative).validated()
     from ondevice.engine.loader import resolve_n_ctx
 
     if args.n_ctx is not None:

@@ -163,7 +163,9 @@ def render(p, spec, probe, *, width: int | None = None, target=None) -> str:
 
 def request_lines(r) -> list[str]:
     """The request's predicted timeline: TTFT, decode, E2E, and where the wait goes."""
-    what = "predicted" if r.basis == "calibrated" else "at best (bounds: no kernel calibration; `ondevice probe`)"
+    what = {"calibrated": "predicted",
+            "estimate": "estimated (decode fitted on published llama.cpp runs; TTFT a floor at the compute figure)",
+            }.get(r.basis, "at best (bounds: no kernel calibration)")
     if r.output_tokens is None:
         return [f"request of {r.prompt_tokens} prompt tokens, {what}: TTFT {_secs(r.ttft_s)}"]
     out = [f"request of {r.prompt_tokens} prompt + {r.output_tokens} output tokens, {what}:",

@@ -121,10 +121,21 @@ def render(r, *, width: int | None = None) -> str:
         lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
                      f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns,")
         lines.append(f"  per attention score {1e9 * k.attn_s:.1f} ns + {1e12 * k.attn_dim_s:.1f} ps per head dimension")
+        if k.type_gflops:
+            lines.append("  prefill (batched) " + ", ".join(f"{t} {g:.0f}" for t, g in k.type_gflops.items())
+                         + " GFLOP/s" + (f"; attention {k.attn_gflops:.0f} GFLOP/s" if k.attn_gflops else ""))
+        from ondevice.roofline.prediction import POOR_FIT
+
+        if k.fit_rms_rel > POOR_FIT:
+            lines.append(f"  the fit is POOR ({100 * k.fit_rms_rel:.0f}% rms): predictions from it are uncertain by about "
+                         "that much; probe again when the machine is quiet (`ondevice probe --refresh`)")
         if k.pass_spread > 0.05:
             lines.append(f"  passes differed by {100 * k.pass_spread:.0f}% (median over the large models): this machine's "
                          "speed moves about that much, and so will measurements against the prediction")
     lines.append("")
+    if r.read_curve:
+        lines.append("read bandwidth by working-set size (what the caches add): "
+                     + ", ".join(f"{human_bytes(b)} {g:.0f}" for b, g in r.read_curve) + " GB/s")
     lines.append(f"ceiling bandwidth (pure roofline bound): {r.ceiling_gbs:.1f} GB/s")
     if r.nameplate:
         n = r.nameplate

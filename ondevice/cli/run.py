@@ -13,7 +13,7 @@ from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import InvalidParameterError
 from ondevice.fmt import millis, number, rate
 
-__all__ = ["register", "run", "timings_line", "explain_text"]
+__all__ = ["register", "run", "timings_line", "explain_text", "add_speculative_args", "speculative_kwargs", "speculative_text"]
 
 
 def register(sub) -> None:
@@ -41,6 +41,7 @@ def register(sub) -> None:
     p.add_argument("--no-predict", action="store_true", help="skip the roofline prediction")
     p.add_argument("--explain", action="store_true",
                    help="after the timings, where the request's time went (tokenize, prefill, decode, sampling, ...)")
+    add_speculative_args(p)
     add_engine_args(p)
     p.set_defaults(func=run, late_positionals="args")  # `run MODEL -n 2 PROMPT` works (cli.main)
 
@@ -51,6 +52,7 @@ def run(args) -> int:
     if len(args.args) > 2:
         raise InvalidParameterError("expected [MODEL] PROMPT; quote a prompt that has spaces")
     model, prompt = (None, args.args[0]) if len(args.args) == 1 else args.args
+    spec = speculative_kwargs(args)  # bad settings or a missing draft file: one line, before any work
     if prompt == "-":
         prompt = _read_stdin()
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
@@ -60,7 +62,7 @@ def run(args) -> int:
         stream = engine.stream(
             prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
             min_p=args.min_p, repeat_penalty=args.repeat_penalty, seed=args.seed, stop=args.stop,
-            ignore_eos=args.ignore_eos,
+            ignore_eos=args.ignore_eos, **spec,
         )
         try:
             for ev in stream:
@@ -81,6 +83,42 @@ def run(args) -> int:
         return 130 if g is not None and g.finish_reason == "cancelled" else 0
     finally:
         engine.close()
+
+
+def add_speculative_args(p) -> None:
+    """--speculative, --draft, --spec-k (run and chat)."""
+    p.add_argument("--speculative", choices=("lookup", "draft"), default=None,
+                   help="speculative decoding: draft tokens by prompt lookup, or with --draft MODEL; the model "
+                   "verifies every draft, so the output is plain decoding's")
+    p.add_argument("--draft", default=None, metavar="MODEL",
+                   help="draft model (a smaller GGUF with the same vocabulary) for --speculative draft")
+    p.add_argument("--spec-k", type=int, default=None, metavar="K",
+                   help="most drafted tokens per step, 0-64 (default 16; the engine picks k per step)")
+
+
+def speculative_kwargs(args) -> dict:
+    """The stream() keyword arguments of the speculative flags, checked (a draft model must exist)."""
+    from ondevice.engine.speculative import spec_settings
+
+    settings = spec_settings(args.speculative, args.draft, args.spec_k)
+    if settings is None:
+        return {}
+    if settings.draft is not None:
+        from ondevice.materialize import resolve_model
+
+        resolve_model(settings.draft)  # ModelNotFoundError: one line, exit 2
+    return {"speculative": settings.mode, "draft": settings.draft, "spec_k": args.spec_k}
+
+
+def speculative_text(s, committed_tok_s: float | None) -> str:
+    """"speculative lookup: acceptance 81% (52/64 drafted), 2.6 accepted/step, k 2 (cap 2), committed 31.0 tok/s, predicted 1.9x"."""
+    if s.acceptance_rate is None:
+        acc = "nothing drafted"
+    else:
+        acc = f"acceptance {100 * s.acceptance_rate:.0f}% ({s.accepted}/{s.drafted} drafted), {s.mean_accepted_per_step:.1f} accepted/step"
+    pred = f", predicted {s.predicted_speedup:.2f}x plain" if s.predicted_speedup else ""
+    return (f"speculative {s.mode}: {acc}, {s.steps} verify + {s.plain_steps} plain steps, k {s.k_final} (cap {s.k_cap}), "
+            f"committed {rate(committed_tok_s)}{pred}")
 
 
 def _say(line: str) -> None:
@@ -134,6 +172,8 @@ def timings_line(g, load_s: float | None = None, backend: str | None = None, bas
         f"tokens {g.prompt_tokens} prompt{cached} + {t.output_tokens} output",
         f"finish {g.finish_reason}",
     ]
+    if g.speculative is not None:
+        parts.append(speculative_text(g.speculative, t.decode_tok_s))
     if load_s is not None:
         parts.append(f"load {load_s:.2f} s" + (f" on {backend}" if backend else ""))
     return " | ".join(parts)

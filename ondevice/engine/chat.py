@@ -35,7 +35,9 @@ from ondevice.errors import InvalidParameterError
 from ondevice.reasoning import ThinkMarkers, detect_markers, opens_block
 from ondevice.results import Generation
 
-__all__ = ["Chat", "ChatTemplate", "FALLBACK_STOPS", "render_plain"]
+__all__ = ["Chat", "ChatTemplate", "FALLBACK_STOPS", "render_plain", "SPEC_KEYS"]
+
+SPEC_KEYS = frozenset({"speculative", "draft", "spec_k"})  # Engine.stream's speculative decoding arguments
 
 FALLBACK_STOPS = ("\nUser:", "\nAssistant:")  # the fallback transcript's stop strings: a new turn
 _ROLES = ("system", "user", "assistant")
@@ -135,10 +137,10 @@ class Chat:
     """A conversation on one engine. `messages` holds {"role", "content"} dicts, system first."""
 
     def __init__(self, engine: Any, system: str | None = None, **sampling_defaults: Any):
-        unknown = set(sampling_defaults) - SAMPLING_KEYS
+        unknown = set(sampling_defaults) - SAMPLING_KEYS - SPEC_KEYS
         if unknown:
             raise InvalidParameterError(f"unknown chat parameter(s): {', '.join(sorted(unknown))}")
-        make_params(**sampling_defaults)  # refuse bad defaults now, by name
+        make_params(**{k: v for k, v in sampling_defaults.items() if k in SAMPLING_KEYS})  # refuse bad defaults now, by name
         if system is not None and not isinstance(system, str):
             raise InvalidParameterError(f"system must be a string, not {type(system).__name__}")
         self._engine = engine
@@ -161,22 +163,24 @@ class Chat:
 
     def stream(self, text: str, **kw: Any) -> TokenStream:
         """Send a user message; stream the reply. The reply is appended to messages when it ends."""
-        start_ns = perf_counter_ns()
         if not isinstance(text, str):
             raise InvalidParameterError(f"message text must be a string, not {type(text).__name__}")
         cancel = kw.pop("cancel", None)
-        unknown = set(kw) - SAMPLING_KEYS
+        unknown = set(kw) - SAMPLING_KEYS - SPEC_KEYS
         if unknown:
             raise InvalidParameterError(f"unknown chat parameter(s): {', '.join(sorted(unknown))}")
         merged = {**self._defaults, **kw}
+        spec_kw = {k: merged.pop(k) for k in SPEC_KEYS if k in merged}
         params = make_params(**merged)
         stops = tuple(dict.fromkeys(params.stop + self._template.stop))
         params = make_params(**{**merged, "stop": stops})
+        spec = self._engine.speculator(**spec_kw) if spec_kw else None  # set-up work stays out of the timings
+        start_ns = perf_counter_ns()
         user = {"role": "user", "content": text}
         ids = self._template.tokens(self.messages + [user])
         tokenized_ns = perf_counter_ns()
         ts = self._engine._start(ids, start_ns, tokenized_ns, params, cancel, True, on_done=lambda g: self._finish(user, g),
-                                 think=self._template.think)
+                                 think=self._template.think, spec=spec)
         self.messages.append(user)
         return ts
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ondevice.engine.loader import EngineInfo, open_model
 from ondevice.llama.model import LlamaHandle
@@ -81,6 +82,9 @@ class Engine:
         self._requests = 0  # requests started: the default draw seed is info.seed + this
         self._closed = False
         self._template: Any = None  # chat template, built on first chat()
+        self._drafts: dict[str, Any] = {}  # draft model path -> DraftModel, loaded on first use, freed by close()
+        self._exact = (1, 1)  # (verify tokens checked, most of them giving single-token logits): speculative.exact_verify_tokens
+        self._step_costs: dict[str, Any] = {}  # mode -> speculative.StepCost: step times its requests measured
 
     # ---- state -------------------------------------------------------------------------
     @property
@@ -172,14 +176,22 @@ class Engine:
         ignore_eos: bool = DEFAULTS.ignore_eos,
         cancel: threading.Event | None = None,
         reuse_prefix: bool = True,
+        speculative: str | None = None,
+        draft: str | Path | None = None,
+        spec_k: int | None = None,
     ) -> TokenStream:
         """Start a generation; iterate the returned TokenStream for timed TokenEvents.
 
         A prompt given as text is tokenized (BOS added when the model wants it); token ids
         are used as they are. Raises ContextOverflowError before any work when prompt +
         max_tokens exceed n_ctx, EngineBusyError when a generation is already running.
+
+        speculative="lookup" drafts tokens by prompt lookup, draft=PATH (speculative="draft")
+        with a smaller GGUF of the same vocabulary; the target verifies every draft, so the
+        output is what plain decoding gives (token for token when greedy). spec_k: most drafted
+        tokens per step, 0..64 (default 16); the engine picks k per step. The Generation's
+        `speculative` holds the counts (ondevice.engine.speculative).
         """
-        start_ns = perf_counter_ns()
         params = make_params(
             max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repeat_penalty=repeat_penalty, seed=seed, stop=stop, ignore_eos=ignore_eos,
@@ -189,13 +201,16 @@ class Engine:
         if cancel is not None and not callable(getattr(cancel, "is_set", None)):
             raise InvalidParameterError("cancel must be a threading.Event (or have is_set())")
         self._check_open()
+        # one-time set-up (a draft model's load, the batch check) is not part of the request's timings
+        spec = self.speculator(speculative, draft, spec_k)
+        start_ns = perf_counter_ns()  # the request starts here: tokenization is part of TTFT
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_bos=True, special=False)
             if not ids:
                 raise InvalidParameterError("prompt is empty: no tokens to process")
         else:
             ids = self._check_ids(prompt)
-        return self._start(ids, start_ns, perf_counter_ns(), params, cancel, reuse_prefix)
+        return self._start(ids, start_ns, perf_counter_ns(), params, cancel, reuse_prefix, spec=spec)
 
     def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> Generation:
         """Run a generation to its end and return the Generation (same arguments as stream())."""
@@ -205,8 +220,59 @@ class Engine:
         assert ts.generation is not None
         return ts.generation
 
+    def speculator(self, speculative: Any = None, draft: Any = None, spec_k: Any = None) -> Any:
+        """A Speculator for one request from stream()'s speculative arguments, checked before any
+        work (InvalidParameterError; a draft model that is missing, malformed or of another
+        vocabulary raises its typed error); None when none is asked for."""
+        from ondevice.engine.speculative import Speculator, StepCost, exact_verify_tokens, spec_settings
+
+        settings = spec_settings(speculative, draft, spec_k)
+        if settings is None:
+            return None
+        self._check_open()
+        lib = self._h.lib
+        if lib.llama_model_is_recurrent(self._h.model) or lib.llama_model_is_hybrid(self._h.model):
+            raise InvalidParameterError("speculative decoding needs a KV cache that can drop rejected drafts; "
+                                        "this model's recurrent state cannot")
+        drafter = self._draft_model(settings.draft).drafter() if settings.mode == "draft" else None
+        want = settings.k_max + 1
+        checked, exact = self._exact
+        if want > checked and exact == checked:  # not measured this far yet
+            with self._holding():
+                exact = exact_verify_tokens(self._h, self.info, self.tokenize, want)
+            self._exact = (want, exact)
+        if drafter is None:
+            from ondevice.engine.drafters import PromptLookup
+
+            drafter = PromptLookup()
+        cost = self._step_costs.setdefault(settings.mode, StepCost(self.predictor))  # drafting costs differ by mode
+        return Speculator(settings, drafter, self.predictor, k_cap=min(want, exact) - 1, cost=cost)
+
+    @contextlib.contextmanager
+    def _holding(self) -> Iterator[None]:
+        """The engine's lock for work outside a generation (EngineBusyError while one runs)."""
+        if not self._busy.acquire(blocking=False):
+            raise EngineBusyError("the engine is already generating; wait for it, cancel it, or use another engine")
+        try:
+            yield
+        finally:
+            self._busy.release()
+
+    def _draft_model(self, ref: str) -> Any:
+        from ondevice.engine.drafters import DraftModel
+        from ondevice.llama.devices import gpu_layers
+        from ondevice.materialize import resolve_model
+
+        path = resolve_model(ref)  # ModelNotFoundError for a file that is not there
+        key = str(path.resolve())
+        if key not in self._drafts:
+            with self._holding():
+                layers = gpu_layers(self._h.lib, "auto", None)[0] if self.info.backend != "CPU" else 0
+                self._drafts[key] = DraftModel(path, self._h, n_threads=self.info.n_threads, n_gpu_layers=layers)
+        return self._drafts[key]
+
     def _start(self, ids: list[int], start_ns: int, tokenized_ns: int, params: Any, cancel: Any, reuse_prefix: bool,
-               on_done: Any = None, think: Any = None) -> TokenStream:
+               on_done: Any = None, think: Any = None, spec: Any = None) -> TokenStream:
         self._check_open()
         if len(ids) + params.max_tokens > self.n_ctx:
             raise ContextOverflowError(
@@ -222,7 +288,7 @@ class Engine:
             is_cancelled = (lambda: own.is_set() or external.is_set()) if external is not None else own.is_set
             seed = params.seed if params.seed is not None else (self.info.seed + self._requests) % _SEED_MOD
             self._requests += 1
-            req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix, think)
+            req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix, think, spec)
             gen = run_request(self._h, self._kv, req, self.info.n_batch, self.predictor, self._token_info)
         except BaseException:
             self._cancel = None
@@ -272,6 +338,9 @@ class Engine:
             raise EngineBusyError("cannot close the engine while a generation is running; cancel it first")
         try:
             self._closed = True
+            for d in self._drafts.values():
+                d.close()
+            self._drafts.clear()
             self._h.free()
         finally:
             self._busy.release()

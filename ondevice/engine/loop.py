@@ -79,6 +79,7 @@ class Request:
     cancelled: Callable[[], bool]  # polled before each step
     reuse_prefix: bool  # keep the KV cache's common prefix
     think: Any = None  # (ThinkMarkers, {marker token id: marker text}) when the chat template has reasoning blocks
+    spec: Any = None  # a Speculator (ondevice.engine.speculative) when the request asked for speculative decoding
 
 
 def _token_reader(handle: LlamaHandle) -> Callable[[int], tuple[bytes, bool]]:
@@ -139,7 +140,8 @@ def run_request(
     finish: FinishReason = "cancelled"
     spent = _Spent()
     if done and p.max_tokens and not cancelled():
-        finish = yield from _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps, spent)
+        decode = _decode if req.spec is None else req.spec.decode
+        finish = yield from decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps, spent)
     elif done:
         finish = "length" if not p.max_tokens else "cancelled"
     timings = timings_from_marks(req.start_ns, req.tokenized_ns, prefill_start, prefill_end, token_ns, n_computed)
@@ -164,6 +166,7 @@ def run_request(
         predicted_ttft_s=predicted_ttft,
         predicted_e2e_s=predicted_e2e,
         attribution=attribution,
+        speculative=req.spec.stats() if req.spec is not None else None,
     )
 
 

@@ -146,8 +146,12 @@ def _measure(backend: str, build: str, kernel: bool, n_threads: int | None, cach
     say("host f32 compute")
     compute = probe_compute()
     disk_result = _disk(cache.probe_dir(cache_root), say) if disk else None
-    kernel_result = None
+    kernel_result, curve = None, ()
     if kernel:
+        from ondevice.probing.readcurve import best_curve, probe_read_curve
+
+        say("read bandwidth over working-set sizes (the caches)")
+        curve = probe_read_curve(threads, array_bytes)
         from ondevice.probing.kernel import plan_for, probe_kernels
 
         kernel_result = probe_kernels(plan or plan_for(host.llc_bytes), cache.probe_dir(cache_root) / "models",
@@ -155,9 +159,12 @@ def _measure(backend: str, build: str, kernel: bool, n_threads: int | None, cach
                                       progress=say)
         say("host memory bandwidth, again")  # a busy moment at the start must not lower the ceiling
         memory = best_of(memory, probe_memory(threads, array_bytes, passes=memory_passes))
+        say("read bandwidth over working-set sizes (the caches)")
+        curve = best_curve(curve, probe_read_curve(threads, array_bytes))
     chip = host.apple_chip if backend.upper() == "CPU" else host.chip_name
     return ProbeResult(host=host, backend=backend, build_id=build, created_unix_s=time.time(), memory=memory,
-                       compute=compute, kernel=kernel_result, nameplate=lookup(chip), disk=disk_result)
+                       compute=compute, kernel=kernel_result, nameplate=lookup(chip), read_curve=curve,
+                       disk=disk_result)
 
 
 def _disk(folder: Path, say: Progress):

@@ -41,7 +41,7 @@ from ondevice.modelspec import ModelSpec, inspect
 from ondevice.probing.result import SMALL_TERMS, KernelPoint, KernelProbe
 
 __all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "probe_models",
-           "fit_prefill", "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
+           "fit_prefill", "prefill_observations", "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
 
 PROBE_TYPES = ("Q4_0", "Q8_0", "F16")
 _MB = 1 << 20
@@ -252,12 +252,10 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
                           plan.n_tokens, plan.mid_context(runs[i].n_prompt), fp.attn_scores, fp.head_dims, runs[i].role)
               for i, fp in zip(decode_runs, fit_in)]
     fit = fit_points(fit_in, plan.types)
-    prefill_in = [(runs[i], specs[i], statistics.median(prefills[i])) for i in range(len(runs))
-                  if runs[i].role == "prefill" or (runs[i].role == "attn" and runs[i].n_prompt == plan.n_long)]
-    points += [KernelPoint(run.weight_type, spec.decode_weight_bytes, 0, t, run.n_prompt, run.n_prompt, 0,
-                           0, "prefill" if run.role == "prefill" else "attn-prefill") for run, spec, t in prefill_in]
-    rates = fit_prefill([(spec, run.weight_type, run.n_prompt, t, run.role == "attn") for run, spec, t in prefill_in], fit,
-                        backend=backend)
+    prefill_in = prefill_observations(runs, specs, [statistics.median(p) for p in prefills], plan)
+    points += [KernelPoint(wt, spec.decode_weight_bytes, 0, t, n, n, 0, 0, "attn-prefill" if is_attn else "prefill")
+               for spec, wt, n, t, is_attn in prefill_in]
+    rates = fit_prefill(prefill_in, fit, backend=backend)
     return KernelProbe(
         backend=backend,
         n_threads=threads,
@@ -272,6 +270,13 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         type_gflops=rates["type_gflops"],
         attn_gflops=rates["attn_gflops"],
     )
+
+
+def prefill_observations(runs: list[ProbeRun], specs: list, prefill_s: list[float],
+                         plan: KernelPlan) -> list[tuple[ModelSpec, str, int, float, bool]]:
+    """What fit_prefill takes from the runs: the prefill runs, and the attention models' long prompts."""
+    return [(spec, run.weight_type, run.n_prompt, t, run.role == "attn") for run, spec, t in zip(runs, specs, prefill_s)
+            if run.role == "prefill" or (run.role == "attn" and run.n_prompt == plan.n_long)]
 
 
 def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, bool]], decode_fit: dict, *, backend: str = "CPU",

@@ -80,6 +80,8 @@ class ProbeResult:
     compute: ComputeProbe  # host f32 GFLOP/s
     kernel: KernelProbe | None  # llama.cpp decode on synthetic models (None: not run)
     nameplate: Nameplate | None = None  # maker's figure for the chip, when known (not measured)
+    read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), 2 MiB up to the memory
+    # probe's array size: what the caches add (probing.readcurve; measured with the kernel probe)
     disk: DiskProbe | None = None  # sequential read of the cache dir's disk (None: not measured, or a cache from before it)
     from_cache: bool = field(default=False, compare=False)  # loaded from the cache rather than run now
 
@@ -128,6 +130,7 @@ class ProbeResult:
             compute_gflops=self.compute.f32_gflops,
             type_gflops=dict(self.kernel.type_gflops),
             attn_gflops=self.kernel.attn_gflops,
+            read_curve=self.read_curve,
         )
 
     def host_calibration(self) -> Calibration:
@@ -147,6 +150,7 @@ class ProbeResult:
             "compute": self.compute.to_dict(),
             "kernel": self.kernel.to_dict() if self.kernel else None,
             "nameplate": self.nameplate.to_dict() if self.nameplate else None,
+            "read_curve": [list(p) for p in self.read_curve],
             "disk": self.disk.to_dict() if self.disk else None,
             "ceiling_gbs": self.ceiling_gbs,
         }
@@ -169,6 +173,7 @@ class ProbeResult:
             compute=ComputeProbe(**_known(ComputeProbe, d["compute"])),
             kernel=KernelProbe.from_dict(d["kernel"]) if d.get("kernel") else None,
             nameplate=Nameplate(**_known(Nameplate, d["nameplate"])) if d.get("nameplate") else None,
+            read_curve=tuple((int(b), float(g)) for b, g in d.get("read_curve") or ()),
             disk=DiskProbe(**_known(DiskProbe, d["disk"])) if d.get("disk") else None,
             from_cache=from_cache,
         )

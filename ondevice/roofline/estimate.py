@@ -23,14 +23,19 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from gguf import GGMLQuantizationType
+
 from ondevice.errors import EstimateDataError, InvalidParameterError
+from ondevice.modelspec import ModelSpec
+from ondevice.roofline.model import Calibration
 
 __all__ = ["Measurement", "EstimateFit", "Estimate", "weight_family", "canonical_backend", "load_measurements",
+           "estimated_calibration",
            "fit", "loo_ratios", "loo_median_error", "load_fit", "write_fit", "estimate", "estimates_for", "FAMILIES",
            "MEASUREMENTS_FILE", "FIT_FILE"]
 
@@ -262,22 +267,40 @@ def estimate(backend: str | None, weight_type: str, bytes_per_token: float, band
     nbytes = positive_number("bytes per token", bytes_per_token, InvalidParameterError)
     gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s")
     f = fit if fit is not None else load_fit()
-    family = weight_family(weight_type)
-    name = canonical_backend(backend) or (str(backend) if backend else None)
+    eta, t0, lo, hi, basis = _terms(f, backend, weight_type)
     ceiling_s = nbytes / (gbs * 1e9)
-    if name in f.t0_s:
-        eta, t0, lo, hi = f.eta[family], f.t0_s[name], f.ratio_low, f.ratio_high
-        basis = (f"{name} fit on {f.n_rows} published llama.cpp runs: {family} weights reach {eta:.0%} of the "
-                 f"bandwidth, plus {t0 * 1e3:.1f} ms per token")
-    else:
-        eta, t0, lo, hi = f.pooled_eta[family], f.pooled_t0_s, f.pooled_ratio_low, f.pooled_ratio_high
-        why = f"no published {name} runs" if name else "backend not given"
-        basis = (f"{why}: pooled fit over {', '.join(sorted(f.t0_s))} ({f.n_rows} runs): {family} weights reach "
-                 f"{eta:.0%} of the bandwidth, plus {t0 * 1e3:.1f} ms per token")
     tok_s = min(1.0 / (ceiling_s / eta + t0), 1.0 / ceiling_s)
     ceiling = 1.0 / ceiling_s
     return Estimate(tok_s=tok_s, low_tok_s=min(tok_s * lo, ceiling), high_tok_s=min(tok_s * hi, ceiling),
                     efficiency=tok_s / ceiling, ceiling_tok_s=ceiling, basis=basis)
+
+
+def _terms(f: EstimateFit, backend: str | None, weight_type: str) -> tuple[float, float, float, float, str]:
+    """(eta, t0_s, range low, range high, basis) of the fit for a backend and weight type."""
+    family = weight_family(weight_type)
+    name = canonical_backend(backend) or (str(backend) if backend else None)
+    if name in f.t0_s:
+        eta, t0 = f.eta[family], f.t0_s[name]
+        return eta, t0, f.ratio_low, f.ratio_high, (
+            f"{name} fit on {f.n_rows} published llama.cpp runs: {family} weights reach {eta:.0%} of the "
+            f"bandwidth, plus {t0 * 1e3:.1f} ms per token")
+    eta, t0 = f.pooled_eta[family], f.pooled_t0_s
+    why = f"no published {name} runs" if name else "backend not given"
+    return eta, t0, f.pooled_ratio_low, f.pooled_ratio_high, (
+        f"{why}: pooled fit over {', '.join(sorted(f.t0_s))} ({f.n_rows} runs): {family} weights reach "
+        f"{eta:.0%} of the bandwidth, plus {t0 * 1e3:.1f} ms per token")
+
+
+def estimated_calibration(cal: Calibration, spec: ModelSpec, fit: EstimateFit | None = None) -> Calibration:
+    """A calibration whose decode step is the estimate's (bytes / (bandwidth x eta) + t0) for this
+    model, on a machine with only its bandwidth measured (the host probe): source "estimate". The
+    prefill terms (compute) stay as they were."""
+    f = fit if fit is not None else load_fit()
+    by_type = spec.decode_bytes_by_type or {}
+    eta, t0, _lo, _hi, _basis = _terms(f, cal.backend, spec.quant or (max(by_type, key=by_type.get) if by_type else ""))
+    gbs = cal.ceiling_gbs * eta
+    types = [t for t in by_type if t in GGMLQuantizationType.__members__]
+    return replace(cal, type_gbs={t: gbs for t in types}, kv_gbs=gbs, t0_s=t0, source="estimate")
 
 
 def estimates_for(predictor, contexts: Sequence[int], backend: str | None,

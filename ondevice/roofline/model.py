@@ -30,6 +30,10 @@ extra sequence, that sequence's KV read:
                              + B * n * attention FLOPs at s / attn rate (minus the first token's)
                              + (B - 1) * kv_bytes(s) / bw_kv
 
+A working set the caches hold reads faster than DRAM: the probe's read-bandwidth curve over
+working-set sizes (read_curve) scales every memory term (and the ceiling) by read_speedup(bytes of
+the step): 1 for models far larger than the last-level cache, more for one that fits in it.
+
 Prefill is chunks of n_batch such steps (logits, and so the output head, for the last token
 only); TTFT = prefill of the tokens not already cached; E2E = TTFT + the decode steps over the
 growing context.
@@ -37,14 +41,15 @@ growing context.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ondevice.modelspec import ModelSpec
 
-__all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "effective_gflops", "attention_scores",
+__all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "effective_gflops", "read_speedup", "attention_scores",
            "attention_head_dims", "causal_spans"]
 
 _GB = 1e9
@@ -76,6 +81,8 @@ class Calibration:
     type_gflops: Mapping[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
     # (prefill chunks; kernel probe). Empty: compute_gflops for every type
     attn_gflops: float | None = None  # GFLOP/s of batched attention (QK and AV) in prefill (None: the matmul rate)
+    read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), growing sizes: how much
+    # faster than DRAM a working set that the caches hold is read (step times scale by it; empty: no scaling)
     source: str = "kernel"  # where the figures come from: "kernel" (this machine's kernel probe), "estimate"
     # (the host's bandwidth times an efficiency fitted on published measurements), "bound" (the ceiling itself)
 
@@ -116,6 +123,25 @@ def _per_type(weight_type: str, table: Mapping[str, float], default, unknown=min
         if b0 <= bpw <= b1:
             return g0 + (g1 - g0) * (bpw - b0) / (b1 - b0) if b1 > b0 else g0
     return known[-1][1]  # pragma: no cover - the loop always finds the bracket
+
+
+def read_speedup(curve: Sequence[tuple[int, float]], nbytes: float) -> float:
+    """Read bandwidth for a working set of nbytes over the bandwidth of the curve's largest (DRAM)
+    size, interpolated linearly in log(bytes); 1 past the largest size, and 1 where the curve is
+    within NOISE_SHARE of DRAM (a shared machine's drift, not a cache)."""
+    if not curve or nbytes <= 0 or nbytes >= curve[-1][0]:
+        return 1.0
+    dram = curve[-1][1]
+    if nbytes <= curve[0][0]:
+        gbs = curve[0][1]
+    else:
+        (b0, g0), (b1, g1) = next((a, b) for a, b in zip(curve, curve[1:]) if a[0] <= nbytes <= b[0])
+        f = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0)) if b1 > b0 else 0.0
+        gbs = g0 + (g1 - g0) * f
+    return gbs / dram if gbs > (1 + NOISE_SHARE) * dram else 1.0
+
+
+NOISE_SHARE = 0.10  # read_speedup: a working set read less than 10% faster than DRAM counts as DRAM
 
 
 def attention_scores(spec: ModelSpec, n_ctx: int, *, windowed: bool = True) -> int:
@@ -172,14 +198,21 @@ class Predictor:
         # when the runtime masks sliding windows; else windowed layers are capped as above)
         self._cal_window = 0 if calibration.swa_full else self._window
         full_kv, window_kv = (self._kv_full + self._kv_window, 0) if calibration.swa_full else (self._kv_full, self._kv_window)
-        self._cal_full_s = full_kv / self._kv_bps
-        self._cal_window_s = window_kv / self._kv_bps
+        self._kv_full_s = full_kv / self._kv_bps  # KV read seconds per context token (memory: cache-scaled)
+        self._kv_window_s = window_kv / self._kv_bps
+        self._attn_full_s = self._attn_window_s = 0.0  # attention seconds per context token (compute)
         if (calibration.attn_s or calibration.attn_dim_s) and spec.n_layer:
             per = (spec.n_head or 0) * (calibration.attn_s + attention_head_dims(spec) * calibration.attn_dim_s)
             n_swa = 0 if calibration.swa_full else sum(1 for i in range(spec.n_layer) if i in swa)
-            self._cal_full_s += per * (spec.n_layer - n_swa)
-            self._cal_window_s += per * n_swa
+            self._attn_full_s = per * (spec.n_layer - n_swa)
+            self._attn_window_s = per * n_swa
+        self._curve = sorted(calibration.read_curve)
         self._init_compute(spec, calibration, swa)
+
+    def cache_speedup(self, n_ctx: int) -> float:
+        """How much faster than from DRAM the step's bytes (weights + KV at n_ctx) are read, from the
+        probe's read-bandwidth curve over working-set sizes (1.0 without one, or past the caches)."""
+        return read_speedup(self._curve, self.step_bytes(n_ctx)) if self._curve else 1.0
 
     def _init_compute(self, spec: ModelSpec, cal: Calibration, swa: set[int]) -> None:
         """Seconds of one more token's matrix products (body, and the output head apart: it runs
@@ -212,9 +245,11 @@ class Predictor:
     def step_s(self, n_ctx: int) -> tuple[float, float]:
         """(ceiling_step_s, calibrated_step_s) for one decode step at a context of n_ctx tokens."""
         n = max(0, int(n_ctx))
-        ceiling = self._weight_ceiling_s + self.kv_read_bytes(n) / self._ceiling_bps
+        cached = self.cache_speedup(n)
+        ceiling = (self._weight_ceiling_s + self.kv_read_bytes(n) / self._ceiling_bps) / cached
         span = min(n, self._cal_window) if self._cal_window else n
-        calibrated = self._weight_calibrated_s + self._cal_full_s * n + self._cal_window_s * span + self._fixed_s
+        memory_s = (self._weight_calibrated_s + self._kv_full_s * n + self._kv_window_s * span) / cached
+        calibrated = memory_s + self._attn_full_s * n + self._attn_window_s * span + self._fixed_s
         return ceiling, max(calibrated, ceiling)
 
     # ---- more than one token per llama_decode -------------------------------------------
@@ -252,8 +287,8 @@ class Predictor:
         t = 0.0
         while n:
             k = min(chunk, n)
-            t += self._weight_calibrated_s + self._step_fixed_s + k * self._body_s + self._attention_s(pos, pos + k)
-            t += self.kv_read_bytes(pos) / self._kv_bps  # what is cached is read once per chunk
+            memory_s = self._weight_calibrated_s + self.kv_read_bytes(pos) / self._kv_bps  # weights, cached KV: once a chunk
+            t += memory_s / self.cache_speedup(pos) + self._step_fixed_s + k * self._body_s + self._attention_s(pos, pos + k)
             pos, n = pos + k, n - k
         return t + self._head_s + self._logits_fixed_s
 

@@ -8,15 +8,16 @@ from typing import Iterable
 
 from ondevice.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.modelspec import ModelSpec, inspect
-from ondevice.roofline.estimate import Estimate, estimates_for
+from ondevice.roofline.estimate import Estimate, estimated_calibration, estimates_for
 from ondevice.roofline.model import Calibration, Predictor
 from ondevice.roofline.spec import positive_number
 from ondevice.roofline.target import Target, ttft_compute
 
 __all__ = ["predict", "check_contexts", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict",
-           "RequestPrediction", "request_prediction", "prefill_flops", "memory_verdict", "FITS_SHARE"]
+           "RequestPrediction", "request_prediction", "prefill_flops", "memory_verdict", "FITS_SHARE", "POOR_FIT"]
 
 DEFAULT_PROMPT_TOKENS = 1024  # the request predicted when no prompt length is given
+POOR_FIT = 0.10  # a kernel-probe fit whose rms relative residual is above this is called poor
 FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
 _UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
 
@@ -55,8 +56,8 @@ class RequestPrediction:
     tpot_s: float | None  # decode_s / (N - 1): the mean inter-token latency (None for N < 2)
     output_tok_s: float | None  # N / e2e_s: output throughput
     prefill_share: float | None  # ttft_s / e2e_s: which side of the wait a lever can shorten
-    basis: str  # "calibrated" (kernel probe: prefill and decode measured on this machine) or "bound"
-    # (bandwidth ceiling for decode, host compute for prefill: a lower bound on the time, not a prediction)
+    basis: str  # "calibrated" (kernel probe: prefill and decode measured on this machine), "estimate" (decode
+    # fitted on published llama.cpp runs; TTFT a floor at the compute figure) or "bound" (both bounds)
 
 
 @dataclass(frozen=True)
@@ -141,13 +142,13 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
     else:
         cal = probe.calibration()
         calibrated = cal is not None
+        if calibrated and probe.kernel.fit_rms_rel > POOR_FIT:
+            notes.append(f"the kernel probe's fit is poor ({100 * probe.kernel.fit_rms_rel:.0f}% rms): predicted figures "
+                         "are uncertain by about that much; `ondevice probe --refresh` on a quiet machine")
         if cal is None:
             cal = Calibration(backend=probe.backend, ceiling_gbs=probe.ceiling_gbs, compute_gflops=probe.compute.f32_gflops)
             notes.append("no kernel probe: run `ondevice probe` for the calibrated prediction")
         source = "measured"
-    pred = Predictor(spec, cal)
-    rows = tuple(_context_row(pred, n, calibrated) for n in contexts)
-    ttft = None
     gflops, compute_note = ttft_compute(cal.backend, cal.compute_gflops, probe, target)
     floor_cal = replace(cal, compute_gflops=gflops)  # the device's compute on a GPU backend (or the target's)
     pred = Predictor(spec, cal if calibrated else floor_cal)  # bounds use it too; a calibration keeps its own
@@ -156,7 +157,10 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
     if prompt_tokens is not None and gflops:
         ttft = _ttft(spec, prompt_tokens, floor_cal)
     notes += [compute_note] if compute_note and prompt_tokens is not None else []
-    request = request_prediction(pred, prompt_tokens, output_tokens, calibrated, n_batch) if prompt_tokens else None
+    request = None
+    if prompt_tokens:
+        decode_pred = pred if calibrated else Predictor(spec, estimated_calibration(floor_cal, spec))
+        request = request_prediction(pred, prompt_tokens, output_tokens, calibrated, n_batch, decode_pred)
     if target is not None:
         where, avail = target.memory_where, available_bytes if available_bytes is not None else target.memory_bytes
     else:
@@ -171,18 +175,18 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
 
 
 def request_prediction(pred: Predictor, prompt_tokens: int, output_tokens: int | None, calibrated: bool,
-                       n_batch: int = 512) -> RequestPrediction:
+                       n_batch: int = 512, decode_pred: Predictor | None = None) -> RequestPrediction:
     """TTFT, decode time, E2E and the prefill share of one request (nothing cached). Without a
     kernel calibration the figures are bounds (the ceiling's steps, prefill at the host's compute)."""
     ttft = pred.ttft_s(prompt_tokens, 0, n_batch)
-    decode = pred.decode_s(prompt_tokens, output_tokens) if output_tokens else None
+    decode = (decode_pred or pred).decode_s(prompt_tokens, output_tokens) if output_tokens else None
     e2e = ttft + decode if decode is not None else None
     n = output_tokens or 0
     return RequestPrediction(
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, ttft_s=ttft, decode_s=decode, e2e_s=e2e,
         tpot_s=decode / (n - 1) if decode is not None and n >= 2 else None,
         output_tok_s=n / e2e if e2e else None, prefill_share=ttft / e2e if e2e else None,
-        basis="calibrated" if calibrated else "bound")
+        basis="calibrated" if calibrated else ("estimate" if decode_pred is not None else "bound"))
 
 
 def _resolve(ref) -> Path:

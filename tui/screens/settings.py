@@ -59,6 +59,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             temperature=number("#set-temperature", "temperature", float),
             top_p=number("#set-top-p", "top_p", float),
             max_tokens=number("#set-max-tokens", "max tokens", int),
+            speculative=self.settings.speculative,  # set on the command line (`chat --speculative lookup`)
         ).validated()
 
     def action_save(self) -> None:

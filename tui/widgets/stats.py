@@ -17,7 +17,7 @@ from ondevice import fmt
 from ondevice.tui.live import LiveStats
 from ondevice.tui.widgets.charts import ItlChartRows, StyledLines, hbar, plain_text
 
-__all__ = ["StatsPanel", "fmt_ms", "fmt_rate", "fmt_bytes", "model_card_lines"]
+__all__ = ["StatsPanel", "fmt_ms", "fmt_rate", "fmt_bytes", "model_card_lines", "speculative_lines"]
 
 BAR_CELLS = 12
 _DASH = "–"
@@ -53,6 +53,16 @@ def model_card_lines(info: Any) -> list[str]:
     ]
 
 
+def speculative_lines(spec: Any) -> list:
+    """Speculative decoding's lines (none without it): acceptance, accepted per step, k. The decode
+    line above is then the committed tokens' rate, held against the plain prediction."""
+    if spec is None:
+        return []
+    acc = _DASH if spec.acceptance_rate is None else f"{spec.acceptance_rate:.0%} acc"
+    per = _DASH if spec.mean_accepted_per_step is None else f"{spec.mean_accepted_per_step:.1f}/step"
+    return [((_row("spec", f"{spec.mode} {acc}"), None),), ((_row("", f"{per}, k {spec.k_final}/{spec.k_cap}"), "dim"),)]
+
+
 def _on_off(flag: bool | None) -> str:
     return "?" if flag is None else ("on" if flag else "off")
 
@@ -65,7 +75,8 @@ class StatsPanel(VerticalScroll, can_focus=False):
     frame, and a frame repaints only the lines that changed.
     """
 
-    SECTIONS = (("live", 11), ("itl", ItlChartRows.ROWS), ("ctx", 3), ("prefill", 2), ("mem", 2), ("gap", 1), ("card", 0))
+    SECTIONS = (("live", 11), ("itl", ItlChartRows.ROWS), ("ctx", 3), ("prefill", 2), ("spec", 0), ("mem", 2), ("gap", 1),
+                ("card", 0))
 
     def compose(self) -> ComposeResult:
         yield StyledLines(id="stats-lines")
@@ -107,6 +118,7 @@ class StatsPanel(VerticalScroll, can_focus=False):
             ],
             itl=self._chart.lines(itl_s, s.predicted_step_s, self._chart_width()),
             prefill=[((_row("prefill", fmt_rate(s.prefill_tok_s)), None),), ((_row("cached", cached), None),)],
+            spec=speculative_lines(s.speculative),
         )
 
     def show_context(self, used: int, n_ctx: int, kv_bytes: int | None, level: str) -> None:

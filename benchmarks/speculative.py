@@ -1,0 +1,157 @@
+"""Prompt-lookup speculative decoding against plain decoding, interleaved, on grounded and open prompts.
+
+One engine (the default model unless --model), greedy, end-of-generation honoured. Every prompt
+of benchmarks/data/speculative_prompts.json runs --repeats pairs: plain decoding and
+speculative="lookup" of the same prompt, the KV cache cleared before each, the order swapped
+on odd repeats so drift hits both alike. A pair's speedup is committed tok/s (1 / TPOT: decode
+wall time with drafting, verifying and rollback) over the plain run's; a prompt's is the median
+of its pairs, a set's the median of its prompts. Also shown: acceptance (accepted / drafted),
+accepted and drafted tokens per verify step, the engine's k cap, ITL p50/p95 (tokens of one
+verify step arrive together) and the engine's predicted speedup (SpecStats.predicted_speedup).
+The verify cost behind it is measured first: one decode of n tokens with logits at every
+position (what a verify step needs) against one of 1 token, beside logits at the last position
+only (what llama-bench's prompt figures measure).
+
+Checks (exit 1 when one fails): grounded median >= 2.0x, open median >= 0.95x, predicted within
+15% of measured per set, and every speculative output token for token the plain one.
+
+    python benchmarks/speculative.py [--repeats 2] [--max-tokens 96] [--model REF] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+PROMPTS = Path(__file__).resolve().parent / "data" / "speculative_prompts.json"
+GROUNDED_MIN, OPEN_MIN, PREDICTION_TOL = 2.0, 0.95, 0.15
+
+
+def verify_costs(engine, sizes=(1, 2, 3, 4, 8, 16), reps: int = 5) -> dict[int, tuple[float, float]]:
+    """n -> (decode of n tokens with logits at every position, ... at the last only), in single-token decodes.
+    Diagnostic: reaches into the engine's llama.cpp handle."""
+    from ondevice.llama.model import fill_batch
+
+    h, lib = engine._h, engine._h.lib
+    ids = engine.tokenize(json.loads(PROMPTS.read_text())["grounded"][0])
+    engine.reset()
+    batch = lib.llama_batch_init(max(len(ids), max(sizes)), 0, 1)
+    try:
+        fill_batch(batch, ids, 0, lambda i: i == len(ids) - 1)
+        lib.llama_decode(h.ctx, batch)
+        times: dict[tuple[int, bool], list[float]] = {}
+        for _ in range(reps):
+            for n in sizes:
+                for every in (True, False):
+                    lib.llama_memory_seq_rm(h.memory, 0, len(ids), -1)
+                    fill_batch(batch, ids[:n], len(ids), (lambda i: True) if every else (lambda i, n=n: i == n - 1))
+                    t0 = time.perf_counter()
+                    lib.llama_decode(h.ctx, batch)
+                    times.setdefault((n, every), []).append(time.perf_counter() - t0)
+    finally:
+        lib.llama_batch_free(batch)
+        engine.reset()
+    med = {key: statistics.median(v) for key, v in times.items()}
+    return {n: (med[(n, True)] / med[(1, True)], med[(n, False)] / med[(1, False)]) for n in sizes}
+
+
+def one_prompt(engine, prompt: str, repeats: int, max_tokens: int) -> dict:
+    pairs, lossless = [], True
+    for r in range(repeats):
+        out = {}
+        for mode in (("plain", "lookup") if r % 2 == 0 else ("lookup", "plain")):
+            kw = {"speculative": "lookup"} if mode == "lookup" else {}
+            out[mode] = engine.generate(prompt, max_tokens=max_tokens, temperature=0, reuse_prefix=False, **kw)
+        plain, spec = out["plain"], out["lookup"]
+        lossless &= plain.token_ids == spec.token_ids
+        if plain.timings.decode_tok_s and spec.timings.decode_tok_s:
+            pairs.append((spec.timings.decode_tok_s / plain.timings.decode_tok_s, plain, spec))
+    s = [p[2].speculative for p in pairs]
+    return {
+        "speedup": statistics.median(p[0] for p in pairs),
+        "predicted": statistics.median(x.predicted_speedup for x in s if x.predicted_speedup),
+        "plain_tok_s": statistics.median(p[1].timings.decode_tok_s for p in pairs),
+        "spec_tok_s": statistics.median(p[2].timings.decode_tok_s for p in pairs),
+        "drafted": sum(x.drafted for x in s), "accepted": sum(x.accepted for x in s),
+        "steps": sum(x.steps for x in s), "plain_steps": sum(x.plain_steps for x in s), "k_cap": s[0].k_cap,
+        "itl": [v for p in pairs for v in p[2].timings.itl_s], "tokens": len(pairs[0][2].token_ids), "lossless": lossless,
+    }
+
+
+def _pct(xs: list[float], q: float) -> float:
+    from ondevice.metrics import percentile
+
+    return percentile(sorted(xs), q)
+
+
+def report_set(name: str, rows: list[dict]) -> dict:
+    print(f"\n{name} prompts")
+    print(f"{'#':>2}  {'tokens':>6}  {'plain tok/s':>11}  {'spec tok/s':>10}  {'speedup':>7}  {'predicted':>9}  {'accept':>6}  "
+          f"{'acc/step':>8}  {'drafts/step':>11}  {'verify/plain steps':>18}  lossless")
+    for i, r in enumerate(rows):
+        acc = f"{100 * r['accepted'] / r['drafted']:.0f}%" if r["drafted"] else "-"
+        per = f"{r['accepted'] / r['steps']:.2f}" if r["steps"] else "-"
+        dps = f"{r['drafted'] / r['steps']:.2f}" if r["steps"] else "-"
+        print(f"{i:>2}  {r['tokens']:>6}  {r['plain_tok_s']:>11.1f}  {r['spec_tok_s']:>10.1f}  {r['speedup']:>6.2f}x  "
+              f"{r['predicted']:>8.2f}x  {acc:>6}  {per:>8}  {dps:>11}  {r['steps']:>8}/{r['plain_steps']:<9}  "
+              f"{'yes' if r['lossless'] else 'NO'}")
+    measured = statistics.median(r["speedup"] for r in rows)
+    predicted = statistics.median(r["predicted"] for r in rows)
+    drafted, accepted = sum(r["drafted"] for r in rows), sum(r["accepted"] for r in rows)
+    itl = [v for r in rows for v in r["itl"]]
+    print(f"{name}: median speedup {measured:.2f}x, predicted {predicted:.2f}x (predicted/measured {predicted / measured:.2f}); "
+          f"acceptance {100 * accepted / drafted if drafted else 0:.0f}% of {drafted} drafted; k cap {rows[0]['k_cap']}; "
+          f"speculative ITL p50 {1e3 * _pct(itl, 50):.1f} ms, p95 {1e3 * _pct(itl, 95):.1f} ms")
+    return {"measured": measured, "predicted": predicted, "lossless": all(r["lossless"] for r in rows)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=None, help="registry name or GGUF path (default: the default model)")
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved plain/lookup pairs per prompt")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args(argv)
+    if args.repeats < 1 or args.max_tokens < 2:
+        ap.error("--repeats must be at least 1 and --max-tokens at least 2")
+    from ondevice.api import load
+
+    prompts = json.loads(PROMPTS.read_text())
+    eng = load(args.model, n_ctx=2048, n_threads=args.threads)  # with this machine's predictor, as `ondevice run`
+    try:
+        costs = verify_costs(eng)
+        tss = getattr(eng.predictor, "tokens_step_s", None)
+        predicted_costs = {n: tss(256, n) / tss(256, 1) for n in costs} if tss else {}
+        eng.generate(prompts["open"][0], max_tokens=8, temperature=0, speculative="lookup")  # warm-up, batch check
+        rows = {name: [one_prompt(eng, p, args.repeats, args.max_tokens) for p in prompts[name]] for name in ("grounded", "open")}
+    finally:
+        eng.close()
+    i = eng.info
+    print(f"speculative decoding (prompt lookup): {i.spec.name} on {i.backend}, {i.n_threads} threads, CPU buffers "
+          f"{i.cpu_buffers}, greedy, {args.repeats} interleaved pairs per prompt, up to {args.max_tokens} tokens")
+    print("verify cost measured, one decode of n tokens (logits at every position) / one of 1 token: " + ", ".join(
+        f"n={n}: {every:.2f} (logits at the last only {last:.2f})" for n, (every, last) in costs.items()))
+    if predicted_costs:
+        print("verify cost predicted (Predictor.tokens_step_s at 256 tokens of context): " + ", ".join(
+            f"n={n}: {r:.2f}" for n, r in predicted_costs.items()))
+    res = {name: report_set(name, r) for name, r in rows.items()}
+    checks = [
+        (f"grounded median >= {GROUNDED_MIN}x", res["grounded"]["measured"] >= GROUNDED_MIN),
+        (f"open median >= {OPEN_MIN}x", res["open"]["measured"] >= OPEN_MIN),
+    ] + [(f"{name}: predicted within {PREDICTION_TOL:.0%} of measured",
+          abs(r["predicted"] / r["measured"] - 1) <= PREDICTION_TOL) for name, r in res.items()] + [
+        ("output identical to plain decoding", all(r["lossless"] for r in res.values()))]
+    print()
+    for label, ok in checks:
+        print(f"{'met    ' if ok else 'NOT met'}  {label}")
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The bench's `speculative` scenario: prompt-lookup decoding against plain decoding of the same prompt.
+
+Each measured run is a pair, interleaved: the workload's prompt decoded plainly and with
+speculative="lookup" (same seed, the KV cache cleared before each, the order swapped on odd
+repeats so drift hits both alike). The speculative request is the run kept; its record holds
+the SpecStats and the paired plain run's decode rate, so the speedup is measured pair by pair.
+Its own columns: acceptance, accepted and drafted tokens per verify step, k, committed tok/s
+against plain, measured and predicted speedup, and the ITL spread (tokens of one verify step
+arrive together: ITL p50 near 0 is that burst, not an error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from statistics import median
+from typing import Any, Sequence
+
+from ondevice.bench.runs import SPECULATIVE, RunRecord
+from ondevice.fmt import number, table
+from ondevice.metrics import percentile
+
+__all__ = ["speculative_run", "spec_summary", "spec_rows", "SPEC_HEADERS", "spec_table"]
+
+SPEC_HEADERS = ("model", "workload", "pairs", "accept", "acc/step", "drafts/step", "k cap", "plain tok/s",
+                "spec tok/s", "speedup p50", "predicted", "ITL p50/p95 ms")
+
+
+def speculative_run(ctx: Any, workload: str, ids: Sequence[int], n_out: int, seed: int) -> RunRecord:
+    """One pair: plain and prompt-lookup decoding of `ids` (the order alternates with the repeat)."""
+    from ondevice.bench import scenarios as sc
+
+    ctx.rss.reset()
+    order = ("plain", "lookup") if ctx.repeat % 2 == 0 else ("lookup", "plain")
+    outs = {}
+    for mode in order:
+        extra = {"speculative": "lookup"} if mode == "lookup" else {}
+        outs[mode] = sc.request(ctx, ids, n_out, seed, reuse_prefix=False, **extra)
+    plain, spec = outs["plain"], outs["lookup"]
+    rec = sc.record(ctx, SPECULATIVE, workload, n_out, seed, spec, prompt_tokens=len(ids))
+    g = spec.generation
+    stats = dict(g.speculative.to_dict()) if g is not None and g.speculative is not None else {}
+    pt = plain.generation.timings if plain.generation is not None and plain.status == "ok" else None
+    stats["plain_decode_tok_s"] = pt.decode_tok_s if pt else None
+    stats["plain_status"] = plain.status
+    rec = replace(rec, speculative=stats)
+    if plain.status != "ok":
+        rec = replace(rec, notes=rec.notes + (f"plain run {plain.status}: {plain.reason}",))
+    return rec
+
+
+def spec_summary(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
+    """The speculative columns of one cell, from its ok runs: acceptance and per-step counts pooled
+    over the runs, speedups as medians of the pairs."""
+    ok = [r for r in runs if r.ok and r.speculative]
+    if not ok:
+        return None
+    tot = {k: sum(r.speculative.get(k) or 0 for r in ok) for k in ("drafted", "accepted", "steps", "plain_steps")}
+    pairs = [(r.timings.decode_tok_s, r.speculative.get("plain_decode_tok_s")) for r in ok if r.timings]
+    speedups = [s / p for s, p in pairs if s and p]
+    predicted = [r.speculative["predicted_speedup"] for r in ok if r.speculative.get("predicted_speedup")]
+    itl = sorted(x for r in ok if r.timings for x in r.timings.itl_s)
+    plain = [p for _, p in pairs if p]
+    plain_tpot = 1.0 / median(plain) if plain else None
+    return {
+        "pairs": len(ok),
+        "acceptance": tot["accepted"] / tot["drafted"] if tot["drafted"] else None,
+        "mean_accepted_per_step": tot["accepted"] / tot["steps"] if tot["steps"] else None,
+        "drafts_per_step": tot["drafted"] / tot["steps"] if tot["steps"] else None,
+        "verify_steps": tot["steps"],
+        "plain_steps": tot["plain_steps"],
+        "k_cap": max(r.speculative.get("k_cap") or 0 for r in ok),
+        "plain_decode_tok_s": median(plain) if plain else None,
+        "spec_decode_tok_s": median(s for s, _ in pairs if s) if any(s for s, _ in pairs) else None,
+        "speedup_p50": median(speedups) if speedups else None,
+        "predicted_speedup_p50": median(predicted) if predicted else None,
+        "itl_p50_s": percentile(itl, 50) if itl else None,
+        "itl_p95_s": percentile(itl, 95) if itl else None,
+        # gaps under a quarter of a plain step: tokens that arrived in a verify step's burst
+        "burst_share": sum(1 for x in itl if x < 0.25 * plain_tpot) / len(itl) if itl and plain_tpot else None,
+    }
+
+
+def _x(v: float | None) -> str:
+    return f"{v:.2f}x" if v else "-"
+
+
+def spec_rows(results: Sequence[Any]) -> list[list[str]]:
+    rows = []
+    for r in results:
+        s = r.speculative
+        if r.scenario != SPECULATIVE or not s:
+            continue
+        ms = lambda v: number(v * 1000 if v is not None else None, ".1f")  # noqa: E731
+        rows.append([
+            r.model, r.workload, str(s["pairs"]),
+            f"{100 * s['acceptance']:.0f}%" if s["acceptance"] is not None else "-",
+            number(s["mean_accepted_per_step"], ".2f"), number(s["drafts_per_step"], ".2f"), str(s["k_cap"]),
+            number(s["plain_decode_tok_s"], ".1f"), number(s["spec_decode_tok_s"], ".1f"),
+            _x(s["speedup_p50"]), _x(s["predicted_speedup_p50"]), f"{ms(s['itl_p50_s'])}/{ms(s['itl_p95_s'])}",
+        ])
+    return rows
+
+
+def spec_table(results: Sequence[Any], width: int | None = None) -> list[str]:
+    """The speculative scenario's own table, as lines; [] when the bench did not run it."""
+    rows = spec_rows(results)
+    if not rows:
+        return []
+    align = "".join("l" if h in ("model", "workload") else "r" for h in SPEC_HEADERS)
+    return ["", "speculative decoding (prompt lookup) against plain decoding of the same prompts, interleaved",
+            table(list(SPEC_HEADERS), rows, align, width=width, full="--json/--csv/--md")]

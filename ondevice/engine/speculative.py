@@ -1,0 +1,405 @@
+"""Speculative decoding: draft k tokens, verify them and the current token in one llama_decode.
+
+One verify step puts the current token and k drafted tokens (ondevice.engine.drafters) at
+their positions in one batch with logits at every position, samples each position with
+the request's own sampler chain (`llama_sampler_sample(chain, ctx, i)`, which also accepts
+the token, as in the plain loop), and commits the drafts up to the first one the target did
+not sample, plus the token it sampled there. The rejected cells leave the KV cache
+(`llama_memory_seq_rm`). Every committed token is sampled by the target from the same
+logits and sampler state as plain decoding, so greedy output is the plain output token for
+token; stop strings, end-of-generation and max_tokens end the output at the same token.
+
+Choosing k (0 = a plain step): the acceptance of drafted tokens is kept per kind of draft
+(prompt lookup: per matched n-gram length), as decayed counts; with acceptance a, a step
+of k drafts commits (1 - a^(k+1)) / (1 - a) tokens on average, and costs the decode of k + 1
+tokens (the predictor's tokens_step_s when it has one, else this request's measured decode
+times, fitted linearly in the tokens per step), plus a sample per committed token and the
+drafting itself (both measured). k maximises committed tokens per unit time; a kind whose
+drafts do not pay is probed again now and then so k can come back. The prediction kept in
+SpecStats is the sum of expected committed tokens over the sum of predicted step costs, in
+plain steps, each taken before its step ran.
+
+Timing is the plain loop's: a token's mark is when its sample returned, so the tokens of one
+verify step arrive together (ITLs of ~0 inside a burst are kept, not smoothed).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from statistics import median
+from time import perf_counter_ns
+from typing import Any, Hashable
+
+from ondevice.engine.drafters import Drafter
+from ondevice.engine.loop import KVCache, Request
+from ondevice.engine.sampling import SamplerChain
+from ondevice.engine.text import TextAssembler
+from ondevice.errors import EngineError, InvalidParameterError
+from ondevice.llama.model import LlamaHandle, fill_batch
+from ondevice.results import FinishReason, SpecStats, TokenEvent
+
+__all__ = ["SpecSettings", "spec_settings", "Speculator", "exact_verify_tokens", "StepCost", "KPlanner",
+           "expected_committed", "MODES", "K_LIMIT", "DEFAULT_K_MAX"]
+
+MODES = ("lookup", "draft")
+K_LIMIT = 64  # most drafted tokens one step may verify (spec_k is checked against it)
+DEFAULT_K_MAX = 16  # spec_k when none is given
+_NS = 1e-9
+# Text the batch-invariance check decodes (any text works; this one is public domain: Austen, Pride and Prejudice).
+_CHECK_TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be "
+               "in want of a wife. However little known the feelings or views of such a man may be on his first "
+               "entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, that "
+               "he is considered as the rightful property of some one or other of their daughters. ")
+
+
+@dataclass(frozen=True)
+class SpecSettings:
+    """One request's speculative decoding settings, validated."""
+
+    mode: str  # "lookup" or "draft"
+    k_max: int  # most drafted tokens per step, 0..K_LIMIT (0: plain steps only)
+    draft: str | None  # draft model reference (mode "draft"), as given
+
+
+def spec_settings(speculative: Any, draft: Any, spec_k: Any) -> SpecSettings | None:
+    """Validate the speculative arguments of stream()/generate(); None when none is asked for.
+    draft=PATH alone means speculative="draft"."""
+    if speculative is None and draft is None:
+        if spec_k is not None:
+            raise InvalidParameterError("spec_k needs speculative='lookup' or a draft model")
+        return None
+    mode = speculative if speculative is not None else "draft"
+    if mode not in MODES:
+        raise InvalidParameterError(f"speculative must be None, 'lookup' or 'draft', not {speculative!r}")
+    if mode == "draft" and draft is None:
+        raise InvalidParameterError("speculative='draft' needs a draft model (draft=PATH)")
+    if mode == "lookup" and draft is not None:
+        raise InvalidParameterError("speculative='lookup' drafts from the prompt: give no draft model, or speculative='draft'")
+    if draft is not None and not isinstance(draft, (str, bytes)) and not hasattr(draft, "__fspath__"):
+        raise InvalidParameterError(f"draft must be a path to a GGUF file, not {draft!r}")
+    if spec_k is None:
+        k = DEFAULT_K_MAX
+    elif isinstance(spec_k, bool) or not isinstance(spec_k, int) or not 0 <= spec_k <= K_LIMIT:
+        raise InvalidParameterError(f"spec_k must be an integer in [0, {K_LIMIT}], not {spec_k!r}")
+    else:
+        k = spec_k
+    return SpecSettings(mode, k, None if draft is None else str(draft))
+
+
+def exact_verify_tokens(handle: LlamaHandle, info: Any, tokenize: Any, want: int) -> int:
+    """Most tokens (<= want) one verify decode may hold on this engine and still give each position the
+    logits of single-token decoding, bit for bit (ondevice.llama.invariance; measured, a second or so)."""
+    from ondevice.engine.loader import _flash_attn_type
+    from ondevice.kvtypes import kv_ggml_type
+    from ondevice.llama.invariance import batch_invariant_tokens
+
+    ids = tokenize(_CHECK_TEXT * (1 + (want + 8) // 40), add_bos=True)[: want + 4]
+    lib = handle.lib
+    return batch_invariant_tokens(
+        handle.model, ids, n_threads=info.n_threads, lib=lib, flash_attn_type=_flash_attn_type(lib, info.flash_attn),
+        type_k=int(kv_ggml_type(info.cache_type_k)), type_v=int(kv_ggml_type(info.cache_type_v)), n_ubatch=info.n_ubatch)
+
+
+def expected_committed(a: float, k: int) -> float:
+    """Tokens one step of k drafts commits on average when each draft is accepted with probability a
+    (given the ones before it were): 1 + a + ... + a^k = (1 - a^(k+1)) / (1 - a)."""
+    if a >= 1.0:
+        return k + 1.0
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+class StepCost:
+    """Predicted time of a step that verifies k drafts, in plain steps (decode of one token + one sample).
+
+    decode(n tokens) / decode(1 token): this request's measured decode times (the median of the
+    last ones per n) where n has been measured; else the predictor's tokens_step_s ratio when it
+    has one; else a line through what was measured, t(n) = t(1) + slope (n - 1), PRIOR_SLOPE
+    standing in for the slope until a second size is measured. Sampling and drafting are measured
+    per token. Decode times on a shared machine are noisy: medians, not means."""
+
+    PRIOR_SLOPE = 0.05  # extra decode time per extra token, in single-token decodes, before any is measured
+    MEASURED = 1  # samples of a size before its own median is used (a probe's one sample beats any model)
+    _KEEP = 32  # samples kept per size
+
+    def __init__(self, predictor: Any = None):
+        self._tokens_step_s = getattr(predictor, "tokens_step_s", None)
+        self._decode: dict[int, deque[float]] = {}  # tokens per decode -> the last decode times, ns
+        self._sample: deque[float] = deque(maxlen=4 * self._KEEP)  # ns per sample, averaged per step
+        self._draft: deque[float] = deque(maxlen=self._KEEP)  # ns per drafted token, per step
+        self._cache: dict[int, float] = {}  # n -> median decode ns (cleared on each record)
+        self._ratio_cache: dict[tuple[int, int], float] = {}  # (context bucket, n) -> predictor's decode ratio
+
+    @property
+    def plain_samples(self) -> int:
+        """Single-token decodes measured so far."""
+        return len(self._decode.get(1, ()))
+
+    def record(self, n_tokens: int, decode_ns: float, samples: int, sample_ns: float, drafted: int, draft_ns: float) -> None:
+        self._decode.setdefault(n_tokens, deque(maxlen=self._KEEP)).append(decode_ns)
+        self._sample.append(sample_ns / max(1, samples))
+        if drafted:
+            self._draft.append(draft_ns / drafted)
+        self._cache.clear()
+
+    def _median(self, n: int) -> float | None:
+        if n not in self._cache:
+            xs = self._decode.get(n)
+            self._cache[n] = median(xs) if xs else None
+        return self._cache[n]
+
+    def _line(self, n: int) -> float:
+        """decode(n) / decode(1) on a line through the measured sizes (PRIOR_SLOPE with fewer than two)."""
+        t1 = self._median(1)
+        pts = [(m, self._median(m)) for m in self._decode if m > 1]
+        if t1 is None or not pts:
+            return 1.0 + self.PRIOR_SLOPE * (n - 1)
+        slope = max(0.0, sum((t - t1) * (m - 1) for m, t in pts) / sum((m - 1) ** 2 for m, _ in pts))  # through (1, t1)
+        return 1.0 + slope * (n - 1) / t1
+
+    def decode_ratio(self, n_ctx: int, n: int) -> float:
+        """decode(n tokens) / decode(1 token) at a context of n_ctx tokens."""
+        if n <= 1:
+            return 1.0
+        t1 = self._median(1)
+        if t1 and len(self._decode.get(n, ())) >= self.MEASURED:
+            return self._median(n) / t1
+        if self._tokens_step_s is not None:
+            key = (n_ctx // 64, n)
+            r = self._ratio_cache.get(key)
+            if r is None:
+                try:
+                    r = float(self._tokens_step_s(n_ctx, n)) / float(self._tokens_step_s(n_ctx, 1))
+                except Exception:  # a predictor that cannot answer: fall back to what was measured
+                    self._tokens_step_s = None
+                    return self._line(n)
+                self._ratio_cache[key] = r
+            return r
+        return self._line(n)
+
+    def step_ratio(self, n_ctx: int, k: int, committed: float) -> float:
+        """Predicted time of a step with k drafts committing `committed` tokens / a plain step's."""
+        if k <= 0:
+            return 1.0
+        r = self.decode_ratio(n_ctx, k + 1)
+        t1 = self._median(1)
+        if t1 is None:
+            return r
+        s = median(self._sample) if self._sample else 0.0
+        d = median(self._draft) if self._draft else 0.0
+        return (t1 * r + committed * s + k * d) / (t1 + s)
+
+
+class KPlanner:
+    """Chooses k per step from the running acceptance of each kind of draft and the step cost."""
+
+    PRIOR = (1.0, 1.0)  # (accepted, rejected) pseudo-counts of a kind not seen yet: acceptance 0.5
+    DECAY = 0.9  # weight of the counts so far at each update: recent steps count most (text changes)
+    MIN_GAIN = 1.02  # drafting must promise this speedup over a plain step, else k = 0
+    PROBE_EVERY = 16  # a kind held at k = 0 is tried again after this many chances, doubling after each try
+    PLAIN_FIRST = 2  # plain steps before any draft: the single-token decode time every ratio is relative to
+
+    def __init__(self, k_max: int, cost: StepCost):
+        self.k_max = k_max
+        self.cost = cost
+        self._counts: dict[Hashable, list[float]] = {}
+        self._held: dict[Hashable, list[int]] = {}  # kind -> [chances passed at k = 0, chances before the next try]
+
+    def acceptance(self, kind: Hashable) -> float:
+        acc, rej = self._counts.get(kind, self.PRIOR)
+        return acc / (acc + rej) if acc + rej > 0 else 0.0
+
+    def _best(self, a: float, k_cap: int, n_ctx: int) -> tuple[float, int, float, float]:
+        """(committed per plain-step time, k, expected committed, cost) of the best k >= 1."""
+        best = (0.0, 0, 1.0, 1.0)
+        for k in range(1, k_cap + 1):
+            e = expected_committed(a, k)
+            c = self.cost.step_ratio(n_ctx, k, e)
+            if e / c > best[0]:
+                best = (e / c, k, e, c)
+        return best
+
+    def choose(self, kind: Hashable | None, k_cap: int, n_ctx: int) -> tuple[int, float, float]:
+        """(k, expected committed tokens, predicted cost in plain steps) for the next step."""
+        k_cap = min(k_cap, self.k_max)
+        if kind is None or k_cap <= 0 or self.cost.plain_samples < self.PLAIN_FIRST:
+            return 0, 1.0, 1.0
+        score, k, e, c = self._best(self.acceptance(kind), k_cap, n_ctx)
+        held = self._held.setdefault(kind, [0, self.PROBE_EVERY])
+        if score >= self.MIN_GAIN:
+            held[:] = [0, self.PROBE_EVERY]
+            return k, e, c
+        held[0] += 1
+        if held[0] >= held[1] and self._best(1.0, k_cap, n_ctx)[0] >= self.MIN_GAIN:
+            held[:] = [0, 2 * held[1]]  # try again; if it still does not pay, wait twice as long
+            return k, e, c
+        return 0, 1.0, 1.0
+
+    def update(self, kind: Hashable, drafted: int, accepted: int) -> None:
+        acc, rej = self._counts.get(kind, self.PRIOR)
+        self._counts[kind] = [acc * self.DECAY + accepted, rej * self.DECAY + (1.0 if accepted < drafted else 0.0)]
+
+
+class Speculator:
+    """One request's speculative decoding: `decode` stands in for the plain loop's decode (same
+    arguments, same lists filled), `stats()` tells what it did."""
+
+    def __init__(self, settings: SpecSettings, drafter: Drafter, predictor: Any = None, k_cap: int | None = None,
+                 cost: StepCost | None = None):
+        """cost: step times measured so far (an engine keeps one across its requests: verify costs are the
+        machine's, acceptance is the text's and starts afresh each request)."""
+        self.settings = settings
+        self._drafter = drafter
+        # most drafts a step verifies: spec_k, and what the backend verifies with single-token logits
+        self.k_cap = max(0, min(settings.k_max, K_LIMIT if k_cap is None else k_cap))
+        self.planner = KPlanner(self.k_cap, cost if cost is not None else StepCost(predictor))
+        self._drafted = self._accepted = self._steps = self._plain_steps = self._k = 0
+        self._pred_committed = self._pred_cost = 0.0
+
+    def stats(self) -> SpecStats:
+        n = self._steps + self._plain_steps
+        return SpecStats(
+            mode=self.settings.mode, k_max=self.settings.k_max, k_cap=self.k_cap, drafted=self._drafted, accepted=self._accepted,
+            steps=self._steps, plain_steps=self._plain_steps, k_final=self._k,
+            predicted_speedup=self._pred_committed / self._pred_cost if n and self._pred_cost > 0 else None,
+        )
+
+    def decode(self, handle: LlamaHandle, kv: KVCache, req: Request, predictor: Any, token_info: Any,
+               token_ns: list[int], ids_out: list[int], texts: list[str], steps: list, spent: Any) -> Any:
+        """Generator of TokenEvents, returning the FinishReason (as the plain loop's _decode). spent: the
+        loop's attribution sums (verify decodes count as llama_decode; drafting is in the overhead)."""
+        lib = handle.lib
+        k_max = max(0, min(self.k_cap, handle.n_batch - 1))
+        batch = lib.llama_batch_init(k_max + 1, 0, 1)
+        chain = SamplerChain(lib, req.params, req.seed, handle.n_vocab, history=req.ids)
+        try:
+            self._drafter.extend(req.ids)
+            return (yield from self._run(handle, kv, req, predictor, token_info, chain.ptr, batch, k_max,
+                                         token_ns, ids_out, texts, steps, spent))
+        finally:
+            lib.llama_batch_free(batch)
+            chain.close()
+            self._drafter.close()
+
+    def _run(self, handle, kv, req, predictor, token_info, smpl, batch, k_max, token_ns, ids_out, texts, steps, spent):
+        lib, ctx, p = handle.lib, handle.ctx, req.params
+        sample, decode = lib.llama_sampler_sample, lib.llama_decode
+        out = _Output(req, predictor, token_info, self._drafter, token_ns, ids_out, texts, steps)
+        drafter, planner, tokens = self._drafter, self.planner, kv.tokens
+        token = sample(smpl, ctx, -1)  # the first token, from the prompt's logits
+        s1 = perf_counter_ns()
+        event, finish = out.commit(token)
+        t_yield = perf_counter_ns()
+        if finish is None:
+            spent.detok_ns += t_yield - s1
+        yield event
+        while finish is None:
+            spent.consumer_ns += perf_counter_ns() - t_yield
+            if req.cancelled():
+                return "cancelled"
+            pos0 = len(tokens)
+            kind = drafter.candidate()
+            k, expected, cost = planner.choose(kind, min(k_max, p.max_tokens - len(ids_out) - 1), pos0)
+            t0 = perf_counter_ns()
+            draft = drafter.draft(k)[:k] if k else []
+            t1 = perf_counter_ns()
+            fill_batch(batch, [token] + draft, pos0, lambda i: True)
+            rc = decode(ctx, batch)
+            t2 = perf_counter_ns()
+            spent.decode_ns += t2 - t1
+            if rc != 0:
+                kv.clear()
+                raise EngineError(f"llama_decode failed (code {rc}) verifying {len(draft)} drafted tokens at output token {len(ids_out)}")
+            tokens.append(token)
+            tokens.extend(draft)  # the cells now in the cache; the rejected ones leave below
+            self._count(k, len(draft), expected, cost)
+            sample_ns, accepted, keep = 0, 0, pos0 + 1
+            for i in range(len(draft) + 1):
+                if i:
+                    spent.consumer_ns += perf_counter_ns() - t_yield
+                    if req.cancelled():  # stop inside a burst too, as the plain loop stops between tokens
+                        finish = "cancelled"
+                        break
+                s0 = perf_counter_ns()
+                token = sample(smpl, ctx, i)
+                s1 = perf_counter_ns()
+                sample_ns += s1 - s0
+                event, finish = out.commit(token)
+                t_yield = perf_counter_ns()
+                if finish is None:  # the last token's text comes after E2E's end
+                    spent.detok_ns += t_yield - s1
+                yield event
+                keep = pos0 + i + 1  # the cache keeps the current token and the drafts before position i
+                if finish is None and i < len(draft) and token == draft[i]:
+                    accepted += 1
+                    continue
+                break
+            spent.sample_ns += sample_ns
+            self._rollback(handle, kv, keep)
+            self._accepted += accepted
+            if finish is None:
+                planner.cost.record(len(draft) + 1, t2 - t1, accepted + 1, sample_ns, len(draft), t1 - t0)
+                if draft:
+                    planner.update(kind, len(draft), accepted)
+        return finish
+
+    def _count(self, k: int, drafted: int, expected: float, cost: float) -> None:
+        self._k = k
+        if drafted:
+            self._steps += 1
+            self._drafted += drafted
+            self._pred_committed += expected
+            self._pred_cost += cost
+        else:
+            self._plain_steps += 1
+            self._pred_committed += 1.0
+            self._pred_cost += 1.0
+
+    @staticmethod
+    def _rollback(handle: LlamaHandle, kv: KVCache, keep: int) -> None:
+        """Drop the cache's cells from position `keep` on (rejected drafts), and their tokens."""
+        if len(kv.tokens) <= keep:
+            return
+        if not handle.lib.llama_memory_seq_rm(handle.memory, 0, keep, -1):
+            kv.clear()
+            raise EngineError("llama.cpp could not remove rejected drafts from the KV cache")
+        del kv.tokens[keep:]
+
+
+class _Output:
+    """The plain loop's handling of each committed token: its time mark, its text (stop strings,
+    end-of-generation, max_tokens) and its event."""
+
+    def __init__(self, req: Request, predictor: Any, token_info: Any, drafter: Drafter, token_ns: list[int],
+                 ids_out: list[int], texts: list[str], steps: list):
+        p = req.params
+        self._text = TextAssembler(p.stop)
+        self._step_s = predictor.step_s if predictor is not None else None
+        self._check_eog, self._last_i = not p.ignore_eos, p.max_tokens - 1
+        self._n_prompt, self._start = len(req.ids), req.start_ns
+        self._info, self._drafter = token_info, drafter
+        self._token_ns, self._ids, self._texts, self._steps = token_ns, ids_out, texts, steps
+
+    def commit(self, token: int) -> tuple[TokenEvent, FinishReason | None]:
+        """Time, record and render one committed token: (its event, the finish reason when it is the last)."""
+        t = perf_counter_ns()
+        i = len(self._ids)
+        self._token_ns.append(t)
+        self._ids.append(token)
+        self._drafter.extend((token,))
+        text = self._text
+        piece, eog = self._info(token)
+        eog = eog and self._check_eog
+        out = "" if eog else text.push(piece)
+        stopped = eog or text.stopped
+        if stopped or i == self._last_i:
+            out += text.flush()
+        pred = None
+        if self._step_s is not None:
+            step = self._step_s(self._n_prompt + i)
+            self._steps.append(step)
+            pred = step[1]
+        self._texts.append(out)
+        finish: FinishReason | None = "stop" if stopped else ("length" if i == self._last_i else None)
+        return TokenEvent(i, token, out, (t - self._start) * _NS, self._n_prompt + i, pred), finish
+
