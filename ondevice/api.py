@@ -76,13 +76,14 @@ FIRST_CONTACT = "first run on this machine: measuring its memory bandwidth (abou
 
 
 def first_contact(backend: str, progress: Progress | None = None):
-    """The fast host probe (memory bandwidth and compute, no kernel probe), run and cached now."""
+    """The fast host probe (memory bandwidth and compute, no kernel probe, no disk read: that
+    takes another second and only the cold-start prediction needs it), run and cached now."""
     from ondevice.probing import probe
 
     log.info(FIRST_CONTACT)
     if progress is not None:
         progress(FIRST_CONTACT)
-    return probe(kernel=False, backend=backend, memory_passes=FIRST_CONTACT_PASSES)
+    return probe(kernel=False, backend=backend, memory_passes=FIRST_CONTACT_PASSES, disk=False)
 
 
 FIRST_CONTACT_PASSES = 3  # memory-probe passes on first contact (the full probe takes 5, twice)

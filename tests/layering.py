@@ -12,7 +12,7 @@ The layers, top to bottom (the README's Layout section says the same):
     1  models, gguf, llama
                      registry + default model | GGUF reader, spec, load checks, synthetic
                      models, block formats | the only code that imports llama_cpp
-    0  core          errors, paths, results, metrics, formatting, file hashes, KV cache types
+    0  core          errors, paths, results, metrics, formatting, file hashes, KV cache types, a file's page cache
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (1, ("ondevice.registry", "ondevice.materialize", "ondevice.gguf_file", "ondevice.gguf_cursor",
          "ondevice.modelspec", "ondevice.loadcheck", "ondevice.loadcheck_asserts", "ondevice.llama", "ondevice.quant")),
     (0, ("ondevice.__init__", "ondevice.errors", "ondevice.paths", "ondevice.filelock", "ondevice.results",
-         "ondevice.metrics", "ondevice.kvtypes", "ondevice.fmt", "ondevice.textclean", "ondevice.hashing", "ondevice.reasoning")),
+         "ondevice.metrics", "ondevice.kvtypes", "ondevice.fmt", "ondevice.textclean", "ondevice.hashing", "ondevice.reasoning",
+         "ondevice.pagecache")),
 ]
 # The checkout's folders and the import names they install as (pyproject.toml's package-dir).
 FOLDERS = {"ondevice": "ondevice", "quant": "ondevice.quant", "tui": "ondevice.tui"}

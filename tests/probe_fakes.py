@@ -36,7 +36,7 @@ def fake_result(*, build: str, backend: str = "CPU", kernel: bool = True, read_g
         backend=backend,
         build_id=build,
         created_unix_s=created if created is not None else time.time() - 90,
-        memory=MemoryProbe(read_gbs=read_gbs, copy_gbs=read_gbs * 0.9, triad_gbs=read_gbs * 0.8, n_threads=4,
+        memory=MemoryProbe(read_gbs=read_gbs, copy_gbs=read_gbs * 0.9, n_threads=4,
                            array_bytes=256 << 20, passes=5, elapsed_s=2.0),
         compute=ComputeProbe(f32_gflops=100.0, matrix_n=1024, elapsed_s=0.5),
         kernel=k,

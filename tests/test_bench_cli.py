@@ -34,7 +34,7 @@ def test_quick_suite_json_record(quick_run, tiny_model):
     rc, _, doc = quick_run
     assert rc == 0
     rec = doc["record"]
-    assert rec["schema"] == "ondevice-bench/1" and rec["incomplete"] is False
+    assert rec["schema"] == "ondevice-bench/2" and rec["incomplete"] is False and rec["host"]["machine_id"]
     assert "bench" in rec["command_line"] and rec["started_at"] and rec["versions"]["llama_cpp_python"]
     assert rec["settings"]["sampling"]["ignore_eos"] is True and rec["settings"]["suite"] == "quick"
     assert rec["host"].get("os") and rec["probe"]  # probe results or the note saying there are none
@@ -47,7 +47,7 @@ def test_quick_suite_json_record(quick_run, tiny_model):
 def test_quick_suite_json_results(quick_run):
     _, _, doc = quick_run
     by = {r["scenario"]: r for r in doc["results"]}
-    assert set(by) == {"cold_load", "warm_load", "resident", "prefix_hit", "no_kv_cache"}
+    assert set(by) == {"cold_load", "warm_load", "resident", "prefix_hit", "no_kv_cache", "cold_start"}
     for r in doc["results"]:
         assert LAYOUT <= set(r), r["scenario"]
         assert r["failures"] == [] and r["repeats"] == 3 and len(r["runs"]) == 3
@@ -62,15 +62,21 @@ def test_quick_suite_json_results(quick_run):
     hit = by["prefix_hit"]
     assert all(run["cached_prompt_tokens"] >= 100 for run in hit["runs"])  # 128 - 16 shared
     assert all(run["baseline_ttft_s"] is not None for run in hit["runs"])
-    assert by["resident"]["slo"]["requests"] == 3 and 0 <= by["resident"]["slo"]["goodput"] <= 1
+    assert by["resident"]["slo"]["requests"] == 3 and 0 <= by["resident"]["slo"]["good_share"] <= 1
+    assert by["resident"]["slo"]["goodput_rps"] == pytest.approx(by["resident"]["slo"]["good"] / by["resident"]["slo"]["time_s"])
     assert by["no_kv_cache"]["kv_cache_speedup"] is not None
+    cold = by["cold_start"]  # page cache dropped -> load -> first token, and its parts
+    assert "slo" not in cold and cold["cold_start_predicted"]["load_overhead_s"] == by["warm_load"]["load_call_s"]["p50"]
+    for run in cold["runs"]:
+        assert run["cold_start_s"] > run["load_s"] > 0 and run["output_tokens"] == 1
+        assert run["load_s"] + run["tokenize_s"] + run["prefill_s"] + run["cold_start_rest_s"] == pytest.approx(run["cold_start_s"])
 
 
 def test_quick_suite_per_run_identities(quick_run):
     _, _, doc = quick_run
     n_runs = 0
     for r in doc["results"]:
-        if r["scenario"] in ("cold_load", "warm_load"):
+        if r["scenario"] in ("cold_load", "warm_load", "cold_start"):
             continue
         for run in r["runs"]:
             n_runs += 1
@@ -224,7 +230,7 @@ def test_slo_verdict_sets_the_exit_status(tmp_path, capsys, tiny_model, slo, rc)
     assert got == rc
     (r,) = json.loads(out.read_text())["results"]
     assert r["ok_runs"] == 2 and r["failures"] == []  # every run was ok: the SLO alone decides the status
-    assert r["slo"]["passed"] is (rc == 0) and r["slo"]["goodput"] == (1.0 if rc == 0 else 0.0)
+    assert r["slo"]["passed"] is (rc == 0) and r["slo"]["good_share"] == (1.0 if rc == 0 else 0.0)
     assert ("SLO FAIL" in capsys.readouterr().out) is (rc == 1)
 
 

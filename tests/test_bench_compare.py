@@ -166,3 +166,75 @@ def test_cli_compare_two_different_files(tmp_path, capsys):
         assert doc["threshold"] == (0.15 if extra else 0.05) and (doc["a"], doc["b"]) == (str(fa), str(fb))
     assert main(["bench", "compare", str(fb), str(fa)]) == 0
     assert [line for line in capsys.readouterr().out.splitlines() if "=> verdict" in line][0].rstrip().endswith(FASTER)
+
+
+def _recorded(doc, *, sha="a" * 64, llama="0.3.36", threads=2, fa=True, ctk="f16", temp=0.8, cpu="AMD EPYC", mid="m1"):
+    """doc with a record as `bench` writes it (only what comparability reads)."""
+    doc = json.loads(json.dumps(doc))
+    label = doc["results"][0]["model"]
+    doc["record"].update(
+        versions={"llama_cpp_python": llama, "llama_cpp_build": f"{llama}.abc"},
+        settings={"sampling": {"temperature": temp, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}},
+        host={"cpu_model": cpu, "gpus": [], "machine_id": mid},
+        models=[{"label": label, "sha256": sha, "n_ctx": 512,
+                 "engine": {"backend": "CPU", "n_threads": threads, "n_batch": 512, "n_ubatch": 512, "n_ctx": 512,
+                            "flash_attn": "auto", "flash_attn_used": fa, "cache_type_k": ctk, "cache_type_v": "f16"}}])
+    return doc
+
+
+def test_differences_name_what_a_comparison_must_hold_equal():
+    from ondevice.bench.comparable import differences
+
+    base = _recorded(_doc("m.gguf", 0.01, A_TTFTS, 1))
+    assert differences(base, _recorded(_doc("m.gguf", 0.01, A_TTFTS, 2))) == []
+    other = _recorded(_doc("m.gguf", 0.01, A_TTFTS, 2), sha="b" * 64, llama="0.3.37", threads=1, fa=False, ctk="q8_0",
+                      temp=0.0, cpu="Intel Xeon", mid="m2")
+    assert differences(base, other) == [
+        "model sha256 (aaaaaaaaaaaa… vs bbbbbbbbbbbb…)", "llama-cpp-python (0.3.36 vs 0.3.37)", "threads (2 vs 1)",
+        "flash attention (True vs False)", "K cache (f16 vs q8_0)", "temperature (0.8 vs 0.0)",
+        "CPU (AMD EPYC vs Intel Xeon)", "machine (m1 vs m2)"]
+    # one file of two models: the models differ on purpose, the record is shared
+    assert differences(base, other, same_file=True) == ["threads (2 vs 1)", "flash attention (True vs False)",
+                                                        "K cache (f16 vs q8_0)"]
+
+
+def test_differences_ignore_what_one_side_does_not_state():
+    """An ondevice-bench/1 file has no machine id; a bare record states nothing: no difference claimed."""
+    from ondevice.bench.comparable import differences
+
+    new = _recorded(_doc("m.gguf", 0.01, A_TTFTS, 1))
+    old = _recorded(_doc("m.gguf", 0.01, A_TTFTS, 2), mid=None)
+    old["record"]["schema"] = "ondevice-bench/1"
+    assert differences(new, old) == []
+    assert differences(new, _doc("m.gguf", 0.01, A_TTFTS, 2)) == []
+
+
+def test_cli_compare_says_not_comparable_and_still_compares(tmp_path, capsys):
+    from ondevice.cli.main import main
+
+    fa, fb, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    fa.write_text(json.dumps(_recorded(_doc("m.gguf", 0.01, A_TTFTS, 1))))
+    fb.write_text(json.dumps(_recorded(_doc("m.gguf", 0.02, [t * 2 for t in A_TTFTS], 2), threads=1, mid="m2")))
+    assert main(["bench", "compare", str(fa), str(fb), "--json", str(out)]) == 0  # exit status: documented 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[1] == ("not comparable: threads (2 vs 1); machine (m1 vs m2) differ; the verdicts below measure all "
+                        "of it, not one change")
+    assert [line for line in lines if "=> verdict" in line][0].rstrip().endswith(SLOWER)  # the numbers are still there
+    doc = json.loads(out.read_text())
+    assert doc["comparable"] is False and doc["differences"] == {"m.gguf": ["threads (2 vs 1)", "machine (m1 vs m2)"]}
+    assert main(["bench", "compare", str(fa), str(fa), "--json", str(out), "--force"]) == 0
+    assert "not comparable" not in capsys.readouterr().out
+    assert json.loads(out.read_text())["comparable"] is True
+
+
+def test_older_schema_is_read_and_unknown_one_refused(tmp_path):
+    old = tmp_path / "old.json"
+    doc = _doc("m.gguf", 0.01, A_TTFTS, 1)
+    doc["record"]["schema"] = "ondevice-bench/1"
+    old.write_text(json.dumps(doc))
+    assert load_results(old)["record"]["schema"] == "ondevice-bench/1"
+    doc["record"]["schema"] = "ondevice-bench/99"
+    old.write_text(json.dumps(doc))
+    with pytest.raises(BenchError, match="not an ondevice bench result"):
+        load_results(old)

@@ -149,11 +149,34 @@ def test_slo_goodput_and_pass():
     runs = [run(0, 0.5, [0.01, 0.01]), run(1, 1.5, [0.01, 0.01]), run(2, 0.2, [0.05, 0.05]), run(3, 0.1, [0.01], status="failed")]
     s = evaluate(runs, parse_slo("ttft_p50=1.0,tpot_p50=0.03"))
     assert s.requests == 4 and s.good == 1  # run 1 misses TTFT, run 2 misses TPOT, run 3 failed
-    assert s.goodput == pytest.approx(0.25)
+    assert s.good_share == pytest.approx(0.25)
+    # one request at a time: the time is the sum of the four E2Es (0.52 + 1.52 + 0.3 + 0.11 s)
+    assert s.time_s == pytest.approx(2.45) and s.goodput_rps == pytest.approx(1 / 2.45)
     assert s.observed_s["ttft_p50"] == pytest.approx(0.5) and s.observed_s["tpot_p50"] == pytest.approx(0.01)
     assert s.passed
     assert not evaluate(runs, parse_slo("ttft_max=1.0")).passed
     assert evaluate(runs, parse_slo("itl_max=0.02")).good == 2  # per request: its own max ITL
+
+
+def test_goodput_worked_example():
+    """Goodput as the second source article defines it: requests meeting the SLO per unit of time.
+    Five requests one after another, E2E 0.5, 0.5, 1.0, 2.0 s and one that failed before timing
+    anything; SLO e2e_max = 1 s: three meet it, in 4.0 s of requests -> 0.75 req/s, 60% of them."""
+    def e2e_run(i, e2e, status="ok"):
+        t = Timings(0.0, e2e / 4, e2e / 2, (e2e / 2,), e2e, 10, 2)
+        return RunRecord("m", RESIDENT, "w", i, status, reason="boom" if status != "ok" else "", timings=t)
+
+    runs = [e2e_run(0, 0.5), e2e_run(1, 0.5), e2e_run(2, 1.0), e2e_run(3, 2.0),
+            RunRecord("m", RESIDENT, "w", 4, "failed", reason="boom")]
+    s = evaluate(runs, parse_slo("e2e_max=1.0"))
+    assert (s.requests, s.good, s.time_s) == (5, 3, pytest.approx(4.0))
+    assert s.goodput_rps == pytest.approx(0.75) and s.good_share == pytest.approx(0.6)
+    d = s.to_dict()
+    assert d["goodput_rps"] == pytest.approx(0.75) and d["good_share"] == pytest.approx(0.6) and "goodput" not in d
+    assert not s.passed  # the scenario's max E2E is 2 s
+    # nothing timed: goodput unknown, not 0 req/s
+    none = evaluate([RunRecord("m", RESIDENT, "w", 0, "failed", reason="boom")], parse_slo("e2e_max=1.0"))
+    assert none.time_s is None and none.goodput_rps is None and none.good_share == 0.0
 
 
 def test_terminal_and_markdown_tables():
@@ -167,7 +190,7 @@ def test_terminal_and_markdown_tables():
     assert "INCOMPLETE" in text and "resident" in text and "prefix_hit" in text
     assert "100.0" in text  # decode tok/s p50 of 10 ms steps
     assert "200/125" in text and "0.80" in text  # roofline ceiling/prediction and efficiency
-    assert "SLO FAIL, goodput 0%" in text and "1 not ok: boom" in text
+    assert "SLO FAIL, goodput 0 req/s (0% of requests)" in text and "1 not ok: boom" in text
     md = markdown(record, [ok, bad], slo)
     assert md.count("\n| m | ") == 2 and "| resident | w | 100 | 4 | 2/2 |" in md
 

@@ -99,6 +99,15 @@ def test_ceiling_is_the_best_measured_and_nameplate_on_gpu():
     assert fake_result(build="A", kernel=False).calibration() is None
 
 
+@pytest.fixture(autouse=True)
+def small_disk_probe(monkeypatch):
+    """The disk read probe runs for real in these tests, on a 16 MiB file instead of up to 512 MiB."""
+    from ondevice.probing import host
+
+    real = host.probe_disk
+    monkeypatch.setattr(host, "probe_disk", lambda folder, **kw: real(folder, max_bytes=16 << 20, min_bytes=8 << 20))
+
+
 @pytest.fixture
 def fast_probe(monkeypatch):
     """probe() with host arrays of 8 MiB and the kernel measurement replaced (models still built)."""
@@ -109,10 +118,27 @@ def fast_probe(monkeypatch):
 def test_probe_measures_once_then_reads_the_cache(tmp_path, fast_probe):
     first = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
     assert not first.from_cache and first.kernel.type_gbs["Q8_0"] == pytest.approx(13.0, rel=1e-6)
+    assert first.disk is not None and first.disk.folder == str(tmp_path / "probe") and first.disk.file_bytes == 16 << 20
+    assert not [p for p in (tmp_path / "probe").iterdir() if "disk-probe" in p.name]  # its file removed
     second = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU")
     assert second.from_cache and second.created_unix_s == first.created_unix_s
+    assert second.disk == first.disk  # cached with the rest
     third = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", refresh=True, memory_passes=1)
     assert not third.from_cache and third.created_unix_s >= first.created_unix_s
+
+
+def test_disk_probe_can_be_left_out_and_its_failure_is_no_error(tmp_path, fast_probe, monkeypatch):
+    from ondevice.errors import ProbeError
+    from ondevice.probing import host
+
+    assert run_probe(cache_root=tmp_path, kernel=False, backend="CPU", memory_passes=1, disk=False).disk is None
+
+    def full_disk(folder, **kw):
+        raise ProbeError(f"disk probe: {folder} has 1 MiB free, too little for a 32 MiB test file")
+
+    monkeypatch.setattr(host, "probe_disk", full_disk)
+    r = run_probe(cache_root=tmp_path, kernel=False, backend="CPU", memory_passes=1, refresh=True)
+    assert r.disk is None and r.memory.read_gbs > 0  # the rest of the probe stands
 
 
 def test_host_only_probe_then_kernel(tmp_path, fast_probe):
@@ -149,7 +175,7 @@ def test_best_of_two_memory_probes():
 
     a, b = fake_result(build="A").memory, fake_result(build="A", read_gbs=30.0).memory
     best = best_of(a, b)
-    assert (best.read_gbs, best.copy_gbs, best.triad_gbs) == (30.0, 27.0, 24.0)
+    assert (best.read_gbs, best.copy_gbs) == (30.0, 27.0)
     assert best.passes == 10 and best_of(b, a).read_gbs == 30.0
 
 

@@ -221,6 +221,9 @@ def test_goodput_counts_failures_as_misses():
     runs = [_run(0, 0, 1, 1.0), _run(1, 0, 3, 3.0), _run(2, 0, 1, 0.5, status="failed")]
     s = evaluate(runs, parse_slo("e2e_p95=2"))
     assert s is not None and s.requests == 3 and s.good == 1
+    # overlapping server requests: the window from the first send to the last end (3 s), as LevelStats
+    assert s.time_s == pytest.approx(3.0) and s.goodput_rps == pytest.approx(1 / 3)
+    assert level_stats(runs, mode="closed", offered=3, requests=3, good=s.good).goodput_rps == pytest.approx(s.goodput_rps)
     assert parse_slo("ttft_visible_p95=1")[0].metric == "ttft_visible"
 
 

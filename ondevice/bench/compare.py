@@ -16,6 +16,11 @@ interval lies above 1, the rank test gives p < 0.05 and the ratio exceeds 1 + th
 the pooled per-token ITLs, whose rank test alone is over-confident since tokens of one run
 are not independent; the rank test guards the few per-run TTFTs, where a percentile
 bootstrap of 3-5 values is too narrow.) numpy only.
+
+Before any verdict, the two records are checked for what a comparison should hold equal
+(ondevice.bench.comparable: model sha256, llama-cpp-python, engine settings, sampling, host):
+what differs is said in one "not comparable: ..." line above the table, and the numbers are
+still shown. Files of schema ondevice-bench/1 and /2 are read.
 """
 
 from __future__ import annotations
@@ -28,14 +33,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ondevice.bench.record import SCHEMA
+from ondevice.bench.comparable import differences
+from ondevice.bench.record import READABLE_SCHEMAS, SCHEMA
 from ondevice.errors import BenchError
 
 __all__ = ["MetricComparison", "ScenarioComparison", "load_results", "compare_docs", "split_models", "bootstrap_ratio",
-           "mann_whitney", "render_comparison", "FASTER", "SLOWER", "SAME"]
+           "mann_whitney", "render_comparison", "comparability", "FASTER", "SLOWER", "SAME"]
 
 FASTER, SLOWER, SAME = "faster", "slower", "no significant difference"
-_TESTED = {"load": ("load_s",), "request": ("ttft_s", "itl_s")}
+_TESTED = {"load": ("load_s",), "request": ("ttft_s", "itl_s"), "cold_start": ("cold_start_s", "ttft_s")}
 _RATIO_ONLY = ("tpot_s", "e2e_s", "decode_tok_s", "prefill_tok_s")
 _SAME_AS = {"closed_c1": "resident"}  # scenario -> the scenario it is compared with
 
@@ -79,7 +85,7 @@ def load_results(path: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise BenchError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     record = doc.get("record") if isinstance(doc, dict) else None
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA or not isinstance(doc.get("results"), list):
+    if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS or not isinstance(doc.get("results"), list):
         raise BenchError(f"{path}: not an ondevice bench result file (expected {{'record': {{'schema': '{SCHEMA}'}}, 'results': [...]}})")
     for r in doc["results"]:
         if not isinstance(r, dict) or not {"model", "scenario", "runs"} <= set(r) or not isinstance(r["runs"], list):
@@ -206,13 +212,27 @@ def compare_docs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = 0.0
         rb = by_key.get(_key(ra, with_model))
         if rb is None or ra["scenario"] == "load":
             continue
-        kind = "load" if ra["scenario"] in ("cold_load", "warm_load") else "request"
+        kind = "load" if ra["scenario"] in ("cold_load", "warm_load") else ra["scenario"] if ra["scenario"] in _TESTED else "request"
         metrics = [_compare_metric(ra, rb, m, threshold, True) for m in _TESTED[kind]]
         if kind == "request":
             metrics += [_compare_metric(ra, rb, m, threshold, False) for m in _RATIO_ONLY]
         out.append(ScenarioComparison(ra["model"], ra["scenario"], ra.get("workload", ""), tuple(metrics), _overall(metrics)))
     if not out:
         raise BenchError("the two files have no scenario in common (same scenarios, workloads and token counts needed)")
+    return out
+
+
+def comparability(a: dict[str, Any], b: dict[str, Any], rows: Sequence[ScenarioComparison], *,
+                  same_file: bool = False) -> dict[str, list[str]]:
+    """A's model label -> what differs between the two runs of it (comparable.differences), for
+    every model compared that differs in something; {} when all are comparable."""
+    b_models = list(dict.fromkeys(r["model"] for r in b["results"]))
+    out: dict[str, list[str]] = {}
+    for label in dict.fromkeys(sc.model for sc in rows):
+        b_label = label if label in b_models or len(b_models) != 1 else b_models[0]
+        diff = differences(a, b, a_model=label, b_model=b_label, same_file=same_file)
+        if diff:
+            out[label] = diff
     return out
 
 
@@ -231,11 +251,17 @@ def _overall(metrics: Sequence[MetricComparison]) -> str:
 TERMINAL_DROP = ("model", "A p50", "B p50", "p (MW)", "workload")
 
 
-def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: str, *, width: int | None = None) -> str:
-    """The comparison as text; width: the terminal's columns, which every line fits (None: no limit)."""
+def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: str, *, width: int | None = None,
+                      differs: dict[str, list[str]] | None = None) -> str:
+    """The comparison as text; width: the terminal's columns, which every line fits (None: no limit);
+    differs: comparability()'s result, said before the table."""
     from ondevice.fmt import fold, millis, number, table
 
     lines = [fold(f"B = {b_name} against A = {a_name}; ratio = B/A of the medians (times: above 1 is slower)", width)]
+    for label, diff in (differs or {}).items():
+        who = f" ({label})" if len(differs or {}) > 1 else ""
+        lines.append(fold(f"not comparable{who}: {'; '.join(diff)} differ; the verdicts below measure all of it, "
+                          "not one change", width))
     body = []
     for sc in rows:
         for m in sc.metrics:

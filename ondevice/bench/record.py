@@ -20,9 +20,13 @@ from typing import Any, Sequence
 from ondevice import paths
 from ondevice.hashing import sha256_file
 
-__all__ = ["SCHEMA", "file_sha256", "model_digests", "build_record"]
+__all__ = ["SCHEMA", "READABLE_SCHEMAS", "file_sha256", "model_digests", "build_record"]
 
-SCHEMA = "ondevice-bench/1"  # the "schema" field of every result file
+# The "schema" field of every result file. 2 added the host's machine id (record.host.machine_id,
+# for `bench compare`), the cold_start scenario and goodput in req/s (slo.goodput_rps beside
+# slo.good_share, which /1 called "goodput"); a /1 file is still read.
+SCHEMA = "ondevice-bench/2"
+READABLE_SCHEMAS = ("ondevice-bench/1", SCHEMA)
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +72,16 @@ def model_digests(plans: Sequence[Any]) -> dict[str, str | None]:
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def _machine_id() -> str | None:
+    try:
+        from ondevice.probing.cache import machine_id
+
+        return machine_id()
+    except Exception as exc:  # the record still says what it can
+        log.debug("machine id: %s", exc)
+        return None
 
 
 def _host() -> dict[str, Any]:
@@ -157,7 +171,7 @@ def build_record(outcome: Any, *, argv: Sequence[str] | None = None, digests: di
         "incomplete": bool(outcome.incomplete),
         "command_line": shlex.join(argv),
         "versions": _versions(),
-        "host": host if host is not None else _host(),
+        "host": {"machine_id": _machine_id(), **(host if host is not None else _host())},
         "probe": _probe(backend),
         "settings": {
             "suite": cfg.suite.name,

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
+from ondevice.bench import coldstart
+from ondevice.bench.runs import COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
 from ondevice.bench.speculative import SPEC_HEADERS, spec_rows, spec_table
 from ondevice.bench.stats import EXTRA_METRICS, METRICS, ScenarioResult, clean
 from ondevice import paths
@@ -38,6 +39,7 @@ _TEXT_COLUMNS = ("model", "scenario", "workload", "notes")
 # workload names, the roofline, prefill speed, efficiency, TPOT (ITL p50 is beside it), runs.
 TERMINAL_DROP = ("P", "N", "out tok/s", "E2E p50/pred s", "ceiling/pred tok/s", "prefill tok/s", "TTFT eff", "eff",
                  "TPOT p50 ms", "runs", "TTFT pred ms")
+_COLD_COLS = ("total_s", "read_s", "load_overhead_s", "ttft_s", "disk_read_gbs")  # of "cold_start_predicted"
 _SPEC_COLS = ("acceptance", "mean_accepted_per_step", "drafts_per_step", "k_cap", "plain_decode_tok_s", "spec_decode_tok_s",
               "speedup_p50", "predicted_speedup_p50", "burst_share")  # the speculative scenario's, from "speculative"
 _LOAD_COLS = ("offered", "sent", "achieved_rps", "arrival_rps", "mean_in_flight", "little_lw", "little_ratio", "goodput_rps",
@@ -84,8 +86,9 @@ def _csv_header() -> list[str]:
         cols += [f"{m}_{s}" for s in _STATS]
     return cols + ["ceiling_tok_s", "predicted_tok_s", "efficiency", "predicted_ttft_s", "ttft_efficiency",
                    "predicted_e2e_s", "peak_rss_bytes", "kv_bytes",
-                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput", "slo_passed"] + \
-        [f"load_{c}" for c in _LOAD_COLS] + [f"spec_{c}" for c in _SPEC_COLS] + ["failures"]
+                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput_rps", "slo_good_share", "slo_passed"] + \
+        [f"load_{c}" for c in _LOAD_COLS] + [f"cold_start_predicted_{c}" for c in _COLD_COLS] + \
+        [f"spec_{c}" for c in _SPEC_COLS] + ["failures"]
 
 
 def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
@@ -100,9 +103,10 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
             for s in _STATS:
                 flat[f"{m}_{s}"] = (r.get(m) or {}).get(s)
         flat.update({f"load_{c}": (r.get("load") or {}).get(c) for c in _LOAD_COLS})
+        flat.update({f"cold_start_predicted_{c}": (r.get("cold_start_predicted") or {}).get(c) for c in _COLD_COLS})
         flat.update({f"spec_{c}": (r.get("speculative") or {}).get(c) for c in _SPEC_COLS})
         slo = r.get("slo") or {}
-        flat.update(slo_goodput=slo.get("goodput"), slo_passed=slo.get("passed"),
+        flat.update(slo_goodput_rps=slo.get("goodput_rps"), slo_good_share=slo.get("good_share"), slo_passed=slo.get("passed"),
                     failures="; ".join(f"#{f['repeat']} {f['status']}: {f['reason']}" for f in r.get("failures", [])))
         w.writerow(["" if flat.get(k) is None else flat.get(k) for k in header])
     with atomic_write(Path(path), "w") as f:
@@ -122,15 +126,21 @@ def _notes(r: ScenarioResult, slo: Any) -> str:
     if r.scenario in LOAD_SCENARIOS and r.ok_runs:
         s = r.summary("load_s")
         parts.append(f"load p50 {s.p50:.3f} s, p95 {s.p95:.3f} s")
+        if "load_call_s" in r.summaries:
+            parts.append(f"the whole load call p50 {r.summary('load_call_s').p50:.3f} s")
         resident = [x.resident_before_load for x in r.runs if x.resident_before_load is not None]
         if resident:
             parts.append(f"{100 * max(resident):.0f}% cached at load")
     if r.scenario == PREFIX_HIT and r.ok_runs:
         parts.append(f"cached {r.cached_prompt_tokens:.0f} tok, TTFT saved {ms_cell(r.summary('ttft_saved_s').p50)} ms")
+    if r.scenario == COLD_START and r.ok_runs:
+        parts.append(f"page cache dropped -> load -> first token p50 {r.summary('cold_start_s').p50:.3f} s "
+                     "(cold-start table)")
     if r.scenario == NO_KV_CACHE and r.kv_cache_speedup:
         parts.append(f"{r.kv_cache_speedup:.1f}x the resident ITL")
     if slo is not None:
-        parts.append(f"SLO {'pass' if slo.passed else 'FAIL'}, goodput {100 * slo.goodput:.0f}%")
+        rate = f"{slo.goodput_rps:.3g} req/s" if slo.goodput_rps is not None else "- req/s"
+        parts.append(f"SLO {'pass' if slo.passed else 'FAIL'}, goodput {rate} ({100 * slo.good_share:.0f}% of requests)")
     if r.failures:
         reasons = sorted({f["reason"] for f in r.failures})
         parts.append(f"{len(r.failures)} not ok: {reasons[0]}" + (" ..." if len(reasons) > 1 else ""))
@@ -184,6 +194,12 @@ def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dic
     lines += [f"- {k}: {esc(v)}" for k, v in header_facts(record)]
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in table_rows(results, slo)]
+    cold = coldstart.rows(results)
+    if cold:
+        lines += ["", "## Cold start (page cache dropped -> load -> first token; predicted = read + load + TTFT)", "",
+                  "| " + " | ".join(coldstart.HEADERS) + " |", "|" + "|".join("---" for _ in coldstart.HEADERS) + "|"]
+        lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cold]
+        lines += [f"- {esc(n)}" for n in _cold_notes(results)]
     if load:
         from ondevice.bench.serve.report import LOAD_HEADERS, load_rows
 
@@ -240,13 +256,37 @@ def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo:
     lines = [fold(f"{k}: {v}", width) for k, v in header_facts(record)] + ["", title]
     text = table(headers, rows, align)
     if width is None or max(map(len, text.splitlines())) <= width:
-        return "\n".join(lines + [text] + _load_table(results, load, width) + spec_table(results, width)) + "\n"
+        return "\n".join(lines + [text] + _cold_table(results, width) + _load_table(results, load, width)
+                         + spec_table(results, width)) + "\n"
     # Too wide: the notes (failures, SLO verdicts, load times) go under the table, one line a row.
     notes = [fold(f"{' '.join(c for c in row[:-1][:3 - single] if c != '-')}: {row[-1]}", width, indent="    ")
              for row in rows if row[-1]]
     lines.append(table(headers[:-1], [row[:-1] for row in rows], align[:-1], width=width, drop=TERMINAL_DROP,
                        full="--json/--csv/--md"))
-    return "\n".join(lines + notes + _load_table(results, load, width) + spec_table(results, width)) + "\n"
+    return "\n".join(lines + notes + _cold_table(results, width) + _load_table(results, load, width)
+                     + spec_table(results, width)) + "\n"
+
+
+def _cold_notes(results: Sequence[ScenarioResult]) -> list[str]:
+    out: list[str] = []
+    for r in results:
+        if r.scenario == COLD_START and r.cold_start is not None:
+            out += [f"{r.model}: {n}" for n in r.cold_start.notes if f"{r.model}: {n}" not in out]
+    return out
+
+
+def _cold_table(results: Sequence[ScenarioResult], width: int | None) -> list[str]:
+    """The cold-start cells, measured parts beside predicted ones, as lines; [] without any."""
+    rows = coldstart.rows(results)
+    if not rows:
+        return []
+    one = len({row[0] for row in rows}) == 1
+    headers = list(coldstart.HEADERS[1:] if one else coldstart.HEADERS)
+    rows = [row[1:] if one else row for row in rows]
+    align = "".join("l" if h == "model" else "r" for h in headers)
+    return (["", fold("cold start: page cache dropped -> load -> first token; predicted = disk read of the file + "
+                      "warm load + TTFT", width), table(headers, rows, align, width=width, drop=coldstart.TERMINAL_DROP, full="--json/--csv/--md")]
+            + [fold(f"  {n}", width, indent="    ") for n in _cold_notes(results)])
 
 
 def _load_table(results: Sequence[ScenarioResult], load: dict | None, width: int | None) -> list[str]:

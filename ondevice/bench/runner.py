@@ -4,7 +4,9 @@ Several models are interleaved by repeat (repeat 0 of every model, then repeat 1
 order reversed on odd repeats: A B B A ...), so drift on a shared machine hits them alike. Within a repeat, per model: the load scenarios
 (cold: page cache dropped first; warm: file already cached), warm-up requests that are not
 counted, then per workload the resident and prefix-hit requests (and the no-KV-cache
-ablation for the shortest workload). Failures are kept; Ctrl-C keeps what was gathered.
+ablation for the shortest workload), and last the cold start (ondevice.bench.coldstart: page
+cache dropped, load, the first request's first token). Failures are kept; Ctrl-C keeps what
+was gathered.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ondevice.bench import scenarios as sc
-from ondevice.bench.oscache import PeakRss, evict_page_cache
-from ondevice.bench.runs import COLD_LOAD, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE, WARM_LOAD, RunRecord
+from ondevice.bench.oscache import PeakRss
+from ondevice.bench.coldstart import disk_read_for, prompt_for
+from ondevice.bench.runs import (COLD_LOAD, COLD_START, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE,
+                                 WARM_LOAD, RunRecord)
 from ondevice.bench.speculative import speculative_run
 from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
 from ondevice.engine.interface import StreamingEngine
@@ -25,6 +29,7 @@ from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import BenchError
 from ondevice.materialize import resolve_model
 from ondevice.modelspec import ModelSpec, inspect
+from ondevice.pagecache import evict_page_cache
 
 __all__ = ["BenchConfig", "ModelPlan", "BenchOutcome", "Progress", "plan_bench", "run_bench", "load_plan", "DEFAULT_SAMPLING"]
 
@@ -66,6 +71,10 @@ class ModelPlan:
     predictor: Any = None  # the engine's roofline predictor (step_s), or None
     engine: Any = None  # the loaded Engine, while loaded
     warmed: bool = False  # the loaded engine has had its warm-up requests
+    disk_read_gbs: float | None = None  # the probe's disk read (cold-start prediction), GB/s; None: not probed
+    disk_note: str = ""  # what to know about that figure (another file system, ...)
+    cold_prompt: Any = None  # the cold start's prompt (text, or ids), built once
+    cold_prompt_note: str = ""  # said when the prompt had to be ids
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,7 @@ def _steps(plans: Sequence[ModelPlan], config: BenchConfig) -> int:
         per += sum(s in config.scenarios for s in (COLD_LOAD, WARM_LOAD))
         per += len(p.suite.workloads) * sum(s in config.scenarios for s in (RESIDENT, PREFIX_HIT, SPECULATIVE))
         per += NO_KV_CACHE in config.scenarios
+        per += COLD_START in config.scenarios
     return per * config.suite.repeats
 
 
@@ -252,6 +262,22 @@ def _model_repeat(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: 
         n = min(w.output_tokens, p.suite.ablation_tokens)
         tick(f"{p.label} {w.name} no KV cache #{repeat + 1}")
         _guard(runs, ctx, NO_KV_CACHE, w, lambda: sc.no_kv_cache_run(ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:ablation:{repeat}"), n, seed))
+    if COLD_START in config.scenarios:
+        w = min(p.suite.workloads, key=lambda x: x.prompt_tokens)
+        tick(f"{p.label} cold start #{repeat + 1}")
+        _guard(runs, ctx, COLD_START, w, lambda: _cold_start(config, p, w, prompts, ctx, load_fn, seed))
+
+
+def _cold_start(config: BenchConfig, p: ModelPlan, w: Workload, prompts: PromptBuilder, ctx: sc.RequestContext,
+                load_fn, seed: int) -> RunRecord:
+    """Close the engine, then the cold start (its prompt built once, with the engine still loaded)."""
+    if p.cold_prompt is None:
+        p.cold_prompt, p.cold_prompt_note = prompt_for(p.engine, prompts.ids(w.prompt_tokens, f"{w.name}:cold-start"))
+        p.disk_read_gbs, p.disk_note = disk_read_for(p.path, p.engine_info.get("backend"))  # for the prediction
+    _close(p)
+    rec, p.engine = sc.cold_start_run(ctx, w.name, p.path, lambda: _load(config, p, load_fn), p.cold_prompt,
+                                      w.prompt_tokens, seed, notes=(p.cold_prompt_note,))
+    return rec
 
 
 def _guard(runs: list, ctx: sc.RequestContext, scenario: str, w: Workload, fn) -> None:
@@ -304,6 +330,7 @@ def _loads(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: PeakRss
                 continue
             before = ev.resident_after
         rss.reset()
+        t0 = time.perf_counter()
         try:
             p.engine = _load(config, p, load_fn)
         except KeyboardInterrupt:
@@ -313,7 +340,8 @@ def _loads(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: PeakRss
             runs.append(RunRecord(p.label, scenario, "", repeat, "failed", reason=reason))
             p.error = reason
             return False
+        call_s = time.perf_counter() - t0
         notes = (ev.note,) if scenario == COLD_LOAD and ev.note else ()
-        runs.append(RunRecord(p.label, scenario, "", repeat, "ok", load_s=float(p.engine.info.load_s),
+        runs.append(RunRecord(p.label, scenario, "", repeat, "ok", load_s=float(p.engine.info.load_s), load_call_s=call_s,
                               resident_before_load=before, peak_rss_bytes=rss.read_bytes(), notes=notes))
     return True

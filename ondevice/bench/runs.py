@@ -7,24 +7,27 @@ from typing import Any, Literal
 
 from ondevice.results import Timings
 
-__all__ = ["RunRecord", "RunStatus", "SCENARIOS", "DEFAULT_SCENARIOS", "LOAD_SCENARIOS", "REQUEST_SCENARIOS", "SPECULATIVE"]
+__all__ = ["RunRecord", "RunStatus", "SCENARIOS", "DEFAULT_SCENARIOS", "LOAD_SCENARIOS", "REQUEST_SCENARIOS", "SPECULATIVE",
+           "COLD_START"]
 
 RunStatus = Literal["ok", "failed", "timeout", "interrupted", "skipped"]
 
-# Scenario names, in report order. "load" holds a model that never loaded.
-COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT, NO_KV_CACHE, LOAD = (
+# Scenario names, in report order. "load" holds a model that never loaded. cold_start is a
+# load and a request in one (ondevice.bench.coldstart): page cache dropped -> load -> first token.
+COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT, NO_KV_CACHE, COLD_START, LOAD = (
     "cold_load",
     "warm_load",
     "resident",
     "prefix_hit",
     "no_kv_cache",
+    "cold_start",
     "load",
 )
 SPECULATIVE = "speculative"  # prompt-lookup decoding paired with plain decoding of the same prompt (bench.speculative)
 LOAD_SCENARIOS = (COLD_LOAD, WARM_LOAD)
 REQUEST_SCENARIOS = (RESIDENT, PREFIX_HIT, NO_KV_CACHE, SPECULATIVE)
-SCENARIOS = LOAD_SCENARIOS + REQUEST_SCENARIOS
-DEFAULT_SCENARIOS = (COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT)
+SCENARIOS = LOAD_SCENARIOS + REQUEST_SCENARIOS + (COLD_START,)
+DEFAULT_SCENARIOS = (COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT, COLD_START)
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,11 @@ class RunRecord:
     finish_reason: str | None = None  # the engine's finish reason
     timings: Timings | None = None  # the request's timings (None for loads and runs that never started)
     load_s: float | None = None  # load scenarios: model file open -> engine ready, seconds
+    load_call_s: float | None = None  # load scenarios, cold_start: the whole load call (ondevice.load: header,
+    # checks, predictor and llama.cpp's load_s), wall-clock in the bench, seconds
     baseline_ttft_s: float | None = None  # prefix_hit: TTFT of the same-length prompt with nothing cached, seconds
-    resident_before_load: float | None = None  # cold_load: share of the file in the page cache at load, 0..1
+    resident_before_load: float | None = None  # cold_load, cold_start: share of the file in the page cache at load, 0..1
+    cold_start_s: float | None = None  # cold_start: load call -> first token, seconds (load_s + the request's TTFT + gaps)
     peak_rss_bytes: int | None = None  # peak resident set size of the process during the run, bytes
     seed: int | None = None  # sampling seed of the request
     notes: tuple[str, ...] = field(default=())  # anything odd seen during the run
@@ -59,6 +65,15 @@ class RunRecord:
     @property
     def output_tokens(self) -> int:
         return self.timings.output_tokens if self.timings else 0
+
+    @property
+    def cold_start_rest_s(self) -> float | None:
+        """cold_start: what is neither load_s, tokenize nor prefill (the work of the load call
+        around llama.cpp's load, the first sample, handing the request over), seconds."""
+        t = self.timings
+        if self.cold_start_s is None or self.load_s is None or t is None:
+            return None
+        return self.cold_start_s - self.load_s - t.tokenize_s - t.prefill_s
 
     def to_dict(self) -> dict[str, Any]:
         t = self.timings
@@ -75,7 +90,10 @@ class RunRecord:
             "output_tokens_requested": self.output_tokens_requested,
             "finish_reason": self.finish_reason,
             "load_s": self.load_s,
+            "load_call_s": self.load_call_s,
             "resident_before_load": self.resident_before_load,
+            **({"cold_start_s": self.cold_start_s, "cold_start_rest_s": self.cold_start_rest_s}
+               if self.cold_start_s is not None else {}),
             "tokenize_s": t.tokenize_s if t else None,
             "prefill_s": t.prefill_s if t else None,
             "ttft_s": t.ttft_s if t else None,
@@ -124,8 +142,10 @@ class RunRecord:
             finish_reason=d.get("finish_reason"),
             timings=timings,
             load_s=d.get("load_s"),
+            load_call_s=d.get("load_call_s"),
             baseline_ttft_s=d.get("baseline_ttft_s"),
             resident_before_load=d.get("resident_before_load"),
+            cold_start_s=d.get("cold_start_s"),
             peak_rss_bytes=d.get("peak_rss_bytes"),
             seed=d.get("seed"),
             notes=tuple(d.get("notes") or ()),

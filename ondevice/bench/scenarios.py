@@ -10,14 +10,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ondevice.bench.oscache import PeakRss
-from ondevice.bench.runs import NO_KV_CACHE, PREFIX_HIT, RESIDENT, RunRecord
+from ondevice.bench.runs import COLD_START, NO_KV_CACHE, PREFIX_HIT, RESIDENT, RunRecord
 from ondevice.metrics import timings_from_marks
 from ondevice.results import Generation
 
-__all__ = ["RequestContext", "resident_run", "prefix_hit_run", "no_kv_cache_run", "request", "record", "suffix_tokens"]
+__all__ = ["RequestContext", "resident_run", "prefix_hit_run", "no_kv_cache_run", "cold_start_run", "request", "record",
+           "suffix_tokens"]
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,10 @@ class _Outcome:
         self.reason = ""
 
 
-def request(ctx: RequestContext, ids: Sequence[int], max_tokens: int, seed: int, *, reuse_prefix: bool, **stream_kw: Any) -> _Outcome:
+def request(ctx: RequestContext, ids: str | Sequence[int], max_tokens: int, seed: int, *, reuse_prefix: bool,
+            **stream_kw: Any) -> _Outcome:
     """Run one stream to its end; never raises except KeyboardInterrupt (after closing it).
+    ids: token ids, or text (tokenized by the engine, inside the request's timing);
     stream_kw: more stream() arguments (speculative=...)."""
     out = _Outcome()
     cancel = threading.Event()
@@ -50,7 +53,7 @@ def request(ctx: RequestContext, ids: Sequence[int], max_tokens: int, seed: int,
     stream = None
     try:
         stream = ctx.engine.stream(
-            list(ids), max_tokens=max_tokens, seed=seed, ignore_eos=True, cancel=cancel,
+            ids if isinstance(ids, str) else list(ids), max_tokens=max_tokens, seed=seed, ignore_eos=True, cancel=cancel,
             reuse_prefix=reuse_prefix, **dict(ctx.sampling), **stream_kw,
         )
         if timer:
@@ -168,3 +171,40 @@ def no_kv_cache_run(ctx: RequestContext, workload: str, ids: Sequence[int], n_ou
         prompt_tokens=len(ids), output_tokens_requested=n_out, finish_reason="length" if status == "ok" else None,
         timings=timings, peak_rss_bytes=ctx.rss.read_bytes(), seed=seed,
     )
+
+
+def cold_start_run(ctx: RequestContext, workload: str, path: Any, load: Callable[[], Any], prompt: str | Sequence[int],
+                   n_prompt: int, seed: int, *, notes: Sequence[str] = (),
+                   clock: Callable[[], int] = time.perf_counter_ns) -> tuple[RunRecord, Any]:
+    """The cold start (ondevice.bench.coldstart): drop `path` from the page cache, call load(),
+    then one request for one token; (record, the loaded engine or None). ctx.engine is unused
+    (the engine is the one loaded here); n_prompt: the prompt's length in tokens. A page cache
+    that cannot be dropped skips the run. clock: nanoseconds (tests pass their own)."""
+    from ondevice.pagecache import evict_page_cache
+
+    def lost(status: str, reason: str, **extra: Any) -> RunRecord:
+        return RunRecord(ctx.model, COLD_START, workload, ctx.repeat, status, reason=reason, prompt_tokens=n_prompt,
+                         output_tokens_requested=1, seed=seed, **extra)
+
+    ev = evict_page_cache(path)
+    if not ev.evicted:
+        return lost("skipped", ev.note), None
+    ctx.rss.reset()
+    t0 = clock()
+    try:
+        engine = load()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        return lost("failed", f"{type(exc).__name__}: {exc}", resident_before_load=ev.resident_after), None
+    handed_ns = clock()
+    out = request(replace(ctx, engine=engine), prompt, 1, seed, reuse_prefix=False)
+    g = out.generation
+    first = g is not None and g.timings.output_tokens > 0
+    cold_s = (handed_ns - t0) * 1e-9 + g.timings.ttft_s if first else None
+    rec = record(ctx, COLD_START, workload, 1, seed, out, prompt_tokens=n_prompt, load_s=float(engine.info.load_s),
+                  load_call_s=(handed_ns - t0) * 1e-9,
+                  resident_before_load=ev.resident_after, cold_start_s=cold_s,
+                  notes=tuple(n for n in (ev.note, *notes) if n))
+    return rec, engine
+

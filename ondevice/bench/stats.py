@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Iterable, Sequence
 
-from ondevice.bench.runs import LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE, RunRecord
+from ondevice.bench.coldstart import ColdStartPrediction, predict_cold_start
+from ondevice.bench.runs import (COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE,
+                                 WARM_LOAD, RunRecord)
 from ondevice.bench.speculative import spec_summary
 from ondevice.metrics import Summary, summarize
 
@@ -25,8 +27,10 @@ __all__ = ["ScenarioResult", "scenario_results", "METRICS", "EXTRA_METRICS", "cl
 # Summaries every request scenario carries, in the JSON layout's order.
 METRICS = ("ttft_s", "itl_s", "tpot_s", "e2e_s", "prefill_tok_s", "decode_tok_s")
 # Summaries a cell carries only when its runs measured them: time to the first visible token
-# (reasoning models, server runs) and the gaps between streamed chunks (server runs).
-EXTRA_METRICS = ("ttft_visible_s", "itl_chunk_s")
+# (reasoning models, server runs), the gaps between streamed chunks (server runs), and the cold
+# start's figure and parts (cold_start: load_s is in every cell's layout already).
+COLD_START_PARTS = ("cold_start_s", "tokenize_s", "prefill_s", "cold_start_rest_s")
+EXTRA_METRICS = ("ttft_visible_s", "itl_chunk_s", "load_call_s") + COLD_START_PARTS
 _ORDER = {name: i for i, name in enumerate((LOAD,) + SCENARIOS)}
 
 
@@ -56,6 +60,7 @@ class ScenarioResult:
     notes: tuple[str, ...]  # distinct notes of the runs
     runs: tuple[RunRecord, ...] = field(default=(), repr=False)  # every run, in order
     speculative: dict[str, Any] | None = None  # speculative scenario: acceptance, per-step counts, speedups (bench.speculative)
+    cold_start: ColdStartPrediction | None = None  # cold_start: the predicted cold start and its parts
 
     def summary(self, metric: str) -> Summary:
         return self.summaries.get(metric) or summarize(())
@@ -92,6 +97,8 @@ class ScenarioResult:
         )
         if self.speculative is not None:
             d["speculative"] = self.speculative
+        if self.cold_start is not None:
+            d["cold_start_predicted"] = self.cold_start.to_dict()
         return clean(d)
 
 
@@ -110,14 +117,16 @@ def _values(runs: Iterable[RunRecord], metric: str) -> list[float | None]:
     out: list[float | None] = []
     for r in runs:
         t = r.timings
-        if metric == "load_s":
-            out.append(r.load_s)
+        if metric in ("load_s", "load_call_s"):
+            out.append(getattr(r, metric))
         elif t is None:
             out.append(None)
         elif metric == "itl_s":
             out.extend(t.itl_s)
         elif metric == "itl_chunk_s":
             out.extend((r.serve or {}).get("itl_chunk_s") or ())
+        elif metric in ("cold_start_s", "cold_start_rest_s"):
+            out.append(getattr(r, metric))
         elif metric == "ttft_saved_s":
             out.append(r.baseline_ttft_s - t.ttft_s if r.baseline_ttft_s is not None else None)
         else:
@@ -137,14 +146,14 @@ def _roofline(predictor: Any, scenario: str, p: int, n: int) -> tuple[float | No
 
 def _request_prediction(predictor: Any, scenario: str, p: int, n: int, cached: float | None) -> tuple[float | None, float | None]:
     """(predicted TTFT, predicted E2E) of the cell's request; None where the predictor has no prefill model."""
-    ttft_fn, decode_fn = getattr(predictor, "ttft_s", None), getattr(predictor, "decode_s", None)
-    if not callable(ttft_fn) or scenario not in (RESIDENT, PREFIX_HIT) or p < 1:
+    decode_fn = getattr(predictor, "decode_s", None)
+    ttft = _predicted_ttft(predictor, p, int(cached or 0)) if scenario in (RESIDENT, PREFIX_HIT) else None
+    if ttft is None:
         return None, None
     try:
-        ttft = ttft_fn(p, int(cached or 0))
         return ttft, (ttft + decode_fn(p, n) if callable(decode_fn) and n >= 1 else None)
     except Exception:  # a predictor that cannot answer leaves the columns empty
-        return None, None
+        return ttft, None
 
 
 def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any = None,
@@ -156,6 +165,10 @@ def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any 
     summaries = {m: summarize(_values(ok, m)) for m in metrics}
     if first.scenario != PREFIX_HIT:
         summaries.pop("ttft_saved_s", None)
+    if first.scenario == COLD_START:
+        summaries.update({m: summarize(_values(ok, m)) for m in ("load_s",) + COLD_START_PARTS})
+    if any(r.load_call_s is not None for r in ok):
+        summaries["load_call_s"] = summarize(_values(ok, "load_call_s"))
     if any(r.timings is not None and r.timings.ttft_visible_s is not None for r in ok):
         summaries["ttft_visible_s"] = summarize(_values(ok, "ttft_visible_s"))
     if any(r.serve for r in runs):
@@ -213,14 +226,47 @@ def scenario_results(outcome: Any) -> list[ScenarioResult]:
         w = next((w for w in plan.suite.workloads if w.name == workload), None) if plan else None
         p_tok = w.prompt_tokens if w else 0
         n_tok = w.output_tokens if w else 0
-        if scenario == NO_KV_CACHE and runs:
+        if scenario in (NO_KV_CACHE, COLD_START) and runs:
             n_tok = runs[0].output_tokens_requested
         results.append(build_result(runs, spec=plan.spec if plan else None, predictor=plan.predictor if plan else None,
                                     prompt_tokens=p_tok, output_tokens=n_tok))
     wl_order = {w.name: i for p in outcome.models for i, w in enumerate(p.suite.workloads)}
     results.sort(key=lambda r: (model_order.get(r.model, 0), r.scenario not in LOAD_SCENARIOS + (LOAD,),
                                 wl_order.get(r.workload, -1), _ORDER.get(r.scenario, 99)))
-    return _with_speedups(results)
+    return _with_cold_start(_with_speedups(results), plans)
+
+
+def _with_cold_start(results: list[ScenarioResult], plans: dict[str, Any]) -> list[ScenarioResult]:
+    """Each cold_start cell with its prediction (ondevice.bench.coldstart): the disk read of the
+    model file, the same bench's warm load call p50 as the load overhead, the predictor's TTFT."""
+    from dataclasses import replace
+
+    warm = {r.model: (r.summaries.get("load_call_s") or r.summary("load_s")).p50 for r in results
+            if r.scenario == WARM_LOAD and r.ok_runs}
+    out = []
+    for r in results:
+        if r.scenario == COLD_START:
+            p = plans.get(r.model)
+            r = replace(r, cold_start=predict_cold_start(
+                file_bytes=getattr(getattr(p, "spec", None), "file_bytes", None),
+                disk_read_gbs=getattr(p, "disk_read_gbs", None), load_overhead_s=warm.get(r.model),
+                ttft_s=_predicted_ttft(getattr(p, "predictor", None), r.prompt_tokens),
+                notes=[n for n in (getattr(p, "disk_note", ""),) if n]))
+        out.append(r)
+    return out
+
+
+def _predicted_ttft(predictor: Any, n_prompt: int, n_cached: int = 0) -> float | None:
+    """The predictor's TTFT of a prompt (n_cached of it in the KV cache); None where it has no
+    prefill model (older predictors, fakes) or cannot answer."""
+    ttft = getattr(predictor, "ttft_s", None)
+    if not callable(ttft) or n_prompt < 1:
+        return None
+    try:
+        value = float(ttft(n_prompt, n_cached))
+    except Exception:  # a predictor that cannot answer leaves the part empty
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _with_speedups(results: list[ScenarioResult]) -> list[ScenarioResult]:

@@ -4,7 +4,9 @@ Exit status: 0 when every run was ok (and every --slo passed); 1 when a run fail
 out or an SLO failed (the results are still written); 2 for bad input, or an output file that
 could not be written after the run (the results are then kept in the cache dir, and the
 one-line error names the file); 130 after Ctrl-C (the runs gathered so far are written,
-marked incomplete).
+marked incomplete). `bench compare` exits 0 when it could compare, also when it says the two
+runs are not comparable (different model file, llama-cpp-python, settings or machine: one
+line above the table names what differs, and the JSON has "comparable" and "differences").
 
 Output files (--json, --csv, --md) follow one rule with `ondevice quantize`: checked before
 anything runs (paths.check_destination), an existing file is replaced only with --force, and
@@ -40,8 +42,10 @@ def register(sub) -> None:
     p.add_argument("-n", "--output-tokens", help="output lengths in tokens, comma-separated (custom suite)")
     p.add_argument("-r", "--repeat", type=int, help="measured runs per workload and scenario")
     p.add_argument("--warmup", type=int, help="untimed requests after each load (default 1)")
-    p.add_argument("--scenarios", help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache,speculative "
-                   "(speculative: prompt lookup paired with plain decoding of the same prompt; its own table)")
+    p.add_argument("--scenarios", help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache,"
+                   "speculative,cold_start (speculative: prompt lookup paired with plain decoding of the same prompt; "
+                   "cold_start: page cache dropped -> load -> first token, with its parts and a prediction; each has "
+                   "its own table; default: cold_load,warm_load,resident,prefix_hit,cold_start)")
     p.add_argument("--no-kv-cache", action="store_true", help="add the ablation: recompute the whole context for every token (short run)")
     p.add_argument("--n-ctx", type=int, help="context size (default: the smallest that fits the suite)")
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")
@@ -202,7 +206,8 @@ def _config(args: argparse.Namespace):
     else:
         suite = suites.get_suite(args.suite or "standard")
     suite = suites.with_counts(suite, repeats=args.repeat, warmup=args.warmup)
-    scenarios = tuple(s.strip() for s in args.scenarios.split(",") if s.strip()) if args.scenarios else DEFAULT_SCENARIOS
+    scenarios = (tuple(s.strip().replace("-", "_") for s in args.scenarios.split(",") if s.strip()) if args.scenarios
+                 else DEFAULT_SCENARIOS)
     if args.no_kv_cache and NO_KV_CACHE not in scenarios:
         scenarios += (NO_KV_CACHE,)
     if not scenarios:
@@ -233,7 +238,7 @@ def _config(args: argparse.Namespace):
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from ondevice.bench.compare import compare_docs, load_results, render_comparison, split_models
+    from ondevice.bench.compare import comparability, compare_docs, load_results, render_comparison, split_models
 
     _check_outputs(args, ("--json",))
     files = args.models[1:]
@@ -246,6 +251,7 @@ def run_compare(args: argparse.Namespace) -> int:
     else:
         raise BenchError(f"bench compare needs two result files (A.json B.json), or one holding two models; got {len(files)}")
     rows = compare_docs(a, b, threshold=args.threshold)
+    differs = comparability(a, b, rows, same_file=len(files) == 1)
     if args.json:
         import json
 
@@ -253,7 +259,7 @@ def run_compare(args: argparse.Namespace) -> int:
         from ondevice.paths import atomic_write
 
         with atomic_write(args.json, "w") as f:
-            json.dump(clean({"a": names[0], "b": names[1], "threshold": args.threshold,
-                             "scenarios": [r.to_dict() for r in rows]}), f, indent=1)
-    print(render_comparison(rows, names[0], names[1], width=terminal_width()))
+            json.dump(clean({"a": names[0], "b": names[1], "threshold": args.threshold, "comparable": not differs,
+                             "differences": differs, "scenarios": [r.to_dict() for r in rows]}), f, indent=1)
+    print(render_comparison(rows, names[0], names[1], width=terminal_width(), differs=differs))
     return EXIT_OK

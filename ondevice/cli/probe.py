@@ -7,7 +7,7 @@ import sys
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.fmt import fold_lines, human_bytes, table
 
-__all__ = ["register", "run", "render", "age_text", "cpu_buffers_text"]
+__all__ = ["register", "run", "render", "age_text", "cpu_buffers_text", "disk_text"]
 
 
 def register(sub) -> None:
@@ -63,6 +63,16 @@ def cpu_buffers_text() -> str:
     return cpu_buffer_verdict().label
 
 
+def disk_text(d) -> str:
+    """The disk read probe in a line (what a cold start reads the model file at)."""
+    if d is None:
+        return "disk read: not measured (`ondevice probe --refresh` measures it; cold-start predictions need it)"
+    if d.read_gbs is None:
+        return f"disk read: no figure: {d.note}"
+    return (f"disk read: {d.read_gbs:.2f} GB/s sequential, page cache dropped ({human_bytes(d.file_bytes)} file in "
+            f"{d.folder}, best of {d.passes})")
+
+
 def age_text(seconds: float) -> str:
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
@@ -96,9 +106,10 @@ def render(r, *, width: int | None = None) -> str:
     lines += [f"  note: {w}" for w in h.warnings]
     lines.append("")
     lines.append(f"host memory, {m.n_threads} threads over {human_bytes(m.array_bytes)} arrays (best of {m.passes}):")
-    lines.append(f"  read {m.read_gbs:.1f} GB/s   copy {m.copy_gbs:.1f} GB/s   triad {m.triad_gbs:.1f} GB/s"
+    lines.append(f"  read {m.read_gbs:.1f} GB/s   copy {m.copy_gbs:.1f} GB/s"
                  "   (bytes counted as STREAM counts them)")
     lines.append(f"host compute: {c.f32_gflops:.1f} GFLOP/s f32 ({c.matrix_n}x{c.matrix_n} matrix product)")
+    lines.append(disk_text(r.disk))
     lines.append("")
     if k is None:
         lines.append("kernels: not probed (run `ondevice probe --refresh` without --no-kernel)")

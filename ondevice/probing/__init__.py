@@ -59,11 +59,12 @@ WAITING = "another probe is running"  # how the line that says a probe waits for
 
 def probe(*, refresh: bool = False, kernel: bool = True, backend: str | None = None, n_threads: int | None = None,
           cache_root: Path | None = None, plan=None, memory_passes: int = 5, save: bool = True,
-          progress: Progress | None = None, lock_timeout_s: float | None = LOCK_TIMEOUT_S):
+          progress: Progress | None = None, lock_timeout_s: float | None = LOCK_TIMEOUT_S, disk: bool = True):
     """This machine's ProbeResult for `backend` (default: the engine's), from the cache unless
     `refresh`; else measured now and cached (written atomically, only once complete).
 
-    kernel=False skips the llama.cpp kernel probe (no calibrated predictions then).
+    kernel=False skips the llama.cpp kernel probe (no calibrated predictions then); disk=False
+    the disk read (about a second: no cold-start prediction then).
     plan: a probing.kernel.KernelPlan (model sizes; tests pass tiny ones).
     One probe measures at a time: another one waits (progress says so), for at most
     lock_timeout_s (None: no limit), then raises ProbeError. A measurement whose kernel passes
@@ -87,7 +88,7 @@ def probe(*, refresh: bool = False, kernel: bool = True, backend: str | None = N
             return found
         for folder in (cache.probe_dir(cache_root), cache.probe_dir(cache_root) / "models"):
             paths.remove_stale_temps(folder, owned=True)  # what killed probes left
-        result = _measure(backend, build, kernel, n_threads, cache_root, plan, memory_passes, say)
+        result = _measure(backend, build, kernel, n_threads, cache_root, plan, memory_passes, say, disk)
         if save:
             _check_passes(result)
             cache.save(result, root=cache_root)
@@ -126,8 +127,8 @@ def _check_passes(result) -> None:
 
 
 def _measure(backend: str, build: str, kernel: bool, n_threads: int | None, cache_root: Path | None, plan,
-             memory_passes: int, say: Progress):
-    """Measure the host and (kernel=True) llama.cpp's decode kernels now."""
+             memory_passes: int, say: Progress, disk: bool = True):
+    """Measure the host, its disk (disk=True) and (kernel=True) llama.cpp's decode kernels now."""
     from ondevice import hardware
     from ondevice.errors import ProbeError
     from ondevice.nameplate import lookup
@@ -144,6 +145,7 @@ def _measure(backend: str, build: str, kernel: bool, n_threads: int | None, cach
     memory = probe_memory(threads, array_bytes, passes=memory_passes)
     say("host f32 compute")
     compute = probe_compute()
+    disk_result = _disk(cache.probe_dir(cache_root), say) if disk else None
     kernel_result, curve = None, ()
     if kernel:
         from ondevice.probing.readcurve import best_curve, probe_read_curve
@@ -161,4 +163,18 @@ def _measure(backend: str, build: str, kernel: bool, n_threads: int | None, cach
         curve = best_curve(curve, probe_read_curve(threads, array_bytes))
     chip = host.apple_chip if backend.upper() == "CPU" else host.chip_name
     return ProbeResult(host=host, backend=backend, build_id=build, created_unix_s=time.time(), memory=memory,
-                       compute=compute, kernel=kernel_result, nameplate=lookup(chip), read_curve=curve)
+                       compute=compute, kernel=kernel_result, nameplate=lookup(chip), read_curve=curve,
+                       disk=disk_result)
+
+
+def _disk(folder: Path, say: Progress):
+    """The disk read probe in the probe cache's folder; None (logged) when it cannot run there."""
+    from ondevice.errors import ProbeError
+    from ondevice.probing.host import probe_disk
+
+    say("disk sequential read (page cache dropped)")
+    try:
+        return probe_disk(folder)
+    except ProbeError as exc:
+        log.warning("%s", exc)
+        return None

@@ -1,28 +1,52 @@
-"""Host probes: memory bandwidth (read, copy, triad) with threads, and f32 matmul GFLOP/s.
+"""Host probes: memory bandwidth (read, copy) with threads, f32 matmul GFLOP/s, and the
+disk's sequential read of a file that is not in the page cache.
 
-Bandwidth is counted as STREAM counts it: read = bytes read, copy = 2 x bytes (read + write),
-triad (a = b + s*c) = 3 x bytes. Each pass runs one slice per thread (numpy releases the
-GIL in its loops; the threads start together at a barrier); the figure is the best of
-several passes, over arrays at least 4x the last-level cache, filled first so no page is
-the shared zero page.
+Bandwidth is counted as STREAM counts it: read = bytes read, copy = 2 x bytes (read + write).
+Each pass runs one slice per thread (numpy releases the GIL in its loops; the threads start
+together at a barrier); the figure is the best of several passes, over arrays at least 4x the
+last-level cache, filled first so no page is the shared zero page.
+
+No triad: numpy has no fused a = b + s*c, so a triad is either two passes over memory (5
+arrays' worth of traffic, not the 3 STREAM counts: 23.9 GB/s counted as 3, 39.8 as 5, one
+thread here) or a loop over cache-sized blocks through a temporary, which moves the 3 arrays
+but times numpy's per-block call overhead with them. That overhead depends on the machine: on
+an AMD EPYC VM (2 threads, 256 MiB arrays, median of 5 rounds interleaved with a C OpenMP
+triad) the blocked triad gave 42.2 GB/s against C's 44.1; on an Intel Xeon VM 16 against 28.
+A figure that measures the interpreter on one machine and the memory on another is not a
+bound; decode reads weights, and the ceiling is the best of read, copy and llama.cpp's own
+kernels (ProbeResult.ceiling_gbs), so the triad is not measured (the host probe is a third
+shorter). Where the triad was the best figure the ceiling drops to the next (here 38.4 -> 37.3
+GB/s in one cached probe).
+
+The disk read (probe_disk) is what a cold start pays before the weights are in memory: a
+temporary file written in the cache dir (the file system the default model lives on), dropped
+from the page cache (ondevice.pagecache; macOS: F_NOCACHE), then read in order in 8 MiB
+chunks, best of two passes. Where the page cache cannot be bypassed, or kept the file anyway
+(tmpfs), there is no figure (read_gbs None) rather than the page cache's speed.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from ondevice.errors import ProbeError
 
-__all__ = ["MemoryProbe", "ComputeProbe", "probe_memory", "probe_compute", "array_bytes_for", "best_of"]
+__all__ = ["MemoryProbe", "ComputeProbe", "DiskProbe", "probe_memory", "probe_compute", "probe_disk", "array_bytes_for",
+           "best_of"]
 
 _MB = 1 << 20
-_TRIAD_BLOCK = 32 * 1024  # float64 elements per triad block (256 KiB temp, stays in L2)
+_MIN_SLICE = 32 * 1024  # float64 elements per thread at least
 MIN_ARRAY_BYTES = 256 * _MB  # also covers system-level caches the OS does not report
 
 
@@ -30,7 +54,6 @@ MIN_ARRAY_BYTES = 256 * _MB  # also covers system-level caches the OS does not r
 class MemoryProbe:
     read_gbs: float  # read-only bandwidth, GB/s (1e9 bytes/s)
     copy_gbs: float  # copy bandwidth (read + write counted), GB/s
-    triad_gbs: float  # triad bandwidth (2 reads + 1 write counted), GB/s
     n_threads: int  # threads, one slice each
     array_bytes: int  # bytes of each array
     passes: int  # passes per kernel; the best is kept
@@ -50,7 +73,7 @@ class ComputeProbe:
         return asdict(self)
 
 
-def array_bytes_for(llc_bytes: int | None, available_bytes: int | None, n_arrays: int = 3) -> int:
+def array_bytes_for(llc_bytes: int | None, available_bytes: int | None, n_arrays: int = 2) -> int:
     """Bytes per array: at least 4x the last-level cache and MIN_ARRAY_BYTES, the n_arrays
     together at most 1/8 of the free RAM, never below 8 MiB; whole MiB."""
     want = max(4 * (llc_bytes or 0), MIN_ARRAY_BYTES)
@@ -60,25 +83,23 @@ def array_bytes_for(llc_bytes: int | None, available_bytes: int | None, n_arrays
 
 
 def probe_memory(n_threads: int, array_bytes: int, passes: int = 5) -> MemoryProbe:
-    """Read, copy and triad bandwidth with `n_threads` threads over arrays of `array_bytes`."""
+    """Read and copy bandwidth with `n_threads` threads over two arrays of `array_bytes`."""
     if n_threads < 1 or passes < 1:
         raise ProbeError("memory probe: n_threads and passes must be at least 1")
     t_start = time.perf_counter()
-    n = max(-(-(array_bytes // 8) // n_threads), _TRIAD_BLOCK) * n_threads  # >= array_bytes, whole slices
+    n = max(-(-(array_bytes // 8) // n_threads), _MIN_SLICE) * n_threads  # >= array_bytes, whole slices
     try:
-        a, b, c = np.ones(n), np.full(n, 2.0), np.full(n, 0.5)
+        a, b = np.ones(n), np.full(n, 2.0)
     except MemoryError as exc:
-        raise ProbeError(f"memory probe: cannot allocate 3 x {n * 8} bytes") from exc
+        raise ProbeError(f"memory probe: cannot allocate 2 x {n * 8} bytes") from exc
     bounds = _slices(n, n_threads)
     with ThreadPoolExecutor(n_threads, thread_name_prefix="ondevice-probe") as pool:
         read_s = _best(pool, bounds, passes, lambda lo, hi: a[lo:hi].max())
         copy_s = _best(pool, bounds, passes, lambda lo, hi: np.copyto(b[lo:hi], a[lo:hi]))
-        triad_s = _best(pool, bounds, passes, lambda lo, hi: _triad(a, b, c, 3.0, lo, hi))
     size = n * 8
     return MemoryProbe(
         read_gbs=size / read_s / 1e9,
         copy_gbs=2 * size / copy_s / 1e9,
-        triad_gbs=3 * size / triad_s / 1e9,
         n_threads=n_threads,
         array_bytes=size,
         passes=passes,
@@ -88,8 +109,7 @@ def probe_memory(n_threads: int, array_bytes: int, passes: int = 5) -> MemoryPro
 
 def best_of(a: MemoryProbe, b: MemoryProbe) -> MemoryProbe:
     """Two MemoryProbes of the same machine -> the best figure of each kernel (passes added up)."""
-    return replace(a, read_gbs=max(a.read_gbs, b.read_gbs), copy_gbs=max(a.copy_gbs, b.copy_gbs),
-                   triad_gbs=max(a.triad_gbs, b.triad_gbs), passes=a.passes + b.passes,
+    return replace(a, read_gbs=max(a.read_gbs, b.read_gbs), copy_gbs=max(a.copy_gbs, b.copy_gbs), passes=a.passes + b.passes,
                    elapsed_s=a.elapsed_s + b.elapsed_s)
 
 
@@ -120,16 +140,6 @@ def _best(pool: ThreadPoolExecutor, bounds, passes: int, kernel: Callable[[int, 
     return best
 
 
-def _triad(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: float, lo: int, hi: int) -> None:
-    """a = b + s*c over [lo, hi), through a cache-resident temporary (one pass over memory)."""
-    tmp = np.empty(_TRIAD_BLOCK)
-    for i in range(lo, hi, _TRIAD_BLOCK):
-        j = min(i + _TRIAD_BLOCK, hi)
-        t = tmp[: j - i]
-        np.multiply(c[i:j], s, out=t)
-        np.add(t, b[i:j], out=a[i:j])
-
-
 def probe_compute(budget_s: float = 0.6, max_n: int = 2048) -> ComputeProbe:
     """Best f32 GFLOP/s of an n x n matmul, n doubled from 256 while a product takes < budget/8."""
     t_start = time.perf_counter()
@@ -156,3 +166,141 @@ def _best_matmul(x: np.ndarray, y: np.ndarray, out: np.ndarray, repeats: int) ->
         np.matmul(x, y, out=out)
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+@dataclass(frozen=True)
+class DiskProbe:
+    """Sequential read of a file that is not in the page cache (module docstring)."""
+
+    read_gbs: float | None  # best pass, GB/s (1e9 bytes/s); None: the page cache could not be bypassed (see note)
+    file_bytes: int  # size of the temporary file read, bytes
+    folder: str  # where it was written (the cache dir's probe folder)
+    device: int | None  # st_dev of that folder: a model file on another device is read from another disk
+    method: str  # how the page cache was bypassed: "posix_fadvise(POSIX_FADV_DONTNEED)", "F_NOCACHE" or "none"
+    resident_at_read: float | None  # share of the file in the page cache when a pass began, 0..1 (None: unknown)
+    passes: int  # read passes timed
+    elapsed_s: float  # wall time of the probe (writing the file included), seconds
+    note: str = ""  # why there is no figure, or what to know about it
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_DISK_CHUNK = 8 * _MB  # bytes per write/read call
+_DISK_SYNC_EVERY = 4  # chunks between fsyncs while writing (32 MiB): the write phase stays within its budget
+
+
+def probe_disk(folder: str | Path, *, budget_s: float = 1.5, max_bytes: int = 512 * _MB, min_bytes: int = 32 * _MB,
+               passes: int = 2) -> DiskProbe:
+    """Sequential read bandwidth of `folder`'s file system, page cache bypassed (module docstring).
+
+    Writes at most max_bytes (less on a slow disk: the writing stops at 40% of budget_s, or
+    with little free space), reads it `passes` times (dropping it from the page cache before
+    each; a pass that would overrun the budget is skipped), removes it. Raises ProbeError
+    when the folder cannot be written or has too little free space.
+    """
+    from ondevice import paths
+
+    if passes < 1 or max_bytes < min_bytes or budget_s <= 0:
+        raise ProbeError("disk probe: passes, sizes and budget must be positive (max_bytes >= min_bytes)")
+    t_start = time.perf_counter()
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(folder).free
+        device = os.stat(folder).st_dev
+    except OSError as exc:
+        raise ProbeError(f"disk probe: cannot use {folder}: {exc.strerror or exc}") from None
+    cap = min(max_bytes, free // 4) // _DISK_CHUNK * _DISK_CHUNK
+    if cap < min_bytes:
+        raise ProbeError(f"disk probe: {folder} has {free >> 20} MiB free, too little for a {min_bytes >> 20} MiB test file")
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f".disk-probe{paths.TEMP_TAG}{os.getpid()}-")
+    path = Path(name)
+    try:
+        method = _no_cache(fd)
+        size = _write(fd, cap, min_bytes, 0.4 * budget_s)
+        os.close(fd)
+        fd = -1
+        best, resident, done, note = None, None, 0, ""
+        for _ in range(passes):
+            if done and time.perf_counter() - t_start + (size / best / 1e9 if best else 0) > budget_s:
+                break
+            took, resident, method, note = _read_cold(path, size, method)
+            if took is None:
+                break
+            done += 1
+            best = size / took / 1e9 if best is None else max(best, size / took / 1e9)
+        return DiskProbe(read_gbs=best, file_bytes=size, folder=str(folder), device=device, method=method,
+                         resident_at_read=resident, passes=done, elapsed_s=time.perf_counter() - t_start, note=note)
+    except OSError as exc:
+        raise ProbeError(f"disk probe in {folder}: {exc.strerror or exc}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        path.unlink(missing_ok=True)
+
+
+def _no_cache(fd: int) -> str:
+    """Ask the OS not to cache fd's pages where only that works (macOS); the method used."""
+    if sys.platform.startswith("linux"):
+        return "posix_fadvise(POSIX_FADV_DONTNEED)"
+    if sys.platform == "darwin":
+        import fcntl
+
+        try:
+            fcntl.fcntl(fd, fcntl.F_NOCACHE, 1)
+            return "F_NOCACHE"
+        except (OSError, AttributeError):
+            return "none"
+    return "none"
+
+
+def _write(fd: int, cap: int, min_bytes: int, budget_s: float) -> int:
+    """Fill the file with incompressible bytes, synced to the disk, up to cap or budget_s; the size."""
+    chunk = os.urandom(_DISK_CHUNK)
+    start, size, n = time.perf_counter(), 0, 0
+    while size < cap:
+        size += os.write(fd, chunk)
+        n += 1
+        if n % _DISK_SYNC_EVERY == 0:
+            os.fsync(fd)
+            if size >= min_bytes and time.perf_counter() - start > budget_s:
+                break
+    os.fsync(fd)
+    return size
+
+
+def _read_cold(path: Path, size: int, method: str) -> tuple[float | None, float | None, str, str]:
+    """One timed sequential read of `path` after dropping it from the page cache:
+    (seconds or None when it could not be dropped, resident share at the start, method, note)."""
+    from ondevice.pagecache import evict_page_cache
+
+    resident = None
+    if method != "F_NOCACHE":
+        ev = evict_page_cache(path)
+        if not ev.evicted:
+            return None, ev.resident_after, "none", f"the page cache cannot be bypassed here ({ev.note}): no disk figure"
+        resident = ev.resident_after
+        if resident is not None and resident > 0.05:
+            return None, resident, ev.method, (f"{100 * resident:.0f}% of the test file stayed in the page cache "
+                                               "(a RAM-backed file system?): no disk figure")
+    buf = bytearray(_DISK_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        if method == "F_NOCACHE":
+            import fcntl
+
+            fcntl.fcntl(f.fileno(), fcntl.F_NOCACHE, 1)
+        elif hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)  # as llama.cpp's loader asks
+        start, got = time.perf_counter(), 0
+        while got < size:
+            n = f.readinto(view)
+            if not n:
+                break
+            got += n
+        took = time.perf_counter() - start
+    if got < size:
+        raise OSError(f"read {got} of {size} bytes")
+    return took, resident, method, ""
+

@@ -8,7 +8,7 @@ from typing import Any
 
 from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
 from ondevice.nameplate import Nameplate, compute_lookup
-from ondevice.probing.host import ComputeProbe, MemoryProbe
+from ondevice.probing.host import ComputeProbe, DiskProbe, MemoryProbe
 from ondevice.roofline import Calibration
 
 __all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION", "SMALL_TERMS"]
@@ -82,6 +82,7 @@ class ProbeResult:
     nameplate: Nameplate | None = None  # maker's figure for the chip, when known (not measured)
     read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), 2 MiB up to the memory
     # probe's array size: what the caches add (probing.readcurve; measured with the kernel probe)
+    disk: DiskProbe | None = None  # sequential read of the cache dir's disk (None: not measured, or a cache from before it)
     from_cache: bool = field(default=False, compare=False)  # loaded from the cache rather than run now
 
     @property
@@ -93,11 +94,11 @@ class ProbeResult:
     def ceiling_gbs(self) -> float:
         """The bandwidth of the pure roofline bound, GB/s.
 
-        The best figure measured on this machine: host read/copy/triad and the kernels'
+        The best figure measured on this machine: host read/copy and the kernels'
         raw rate on the models that dwarf the caches (bytes / step time, t0 included). On a GPU backend the nameplate figure
         (a physical bound of the device memory) is used when known and higher.
         """
-        measured = [self.memory.read_gbs, self.memory.copy_gbs, self.memory.triad_gbs]
+        measured = [self.memory.read_gbs, self.memory.copy_gbs]
         if self.kernel:
             measured += [(p.decode_bytes + p.kv_bytes) / p.step_s / 1e9 for p in self.kernel.points
                          if p.step_s > 0 and p.role in ("sized", "")]  # tiny models read from cache
@@ -150,6 +151,7 @@ class ProbeResult:
             "kernel": self.kernel.to_dict() if self.kernel else None,
             "nameplate": self.nameplate.to_dict() if self.nameplate else None,
             "read_curve": [list(p) for p in self.read_curve],
+            "disk": self.disk.to_dict() if self.disk else None,
             "ceiling_gbs": self.ceiling_gbs,
         }
 
@@ -172,6 +174,7 @@ class ProbeResult:
             kernel=KernelProbe.from_dict(d["kernel"]) if d.get("kernel") else None,
             nameplate=Nameplate(**_known(Nameplate, d["nameplate"])) if d.get("nameplate") else None,
             read_curve=tuple((int(b), float(g)) for b, g in d.get("read_curve") or ()),
+            disk=DiskProbe(**_known(DiskProbe, d["disk"])) if d.get("disk") else None,
             from_cache=from_cache,
         )
 
