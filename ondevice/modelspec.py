@@ -64,6 +64,8 @@ class ModelSpec:
     has_chat_template: bool = False  # tokenizer.chat_template present
     tokenizer_model: str | None = None  # tokenizer.ggml.model
     warnings: tuple[str, ...] = field(default=())  # what could not be worked out
+    head_type: str | None = None  # tensor type of the output head (output.weight, or token_embd when tied)
+    head_bytes: int = 0  # bytes of the output head, read whole for every token whose logits are kept
     kv_cache_types: tuple[str, str] = ("f16", "f16")  # K and V cache element types kv_bytes_per_token_by_layer counts
 
     @property
@@ -137,6 +139,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
     n_vocab = _vocab_size(g, hp)
     counts = _count_tensors(g.tensors, tied=tied, n_vocab=n_vocab, n_expert=n_expert, n_expert_used=n_expert_used)
     weight_bytes = sum(t.n_bytes for t in g.tensors)
+    head = next((t for t in g.tensors if t.name == (_EMBED if tied else _HEAD)), None)
     return ModelSpec(
         path=str(g.path),
         name=g.get(Keys.General.NAME),
@@ -166,6 +169,8 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         has_chat_template=isinstance(g.get(Keys.Tokenizer.CHAT_TEMPLATE), str),
         tokenizer_model=g.get(Keys.Tokenizer.MODEL),
         warnings=tuple(warnings),
+        head_type=head.type_name if head is not None else None,
+        head_bytes=head.n_bytes if head is not None else 0,
     )
 
 

@@ -52,7 +52,9 @@ def nvidia_host() -> HostInfo:
 # Known step-time model for the kernel-probe pipeline tests.
 TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9,
         "attn_s": 1.0e-8, "attn_dim_s": 5e-11, "type_gflops": {"Q4_0": 120.0, "Q8_0": 150.0, "F16": 60.0},
-        "attn_gflops": 40.0}
+        "attn_gflops": 40.0, "step_ratios": {"Q4_0": {2: 1.6, 3: 2.1, 4: 1.5, 8: 2.3, 16: 3.5},
+                                             "Q8_0": {2: 1.9, 3: 2.2, 4: 2.1, 8: 2.8, 16: 4.4},
+                                             "F16": {2: 1.3, 3: 1.5, 4: 1.6, 8: 2.0, 16: 2.9}}}
 TINY = KernelPlan(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, tiny_layers=(1, 4), tiny_vocab=1024,
                   attn_shapes=((128, 4, 2, 2), (128, 1, 1, 2)), attn_d_ff=64, n_long=64, n_prompt=8, n_tokens=4, n_warmup=1)
 
@@ -88,5 +90,12 @@ def true_prefill_s(spec, n_prompt: int, p=TRUE) -> float:
 
     small = {k: p[k] for k in ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s")}
     cal = Calibration("CPU", ceiling_gbs=max(p["type_gbs"].values()), type_gbs=p["type_gbs"], kv_gbs=p["type_gbs"]["F16"],
-                      type_gflops=p["type_gflops"], attn_gflops=p["attn_gflops"], **small)
+                      type_gflops=p["type_gflops"], attn_gflops=p["attn_gflops"],
+                      step_ratios={t: tuple(sorted(r.items())) for t, r in p["step_ratios"].items()}, **small)
     return Predictor(spec, cal).prefill_s(n_prompt, n_batch=512)
+
+
+def fake_measure_steps(path, plan, *, n_threads, n_gpu_layers):
+    """A stand-in for kernel.measure_steps: the known ratios of the file's main type."""
+    main = path.name.rsplit("-", 1)[1].removesuffix(".gguf")
+    return {n: r for n, r in TRUE["step_ratios"][main].items() if n in plan.step_tokens}

@@ -10,7 +10,7 @@ from ondevice.errors import ProbeError
 from ondevice.modelspec import inspect
 from ondevice.probing import kernel
 from ondevice.probing.kernel import FitPoint, fit_points, plan_for, probe_kernels
-from tests.probe_fakes import TINY, TRUE, fake_measure, model_time
+from tests.probe_fakes import fake_measure_steps, TINY, TRUE, fake_measure, model_time
 
 def points(p=TRUE) -> list[FitPoint]:
     spec = [("sized", "Q4_0", 150e6, 5, 512, 0, 0), ("sized", "Q8_0", 280e6, 5, 512, 0, 0),
@@ -89,6 +89,7 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     """Real models built (tiny), measurement replaced by the model above: the fit comes back exactly."""
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(kernel, "measure", fake_measure(calls))
+    monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
     said: list[str] = []
     k = probe_kernels(TINY, tmp_path / "models", progress=said.append)
     n = 11 + 2 * len(TINY.attn_shapes)  # sized x3, tiny x5, prefill x3, each attention model short and long
@@ -108,6 +109,7 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     for t, gflops in TRUE["type_gflops"].items():  # the prefill rates come back too
         assert k.type_gflops[t] == pytest.approx(gflops, rel=1e-6)
     assert k.attn_gflops == pytest.approx(TRUE["attn_gflops"], rel=1e-6)
+    assert k.step_ratios == TRUE["step_ratios"]  # the multi-token step ratios, per type
     said.clear()
     probe_kernels(TINY, tmp_path / "models", progress=said.append)  # second time: models come from the cache
     assert not any(s.startswith(("building", "quantizing")) for s in said)
@@ -167,6 +169,8 @@ def test_the_median_pass_counts(tmp_path, monkeypatch):
         return (step * factor.get(k, 1.0), *rest)
 
     monkeypatch.setattr(kernel, "measure", uneven_passes)
+
+    monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
     k = probe_kernels(TINY, tmp_path / "models")
     assert TINY.passes == 3 and n["calls"] == n_runs * TINY.passes
     assert k.type_gbs["F16"] == pytest.approx(TRUE["type_gbs"]["F16"], rel=1e-6)

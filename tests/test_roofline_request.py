@@ -106,11 +106,12 @@ def test_prefill_by_hand_in_chunks():
     head_s = 2 * 128256 * 4096 / (mean_gflops * GB)
     weights_s = sum(b / (effective_gbs(t, cal) * GB) for t, b in spec.decode_bytes_by_type.items())
     fixed_s = cal.t0_s + 32 * cal.layer_s
-    expected = (2 * (weights_s + fixed_s) + 1024 * (token_s - head_s) + pred.kv_read_bytes(512) / (80 * GB)
-                + head_s + 128256 * cal.vocab_s)
+    head_read_s = spec.head_bytes / (effective_gbs(spec.head_type, cal) * GB)  # the first chunk keeps no logits
+    expected = (2 * (weights_s + fixed_s) - head_read_s + 1022 * (token_s - head_s)
+                + pred.kv_read_bytes(512) / (80 * GB) + 128256 * cal.vocab_s)
     assert pred.prefill_s(1024, n_batch=512) == pytest.approx(expected, rel=1e-9)
-    assert pred.prefill_s(1024, n_batch=1024) == pytest.approx(expected - weights_s - fixed_s
-                                                               - pred.kv_read_bytes(512) / (80 * GB), rel=1e-9)
+    one_chunk = weights_s + fixed_s + 1023 * (token_s - head_s) + 128256 * cal.vocab_s
+    assert pred.prefill_s(1024, n_batch=1024) == pytest.approx(one_chunk, rel=1e-9)
     assert pred.prefill_s(0) == 0.0
 
 
@@ -220,3 +221,38 @@ def test_a_cache_resident_model_is_predicted_faster_and_so_is_its_ceiling():
         (c0, p0), (c1, p1) = plain.step_s(64), cached.step_s(64)
         assert (p1 < p0) is faster and (c1 < c0) is faster
         assert cached.tokens_step_s(64, 1) == pytest.approx(p1)
+
+
+def test_measured_step_ratios_price_several_tokens_per_decode():
+    """With the probe's step ratios, n tokens in one decode cost each weight type's ratio at n
+    columns (the head too when every token keeps its logits; one column in a prefill)."""
+    ratios = {"Q4_K": ((2, 2.0), (4, 2.5), (16, 4.0)), "Q6_K": ((2, 1.5), (4, 2.0), (16, 3.0)),
+              "F16": ((2, 1.2), (4, 1.4), (16, 2.0))}
+    spec = _spec()
+    cal = _cal(step_ratios=ratios, attn_gflops=1e30)
+    pred = Predictor(spec, cal)
+    read = {t: b / (effective_gbs(t, cal) * GB) for t, b in spec.decode_bytes_by_type.items()}
+    table = {"Q4_K": 2.0, "Q6_K": 1.5, "F32": 1.2}  # F32 (norms) borrows F16's, the nearest in bits
+    two = sum(r * table[t] for t, r in read.items()) - sum(read.values())
+    assert pred.tokens_step_s(100, 2) - pred.step_s(100)[1] == pytest.approx(two + 128256 * cal.vocab_s, rel=1e-9)
+    three = {"Q4_K": 2.25, "Q6_K": 1.75, "F32": 1.3}  # linear between 2 and 4
+    assert pred.tokens_step_s(100, 3) - pred.step_s(100)[1] == pytest.approx(
+        sum(r * three[t] for t, r in read.items()) - sum(read.values()) + 2 * 128256 * cal.vocab_s, rel=1e-9)
+    head_s = spec.head_bytes / (effective_gbs("Q6_K", cal) * GB)
+    # a one-chunk prefill of 4 tokens: the body over 4 columns, the head over one
+    four = {"Q4_K": 2.5, "Q6_K": 2.0, "F32": 1.4}
+    body = sum(r * four[t] for t, r in read.items()) - head_s * 2.0
+    assert pred.prefill_s(4) == pytest.approx(body + head_s + cal.t0_s + 32 * cal.layer_s + 128256 * cal.vocab_s,
+                                              rel=1e-9)
+    assert pred.prefill_s(64) > pred.prefill_s(16)  # past the table: the batched rate's compute
+
+
+def test_measure_steps_times_several_tokens_per_decode(tiny_model):
+    from dataclasses import replace as with_
+
+    from ondevice.probing import kernel
+    from tests.probe_fakes import TINY
+
+    plan = with_(TINY, n_prefill=32, step_tokens=(2, 4), step_reps=1)
+    ratios = kernel.measure_steps(tiny_model, plan, n_threads=1, n_gpu_layers=0)
+    assert set(ratios) == {2, 4} and all(r > 0 for r in ratios.values())

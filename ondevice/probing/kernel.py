@@ -41,7 +41,7 @@ from ondevice.modelspec import ModelSpec, inspect
 from ondevice.probing.result import SMALL_TERMS, KernelPoint, KernelProbe
 
 __all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "probe_models",
-           "fit_prefill", "prefill_observations", "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
+           "fit_prefill", "prefill_observations", "measure_steps", "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
 
 PROBE_TYPES = ("Q4_0", "Q8_0", "F16")
 _MB = 1 << 20
@@ -69,6 +69,8 @@ class KernelPlan:
     n_long: int = 2048  # prompt tokens of the attention model's long-context run (attention dominates there)
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
     n_prefill: int = 256  # prompt tokens of the sized models' prefill runs (one llama_decode chunk)
+    step_tokens: tuple[int, ...] = (2, 3, 4, 8, 16)  # tokens per llama_decode timed against one (the prefill runs)
+    step_reps: int = 3  # timings of each, the median kept
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
     n_warmup: int = 3  # decode steps dropped first (page faults, caches)
     run_budget_s: float = 4.0  # a run stops decoding after this many seconds (>= 4 timed steps kept)
@@ -213,6 +215,35 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
         eng.close()
 
 
+def measure_steps(path: Path, plan: KernelPlan, *, n_threads: int | None, n_gpu_layers) -> dict[int, float]:
+    """{n: time of one llama_decode of n new tokens / time of one of 1 token} for n in plan.step_tokens,
+    after a cached prompt of plan.n_prefill tokens: what a matrix product over n columns costs
+    against one (CPU kernels change code paths with the column count: two columns can cost
+    nearly two single steps, sixteen far less than sixteen)."""
+    from ondevice.engine import load
+    from ondevice.engine.loader import MIN_N_CTX
+
+    spec = inspect(path)
+    vocab = spec.n_vocab or 512
+    n_ctx = max(MIN_N_CTX, plan.n_prefill + max(plan.step_tokens) + 8)
+    eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512)
+    try:
+        prompt = [1] + [3 + (i * 97) % (vocab - 3) for i in range(plan.n_prefill - 1)]
+        eng.generate(prompt, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
+        times: dict[int, list[float]] = {}
+        calls = 0
+        for _ in range(plan.step_reps):
+            for n in (1,) + tuple(plan.step_tokens):
+                calls += 1  # each call's new tokens start differently: only the prompt is reused
+                extra = [3 + (calls * 31 + j * 7) % (vocab - 3) for j in range(n)]
+                g = eng.generate(prompt + extra, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=True)
+                times.setdefault(n, []).append(g.timings.prefill_s)
+        one = statistics.median(times.pop(1))
+        return {n: statistics.median(t) / one for n, t in times.items()}
+    finally:
+        eng.close()
+
+
 def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -> FitPoint:
     from ondevice.roofline import attention_head_dims, attention_scores
 
@@ -235,6 +266,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
     steps: list[list[float]] = [[] for _ in runs]  # step_s of each pass, per run (0 for prefill runs)
     prefills: list[list[float]] = [[] for _ in runs]  # prefill_s of each pass, per run
     specs: list[ModelSpec | None] = [None] * len(runs)
+    ratios: dict[str, list[dict[int, float]]] = {t: [] for t in plan.types}  # per pass: n -> step ratio
     backend, threads = "CPU", 0
     for k in range(plan.passes):
         for i, run in enumerate(runs):
@@ -245,6 +277,9 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
                 decode=run.role != "prefill")
             steps[i].append(step_s)
             prefills[i].append(prefill_s)
+            if run.role == "prefill" and plan.step_tokens:
+                ratios[run.weight_type].append(measure_steps(run.path, plan, n_threads=n_threads,
+                                                             n_gpu_layers=n_gpu_layers))
     decode_runs = [i for i, run in enumerate(runs) if run.role != "prefill"]
     fit_in = [fit_point(runs[i], specs[i], statistics.median(steps[i]), plan) for i in decode_runs]
     points = [KernelPoint(runs[i].weight_type, specs[i].decode_weight_bytes, fp.step_bytes - specs[i].decode_weight_bytes if
@@ -252,10 +287,12 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
                           plan.n_tokens, plan.mid_context(runs[i].n_prompt), fp.attn_scores, fp.head_dims, runs[i].role)
               for i, fp in zip(decode_runs, fit_in)]
     fit = fit_points(fit_in, plan.types)
+    step_ratios = {t: {n: statistics.median(p[n] for p in passes) for n in passes[0]}
+                   for t, passes in ratios.items() if passes}
     prefill_in = prefill_observations(runs, specs, [statistics.median(p) for p in prefills], plan)
     points += [KernelPoint(wt, spec.decode_weight_bytes, 0, t, n, n, 0, 0, "attn-prefill" if is_attn else "prefill")
                for spec, wt, n, t, is_attn in prefill_in]
-    rates = fit_prefill(prefill_in, fit, backend=backend)
+    rates = fit_prefill(prefill_in, {**fit, "step_ratios": step_ratios}, backend=backend)
     return KernelProbe(
         backend=backend,
         n_threads=threads,
@@ -269,6 +306,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         cpu_buffers=cpu_buffer_verdict().mode,
         type_gflops=rates["type_gflops"],
         attn_gflops=rates["attn_gflops"],
+        step_ratios=step_ratios,
     )
 
 
@@ -283,7 +321,7 @@ def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, bool]], dec
                 n_batch: int = 512) -> dict:
     """Batched rates from measured prefills: observations are (spec, main weight type, prompt
     tokens, prefill s, is an attention run). The roofline's prefill time (roofline.Predictor.prefill_s,
-    with the decode fit's terms) is linear in the inverse rates, 1 / GFLOP/s of each weight type's
+    with the decode fit's terms and the measured step ratios, decode_fit["step_ratios"]) is linear in the inverse rates, 1 / GFLOP/s of each weight type's
     matrix products and of attention: one least-squares solve over every run (relative
     residuals) gives them all. A rate that comes out non-positive (a busy moment; a GPU hiding
     the work) is left out (None / missing)."""
@@ -291,6 +329,7 @@ def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, bool]], dec
 
     base = Calibration(backend=backend, ceiling_gbs=max(decode_fit["type_gbs"].values()),
                        type_gbs=dict(decode_fit["type_gbs"]), kv_gbs=decode_fit["type_gbs"].get("F16"),
+                       step_ratios={t: tuple(sorted(r.items())) for t, r in (decode_fit.get("step_ratios") or {}).items()},
                        **{name: decode_fit[name] for name in SMALL_TERMS})
     types = sorted({wt for _s, wt, _n, _t, is_attn in observations if not is_attn})
     unknowns = types + (["attn"] if any(o[4] for o in observations) else [])

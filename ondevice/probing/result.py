@@ -57,6 +57,8 @@ class KernelProbe:
     type_gflops: dict[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
     # in prefill (kernel.fit_prefill; empty in probes cached before prefill was measured)
     attn_gflops: float | None = None  # batched attention GFLOP/s in prefill (None: not measured)
+    step_ratios: dict[str, dict[int, float]] = field(default_factory=dict)  # weight type -> {n tokens: time of one
+    # llama_decode of n new tokens / of one} (kernel.measure_steps; empty in older probes)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -65,7 +67,9 @@ class KernelProbe:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "KernelProbe":
-        return cls(**{**_known(cls, d), "points": tuple(KernelPoint(**_known(KernelPoint, p)) for p in d["points"])})
+        ratios = {t: {int(n): float(r) for n, r in table.items()} for t, table in (d.get("step_ratios") or {}).items()}
+        return cls(**{**_known(cls, d), "points": tuple(KernelPoint(**_known(KernelPoint, p)) for p in d["points"]),
+                      "step_ratios": ratios})
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ class ProbeResult:
             type_gflops=dict(self.kernel.type_gflops),
             attn_gflops=self.kernel.attn_gflops,
             read_curve=self.read_curve,
+            step_ratios={t: tuple(sorted(table.items())) for t, table in self.kernel.step_ratios.items()},
         )
 
     def host_calibration(self) -> Calibration:

@@ -81,6 +81,8 @@ class Calibration:
     type_gflops: Mapping[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
     # (prefill chunks; kernel probe). Empty: compute_gflops for every type
     attn_gflops: float | None = None  # GFLOP/s of batched attention (QK and AV) in prefill (None: the matmul rate)
+    step_ratios: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # weight type ->
+    # ((n tokens, time of one llama_decode of n / of 1), ...): what a matrix product over n columns costs
     read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), growing sizes: how much
     # faster than DRAM a working set that the caches hold is read (step times scale by it; empty: no scaling)
     source: str = "kernel"  # where the figures come from: "kernel" (this machine's kernel probe), "estimate"
@@ -222,7 +224,8 @@ class Predictor:
         self._token_s = sum(2.0 * n / (g * 1e9) for n, g in rated if g)  # every matrix product, one token
         total = sum(n for n, g in rated if g)
         mean_gflops = total / sum(n / g for n, g in rated if g) if self._token_s else None
-        head = (spec.n_vocab or 0) * (spec.d_model or 0)
+        head = spec.head_bytes * 8.0 / bits_per_weight(spec.head_type) if spec.head_type in elements else (
+            (spec.n_vocab or 0) * (spec.d_model or 0))
         self._head_s = 2.0 * head / (mean_gflops * 1e9) if mean_gflops and 0 < head < total else 0.0
         self._body_s = self._token_s - self._head_s
         attn_gflops = cal.attn_gflops or mean_gflops
@@ -232,6 +235,45 @@ class Predictor:
         self._window_layers = (spec.n_layer or 0) - self._full_layers
         self._step_fixed_s = cal.t0_s + (spec.n_layer or 0) * cal.layer_s  # per llama_decode call
         self._logits_fixed_s = (spec.n_vocab or 0) * cal.vocab_s  # per token whose logits are kept (and sampled)
+        # per weight type: seconds to read it once (calibrated), and its matrix products' seconds per
+        # token relative to that (growth past the measured step ratios); the head apart
+        self._read_s = {t: b / (effective_gbs(t, cal) * _GB) for t, b in spec.decode_bytes_by_type.items() if b}
+        self._growth = {t: (2.0 * elements[t] / (effective_gflops(t, cal) * 1e9)) / self._read_s[t]
+                        if t in elements and effective_gflops(t, cal) else None for t in self._read_s}
+        head_type = spec.head_type if spec.head_type in self._read_s else None
+        self._head = (head_type, spec.head_bytes / (effective_gbs(head_type, cal) * _GB)) if head_type else None
+        self._ratios = {t: _ratio_table(t, cal.step_ratios) for t in self._read_s} if cal.step_ratios else None
+
+    def _ratio(self, weight_type: str, columns: int) -> float:
+        """Time of a matrix product over `columns` tokens / over one, for this weight type: the probe's
+        measured step ratios (linear between them), then growing by the batched rate's compute."""
+        if columns <= 1:
+            return float(max(columns, 0))  # no token: the product is not computed (a chunk without logits skips the head)
+        table = self._ratios[weight_type]
+        if columns <= table[-1][0]:
+            (n0, r0), (n1, r1) = next((a, b) for a, b in zip(table, table[1:]) if a[0] <= columns <= b[0])
+            return r0 + (r1 - r0) * (columns - n0) / (n1 - n0)
+        growth = self._growth[weight_type]
+        if growth is None:  # no batched rate: the last measured slope
+            (n0, r0), (n1, r1) = table[-2], table[-1]
+            growth = (r1 - r0) / (n1 - n0)
+        return table[-1][1] + (columns - table[-1][0]) * growth
+
+    def _weights_s(self, body_columns: int, head_columns: int) -> float:
+        """Seconds of the matrix products of one llama_decode (before the caches' speed-up): the
+        weights over body_columns tokens, the output head over head_columns (the tokens whose logits
+        are kept). Without measured step ratios: one read, plus each further token's compute."""
+        head_type, head_s = self._head or (None, 0.0)
+        if self._ratios is None:
+            skipped = head_s if head_columns < 1 else 0.0
+            return (self._weight_calibrated_s - skipped + (body_columns - 1) * self._body_s
+                    + max(0, head_columns - 1) * self._head_s)
+        t = 0.0
+        for weight_type, read_s in self._read_s.items():
+            own_head = head_s if weight_type == head_type else 0.0
+            t += (read_s - own_head) * self._ratio(weight_type, body_columns)
+            t += own_head * self._ratio(weight_type, head_columns)
+        return t
 
     def kv_read_bytes(self, n_ctx: int) -> int:
         """Same figure as ModelSpec.kv_read_bytes, from precomputed sums."""
@@ -267,9 +309,10 @@ class Predictor:
         sequences (each at a context of n_ctx tokens), logits kept for every token (a speculative
         verify, a batched decode step). tokens_step_s(s, 1, 1) == step_s(s)[1]."""
         n, b, s = max(1, int(n_tokens)), max(1, int(n_seqs)), max(0, int(n_ctx))
-        extra = n * b - 1
-        t = self.step_s(s)[1] + extra * (self._body_s + self._head_s + self._logits_fixed_s)
-        t += b * self._attention_s(s, s + n) - self._attention_s(s, s + 1) if n > 1 or b > 1 else 0.0
+        columns = n * b
+        extra_weights = (self._weights_s(columns, columns) - self._weight_calibrated_s) / self.cache_speedup(s)
+        t = self.step_s(s)[1] + extra_weights + (columns - 1) * self._logits_fixed_s
+        t += b * self._attention_s(s, s + n) - self._attention_s(s, s + 1) if columns > 1 else 0.0
         return t + (b - 1) * self.kv_read_bytes(s) / self._kv_bps
 
     def ceiling_tokens_step_s(self, n_ctx: int, n_tokens: int, n_seqs: int = 1) -> float:
@@ -287,10 +330,10 @@ class Predictor:
         t = 0.0
         while n:
             k = min(chunk, n)
-            memory_s = self._weight_calibrated_s + self.kv_read_bytes(pos) / self._kv_bps  # weights, cached KV: once a chunk
-            t += memory_s / self.cache_speedup(pos) + self._step_fixed_s + k * self._body_s + self._attention_s(pos, pos + k)
+            memory_s = self._weights_s(k, 1 if k == n else 0) + self.kv_read_bytes(pos) / self._kv_bps  # cached KV: once
+            t += memory_s / self.cache_speedup(pos) + self._step_fixed_s + self._attention_s(pos, pos + k)
             pos, n = pos + k, n - k
-        return t + self._head_s + self._logits_fixed_s
+        return t + self._logits_fixed_s
 
     def ttft_s(self, n_prompt: int, n_cached: int = 0, n_batch: int = 512) -> float:
         """Predicted time to first token: the prefill of what the cache does not hold (a prefix
@@ -306,6 +349,15 @@ class Predictor:
     def e2e_s(self, n_prompt: int, n_output: int, n_cached: int = 0, n_batch: int = 512) -> float:
         """Predicted request time: TTFT + decode of the other n_output - 1 tokens."""
         return self.ttft_s(n_prompt, n_cached, n_batch) + self.decode_s(n_prompt, n_output)
+
+
+def _ratio_table(weight_type: str, ratios: Mapping[str, Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """The measured step ratios of a weight type, or of the probed type nearest in bits per weight;
+    with (1, 1.0) first."""
+    if weight_type not in ratios:
+        bpw = bits_per_weight(weight_type) if _known_type(weight_type) else 0.0
+        weight_type = min(ratios, key=lambda t: abs(bits_per_weight(t) - bpw))
+    return [(1, 1.0)] + sorted((int(n), float(r)) for n, r in ratios[weight_type] if int(n) > 1)
 
 
 def _known_type(type_name: str) -> bool:

@@ -119,6 +119,8 @@ def spec_from_flags(*, params: float | None, quant: str | None, layers: int | No
         decode_bytes_by_type=decode_by_type,
         kv_bytes_per_token_by_layer=(2 * KV_CACHE_ELEMENT_BYTES * kv_heads * head_dim,) * layers,
         warnings=() if embed else ("embedding size unknown (no --vocab/--d-model): every weight counted as read per step",),
+        head_type=head_type if embed else None,
+        head_bytes=int(round(embed * bits_per_weight(head_type) / 8)) if embed else 0,
     )
 
 
