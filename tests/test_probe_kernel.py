@@ -22,7 +22,7 @@ def points(p=TRUE) -> list[FitPoint]:
 
 
 def test_fit_recovers_known_parameters_exactly():
-    fit = fit_points(points())
+    fit = fit_points(points(), TINY.types)
     for t, gbs in TRUE["type_gbs"].items():
         assert fit["type_gbs"][t] == pytest.approx(gbs, rel=1e-9)
     for k in ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s"):
@@ -34,7 +34,7 @@ def test_one_attention_model_leaves_the_head_term_out():
     """Without a second head size the per-dimension term cannot be told apart: it stays 0 and
     the per-score term takes the whole attention cost of that model."""
     pts = [q for q in points() if q.head_dims != 512]
-    fit = fit_points(pts)
+    fit = fit_points(pts, TINY.types)
     assert fit["attn_dim_s"] == 0.0
     assert fit["attn_s"] == pytest.approx(TRUE["attn_s"] + 128 * TRUE["attn_dim_s"], rel=1e-3)
 
@@ -44,7 +44,7 @@ def test_fit_keeps_small_terms_non_negative():
     pts[6] = replace(pts[6], step_s=pts[6].step_s * 0.7)  # more layers, faster: noise
     pts[9] = replace(pts[9], step_s=pts[8].step_s)  # a long context no slower: noise
     pts[11] = replace(pts[11], step_s=pts[10].step_s)
-    fit = fit_points(pts)
+    fit = fit_points(pts, TINY.types)
     assert min(fit["layer_s"], fit["vocab_s"], fit["t0_s"], fit["attn_s"], fit["attn_dim_s"]) >= 0
     assert fit["rms_rel_error"] > 0
 
@@ -53,20 +53,20 @@ def test_sized_runs_alone_set_the_bandwidths():
     """Tiny models read from cache: however fast they run, the F16 bandwidth comes from the sized run."""
     pts = points()
     fast_tiny = [replace(q, step_s=q.step_s * 0.5) if q.role == "tiny" else q for q in pts]
-    assert fit_points(fast_tiny)["type_gbs"]["F16"] == pytest.approx(TRUE["type_gbs"]["F16"], rel=0.02)
+    assert fit_points(fast_tiny, TINY.types)["type_gbs"]["F16"] == pytest.approx(TRUE["type_gbs"]["F16"], rel=0.02)
 
 
 def test_fit_errors():
     with pytest.raises(ProbeError, match="no measurement for \\['Q8_0'\\]"):
-        fit_points([p for p in points() if not (p.weight_type == "Q8_0" and p.role == "sized")])
+        fit_points([p for p in points() if not (p.weight_type == "Q8_0" and p.role == "sized")], TINY.types)
     with pytest.raises(ProbeError, match="not positive"):
-        fit_points([FitPoint("tiny", "F16", 1, 1, 1, 0, 0, 0.0)] + points())
+        fit_points([FitPoint("tiny", "F16", 1, 1, 1, 0, 0, 0.0)] + points(), TINY.types)
 
 
 def test_fixed_costs_above_the_sized_runs_are_dropped():
     """Tiny runs slower than the big ones (a busy moment): the fixed costs go to zero, the error shows it."""
     slow_tiny = [replace(q, step_s=1.0) if q.role == "tiny" else q for q in points()]
-    fit = fit_points(slow_tiny)
+    fit = fit_points(slow_tiny, TINY.types)
     assert fit["t0_s"] == fit["layer_s"] == fit["vocab_s"] == 0.0
     assert all(g > 0 for g in fit["type_gbs"].values()) and fit["rms_rel_error"] > 0.3
 
@@ -74,7 +74,7 @@ def test_fixed_costs_above_the_sized_runs_are_dropped():
 def test_fit_of_nonsense_says_so():
     """Noisy runs (a busy machine): a fit comes back, with a large error."""
     noisy = [replace(q, step_s=q.step_s * (3.0 if i % 2 else 0.5)) for i, q in enumerate(points())]
-    assert fit_points(noisy)["rms_rel_error"] > 0.3
+    assert fit_points(noisy, TINY.types)["rms_rel_error"] > 0.3
 
 
 def test_plan_sizes_dwarf_the_cache():

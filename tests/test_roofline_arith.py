@@ -257,15 +257,15 @@ def test_predictor_attention_head_term(tiny_model, default_model):
         assert b - a == pytest.approx(attention_scores(spec, n) * attention_head_dims(spec) * 1e-11, rel=1e-9)
 
 
-def test_masked_windows_count_the_whole_context_in_the_calibrated_step(default_model):
-    """llama.cpp's default (swa_full) attends over every cached token, masked: calibrated terms span it all;
-    the ceiling still counts only the window (a bound)."""
+def test_sliding_windows_count_the_window_unless_the_runtime_reads_every_cell(default_model):
+    """llama.cpp keeps every token in sliding-window layers (swa_full) but skips the masked cells: the
+    calibrated terms count the window by default; swa_full=True spans it all; the ceiling counts the window."""
     from ondevice.roofline import attention_scores
 
     spec = inspect(default_model)
     cal = Calibration("CPU", ceiling_gbs=10, type_gbs={"Q8_0": 5.0}, kv_gbs=4.0, attn_s=1e-10)
     n = 4096
-    masked, windowed = Predictor(spec, cal), Predictor(spec, replace(cal, swa_full=False))
+    masked, windowed = Predictor(spec, replace(cal, swa_full=True)), Predictor(spec, cal)
     base = masked.step_s(0)[1]
     assert masked.step_s(n)[1] - base == pytest.approx(
         n * spec.kv_bytes_per_token / 4e9 + attention_scores(spec, n, windowed=False) * 1e-10, rel=1e-9)

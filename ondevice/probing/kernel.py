@@ -43,7 +43,8 @@ from ondevice.probing.result import SMALL_TERMS, KernelPoint, KernelProbe
 __all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "probe_models",
            "fit_prefill", "prefill_observations", "measure_steps", "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
 
-PROBE_TYPES = ("Q4_0", "Q8_0", "F16")
+PROBE_TYPES = ("Q4_0", "Q4_K", "Q5_0", "Q6_K", "Q8_0", "F16")  # the common GGUF types: each has its own CPU kernels
+_FILE_TYPE = {"Q4_K": "Q4_K_S"}  # the quantizer's file type whose matrices are (nearly all) this tensor type
 _MB = 1 << 20
 _SIZED_MIN = 256 * _MB  # the F16 sized model is at least this, and the Q4_0 one >= 4x the last-level cache
 
@@ -155,7 +156,7 @@ def _ensure(model_dir: Path, kind: str, cfg: dict, weight_type: str, progress: P
         from ondevice.quant.quantize import quantize
 
         progress(f"quantizing {out.name}")
-        quantize(f16, out, weight_type)
+        quantize(f16, out, _FILE_TYPE.get(weight_type, weight_type))
     return out
 
 
