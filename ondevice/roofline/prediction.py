@@ -142,8 +142,9 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
     else:
         cal = probe.calibration()
         calibrated = cal is not None
-        if calibrated and probe.kernel.fit_rms_rel > POOR_FIT:
-            notes.append(f"the kernel probe's fit is poor ({100 * probe.kernel.fit_rms_rel:.0f}% rms): predicted figures "
+        kernel = getattr(probe, "kernel", None)
+        if calibrated and kernel is not None and kernel.fit_rms_rel > POOR_FIT:
+            notes.append(f"the kernel probe's fit is poor ({100 * kernel.fit_rms_rel:.0f}% rms): predicted figures "
                          "are uncertain by about that much; `ondevice probe --refresh` on a quiet machine")
         if cal is None:
             cal = Calibration(backend=probe.backend, ceiling_gbs=probe.ceiling_gbs, compute_gflops=probe.compute.f32_gflops)
