@@ -236,13 +236,16 @@ def _open_ttft_rows(models, prompts, threads: int | None) -> list[dict]:
     from ondevice.engine import load
     from ondevice.engine.loader import MIN_N_CTX
 
+    from ondevice.modelspec import inspect
+
     rows = []
     for label, path in models:
+        trained = inspect(path).n_ctx_train
         for n in prompts:
-            eng = load(path, n_ctx=max(MIN_N_CTX, n + 16), n_threads=threads)
-            if eng.info.spec.n_ctx_train and n + 1 > eng.info.spec.n_ctx_train:
-                eng.close()
+            if trained and n + 16 > trained:
+                say(f"TTFT at {n} prompt tokens: skipped for {label} (trained context {trained})")
                 continue
+            eng = load(path, n_ctx=max(MIN_N_CTX, n + 16), n_threads=threads)
             vocab = eng.info.spec.n_vocab or 1000
             ids = [1] + [3 + (i * 7919) % (vocab - 3) for i in range(n - 1)]
             eng.generate(ids, max_tokens=1, ignore_eos=True, reuse_prefix=False)  # faults the weights in
