@@ -42,6 +42,15 @@ def millis(seconds: float | None, *, places: Sequence[tuple[float, int]] = ALWAY
     return f"{ms:.{n}f} ms" if unit else f"{ms:.{n}f}"
 
 
+MS_CELL = ((10, 2), (1000, 1), (math.inf, 0))  # millis() places for three figures or so, under a header that says "ms"
+MS_THEN_S = ((1000, 1),)  # millis() places: milliseconds below a second, then seconds ("0.8 ms", "1.5 s")
+
+
+def ms_cell(seconds: float | None) -> str:
+    """A time in seconds as a table cell under a header that says "ms" (three figures or so)."""
+    return millis(seconds, places=MS_CELL, unit=False)
+
+
 def rate(tok_s: float | None, *, places: Sequence[tuple[float, int]] = ALWAYS_1, missing: str = DASH,
          zero_is_missing: bool = False) -> str:
     """Tokens per second: "42.0 tok/s". places as for millis (past the last step: no decimals)."""

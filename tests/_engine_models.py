@@ -10,7 +10,7 @@ greedy decoding follows the chains exactly; a token that is in no chain predicts
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 from gguf import GGUFReader
 
@@ -75,3 +75,12 @@ def chain_text(ids: Sequence[int]) -> bytes:
         else:
             out += piece.replace("\u2581", " ").encode("utf-8")
     return bytes(out)
+
+
+def successor_engine(folder: Path, chains: Sequence[Sequence[int]]) -> Iterator[Any]:
+    """A fixture's body: the successor model of `chains` in `folder`, loaded (n_ctx 256, one
+    thread) for the fixture's scope and closed after."""
+    from ondevice.engine import load
+
+    with load(build_successor_model(folder / "succ.gguf", chains), n_ctx=256, n_threads=1) as eng:
+        yield eng

@@ -11,7 +11,7 @@ import pytest
 
 from ondevice.engine import load
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
-from tests._engine_models import BOS, EOS, build_successor_model, chain_text, token_id
+from tests._engine_models import BOS, EOS, successor_engine, chain_text, token_id
 
 SP = "\u2581"
 
@@ -29,10 +29,7 @@ def chains():
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory, chains):
-    path = build_successor_model(tmp_path_factory.mktemp("succ") / "succ.gguf", list(chains.values()))
-    eng = load(path, n_ctx=256, n_threads=1)
-    yield eng
-    eng.close()
+    yield from successor_engine(tmp_path_factory.mktemp("succ"), list(chains.values()))
 
 
 def prompts(chains, *names):
@@ -205,9 +202,8 @@ DEFAULT_PROMPTS = (
 
 @pytest.fixture(scope="module")
 def default_engine(default_model):
-    eng = load(default_model, n_ctx=512)
-    yield eng
-    eng.close()
+    with load(default_model, n_ctx=512) as eng:
+        yield eng
 
 
 @pytest.mark.default_model

@@ -16,7 +16,7 @@ from ondevice.engine.drafters import PromptLookup, check_same_vocab
 from ondevice.engine.speculative import KPlanner, StepCost, expected_committed, spec_settings
 from ondevice.errors import InvalidParameterError, ModelNotFoundError
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
-from tests._engine_models import BOS, EOS, build_successor_model, token_id
+from tests._engine_models import BOS, EOS, build_successor_model, successor_engine, token_id
 
 SP = "\u2581"
 WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "from"]
@@ -173,10 +173,7 @@ def test_same_size_vocabularies_with_other_texts_are_refused():
 
 @pytest.fixture(scope="module")
 def succ(tmp_path_factory):
-    path = build_successor_model(tmp_path_factory.mktemp("spec") / "succ.gguf", [CHAIN])
-    eng = load(path, n_ctx=256, n_threads=1)
-    yield eng
-    eng.close()
+    yield from successor_engine(tmp_path_factory.mktemp("spec"), [CHAIN])
 
 
 def _prompt(start: int = 0) -> list[int]:
@@ -284,9 +281,8 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def gemma(default_model):
-    eng = load(default_model, n_ctx=1024)
-    yield eng
-    eng.close()
+    with load(default_model, n_ctx=1024) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")

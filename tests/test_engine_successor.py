@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ondevice.engine import load
-from tests._engine_models import BOS, EOS, build_successor_model, byte_ids, chain_text, token_id
+from tests._engine_models import BOS, EOS, successor_engine, byte_ids, chain_text, token_id
 
 SP = "\u2581"
 
@@ -30,10 +29,7 @@ def chains():
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory, chains):
-    path = build_successor_model(tmp_path_factory.mktemp("succ") / "succ.gguf", list(chains.values()))
-    eng = load(path, n_ctx=256, n_threads=1)
-    yield eng
-    eng.close()
+    yield from successor_engine(tmp_path_factory.mktemp("succ"), list(chains.values()))
 
 
 def run(engine, first, **kw):

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ondevice.fmt import ms_cell
+
 __all__ = ["ColdStartPrediction", "predict_cold_start", "disk_read_for", "prompt_for", "HEADERS", "TERMINAL_DROP", "rows"]
 
 log = logging.getLogger(__name__)
@@ -125,10 +127,6 @@ def _s(v: float | None, fmt: str = "{:.3f}") -> str:
     return "-" if v is None or not math.isfinite(v) else fmt.format(v)
 
 
-def _ms(v: float | None) -> str:
-    return "-" if v is None or not math.isfinite(v) else f"{1e3 * v:.2f}" if v < 0.01 else f"{1e3 * v:.1f}"
-
-
 def rows(results: Sequence[Any]) -> list[list[str]]:
     """One row per cold_start result (ScenarioResult with its prediction): measured p50 parts
     beside the predicted ones."""
@@ -142,9 +140,9 @@ def rows(results: Sequence[Any]) -> list[list[str]]:
         out.append([
             r.model, str(r.prompt_tokens), f"{r.ok_runs}/{r.repeats}",
             f"{_s(total.p50)}/{_s(total.p95)}" if r.ok_runs else "-", _s(r.summary("load_s").p50),
-            _ms(r.summary("tokenize_s").p50), _ms(r.summary("prefill_s").p50), _ms(r.summary("cold_start_rest_s").p50),
+            ms_cell(r.summary("tokenize_s").p50), ms_cell(r.summary("prefill_s").p50), ms_cell(r.summary("cold_start_rest_s").p50),
             _s(pred.total_s if pred else None), _s(pred.read_s if pred else None),
-            _s(pred.load_overhead_s if pred else None), _ms(pred.ttft_s if pred else None),
+            _s(pred.load_overhead_s if pred else None), ms_cell(pred.ttft_s if pred else None),
             _s(pred.disk_read_gbs if pred else None, "{:.2f}"), _s(ratio, "{:.2f}"),
         ])
     return out

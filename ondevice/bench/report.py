@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -24,11 +23,11 @@ from ondevice.bench.runs import COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, P
 from ondevice.bench.speculative import SPEC_HEADERS, spec_rows, spec_table
 from ondevice.bench.stats import EXTRA_METRICS, METRICS, ScenarioResult, clean
 from ondevice import paths
-from ondevice.fmt import fold, millis, number, table
+from ondevice.fmt import fold, ms_cell, number, table
 from ondevice.paths import atomic_write
 
 __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_markdown", "render_table", "table_rows",
-           "HEADERS", "ProgressBar", "header_facts", "ms_cell"]
+           "HEADERS", "ProgressBar", "header_facts"]
 
 HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "TTFT pred ms", "TTFT eff",
            "ITL p50/p95/p99 ms", "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff",
@@ -113,12 +112,6 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
         f.write(buf.getvalue())
 
 
-_MS_PLACES = ((10, 2), (1000, 1), (math.inf, 0))  # three figures or so, under a header that says "ms"
-
-
-def ms_cell(v: float | None) -> str:
-    """A time in seconds as a table cell under a header that says "ms" (three figures or so)."""
-    return millis(v, places=_MS_PLACES, unit=False)
 
 
 def _notes(r: ScenarioResult, slo: Any) -> str:

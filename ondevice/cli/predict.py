@@ -8,7 +8,7 @@ import sys
 from ondevice.cli.engine_args import add_kv_cache_args
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.cli.target_args import add_target_args, estimate_lines, memory_where_text, target_from_args
-from ondevice.fmt import fold_lines, human_bytes, millis, number, table
+from ondevice.fmt import MS_THEN_S, fold_lines, human_bytes, millis, number, table
 
 __all__ = ["register", "run", "render", "DEFAULT_CONTEXTS"]
 
@@ -179,4 +179,4 @@ def request_lines(r) -> list[str]:
 
 
 def _secs(s: float | None) -> str:
-    return "-" if s is None else (millis(s) if s < 1 else f"{s:.2f} s")
+    return millis(s, places=MS_THEN_S)

@@ -11,7 +11,7 @@ import sys
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, settings_text
 from ondevice.engine.sampling import DEFAULTS
 from ondevice.errors import InvalidParameterError
-from ondevice.fmt import millis, number, rate
+from ondevice.fmt import MS_THEN_S, millis, number, rate
 
 __all__ = ["register", "run", "timings_line", "explain_text", "add_speculative_args", "speculative_kwargs", "speculative_text"]
 
@@ -167,7 +167,7 @@ def timings_line(g, load_s: float | None = None, backend: str | None = None, bas
         f"TPOT {millis(t.tpot_s)}",
         decode,
         f"prefill {rate(t.prefill_tok_s)}",
-        f"E2E {_seconds(t.e2e_s)}{_beside(g.predicted_e2e_s, word)}",
+        f"E2E {_secs(t.e2e_s)}{_beside(g.predicted_e2e_s, word)}",
         f"output {rate(t.output_throughput_tok_s)}",
         f"tokens {g.prompt_tokens} prompt{cached} + {t.output_tokens} output",
         f"finish {g.finish_reason}",
@@ -179,12 +179,12 @@ def timings_line(g, load_s: float | None = None, backend: str | None = None, bas
     return " | ".join(parts)
 
 
-def _seconds(s: float | None) -> str:
-    return millis(s) if s is not None and s < 1 else f"{s:.2f} s"
+def _secs(s: float | None) -> str:
+    return millis(s, places=MS_THEN_S)
 
 
 def _beside(predicted_s: float | None, word: str = "predicted") -> str:
-    return f" ({word} {_seconds(predicted_s)})" if predicted_s else ""
+    return f" ({word} {_secs(predicted_s)})" if predicted_s else ""
 
 
 _PARTS = (("tokenize_s", "tokenize"), ("prefill_s", "prefill"), ("first_sample_s", "first sample"),

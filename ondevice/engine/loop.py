@@ -21,7 +21,7 @@ from ondevice.metrics import timings_from_marks
 from ondevice.reasoning import first_visible
 from ondevice.results import Attribution, FinishReason, Generation, TokenEvent
 
-__all__ = ["KVCache", "Request", "run_request", "TokenStream"]
+__all__ = ["KVCache", "Request", "run_request", "TokenStream", "OutputTokens"]
 
 _NS = 1e-9
 
@@ -185,25 +185,60 @@ class _Spent:
         return Attribution(**parts, overhead_s=timings.e2e_s - sum(parts.values()), e2e_s=timings.e2e_s)
 
 
+class OutputTokens:
+    """What happens to each output token once it is sampled, in the plain loop and the speculative
+    one alike: its time mark, its text (stop strings, end-of-generation, max_tokens), its
+    predicted step and its event. The lists are the request's (run_request reads them after)."""
+
+    def __init__(self, req: Request, predictor: Any, token_info: Callable[[int], tuple[bytes, bool]],
+                 token_ns: list[int], ids_out: list[int], texts: list[str], steps: list):
+        p = req.params
+        self._text = TextAssembler(p.stop)
+        self._step_s = predictor.step_s if predictor is not None else None
+        self._check_eog, self._last_i = not p.ignore_eos, p.max_tokens - 1
+        self._n_prompt, self._start = len(req.ids), req.start_ns
+        self._info = token_info
+        self._token_ns, self._ids, self._texts, self._steps = token_ns, ids_out, texts, steps
+
+    def commit(self, token: int, t_ns: int) -> tuple[TokenEvent, FinishReason | None]:
+        """Record one output token, available at perf_counter_ns() t_ns: (its event, the finish
+        reason when it is the last, else None)."""
+        i = len(self._ids)
+        self._token_ns.append(t_ns)
+        self._ids.append(token)
+        text = self._text
+        piece, eog = self._info(token)
+        eog = eog and self._check_eog
+        out = "" if eog else text.push(piece)
+        stopped = eog or text.stopped
+        if stopped or i == self._last_i:
+            out += text.flush()
+        pred = None
+        if self._step_s is not None:
+            step = self._step_s(self._n_prompt + i)
+            self._steps.append(step)
+            pred = step[1]
+        self._texts.append(out)
+        finish: FinishReason | None = "stop" if stopped else ("length" if i == self._last_i else None)
+        return TokenEvent(i, token, out, (t_ns - self._start) * _NS, self._n_prompt + i, pred), finish
+
+
 def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps,
             spent: _Spent) -> Generator[TokenEvent, None, FinishReason]:
     lib, p = handle.lib, req.params
     ctx = handle.ctx
     decode, sample = lib.llama_decode, lib.llama_sampler_sample
-    step_s = predictor.step_s if predictor is not None else None
-    cancelled, start, n_prompt, last_i = req.cancelled, req.start_ns, len(req.ids), p.max_tokens - 1
-    check_eog = not p.ignore_eos
-    text = TextAssembler(p.stop)
+    cancelled = req.cancelled
     one = (ctypes.c_int32 * 1)()
     batch = lib.llama_batch_get_one(one, 1)
     chain = SamplerChain(lib, p, req.seed, handle.n_vocab, history=req.ids)
     smpl = chain.ptr
     tokens = kv.tokens
+    out = OutputTokens(req, predictor, token_info, token_ns, ids_out, texts, steps)
     try:
         for i in range(p.max_tokens):
             if i:
-                t_back = perf_counter_ns()
-                spent.consumer_ns += t_back - t_yield
+                spent.consumer_ns += perf_counter_ns() - t_yield
                 if cancelled():
                     return "cancelled"
                 one[0] = token
@@ -219,27 +254,13 @@ def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, st
             t = perf_counter_ns()
             if i:
                 spent.sample_ns += t - t_decoded
-            token_ns.append(t)
-            ids_out.append(token)
-            piece, eog = token_info(token)
-            eog = eog and check_eog
-            out = "" if eog else text.push(piece)
-            last = eog or text.stopped or i == last_i
-            if last:
-                out += text.flush()
-            pred = None
-            if step_s is not None:
-                step = step_s(n_prompt + i)
-                steps.append(step)
-                pred = step[1]
-            texts.append(out)
-            event = TokenEvent(i, token, out, (t - start) * _NS, n_prompt + i, pred)
+            event, finish = out.commit(token, t)
             t_yield = perf_counter_ns()
-            if not last:  # the last token's text comes after E2E's end
+            if finish is None:  # the last token's text comes after E2E's end
                 spent.detok_ns += t_yield - t
             yield event
-            if last:
-                return "stop" if (eog or text.stopped) else "length"
+            if finish is not None:
+                return finish
         return "length"
     finally:
         chain.close()

@@ -32,12 +32,11 @@ from time import perf_counter_ns
 from typing import Any, Hashable
 
 from ondevice.engine.drafters import Drafter
-from ondevice.engine.loop import KVCache, Request
+from ondevice.engine.loop import KVCache, OutputTokens, Request
 from ondevice.engine.sampling import SamplerChain
-from ondevice.engine.text import TextAssembler
 from ondevice.errors import EngineError, InvalidParameterError
 from ondevice.llama.model import LlamaHandle, fill_batch
-from ondevice.results import FinishReason, SpecStats, TokenEvent
+from ondevice.results import SpecStats
 
 __all__ = ["SpecSettings", "spec_settings", "Speculator", "exact_verify_tokens", "StepCost", "KPlanner",
            "expected_committed", "MODES", "K_LIMIT", "DEFAULT_K_MAX"]
@@ -45,7 +44,6 @@ __all__ = ["SpecSettings", "spec_settings", "Speculator", "exact_verify_tokens",
 MODES = ("lookup", "draft")
 K_LIMIT = 64  # most drafted tokens one step may verify (spec_k is checked against it)
 DEFAULT_K_MAX = 16  # spec_k when none is given
-_NS = 1e-9
 # Text the batch-invariance check decodes (any text works; this one is public domain: Austen, Pride and Prejudice).
 _CHECK_TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be "
                "in want of a wife. However little known the feelings or views of such a man may be on his first "
@@ -284,11 +282,12 @@ class Speculator:
     def _run(self, handle, kv, req, predictor, token_info, smpl, batch, k_max, token_ns, ids_out, texts, steps, spent):
         lib, ctx, p = handle.lib, handle.ctx, req.params
         sample, decode = lib.llama_sampler_sample, lib.llama_decode
-        out = _Output(req, predictor, token_info, self._drafter, token_ns, ids_out, texts, steps)
+        out = OutputTokens(req, predictor, token_info, token_ns, ids_out, texts, steps)
         drafter, planner, tokens = self._drafter, self.planner, kv.tokens
         token = sample(smpl, ctx, -1)  # the first token, from the prompt's logits
         s1 = perf_counter_ns()
-        event, finish = out.commit(token)
+        event, finish = out.commit(token, s1)
+        drafter.extend((token,))
         t_yield = perf_counter_ns()
         if finish is None:
             spent.detok_ns += t_yield - s1
@@ -324,7 +323,8 @@ class Speculator:
                 token = sample(smpl, ctx, i)
                 s1 = perf_counter_ns()
                 sample_ns += s1 - s0
-                event, finish = out.commit(token)
+                event, finish = out.commit(token, s1)
+                drafter.extend((token,))
                 t_yield = perf_counter_ns()
                 if finish is None:  # the last token's text comes after E2E's end
                     spent.detok_ns += t_yield - s1
@@ -364,42 +364,3 @@ class Speculator:
             kv.clear()
             raise EngineError("llama.cpp could not remove rejected drafts from the KV cache")
         del kv.tokens[keep:]
-
-
-class _Output:
-    """The plain loop's handling of each committed token: its time mark, its text (stop strings,
-    end-of-generation, max_tokens) and its event."""
-
-    def __init__(self, req: Request, predictor: Any, token_info: Any, drafter: Drafter, token_ns: list[int],
-                 ids_out: list[int], texts: list[str], steps: list):
-        p = req.params
-        self._text = TextAssembler(p.stop)
-        self._step_s = predictor.step_s if predictor is not None else None
-        self._check_eog, self._last_i = not p.ignore_eos, p.max_tokens - 1
-        self._n_prompt, self._start = len(req.ids), req.start_ns
-        self._info, self._drafter = token_info, drafter
-        self._token_ns, self._ids, self._texts, self._steps = token_ns, ids_out, texts, steps
-
-    def commit(self, token: int) -> tuple[TokenEvent, FinishReason | None]:
-        """Time, record and render one committed token: (its event, the finish reason when it is the last)."""
-        t = perf_counter_ns()
-        i = len(self._ids)
-        self._token_ns.append(t)
-        self._ids.append(token)
-        self._drafter.extend((token,))
-        text = self._text
-        piece, eog = self._info(token)
-        eog = eog and self._check_eog
-        out = "" if eog else text.push(piece)
-        stopped = eog or text.stopped
-        if stopped or i == self._last_i:
-            out += text.flush()
-        pred = None
-        if self._step_s is not None:
-            step = self._step_s(self._n_prompt + i)
-            self._steps.append(step)
-            pred = step[1]
-        self._texts.append(out)
-        finish: FinishReason | None = "stop" if stopped else ("length" if i == self._last_i else None)
-        return TokenEvent(i, token, out, (t - self._start) * _NS, self._n_prompt + i, pred), finish
-
