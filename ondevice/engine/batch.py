@@ -26,7 +26,7 @@ from time import perf_counter_ns
 from typing import Any, Callable, Sequence
 
 from ondevice.engine.sampling import SamplerChain, SamplingParams, make_params
-from ondevice.engine.text import TextAssembler
+from ondevice.engine.loop import OutputTokens
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.engine.loader import context_settings
 from ondevice.llama.model import LlamaHandle, fill_batch_entries, new_context
@@ -102,30 +102,16 @@ class BatchGeneration:
 class _Seq:
     """One sequence's state while a batch runs (internal)."""
 
-    def __init__(self, index: int, ids: list[int], chain: SamplerChain, stop: Sequence[str]):
+    def __init__(self, index: int, ids: list[int], chain: SamplerChain, output: OutputTokens):
         self.index = index  # its sequence id in the context
         self.ids = ids  # prompt token ids
         self.chain = chain
-        self.text = TextAssembler(stop)
-        self.out: list[int] = []  # output token ids
-        self.texts: list[str] = []  # text released with each output token
-        self.token_ns: list[int] = []  # perf_counter_ns() when each output token was sampled
+        self.output = output  # its output tokens, their texts and time marks
         self.prefill_end_ns = 0  # end of the prefill chunk that held its last prompt token
         self.finish: FinishReason | None = None  # set when it has ended
 
-    def take(self, token: int, t_ns: int, token_info: Callable[[int], tuple[bytes, bool]], p: SamplingParams) -> None:
-        self.token_ns.append(t_ns)
-        self.out.append(token)
-        piece, eog = token_info(token)
-        eog = eog and not p.ignore_eos
-        out = "" if eog else self.text.push(piece)
-        if eog or self.text.stopped:
-            self.finish = "stop"
-        elif len(self.out) >= p.max_tokens:
-            self.finish = "length"
-        if self.finish:
-            out += self.text.flush()
-        self.texts.append(out)
+    def take(self, token: int, t_ns: int) -> None:
+        _event, self.finish = self.output.commit(token, t_ns)
 
 
 class BatchContext:
@@ -237,7 +223,7 @@ class BatchContext:
         try:
             for i, ids in enumerate(prompts):
                 chain = SamplerChain(lib, p, (base + i) % _SEED_MOD, h.n_vocab, history=ids)
-                seqs.append(_Seq(i, ids, chain, p.stop))
+                seqs.append(_Seq(i, ids, chain, OutputTokens(p, len(ids), start_ns, None, self._token_info)))
             prefill_start = perf_counter_ns()
             self._prefill(batch, seqs, p)
             prefill_end = perf_counter_ns()
@@ -249,13 +235,14 @@ class BatchContext:
         gens = []
         pred, ceil = self._predicted(prompts, p.max_tokens)
         for s in seqs:
-            timings = timings_from_marks(start_ns, tokenized_ns, prefill_start, s.prefill_end_ns, s.token_ns, len(s.ids))
+            o = s.output
+            timings = timings_from_marks(start_ns, tokenized_ns, prefill_start, s.prefill_end_ns, o.token_ns, len(s.ids))
             gens.append(Generation(
-                text="".join(s.texts), token_ids=tuple(s.out), finish_reason=s.finish or "length",
+                text="".join(o.texts), token_ids=tuple(o.ids), finish_reason=s.finish or "length",
                 prompt_tokens=len(s.ids), cached_prompt_tokens=0, timings=timings,
                 ceiling_tok_s=1.0 / ceil if ceil else None, predicted_tok_s=1.0 / pred if pred else None,
             ))
-        last_ns = max((s.token_ns[-1] for s in seqs if s.token_ns), default=prefill_end)
+        last_ns = max((s.output.token_ns[-1] for s in seqs if s.output.token_ns), default=prefill_end)
         return BatchGeneration(tuple(gens), (last_ns - start_ns) * _NS, (prefill_end - prefill_start) * _NS,
                                tuple(step_s), tuple(step_seqs), pred, ceil)
 
@@ -280,21 +267,21 @@ class BatchContext:
                     raise EngineError(f"llama_decode failed on prompt {s.index} (code {rc}) at token {lo} of {len(s.ids)}")
             s.prefill_end_ns = perf_counter_ns()
             if p.max_tokens:
-                s.take(lib.llama_sampler_sample(s.chain.ptr, h.ctx, hi - lo - 1), perf_counter_ns(), self._token_info, p)
+                s.take(lib.llama_sampler_sample(s.chain.ptr, h.ctx, hi - lo - 1), perf_counter_ns())
             else:
                 s.finish = "length"
 
     def _decode(self, batch: Any, seqs: list[_Seq], p: SamplingParams) -> tuple[list[float], list[int]]:
         """Steps of one token per live sequence until every sequence has ended."""
         h, lib = self._h, self._h.lib
-        decode, sample, info = lib.llama_decode, lib.llama_sampler_sample, self._token_info
+        decode, sample = lib.llama_decode, lib.llama_sampler_sample
         step_s: list[float] = []
         step_seqs: list[int] = []
         while True:
             live = [s for s in seqs if s.finish is None]
             if not live:
                 return step_s, step_seqs
-            fill_batch_entries(batch, ((s.out[-1], len(s.ids) + len(s.out) - 1, s.index, True) for s in live))
+            fill_batch_entries(batch, ((s.output.ids[-1], len(s.ids) + len(s.output.ids) - 1, s.index, True) for s in live))
             t0 = perf_counter_ns()
             rc = decode(h.ctx, batch)
             if rc != 0:
@@ -304,7 +291,7 @@ class BatchContext:
             for k, s in enumerate(live):
                 token = sample(s.chain.ptr, h.ctx, k)
                 t = perf_counter_ns()
-                s.take(token, t, info, p)
+                s.take(token, t)
             step_s.append((t - t0) * _NS)
             step_seqs.append(len(live))
 

@@ -186,26 +186,30 @@ class _Spent:
 
 
 class OutputTokens:
-    """What happens to each output token once it is sampled, in the plain loop and the speculative
-    one alike: its time mark, its text (stop strings, end-of-generation, max_tokens), its
-    predicted step and its event. The lists are the request's (run_request reads them after)."""
+    """What happens to each output token once it is sampled, in the plain, the speculative and the
+    batched loops alike: its time mark, its text (stop strings, end-of-generation, max_tokens),
+    its predicted step and its event. The lists are the caller's when given (run_request reads
+    them after), else its own."""
 
-    def __init__(self, req: Request, predictor: Any, token_info: Callable[[int], tuple[bytes, bool]],
-                 token_ns: list[int], ids_out: list[int], texts: list[str], steps: list):
-        p = req.params
-        self._text = TextAssembler(p.stop)
+    def __init__(self, params: SamplingParams, n_prompt: int, start_ns: int, predictor: Any,
+                 token_info: Callable[[int], tuple[bytes, bool]], token_ns: list[int] | None = None,
+                 ids_out: list[int] | None = None, texts: list[str] | None = None, steps: list | None = None):
+        self._text = TextAssembler(params.stop)
         self._step_s = predictor.step_s if predictor is not None else None
-        self._check_eog, self._last_i = not p.ignore_eos, p.max_tokens - 1
-        self._n_prompt, self._start = len(req.ids), req.start_ns
+        self._check_eog, self._last_i = not params.ignore_eos, params.max_tokens - 1
+        self._n_prompt, self._start = n_prompt, start_ns
         self._info = token_info
-        self._token_ns, self._ids, self._texts, self._steps = token_ns, ids_out, texts, steps
+        self.token_ns = [] if token_ns is None else token_ns  # perf_counter_ns() when each token was available
+        self.ids = [] if ids_out is None else ids_out  # output token ids
+        self.texts = [] if texts is None else texts  # text released with each token
+        self._steps = [] if steps is None else steps  # (ceiling, calibrated) step s per token, with a predictor
 
     def commit(self, token: int, t_ns: int) -> tuple[TokenEvent, FinishReason | None]:
         """Record one output token, available at perf_counter_ns() t_ns: (its event, the finish
         reason when it is the last, else None)."""
-        i = len(self._ids)
-        self._token_ns.append(t_ns)
-        self._ids.append(token)
+        i = len(self.ids)
+        self.token_ns.append(t_ns)
+        self.ids.append(token)
         text = self._text
         piece, eog = self._info(token)
         eog = eog and self._check_eog
@@ -218,7 +222,7 @@ class OutputTokens:
             step = self._step_s(self._n_prompt + i)
             self._steps.append(step)
             pred = step[1]
-        self._texts.append(out)
+        self.texts.append(out)
         finish: FinishReason | None = "stop" if stopped else ("length" if i == self._last_i else None)
         return TokenEvent(i, token, out, (t_ns - self._start) * _NS, self._n_prompt + i, pred), finish
 
@@ -234,7 +238,7 @@ def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, st
     chain = SamplerChain(lib, p, req.seed, handle.n_vocab, history=req.ids)
     smpl = chain.ptr
     tokens = kv.tokens
-    out = OutputTokens(req, predictor, token_info, token_ns, ids_out, texts, steps)
+    out = OutputTokens(p, len(req.ids), req.start_ns, predictor, token_info, token_ns, ids_out, texts, steps)
     try:
         for i in range(p.max_tokens):
             if i:

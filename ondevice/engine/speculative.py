@@ -282,7 +282,7 @@ class Speculator:
     def _run(self, handle, kv, req, predictor, token_info, smpl, batch, k_max, token_ns, ids_out, texts, steps, spent):
         lib, ctx, p = handle.lib, handle.ctx, req.params
         sample, decode = lib.llama_sampler_sample, lib.llama_decode
-        out = OutputTokens(req, predictor, token_info, token_ns, ids_out, texts, steps)
+        out = OutputTokens(p, len(req.ids), req.start_ns, predictor, token_info, token_ns, ids_out, texts, steps)
         drafter, planner, tokens = self._drafter, self.planner, kv.tokens
         token = sample(smpl, ctx, -1)  # the first token, from the prompt's logits
         s1 = perf_counter_ns()
