@@ -73,6 +73,7 @@ def auto_predictor(spec: ModelSpec, backend: str, progress: Progress | None = No
 
 
 FIRST_CONTACT = "first run on this machine: measuring its memory bandwidth (about 3 s, once)"
+FIRST_CONTACT_PASSES = 3  # memory-probe passes on first contact (the full probe takes 5, twice)
 
 
 def first_contact(backend: str, progress: Progress | None = None):
@@ -84,9 +85,6 @@ def first_contact(backend: str, progress: Progress | None = None):
     if progress is not None:
         progress(FIRST_CONTACT)
     return probe(kernel=False, backend=backend, memory_passes=FIRST_CONTACT_PASSES, disk=False)
-
-
-FIRST_CONTACT_PASSES = 3  # memory-probe passes on first contact (the full probe takes 5, twice)
 
 
 def estimated_calibration(result, spec: ModelSpec) -> Calibration:

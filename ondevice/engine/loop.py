@@ -149,7 +149,7 @@ def run_request(
         timings = replace(timings, ttft_visible_s=_visible_s(req, token_ns, ids_out, texts))
     ceiling, predicted = _rates(steps)
     ttft_fn = getattr(predictor, "ttft_s", None)
-    chunk = min(n_batch, getattr(handle, "n_ubatch", n_batch) or n_batch)
+    chunk = min(n_batch, handle.n_ubatch)  # llama.cpp computes a prompt in passes of n_ubatch tokens
     predicted_ttft = ttft_fn(n_prompt, n_cached, chunk) if callable(ttft_fn) else None
     predicted_e2e = predicted_ttft + sum(s[1] for s in steps[1:]) if predicted_ttft is not None and steps else None
     attribution = spent.attribution(timings, prefill_start, prefill_end, token_ns) if token_ns else None
