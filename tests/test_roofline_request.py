@@ -208,7 +208,10 @@ def test_monotone_curve_and_best_of_two():
 
     assert monotone([(1, 50.0), (2, 60.0), (4, 20.0), (8, 25.0)]) == ((1, 60.0), (2, 60.0), (4, 25.0), (8, 25.0))
     assert best_curve(((1, 10.0), (2, 5.0)), ((1, 8.0), (2, 6.0))) == ((1, 10.0), (2, 6.0))
-    assert curve_sizes(10 << 20) == [2 << 20, 4 << 20, 8 << 20, 10 << 20]
+    sizes = curve_sizes(10 << 20)
+    assert sizes[::2] == [2 << 20, 4 << 20, 8 << 20] and sizes[-1] == 10 << 20  # sqrt(2) steps, then DRAM's size
+    assert sizes[1] == int((2 << 20) * 2 ** 0.5) // 65536 * 65536 and len(sizes) == 6
+    assert all(b / a < 1.43 for a, b in zip(sizes, sizes[1:-1]))
 
 
 def test_a_cache_resident_model_is_predicted_faster_and_so_is_its_ceiling():

@@ -43,7 +43,7 @@ import numpy as np
 from ondevice.errors import ProbeError
 
 __all__ = ["MemoryProbe", "ComputeProbe", "DiskProbe", "probe_memory", "probe_compute", "probe_disk", "array_bytes_for",
-           "best_of"]
+           "best_of", "read_words"]
 
 _MB = 1 << 20
 _MIN_SLICE = 32 * 1024  # float64 elements per thread at least
@@ -94,7 +94,7 @@ def probe_memory(n_threads: int, array_bytes: int, passes: int = 5) -> MemoryPro
         raise ProbeError(f"memory probe: cannot allocate 2 x {n * 8} bytes") from exc
     bounds = _slices(n, n_threads)
     with ThreadPoolExecutor(n_threads, thread_name_prefix="ondevice-probe") as pool:
-        read_s = _best(pool, bounds, passes, lambda lo, hi: a[lo:hi].max())
+        read_s = _best(pool, bounds, passes, lambda lo, hi: read_words(a[lo:hi]))
         copy_s = _best(pool, bounds, passes, lambda lo, hi: np.copyto(b[lo:hi], a[lo:hi]))
     size = n * 8
     return MemoryProbe(
@@ -116,6 +116,14 @@ def best_of(a: MemoryProbe, b: MemoryProbe) -> MemoryProbe:
 def _slices(n: int, k: int) -> list[tuple[int, int]]:
     step = -(-n // k)
     return [(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def read_words(view: np.ndarray) -> int:
+    """Read every byte of a contiguous array once (the read-bandwidth kernel): an integer max over
+    its 32-bit words. numpy's float max checks for NaN and is compute-bound near 30 GB/s on two
+    threads, which a DRAM read outruns (on an AMD EPYC VM a C read kernel gave 41.6 GB/s where
+    a float64 max gave 31.9, median of 9 interleaved rounds); the integer max is plain SIMD."""
+    return int(view.view(np.int32).max())
 
 
 def _best(pool: ThreadPoolExecutor, bounds, passes: int, kernel: Callable[[int, int], object]) -> float:
