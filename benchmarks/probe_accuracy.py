@@ -415,6 +415,8 @@ def misses(report: dict) -> list[str]:
 
 
 def render(report: dict) -> str:
+    from ondevice.fmt import score_table
+
     lines = [f"threads: {report.get('threads') or 'engine default'}"]
     h = report.get("host")
     if h and "skipped" not in h:
@@ -435,16 +437,16 @@ def render(report: dict) -> str:
                      f"read {p['memory']['read_gbs']:.1f} GB/s, ceiling {p['ceiling_gbs']:.1f} GB/s; kernels "
                      + ", ".join(f"{t} {g:.1f}" for t, g in k["type_gbs"].items())
                      + f" GB/s; t0 {1e3 * k['t0_s']:.3f} ms, layer {1e6 * k['layer_s']:.1f} us, "
-                     f"vocab {1e9 * k['vocab_s']:.2f} ns, attention {1e9 * k['attn_s']:.1f} ns/score "
-                     f"+ {1e12 * k['attn_dim_s']:.1f} ps/score/head dim; fit rms {100 * k['fit_rms_rel']:.1f}%")
+                     f"vocab {1e9 * k['vocab_s']:.2f} ns, attention per score {score_table(k['attn_score_s'])}; "
+                     f"fit rms {100 * k['fit_rms_rel']:.1f}%")
     if "decode" in report:
         fits = [f for f in report["decode"]["round_fits"] if f]
         med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
         lines.append(f"per-round calibration ({len(fits)} rounds fitted), medians: "
                      + ", ".join(f"{t} {med([f['type_gbs'][t] for f in fits]):.1f}" for t in (fits[0]["type_gbs"] if fits else ()))
                      + f" GB/s; t0 {1e3 * med([f['t0_s'] for f in fits]):.3f} ms, layer {1e6 * med([f['layer_s'] for f in fits]):.1f} us, "
-                     f"vocab {1e9 * med([f['vocab_s'] for f in fits]):.2f} ns, attention {1e9 * med([f['attn_s'] for f in fits]):.1f} ns/score "
-                     f"+ {1e12 * med([f['attn_dim_s'] for f in fits]):.1f} ps/score/head dim; "
+                     f"vocab {1e9 * med([f['vocab_s'] for f in fits]):.2f} ns, attention per score "
+                     f"{score_table(_median_table([f['attn_score_s'] for f in fits]))}; "
                      f"ceiling {report['decode']['ceiling_gbs']:.1f} GB/s (best host figure of all rounds)")
         lines.append("")
         lines.append("| model | weight types | MB/token | ctx | measured tok/s (median; best) | paired error, median "
@@ -464,6 +466,13 @@ def render(report: dict) -> str:
         lines += _ttft_lines(report["decode"].get("ttft_rows", []), fits)
     lines += [f"target NOT met: {m}" for m in report.get("misses", [])] or ["targets met"]
     return "\n".join(lines)
+
+
+def _median_table(tables: list) -> tuple:
+    """Entry by entry, the median of several (head dims, seconds per score) tables of the same dims."""
+    if not tables:
+        return ()
+    return tuple((dims, statistics.median(t[i][1] for t in tables)) for i, (dims, _s) in enumerate(tables[0]))
 
 
 def _ttft_lines(rows: list[dict], fits: list[dict]) -> list[str]:

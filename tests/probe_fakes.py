@@ -8,6 +8,7 @@ from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
 from ondevice.probing.kernel import KernelPlan
 from ondevice.probing.host import ComputeProbe, MemoryProbe
 from ondevice.probing.result import KernelPoint, KernelProbe, ProbeResult
+from ondevice.roofline import score_s
 
 
 def fake_host(**kw) -> HostInfo:
@@ -27,8 +28,8 @@ def fake_result(*, build: str, backend: str = "CPU", kernel: bool = True, read_g
     if kernel:
         k = KernelProbe(
             backend=backend, n_threads=4, n_gpu_layers=0 if backend == "CPU" else -1,
-            type_gbs={"Q4_0": 10.0, "Q8_0": 14.0, "F16": 16.0}, t0_s=1e-4, layer_s=2e-5, vocab_s=1e-9, attn_s=1e-10,
-            attn_dim_s=1e-12,
+            type_gbs={"Q4_0": 10.0, "Q8_0": 14.0, "F16": 16.0}, t0_s=1e-4, layer_s=2e-5, vocab_s=1e-9,
+            attn_score_s=((128, 1e-10), (512, 1.5e-10)),
             fit_rms_rel=0.01, points=(KernelPoint("F16", 400_000_000, 1_000_000, 0.03, 32),), elapsed_s=20.0,
         )
     return ProbeResult(
@@ -51,19 +52,20 @@ def nvidia_host() -> HostInfo:
 
 # Known step-time model for the kernel-probe pipeline tests.
 TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9,
-        "attn_s": 1.0e-8, "attn_dim_s": 5e-11, "type_gflops": {"Q4_0": 120.0, "Q8_0": 150.0, "F16": 60.0},
+        "attn_score_s": ((64, 1.0e-8), (128, 1.2e-8), (256, 3.5e-8), (512, 1.5e-8)),  # not a line: as measured
+        "type_gflops": {"Q4_0": 120.0, "Q8_0": 150.0, "F16": 60.0},
         "attn_gflops": 40.0, "step_ratios": {"Q4_0": {2: 1.6, 3: 2.1, 4: 1.5, 8: 2.3, 16: 3.5},
                                              "Q8_0": {2: 1.9, 3: 2.2, 4: 2.1, 8: 2.8, 16: 4.4},
                                              "F16": {2: 1.3, 3: 1.5, 4: 1.6, 8: 2.0, 16: 2.9}}}
 TINY = KernelPlan(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, tiny_layers=(1, 4), tiny_vocab=1024,
-                  attn_shapes=((128, 4, 2, 2), (128, 1, 1, 2)), attn_d_ff=64, n_long=64, n_prompt=8, n_tokens=4, n_warmup=1,
+                  attn_shapes=((128, 4, 2, 2), (128, 2, 1, 2), (128, 1, 1, 2)), attn_d_ff=64, n_long=64, n_prompt=8, n_tokens=4, n_warmup=1,
                   types=("Q4_0", "Q8_0", "F16"))
 
 
 def model_time(t: str, nbytes: int, n_layer: int, n_vocab: int, attn_scores: int = 0, head_dims: int = 0,
                p=TRUE) -> float:
     return (nbytes / (p["type_gbs"][t] * 1e9) + p["t0_s"] + n_layer * p["layer_s"] + n_vocab * p["vocab_s"]
-            + attn_scores * (p["attn_s"] + head_dims * p["attn_dim_s"]))
+            + attn_scores * score_s(p["attn_score_s"], head_dims))
 
 
 def fake_measure(calls: list | None = None):
@@ -89,7 +91,7 @@ def true_prefill_s(spec, n_prompt: int, p=TRUE) -> float:
     """The prefill time the roofline's own arithmetic gives with the known terms above."""
     from ondevice.roofline import Calibration, Predictor
 
-    small = {k: p[k] for k in ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s")}
+    small = {k: p[k] for k in ("t0_s", "layer_s", "vocab_s", "attn_score_s")}
     cal = Calibration("CPU", ceiling_gbs=max(p["type_gbs"].values()), type_gbs=p["type_gbs"], kv_gbs=p["type_gbs"]["F16"],
                       type_gflops=p["type_gflops"], attn_gflops=p["attn_gflops"],
                       step_ratios={t: tuple(sorted(r.items())) for t, r in p["step_ratios"].items()}, **small)

@@ -10,6 +10,7 @@ from ondevice.errors import ProbeError
 from ondevice.modelspec import inspect
 from ondevice.probing import kernel
 from ondevice.probing.kernel import FitPoint, fit_points, plan_for, probe_kernels
+from ondevice.roofline import score_s
 from tests.probe_fakes import fake_measure_steps, TINY, TRUE, fake_measure, model_time
 
 def points(p=TRUE) -> list[FitPoint]:
@@ -17,6 +18,7 @@ def points(p=TRUE) -> list[FitPoint]:
             ("sized", "F16", 520e6, 5, 512, 0, 0), ("tiny", "Q4_0", 1e5, 2, 512, 0, 0), ("tiny", "Q8_0", 2e5, 2, 512, 0, 0),
             ("tiny", "F16", 3e5, 2, 512, 0, 0), ("tiny", "F16", 2e6, 16, 512, 0, 0), ("tiny", "F16", 4e6, 2, 32000, 0, 0),
             ("attn", "F16", 1e7, 4, 512, 2200, 128), ("attn", "F16", 1.4e7, 4, 512, 132000, 128),
+            ("attn", "F16", 1e7, 4, 512, 1100, 256), ("attn", "F16", 1.4e7, 4, 512, 66000, 256),
             ("attn", "F16", 1e7, 4, 512, 550, 512), ("attn", "F16", 1.4e7, 4, 512, 33000, 512)]
     return [FitPoint(r, t, int(b), n, v, m, h, model_time(t, int(b), n, v, m, h, p)) for r, t, b, n, v, m, h in spec]
 
@@ -25,27 +27,37 @@ def test_fit_recovers_known_parameters_exactly():
     fit = fit_points(points(), TINY.types)
     for t, gbs in TRUE["type_gbs"].items():
         assert fit["type_gbs"][t] == pytest.approx(gbs, rel=1e-9)
-    for k in ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s"):
+    for k in ("t0_s", "layer_s", "vocab_s"):
         assert fit[k] == pytest.approx(TRUE[k], rel=1e-6)
+    truth = dict(TRUE["attn_score_s"])
+    assert [d for d, _ in fit["attn_score_s"]] == [128, 256, 512]  # one entry per attention model's head
+    for dims, sec in fit["attn_score_s"]:  # not a line in the head's length: 12, 35, 15 ns, each recovered
+        assert sec == pytest.approx(truth[dims], rel=1e-6)
     assert fit["rms_rel_error"] < 1e-9
 
 
-def test_one_attention_model_leaves_the_head_term_out():
-    """Without a second head size the per-dimension term cannot be told apart: it stays 0 and
-    the per-score term takes the whole attention cost of that model."""
-    pts = [q for q in points() if q.head_dims != 512]
+def test_one_attention_model_prices_every_head_alike():
+    """With one head size the table has one entry: every head's score costs what that model's did."""
+    pts = [q for q in points() if q.head_dims == 128 or q.role != "attn"]
     fit = fit_points(pts, TINY.types)
-    assert fit["attn_dim_s"] == 0.0
-    assert fit["attn_s"] == pytest.approx(TRUE["attn_s"] + 128 * TRUE["attn_dim_s"], rel=1e-3)
+    assert fit["attn_score_s"] == ((128, pytest.approx(dict(TRUE["attn_score_s"])[128], rel=1e-6)),)
+    assert score_s(fit["attn_score_s"], 512) == score_s(fit["attn_score_s"], 64) == fit["attn_score_s"][0][1]
+
+
+def test_score_s_interpolates_between_the_measured_heads_and_clamps_past_them():
+    table = ((128, 1.2e-8), (256, 3.5e-8), (512, 1.5e-8))
+    assert score_s(table, 192) == pytest.approx(2.35e-8)
+    assert score_s(table, 384) == pytest.approx(2.5e-8)
+    assert score_s(table, 64) == 1.2e-8 and score_s(table, 1024) == 1.5e-8 and score_s((), 128) == 0.0
 
 def test_fit_keeps_small_terms_non_negative():
     p = {**TRUE, "layer_s": 0.0, "vocab_s": 0.0}
     pts = points(p)
     pts[6] = replace(pts[6], step_s=pts[6].step_s * 0.7)  # more layers, faster: noise
-    pts[9] = replace(pts[9], step_s=pts[8].step_s)  # a long context no slower: noise
-    pts[11] = replace(pts[11], step_s=pts[10].step_s)
+    for long in (9, 11, 13):  # a long context no faster: noise
+        pts[long] = replace(pts[long], step_s=pts[long - 1].step_s * 0.9)
     fit = fit_points(pts, TINY.types)
-    assert min(fit["layer_s"], fit["vocab_s"], fit["t0_s"], fit["attn_s"], fit["attn_dim_s"]) >= 0
+    assert min(fit["layer_s"], fit["vocab_s"], fit["t0_s"], *(sec for _d, sec in fit["attn_score_s"])) >= 0
     assert fit["rms_rel_error"] > 0
 
 
@@ -103,8 +115,9 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     for t, gbs in TRUE["type_gbs"].items():
         assert k.type_gbs[t] == pytest.approx(gbs, rel=1e-6)
     assert k.t0_s == pytest.approx(TRUE["t0_s"], rel=1e-6) and k.backend == "CPU" and k.n_threads == 3
-    assert k.attn_s == pytest.approx(TRUE["attn_s"], rel=1e-6)
-    assert k.attn_dim_s == pytest.approx(TRUE["attn_dim_s"], rel=1e-6)
+    truth = dict(TRUE["attn_score_s"])
+    assert [d for d, _ in k.attn_score_s] == [64, 128, 256]  # TINY's attention models: heads of 32, 64, 128
+    assert all(sec == pytest.approx(truth[d], rel=1e-6) for d, sec in k.attn_score_s)
     assert k.pass_spread == 0.0
     for t, gflops in TRUE["type_gflops"].items():  # the prefill rates come back too
         assert k.type_gflops[t] == pytest.approx(gflops, rel=1e-6)
@@ -174,5 +187,5 @@ def test_the_median_pass_counts(tmp_path, monkeypatch):
     k = probe_kernels(TINY, tmp_path / "models")
     assert TINY.passes == 3 and n["calls"] == n_runs * TINY.passes
     assert k.type_gbs["F16"] == pytest.approx(TRUE["type_gbs"]["F16"], rel=1e-6)
-    assert k.attn_dim_s == pytest.approx(TRUE["attn_dim_s"], rel=1e-6)
+    assert k.attn_score_s[-1][1] == pytest.approx(dict(TRUE["attn_score_s"])[256], rel=1e-6)
     assert k.pass_spread == pytest.approx(2.0 / (2 / 3) - 1)  # slowest / fastest pass - 1

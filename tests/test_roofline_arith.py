@@ -235,26 +235,29 @@ def test_predictor_attention_term(tiny_model):
 
     spec = inspect(tiny_model)
     base = Calibration("CPU", ceiling_gbs=20, type_gbs={"F16": 8.0}, t0_s=1e-4)
-    with_attn = replace(base, attn_s=1e-9)
+    with_attn = replace(base, attn_score_s=((32, 1e-9),))
     for n in (1, 300):
         _, a = Predictor(spec, base).step_s(n)
         _, b = Predictor(spec, with_attn).step_s(n)
         assert b - a == pytest.approx(attention_scores(spec, n) * 1e-9, rel=1e-9)
 
 
-def test_predictor_attention_head_term(tiny_model, default_model):
-    """Per score, attn_dim_s for every key and value dimension: gemma's 256 + 256, the tiny model's 16 + 16."""
-    from ondevice.roofline import attention_head_dims, attention_scores
+def test_predictor_prices_a_score_by_its_head(tiny_model, default_model):
+    """Per score, the probe's table at the model's key + value dims (gemma's 256 + 256, the tiny
+    model's 16 + 16): its own entry, or linear between the two nearest."""
+    from ondevice.roofline import attention_head_dims, attention_scores, score_s
 
-    assert attention_head_dims(inspect(default_model)) == 512
-    spec = inspect(tiny_model)
-    assert attention_head_dims(spec) == 2 * spec.head_dim_k
-    base = Calibration("CPU", ceiling_gbs=20, type_gbs={"F16": 8.0}, attn_s=1e-9)
-    wider = replace(base, attn_dim_s=1e-11)
-    for n in (1, 300):
-        _, a = Predictor(spec, base).step_s(n)
-        _, b = Predictor(spec, wider).step_s(n)
-        assert b - a == pytest.approx(attention_scores(spec, n) * attention_head_dims(spec) * 1e-11, rel=1e-9)
+    gemma, tiny = inspect(default_model), inspect(tiny_model)
+    assert attention_head_dims(gemma) == 512 and attention_head_dims(tiny) == 2 * tiny.head_dim_k == 32
+    table = ((16, 1e-9), (48, 3e-9), (512, 2e-9))
+    base = Calibration("CPU", ceiling_gbs=20, type_gbs={"F16": 8.0, "Q8_0": 8.0})
+    timed = replace(base, attn_score_s=table)
+    for spec, per_score in ((tiny, 2e-9), (gemma, 2e-9)):  # 32 dims: halfway from 16 to 48; 512: its own
+        assert score_s(table, attention_head_dims(spec)) == pytest.approx(per_score)
+        for n in (1, 300):
+            _, a = Predictor(spec, base).step_s(n)
+            _, b = Predictor(spec, timed).step_s(n)
+            assert b - a == pytest.approx(attention_scores(spec, n) * per_score, rel=1e-9)
 
 
 def test_sliding_windows_count_the_window_unless_the_runtime_reads_every_cell(default_model):
@@ -263,7 +266,7 @@ def test_sliding_windows_count_the_window_unless_the_runtime_reads_every_cell(de
     from ondevice.roofline import attention_scores
 
     spec = inspect(default_model)
-    cal = Calibration("CPU", ceiling_gbs=10, type_gbs={"Q8_0": 5.0}, kv_gbs=4.0, attn_s=1e-10)
+    cal = Calibration("CPU", ceiling_gbs=10, type_gbs={"Q8_0": 5.0}, kv_gbs=4.0, attn_score_s=((512, 1e-10),))
     n = 4096
     masked, windowed = Predictor(spec, replace(cal, swa_full=True)), Predictor(spec, cal)
     base = masked.step_s(0)[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ondevice.cli.output import dump_json, terminal_width
-from ondevice.fmt import fold_lines, human_bytes, table
+from ondevice.fmt import fold_lines, human_bytes, score_table, table
 
 __all__ = ["register", "run", "render", "age_text", "cpu_buffers_text", "disk_text"]
 
@@ -120,7 +120,7 @@ def render(r, *, width: int | None = None) -> str:
         lines.append("  " + table(["weights", "GB/s", "of host read"], rows, align="lrr", width=None if width is None else width - 2, full="--json").replace("\n", "\n  "))
         lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
                      f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns,")
-        lines.append(f"  per attention score {1e9 * k.attn_s:.1f} ns + {1e12 * k.attn_dim_s:.1f} ps per head dimension")
+        lines.append(f"  per attention score (query head x cached token x layer), {score_table(k.attn_score_s)}")
         if k.type_gflops:
             lines.append("  prefill (batched) " + ", ".join(f"{t} {g:.0f}" for t, g in k.type_gflops.items())
                          + " GFLOP/s" + (f"; attention {k.attn_gflops:.0f} GFLOP/s" if k.attn_gflops else ""))

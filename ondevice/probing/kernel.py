@@ -8,16 +8,16 @@ memory) with few/many layers and a small/large vocabulary; and two small attenti
 the backend the engine uses; its median inter-token latency is one point. The fit gives
 
     step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s
-             + attn_scores * (attn_s + head_dims * attn_dim_s)
+             + attn_scores * score_s(head_dims)
 
 (each term set by the runs that carry its signal: see fit_points).
 bw_type is the effective bandwidth the runtime's kernels reach on that weight type (the KV
 cache, f16, counts as F16 bytes); t0 the fixed per-token cost (graph, launches, Python);
 layer_s the per-layer cost (op dispatch, thread barriers, kernel launches); vocab_s the
-per-vocabulary-entry cost (logits, sampling); attn_s the cost per attention score (one
-query head against one cached token in one layer: what GQA does not save on a CPU) and
-attn_dim_s its part that grows with the head (key + value dimensions: the dot product and
-the weighted sum), told apart by two attention models with heads of 64 and 256.
+per-vocabulary-entry cost (logits, sampling); score_s the cost per attention score (one
+query head against one cached token in one layer: what GQA does not save on a CPU), measured
+at each attention model's head (key + value dimensions: the dot product and the weighted sum)
+and interpolated between them (roofline.score_s): heads of 64, 128 and 256, the common lengths.
 A run's weight bytes are all counted as its main type (norms and the small head are < 1%).
 
 Prefill (more than one token per llama_decode) is fitted apart, after the decode fit: each
@@ -64,8 +64,9 @@ class KernelPlan:
     tiny_d_model: int = 64  # width of the tiny models (weights stay in cache)
     tiny_layers: tuple[int, int] = (2, 16)  # blocks of the two tiny models (per-layer cost)
     tiny_vocab: int = 32000  # vocabulary of the large-vocab tiny model (per-entry cost)
-    attn_shapes: tuple[tuple[int, int, int, int], ...] = ((1024, 16, 4, 8), (1024, 4, 1, 8))  # attention models:
-    # d_model, heads, KV heads, blocks (head dimension 64 and 256; the same weights and KV bytes)
+    attn_shapes: tuple[tuple[int, int, int, int], ...] = ((1024, 16, 4, 8), (2048, 16, 4, 8), (1024, 4, 1, 8))  # attention
+    # models: d_model, heads, KV heads, blocks (head dimension 64, 128 and 256: Llama 3.2 1B's, Llama 3 8B's and
+    # Qwen's, Gemma's; per score they cost 12, ~35 and 11-18 ns on an AMD EPYC VM, no line through them)
     attn_d_ff: int = 256  # feed-forward width of the attention models (small: the context's cost stands out)
     n_long: int = 2048  # prompt tokens of the attention model's long-context run (attention dominates there)
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
@@ -354,78 +355,85 @@ def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, bool]], dec
 
 # ---------- the fit ----------
 
-
-
 def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> dict:
     """Fit the step-time model so that each term is set by the runs that carry its signal:
 
     bandwidth of a type: the sized runs of that type (least squares, relative residuals);
     t0, layer_s, vocab_s: the tiny runs (least squares; their weights sit in the caches and
-    count as 0 bytes); attn_s and attn_dim_s: each attention model's long run against its
-    short run (same weights; the extra KV bytes at the F16 bandwidth), the narrowest heads
-    setting attn_s and the widest attn_dim_s (with one attention model, attn_dim_s is 0). These conditions
-    are solved together as one linear system. A small term that comes out negative (noise)
-    is pinned at zero and the rest solved again; if a bandwidth still comes out non-positive
-    (fixed costs above a sized run), all small terms are pinned. Raises ProbeError when a
-    step is not positive, a type has no sized run, or no bandwidth can be positive.
+    count as 0 bytes); the seconds per attention score at each attention model's head dims
+    (attn_score_s): that model's long run against its short run (same weights; the extra KV bytes
+    at the F16 bandwidth). Every run's attention scores are priced by the table as the roofline
+    prices them (roofline.score_weights), so the conditions are one linear system. A small term
+    that comes out negative (noise) is pinned at zero and the rest solved again; if a bandwidth
+    still comes out non-positive (fixed costs above a sized run), all small terms are pinned.
+    Raises ProbeError when a step is not positive, a type has no sized run, or no bandwidth can be
+    positive.
     """
+    from ondevice.roofline import score_weights
+
     if any(not p.step_s > 0 for p in points):
         raise ProbeError("kernel probe: a decode step time was not positive")
     missing = sorted(set(types) - {p.weight_type for p in points if p.role == "sized"})
     if missing:
         raise ProbeError(f"kernel probe: no measurement for {missing}")
     cols = len(types)
-    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types]
-                  + [1.0, p.n_layer, p.n_vocab, p.attn_scores, p.attn_scores * p.head_dims] for p in points], dtype=np.float64)
+    dims = sorted({p.head_dims for p in points if p.role == "attn"})
+    table = [(d, 0.0) for d in dims]
+    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab]
+                  + [p.attn_scores * w for w in score_weights(table, p.head_dims)] for p in points], dtype=np.float64)
     y = np.array([p.step_s for p in points])
     w2 = 1.0 / y**2
     scale = np.abs(m).max(axis=0)  # solve for x * scale: columns of bytes and counts differ by 1e8
     scale[scale == 0] = 1.0
-    rows, rhs = _conditions(points, types, m / scale, y, w2)
-    one_head_size = len({p.head_dims for p in points if p.role == "attn"}) < 2
-    x = _solve(rows, rhs, scale, cols, {SMALL_TERMS.index("attn_dim_s")} if one_head_size else set())
+    rows, rhs = _conditions(points, types, dims, m / scale, y, w2)
+    n_small = len(_FIXED_TERMS) + len(dims)
+    x = _solve(rows, rhs, scale, cols, n_small, set())
     if (x[:cols] <= 0).any():  # fixed costs above a sized run (a busy moment): bandwidths from the sized runs alone
-        x = _solve(rows, rhs, scale, cols, set(range(len(SMALL_TERMS))))
+        x = _solve(rows, rhs, scale, cols, n_small, set(range(n_small)))
     if (x[:cols] <= 0).any():
         raise ProbeError("kernel probe: decode was no slower than the fixed costs for some type; "
                          "run it again on a quieter machine")
     resid = float(np.sum(w2 * (m @ x - y) ** 2))
     out = {"type_gbs": {t: float(1.0 / x[i] / 1e9) for i, t in enumerate(types)}}
-    out.update({name: float(x[cols + i]) for i, name in enumerate(SMALL_TERMS)})
+    out.update({name: float(x[cols + i]) for i, name in enumerate(_FIXED_TERMS)})
+    out["attn_score_s"] = tuple((d, float(x[cols + len(_FIXED_TERMS) + i])) for i, d in enumerate(dims))
     out["rms_rel_error"] = float(np.sqrt(resid / len(points)))
     return out
 
 
-def _solve(rows: np.ndarray, rhs: np.ndarray, scale: np.ndarray, cols: int, zeroed: set[int]) -> np.ndarray:
+_FIXED_TERMS = ("t0_s", "layer_s", "vocab_s")  # the fit's small terms before the attention table's
+
+
+def _solve(rows: np.ndarray, rhs: np.ndarray, scale: np.ndarray, cols: int, n_small: int, zeroed: set[int]) -> np.ndarray:
     """Solve the conditions with the small terms in `zeroed` pinned at 0; a small term that comes
     out negative is pinned too, one at a time (an active set)."""
     zeroed = set(zeroed)
     while True:
-        keep = [i for i in range(cols + len(SMALL_TERMS)) if i - cols not in zeroed]
-        x = np.zeros(cols + len(SMALL_TERMS))
+        keep = [i for i in range(cols + n_small) if i - cols not in zeroed]
+        x = np.zeros(cols + n_small)
         x[keep] = np.linalg.lstsq(rows[np.ix_(keep, keep)], rhs[keep], rcond=None)[0] / scale[keep]
-        worst = min(range(len(SMALL_TERMS)), key=lambda k: x[cols + k])
+        worst = min(range(n_small), key=lambda k: x[cols + k])
         if x[cols + worst] >= 0:
             return x
         zeroed.add(worst)
 
 
-def _conditions(points, types, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
+def _conditions(points, types, dims, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
     """One linear condition per unknown (row i sets unknown i): sum_j c_j * (y_j - m_j . x) = 0."""
-    n = len(types) + len(SMALL_TERMS)
+    fixed = len(types) + len(_FIXED_TERMS)
+    n = fixed + len(dims)
     rows, rhs = np.zeros((n, n)), np.zeros(n)
     sized = np.array([p.role == "sized" for p in points])
     tiny = np.array([p.role == "tiny" for p in points])
     for i, t in enumerate(types):  # least squares in inv_bw over the sized runs of type t
         c = w2 * m[:, i] * (sized & np.array([p.weight_type == t for p in points]))
         rows[i], rhs[i] = c @ m, c @ y
-    for k in range(3):  # least squares in t0, layer_s, vocab_s over the tiny runs
-        c = w2 * m[:, len(types) + k] * tiny
-        rows[len(types) + k], rhs[len(types) + k] = c @ m, c @ y
-    widths = sorted({p.head_dims for p in points if p.role == "attn"})
-    for row, width in ((-2, widths[0] if widths else None), (-1, widths[-1] if len(widths) > 1 else None)):
+    for k in range(len(types), fixed):  # least squares in t0, layer_s, vocab_s over the tiny runs
+        c = w2 * m[:, k] * tiny
+        rows[k], rhs[k] = c @ m, c @ y
+    for row, width in enumerate(dims, start=fixed):  # each attention model: its long run minus its short one
         runs = [j for j, p in enumerate(points) if p.role == "attn" and p.head_dims == width]
-        if len(runs) >= 2:  # the long attention run minus the short one
-            short, long = min(runs, key=lambda j: m[j, -2]), max(runs, key=lambda j: m[j, -2])
+        if len(runs) >= 2:
+            short, long = min(runs, key=lambda j: points[j].attn_scores), max(runs, key=lambda j: points[j].attn_scores)
             rows[row], rhs[row] = m[long] - m[short], y[long] - y[short]
     return rows, rhs

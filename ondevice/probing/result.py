@@ -13,10 +13,10 @@ from ondevice.roofline import Calibration
 
 __all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION", "SMALL_TERMS"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5  # 5: attention as a table of per-score seconds by head dims (attn_score_s)
 # The step-time terms besides the bandwidths: fields of KernelProbe and of roofline.Calibration
 # by these names, and the keys of kernel.fit_points' result.
-SMALL_TERMS = ("t0_s", "layer_s", "vocab_s", "attn_s", "attn_dim_s")
+SMALL_TERMS = ("t0_s", "layer_s", "vocab_s", "attn_score_s")
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ class KernelProbe:
     t0_s: float  # fixed per-token cost, seconds (intercept of the fit, >= 0)
     layer_s: float  # extra cost per transformer block per token, seconds (>= 0)
     vocab_s: float  # extra cost per vocabulary entry per token (logits, sampling), seconds (>= 0)
-    attn_s: float  # cost per attention score (query head x context token x layer), seconds (>= 0)
-    attn_dim_s: float  # ... plus this per score and head dimension (key + value dims), seconds (>= 0)
+    attn_score_s: tuple[tuple[int, float], ...]  # (key + value head dims of an attention model, seconds per
+    # attention score (query head x context token x layer), >= 0), growing dims (roofline.score_s interpolates)
     fit_rms_rel: float  # root-mean-square relative residual of the fit (0.02 = 2%)
     points: tuple[KernelPoint, ...]  # every measurement the fit used
     elapsed_s: float  # wall time of the kernel probe, seconds (models from cache or built)
@@ -69,7 +69,8 @@ class KernelProbe:
     def from_dict(cls, d: dict[str, Any]) -> "KernelProbe":
         ratios = {t: {int(n): float(r) for n, r in table.items()} for t, table in (d.get("step_ratios") or {}).items()}
         return cls(**{**_known(cls, d), "points": tuple(KernelPoint(**_known(KernelPoint, p)) for p in d["points"]),
-                      "step_ratios": ratios})
+                      "step_ratios": ratios,
+                      "attn_score_s": tuple((int(dims), float(sec)) for dims, sec in d["attn_score_s"])})
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,16 @@ it). The calibrated prediction uses what the runtime's own kernels reach per wei
 (kernel probe) and the fixed costs the probe fitted:
 
     t(s) = sum_type bytes_type / bw_type + kv_bytes(s) / bw_kv
-           + attn_scores(s) * (attn_s + (head_dim_k + head_dim_v) * attn_dim_s)
+           + attn_scores(s) * score_s(head_dim_k + head_dim_v)
            + t0 + n_layer * layer_s + n_vocab * vocab_s
 
 (attn_scores: query heads x context tokens x layers, the attention work over the context,
-which on a CPU costs more than its bytes: a softmax entry (attn_s, per score) and a dot
-product and a weighted sum as long as the head (attn_dim_s, per score and head dimension).
+which on a CPU costs more than its bytes: a dot product as long as the key, a softmax entry
+and a weighted sum as long as the value. score_s, the seconds of one score, is what the probe's
+attention models measured at their head dimensions (attn_score_s), linear between them and
+clamped at the ends: it is not linear in the head's length on a CPU (an AMD EPYC VM, two
+threads, 2,048 tokens: 12 ns per score at heads of 64, about 35 at 128, 11-18 at 256 with one
+KV head), so the probe measures the common lengths rather than a slope.
 llama.cpp keeps every token in sliding-window layers by default (swa_full) but its attention
 skips the masked cells, reading neither their K/V nor scoring them: measured on Gemma 3 at 4,096
 tokens, decode ran 5% below the windowed prediction and 25% above the whole-context one, so the
@@ -52,7 +56,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from ondevice.modelspec import ModelSpec
 
 __all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "effective_gflops", "read_speedup", "attention_scores",
-           "attention_head_dims", "causal_spans"]
+           "attention_head_dims", "causal_spans", "score_s", "score_weights"]
 
 _GB = 1e9
 
@@ -74,8 +78,8 @@ class Calibration:
     t0_s: float = 0.0  # fixed per-token cost, seconds
     layer_s: float = 0.0  # per-block per-token cost, seconds
     vocab_s: float = 0.0  # per-vocabulary-entry per-token cost, seconds
-    attn_s: float = 0.0  # cost per attention score (query head x context token x layer), seconds
-    attn_dim_s: float = 0.0  # ... plus this per score and head dimension (key + value dims), seconds
+    attn_score_s: tuple[tuple[int, float], ...] = ()  # (key + value head dims, seconds per attention score
+    # (query head x context token x layer)), growing dims: the probe's attention models (score_s interpolates)
     swa_full: bool = False  # sliding-window layers: False, the calibrated KV and attention terms count the
     # window (llama.cpp skips masked cells); True, every cached token (a runtime that masks without skipping)
     compute_gflops: float | None = None  # achievable GFLOP/s for the TTFT floor (None: unknown)
@@ -171,6 +175,29 @@ def causal_spans(p0: int, p1: int, window: int | None = None) -> float:
     return upto(p1) - upto(p0)
 
 
+def score_weights(table: Sequence[tuple[int, float]], head_dims: int) -> list[float]:
+    """How much of each entry of a (head dims, seconds per score) table makes the cost of one score
+    of a head of head_dims: linear between the two nearest entries, the nearest one alone past either
+    end (so score_s is linear in the table's seconds, which kernel.fit_points solves for)."""
+    dims = [d for d, _ in table]
+    weights = [0.0] * len(dims)
+    if not dims:
+        return weights
+    if head_dims <= dims[0] or head_dims >= dims[-1]:
+        weights[0 if head_dims <= dims[0] else -1] = 1.0
+        return weights
+    i = next(k for k in range(1, len(dims)) if head_dims <= dims[k])
+    f = (head_dims - dims[i - 1]) / (dims[i] - dims[i - 1])
+    weights[i - 1], weights[i] = 1.0 - f, f
+    return weights
+
+
+def score_s(table: Sequence[tuple[int, float]], head_dims: int) -> float:
+    """Seconds of one attention score for a head of head_dims (key + value dims), from the probe's
+    table (score_weights); 0 without one."""
+    return sum(w * s for w, (_d, s) in zip(score_weights(table, head_dims), table))
+
+
 def attention_head_dims(spec: ModelSpec) -> int:
     """Head dimensions one attention score works through: the key's (dot product) plus the
     value's (weighted sum); 0 when unknown."""
@@ -205,8 +232,8 @@ class Predictor:
         self._kv_full_s = full_kv / self._kv_bps  # KV read seconds per context token (memory: cache-scaled)
         self._kv_window_s = window_kv / self._kv_bps
         self._attn_full_s = self._attn_window_s = 0.0  # attention seconds per context token (compute)
-        if (calibration.attn_s or calibration.attn_dim_s) and spec.n_layer:
-            per = (spec.n_head or 0) * (calibration.attn_s + attention_head_dims(spec) * calibration.attn_dim_s)
+        if calibration.attn_score_s and spec.n_layer:
+            per = (spec.n_head or 0) * score_s(sorted(calibration.attn_score_s), attention_head_dims(spec))
             n_swa = 0 if calibration.swa_full else sum(1 for i in range(spec.n_layer) if i in swa)
             self._attn_full_s = per * (spec.n_layer - n_swa)
             self._attn_window_s = per * n_swa
