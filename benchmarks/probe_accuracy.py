@@ -437,7 +437,8 @@ def render(report: dict) -> str:
                      f"read {p['memory']['read_gbs']:.1f} GB/s, ceiling {p['ceiling_gbs']:.1f} GB/s; kernels "
                      + ", ".join(f"{t} {g:.1f}" for t, g in k["type_gbs"].items())
                      + f" GB/s; t0 {1e3 * k['t0_s']:.3f} ms, layer {1e6 * k['layer_s']:.1f} us, "
-                     f"vocab {1e9 * k['vocab_s']:.2f} ns, attention per score {score_table(k['attn_score_s'])}; "
+                     f"vocab {1e9 * k['vocab_s']:.2f} ns, row {1e9 * k['row_s']:.2f} ns, attention per score "
+                     f"{score_table(k['attn_score_s'])}; "
                      f"fit rms {100 * k['fit_rms_rel']:.1f}%")
     if "decode" in report:
         fits = [f for f in report["decode"]["round_fits"] if f]
@@ -445,7 +446,8 @@ def render(report: dict) -> str:
         lines.append(f"per-round calibration ({len(fits)} rounds fitted), medians: "
                      + ", ".join(f"{t} {med([f['type_gbs'][t] for f in fits]):.1f}" for t in (fits[0]["type_gbs"] if fits else ()))
                      + f" GB/s; t0 {1e3 * med([f['t0_s'] for f in fits]):.3f} ms, layer {1e6 * med([f['layer_s'] for f in fits]):.1f} us, "
-                     f"vocab {1e9 * med([f['vocab_s'] for f in fits]):.2f} ns, attention per score "
+                     f"vocab {1e9 * med([f['vocab_s'] for f in fits]):.2f} ns, row {1e9 * med([f['row_s'] for f in fits]):.2f} ns, "
+                     f"attention per score "
                      f"{score_table(_median_table([f['attn_score_s'] for f in fits]))}; "
                      f"ceiling {report['decode']['ceiling_gbs']:.1f} GB/s (best host figure of all rounds)")
         lines.append("")

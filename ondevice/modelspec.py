@@ -67,6 +67,9 @@ class ModelSpec:
     head_type: str | None = None  # tensor type of the output head (output.weight, or token_embd when tied)
     head_bytes: int = 0  # bytes of the output head, read whole for every token whose logits are kept
     kv_cache_types: tuple[str, str] = ("f16", "f16")  # K and V cache element types kv_bytes_per_token_by_layer counts
+    decode_rows_by_type: dict[str, int] = field(default_factory=dict)  # tensor type -> rows (output features) of the
+    # matrix-vector products one decode step computes in weights of that type (routed experts: the used ones; the head's
+    # n_vocab included): each is one dot product with its own set-up, whatever its length
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -162,6 +165,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         decode_weight_bytes=sum(counts["decode_bytes_by_type"].values()),
         bytes_by_type=counts["bytes_by_type"],
         decode_bytes_by_type=counts["decode_bytes_by_type"],
+        decode_rows_by_type=counts["decode_rows_by_type"],
         kv_bytes_per_token_by_layer=_kv_by_layer(g, shape, n_head_kv_layers, warnings),
         n_tensors=len(g.tensors),
         header_bytes=g.data_offset,
@@ -268,6 +272,7 @@ def _count_tensors(tensors, *, tied: bool, n_vocab: int | None, n_expert: int, n
     n_params = n_active = n_matmul = 0
     bytes_by_type: dict[str, int] = {}
     decode_by_type: dict[str, int] = {}
+    rows_by_type: dict[str, int] = {}
     for t in tensors:
         n = t.n_elements
         bytes_by_type[t.type_name] = bytes_by_type.get(t.type_name, 0) + t.n_bytes
@@ -280,6 +285,8 @@ def _count_tensors(tensors, *, tied: bool, n_vocab: int | None, n_expert: int, n
             read = t.n_bytes // rows  # one row gathered per token
         elif len(t.shape) >= 2:
             n_matmul += round(n * fraction)
+            experts = t.shape[2] if len(t.shape) > 2 else 1
+            rows_by_type[t.type_name] = rows_by_type.get(t.type_name, 0) + round(t.shape[1] * experts * fraction)
         decode_by_type[t.type_name] = decode_by_type.get(t.type_name, 0) + read
     return {
         "n_params": n_params,
@@ -287,6 +294,7 @@ def _count_tensors(tensors, *, tied: bool, n_vocab: int | None, n_expert: int, n
         "n_params_matmul": n_matmul,
         "bytes_by_type": dict(sorted(bytes_by_type.items(), key=lambda kv: -kv[1])),
         "decode_bytes_by_type": dict(sorted(decode_by_type.items(), key=lambda kv: -kv[1])),
+        "decode_rows_by_type": rows_by_type,
     }
 
 

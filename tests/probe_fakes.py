@@ -51,7 +51,7 @@ def nvidia_host() -> HostInfo:
 
 
 # Known step-time model for the kernel-probe pipeline tests.
-TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9,
+TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9, "row_s": 4e-9,
         "attn_score_s": ((64, 1.0e-8), (128, 1.2e-8), (256, 3.5e-8), (512, 1.5e-8)),  # not a line: as measured
         "type_gflops": {"Q4_0": 120.0, "Q8_0": 150.0, "F16": 60.0},
         "attn_gflops": 40.0, "step_ratios": {"Q4_0": {2: 1.6, 3: 2.1, 4: 1.5, 8: 2.3, 16: 3.5},
@@ -59,12 +59,13 @@ TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "lay
                                              "F16": {2: 1.3, 3: 1.5, 4: 1.6, 8: 2.0, 16: 2.9}}}
 TINY = KernelPlan(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, tiny_layers=(1, 4), tiny_vocab=1024,
                   attn_shapes=((128, 4, 2, 2), (128, 2, 1, 2), (128, 1, 1, 2)), attn_d_ff=64, n_long=64, n_prompt=8, n_tokens=4, n_warmup=1,
+                  narrow=(64, 2, 1, 128), narrow_layers=6,
                   types=("Q4_0", "Q8_0", "F16"))
 
 
 def model_time(t: str, nbytes: int, n_layer: int, n_vocab: int, attn_scores: int = 0, head_dims: int = 0,
-               p=TRUE) -> float:
-    return (nbytes / (p["type_gbs"][t] * 1e9) + p["t0_s"] + n_layer * p["layer_s"] + n_vocab * p["vocab_s"]
+               p=TRUE, rows: int = 0) -> float:
+    return (nbytes / (p["type_gbs"][t] * 1e9) + p["t0_s"] + n_layer * p["layer_s"] + n_vocab * p["vocab_s"] + rows * p["row_s"]
             + attn_scores * score_s(p["attn_score_s"], head_dims))
 
 
@@ -81,7 +82,8 @@ def fake_measure(calls: list | None = None):
         if calls is not None:
             calls.append((path.name, n_prompt))
         nbytes = 0 if path.name.startswith("tiny-") else spec.decode_weight_bytes + spec.kv_read_bytes(n)  # cached
-        step = model_time(main, nbytes, spec.n_layer, spec.n_vocab, attention_scores(spec, n), attention_head_dims(spec))
+        step = model_time(main, nbytes, spec.n_layer, spec.n_vocab, attention_scores(spec, n), attention_head_dims(spec),
+                          rows=sum(spec.decode_rows_by_type.values()))
         return (step if decode else 0.0), "CPU", 3, spec, true_prefill_s(spec, n_prompt)
 
     return measure
@@ -91,7 +93,7 @@ def true_prefill_s(spec, n_prompt: int, p=TRUE) -> float:
     """The prefill time the roofline's own arithmetic gives with the known terms above."""
     from ondevice.roofline import Calibration, Predictor
 
-    small = {k: p[k] for k in ("t0_s", "layer_s", "vocab_s", "attn_score_s")}
+    small = {k: p[k] for k in ("t0_s", "layer_s", "vocab_s", "row_s", "attn_score_s")}
     cal = Calibration("CPU", ceiling_gbs=max(p["type_gbs"].values()), type_gbs=p["type_gbs"], kv_gbs=p["type_gbs"]["F16"],
                       type_gflops=p["type_gflops"], attn_gflops=p["attn_gflops"],
                       step_ratios={t: tuple(sorted(r.items())) for t, r in p["step_ratios"].items()}, **small)

@@ -19,21 +19,35 @@ def points(p=TRUE) -> list[FitPoint]:
             ("tiny", "F16", 3e5, 2, 512, 0, 0), ("tiny", "F16", 2e6, 16, 512, 0, 0), ("tiny", "F16", 4e6, 2, 32000, 0, 0),
             ("attn", "F16", 1e7, 4, 512, 2200, 128), ("attn", "F16", 1.4e7, 4, 512, 132000, 128),
             ("attn", "F16", 1e7, 4, 512, 1100, 256), ("attn", "F16", 1.4e7, 4, 512, 66000, 256),
-            ("attn", "F16", 1e7, 4, 512, 550, 512), ("attn", "F16", 1.4e7, 4, 512, 33000, 512)]
-    return [FitPoint(r, t, int(b), n, v, m, h, model_time(t, int(b), n, v, m, h, p)) for r, t, b, n, v, m, h in spec]
+            ("attn", "F16", 1e7, 4, 512, 550, 512), ("attn", "F16", 1.4e7, 4, 512, 33000, 512),
+            ("narrow", "Q8_0", 150e6, 30, 512, 0, 0)]
+    rows = {"sized": 110_000, "narrow": 190_000, "tiny": 1_500, "attn": 40_000}  # matrix rows per step
+    return [FitPoint(r, t, int(b), n, v, m, h, model_time(t, int(b), n, v, m, h, p, rows[r] + (v if r == "tiny" else 0)),
+                     rows[r] + (v if r == "tiny" else 0)) for r, t, b, n, v, m, h in spec]
 
 
 def test_fit_recovers_known_parameters_exactly():
     fit = fit_points(points(), TINY.types)
     for t, gbs in TRUE["type_gbs"].items():
         assert fit["type_gbs"][t] == pytest.approx(gbs, rel=1e-9)
-    for k in ("t0_s", "layer_s", "vocab_s"):
+    for k in ("t0_s", "layer_s", "vocab_s", "row_s"):
         assert fit[k] == pytest.approx(TRUE[k], rel=1e-6)
     truth = dict(TRUE["attn_score_s"])
     assert [d for d, _ in fit["attn_score_s"]] == [128, 256, 512]  # one entry per attention model's head
     for dims, sec in fit["attn_score_s"]:  # not a line in the head's length: 12, 35, 15 ns, each recovered
         assert sec == pytest.approx(truth[dims], rel=1e-6)
     assert fit["rms_rel_error"] < 1e-9
+
+
+def test_without_a_narrow_model_the_row_cost_stays_in_the_bandwidths():
+    """No narrow run: row_s is pinned at 0 and each sized run's rows are read as slower bytes."""
+    pts = [q for q in points() if q.role != "narrow"]
+    fit = fit_points(pts, TINY.types)
+    assert fit["row_s"] == 0.0
+    q8 = next(q for q in pts if q.role == "sized" and q.weight_type == "Q8_0")
+    assert fit["type_gbs"]["Q8_0"] < TRUE["type_gbs"]["Q8_0"]
+    assert fit["type_gbs"]["Q8_0"] == pytest.approx(
+        q8.step_bytes / (q8.step_s - TRUE["t0_s"] - 5 * TRUE["layer_s"] - 512 * TRUE["vocab_s"]) / 1e9, rel=0.02)
 
 
 def test_one_attention_model_prices_every_head_alike():
@@ -104,11 +118,11 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
     said: list[str] = []
     k = probe_kernels(TINY, tmp_path / "models", progress=said.append)
-    n = 11 + 2 * len(TINY.attn_shapes)  # sized x3, tiny x5, prefill x3, each attention model short and long
+    n = 12 + 2 * len(TINY.attn_shapes)  # sized x3, narrow, tiny x5, prefill x3, each attention model short and long
     n_long = len(TINY.attn_shapes)  # the attention models' long prompts are prefill points too
     assert len(calls) == n * TINY.passes and len(k.points) == n + n_long
     assert all(calls[n * i:n * (i + 1)] == calls[:n] for i in range(TINY.passes))  # round-robin passes
-    assert [c[1] for c in calls[8:11]] == [TINY.n_prefill] * 3
+    assert [c[1] for c in calls[9:12]] == [TINY.n_prefill] * 3 and calls[3][0].startswith("narrow-")
     assert calls[-1][1] == TINY.n_long and calls[-2][0] == calls[-1][0]  # an attention model, short then long
     assert calls[-3][1] == TINY.n_long and calls[-3][0] != calls[-1][0]  # ... and the other one
     assert any(s.startswith("building") for s in said) and any(s.startswith("quantizing") for s in said)
@@ -171,7 +185,7 @@ def test_a_run_stops_at_its_time_budget(tmp_path, monkeypatch):
 def test_the_median_pass_counts(tmp_path, monkeypatch):
     """A busy pass (twice as slow) and a lucky one (a third faster) do not move the fit: the middle one is kept."""
     exact = fake_measure()
-    n_runs = 11 + 2 * len(TINY.attn_shapes)
+    n_runs = 12 + 2 * len(TINY.attn_shapes)
     factor = {0: 2.0, 1: 1.0, 2: 2 / 3}  # pass -> step time factor
     n = {"calls": 0}
 

@@ -276,3 +276,15 @@ def test_sliding_windows_count_the_window_unless_the_runtime_reads_every_cell(de
         spec.kv_read_bytes(n) / 4e9 + attention_scores(spec, n) * 1e-10, rel=1e-9)
     assert masked.step_s(n)[0] == windowed.step_s(n)[0] == pytest.approx(
         (spec.decode_weight_bytes + spec.kv_read_bytes(n)) / 10e9)
+
+
+def test_each_matrix_row_costs_its_set_up(default_model):
+    """row_s per row of every matrix-vector product, the head's n_vocab rows included: Gemma 3 270M
+    computes 386,560 a token; a prefill chunk keeps the head's rows for its last token only."""
+    spec = inspect(default_model)
+    assert sum(spec.decode_rows_by_type.values()) == 386_560 and spec.decode_rows_by_type["Q8_0"] >= spec.n_vocab
+    base = Calibration("CPU", ceiling_gbs=40, type_gbs={"Q8_0": 30.0, "Q4_K": 30.0, "F16": 30.0})
+    rowed = replace(base, row_s=5e-9)
+    for n in (1, 1000):
+        assert Predictor(spec, rowed).step_s(n)[1] - Predictor(spec, base).step_s(n)[1] == pytest.approx(386_560 * 5e-9)
+    assert Predictor(spec, rowed).prefill_s(1) - Predictor(spec, base).prefill_s(1) == pytest.approx(386_560 * 5e-9)

@@ -119,7 +119,7 @@ def render(r, *, width: int | None = None) -> str:
         rows = [[t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%"] for t, g in k.type_gbs.items()]
         lines.append("  " + table(["weights", "GB/s", "of host read"], rows, align="lrr", width=None if width is None else width - 2, full="--json").replace("\n", "\n  "))
         lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
-                     f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns,")
+                     f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns, per matrix row {1e9 * k.row_s:.2f} ns,")
         lines.append(f"  per attention score (query head x cached token x layer), {score_table(k.attn_score_s)}")
         if k.type_gflops:
             lines.append("  prefill (batched) " + ", ".join(f"{t} {g:.0f}" for t, g in k.type_gflops.items())

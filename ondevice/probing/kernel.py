@@ -69,6 +69,10 @@ class KernelPlan:
     # Qwen's, Gemma's; per score they cost 12, ~35 and 11-18 ns on an AMD EPYC VM, no line through them)
     attn_d_ff: int = 256  # feed-forward width of the attention models (small: the context's cost stands out)
     n_long: int = 2048  # prompt tokens of the attention model's long-context run (attention dominates there)
+    narrow: tuple[int, int, int, int] = (640, 5, 1, 2048)  # the narrow model: d_model, heads, KV heads, d_ff (rows
+    # of 640: Gemma 3 270M's width; against the sized models' 2,048 it sets the cost per matrix row)
+    narrow_type: str = "Q8_0"  # its weight type (not repacked on x86, like most heads)
+    narrow_layers: int = 26  # its blocks (plan_for: >= 4 x LLC of weights)
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
     n_prefill: int = 256  # prompt tokens of the sized models' prefill runs (one llama_decode chunk)
     step_tokens: tuple[int, ...] = (2, 3, 4, 8, 16)  # tokens per llama_decode timed against one (the prefill runs)
@@ -90,10 +94,15 @@ class KernelPlan:
 
 
 def plan_for(llc_bytes: int | None) -> KernelPlan:
-    """Sized models that dwarf the caches: Q4_0 (4.5 bits per weight) >= 4 x LLC, F16 >= 256 MiB."""
+    """Sized models that dwarf the caches: Q4_0 (4.5 bits per weight) >= 4 x LLC, F16 >= 256 MiB; the narrow
+    Q8_0 model >= 4 x LLC and 128 MiB."""
     plan = KernelPlan()
     target = max(_SIZED_MIN, 4 * (llc_bytes or 0) * 16 // 4.5)
-    return replace(plan, n_layer=max(1, int(-(-target // plan.layer_bytes_f16()))))
+    d, heads, kv_heads, d_ff = plan.narrow
+    narrow_layer_q8 = (2 * d * d + 2 * kv_heads * (d // heads) * d + 3 * d_ff * d) * 34 / 32  # Q8_0: 34 bytes per 32
+    narrow_target = max(128 * _MB, 4 * (llc_bytes or 0))
+    return replace(plan, n_layer=max(1, int(-(-target // plan.layer_bytes_f16()))),
+                   narrow_layers=max(1, int(-(-narrow_target // narrow_layer_q8))))
 
 
 @dataclass(frozen=True)
@@ -103,14 +112,15 @@ class ProbeRun:
     weight_type: str  # main weight type of the model
     path: Path  # the model file
     n_prompt: int  # prompt tokens before the timed steps
-    role: str  # "sized" (bandwidth), "tiny" (fixed costs), "attn" (attention) or "prefill" (batched rate)
+    role: str  # "sized" (bandwidth), "narrow" (cost per row), "tiny" (fixed costs), "attn" (attention) or
+    # "prefill" (batched rate)
 
 
 @dataclass(frozen=True)
 class FitPoint:
     """One measured run, as the fit sees it."""
 
-    role: str  # "sized", "tiny" or "attn" (ProbeRun.role)
+    role: str  # "sized", "narrow", "tiny" or "attn" (ProbeRun.role)
     weight_type: str  # main weight type ("F16", "Q8_0", "Q4_0")
     step_bytes: int  # weight + KV bytes one step reads
     n_layer: int  # blocks
@@ -118,12 +128,17 @@ class FitPoint:
     attn_scores: int  # attention scores one step computes (roofline.attention_scores)
     head_dims: int  # key + value head dimensions (roofline.attention_head_dims)
     step_s: float  # measured median step, seconds
+    rows: int = 0  # matrix rows one step computes (ModelSpec.decode_rows_by_type, summed)
 
 
 # ---------- models ----------
 
 def _synth_kwargs(plan: KernelPlan, kind: str, n_layer: int, n_vocab: int, attn_shape=None) -> dict:
-    """SynthConfig fields of a sized, tiny or attention probe model (attn_shape: one of plan.attn_shapes)."""
+    """SynthConfig fields of a sized, narrow, tiny or attention probe model (attn_shape: one of plan.attn_shapes)."""
+    if kind == "narrow":
+        d, heads, kv_heads, d_ff = plan.narrow
+        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=d_ff, n_layer=n_layer, n_vocab=n_vocab,
+                    n_ctx_train=1024, seed=13, name="ondevice-probe-narrow")
     if kind == "tiny":
         d = plan.tiny_d_model if n_vocab <= 512 else plan.tiny_d_model // 4  # a thin head: the vocabulary's
         # per-entry cost (logits, sampling) more than the head's cache-speed matmul
@@ -168,6 +183,10 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
     cfg = _synth_kwargs(plan, "sized", plan.n_layer, plan.n_vocab)
     for t in plan.types:
         runs.append(ProbeRun(t, _ensure(model_dir, "sized", cfg, t, progress), plan.n_prompt, "sized"))
+    if plan.narrow_type:
+        narrow = _ensure(model_dir, "narrow", _synth_kwargs(plan, "narrow", plan.narrow_layers, plan.n_vocab),
+                         plan.narrow_type, progress)
+        runs.append(ProbeRun(plan.narrow_type, narrow, plan.n_prompt, "narrow"))
     tiny = [(plan.tiny_layers[0], 512, t) for t in plan.types]
     tiny += [(plan.tiny_layers[1], 512, "F16"), (plan.tiny_layers[0], plan.tiny_vocab, "F16")]
     for n_layer, n_vocab, t in tiny:
@@ -252,7 +271,8 @@ def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -
     n = plan.mid_context(run.n_prompt)
     step_bytes = spec.decode_weight_bytes + spec.kv_read_bytes(n)
     return FitPoint(run.role, run.weight_type, 0 if run.role == "tiny" else step_bytes, spec.n_layer or 0,
-                    spec.n_vocab or 0, attention_scores(spec, n), attention_head_dims(spec), step_s)  # tiny: in cache, 0 B
+                    spec.n_vocab or 0, attention_scores(spec, n), attention_head_dims(spec), step_s,
+                    sum(spec.decode_rows_by_type.values()))  # tiny: in cache, 0 B
 
 
 def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = None, n_gpu_layers="auto",
@@ -286,7 +306,8 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
     fit_in = [fit_point(runs[i], specs[i], statistics.median(steps[i]), plan) for i in decode_runs]
     points = [KernelPoint(runs[i].weight_type, specs[i].decode_weight_bytes, fp.step_bytes - specs[i].decode_weight_bytes if
                           runs[i].role != "tiny" else specs[i].kv_read_bytes(plan.mid_context(runs[i].n_prompt)), fp.step_s,
-                          plan.n_tokens, plan.mid_context(runs[i].n_prompt), fp.attn_scores, fp.head_dims, runs[i].role)
+                          plan.n_tokens, plan.mid_context(runs[i].n_prompt), fp.attn_scores, fp.head_dims, runs[i].role,
+                          fp.rows)
               for i, fp in zip(decode_runs, fit_in)]
     fit = fit_points(fit_in, plan.types)
     step_ratios = {t: {n: statistics.median(p[n] for p in passes) for n in passes[0]}
@@ -359,8 +380,9 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     """Fit the step-time model so that each term is set by the runs that carry its signal:
 
     bandwidth of a type: the sized runs of that type (least squares, relative residuals);
-    t0, layer_s, vocab_s: the tiny runs (least squares; their weights sit in the caches and
-    count as 0 bytes); the seconds per attention score at each attention model's head dims
+    row_s: the narrow runs (their many short rows against the sized runs' long ones; pinned at 0
+    without one); t0, layer_s, vocab_s: the tiny runs (least squares; their weights sit in the
+    caches and count as 0 bytes); the seconds per attention score at each attention model's head dims
     (attn_score_s): that model's long run against its short run (same weights; the extra KV bytes
     at the F16 bandwidth). Every run's attention scores are priced by the table as the roofline
     prices them (roofline.score_weights), so the conditions are one linear system. A small term
@@ -379,7 +401,7 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     cols = len(types)
     dims = sorted({p.head_dims for p in points if p.role == "attn"})
     table = [(d, 0.0) for d in dims]
-    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab]
+    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab, p.rows]
                   + [p.attn_scores * w for w in score_weights(table, p.head_dims)] for p in points], dtype=np.float64)
     y = np.array([p.step_s for p in points])
     w2 = 1.0 / y**2
@@ -387,7 +409,8 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     scale[scale == 0] = 1.0
     rows, rhs = _conditions(points, types, dims, m / scale, y, w2)
     n_small = len(_FIXED_TERMS) + len(dims)
-    x = _solve(rows, rhs, scale, cols, n_small, set())
+    no_rows = set() if any(p.role == "narrow" for p in points) else {_FIXED_TERMS.index("row_s")}
+    x = _solve(rows, rhs, scale, cols, n_small, no_rows)
     if (x[:cols] <= 0).any():  # fixed costs above a sized run (a busy moment): bandwidths from the sized runs alone
         x = _solve(rows, rhs, scale, cols, n_small, set(range(n_small)))
     if (x[:cols] <= 0).any():
@@ -401,7 +424,7 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     return out
 
 
-_FIXED_TERMS = ("t0_s", "layer_s", "vocab_s")  # the fit's small terms before the attention table's
+_FIXED_TERMS = ("t0_s", "layer_s", "vocab_s", "row_s")  # the fit's small terms before the attention table's
 
 
 def _solve(rows: np.ndarray, rhs: np.ndarray, scale: np.ndarray, cols: int, n_small: int, zeroed: set[int]) -> np.ndarray:
@@ -428,8 +451,9 @@ def _conditions(points, types, dims, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
     for i, t in enumerate(types):  # least squares in inv_bw over the sized runs of type t
         c = w2 * m[:, i] * (sized & np.array([p.weight_type == t for p in points]))
         rows[i], rhs[i] = c @ m, c @ y
-    for k in range(len(types), fixed):  # least squares in t0, layer_s, vocab_s over the tiny runs
-        c = w2 * m[:, k] * tiny
+    narrow = np.array([p.role == "narrow" for p in points])
+    for k in range(len(types), fixed):  # least squares in t0, layer_s, vocab_s over the tiny runs; row_s, the narrow
+        c = w2 * m[:, k] * (narrow if _FIXED_TERMS[k - len(types)] == "row_s" else tiny)
         rows[k], rhs[k] = c @ m, c @ y
     for row, width in enumerate(dims, start=fixed):  # each attention model: its long run minus its short one
         runs = [j for j, p in enumerate(points) if p.role == "attn" and p.head_dims == width]

@@ -13,10 +13,10 @@ from ondevice.roofline import Calibration
 
 __all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION", "SMALL_TERMS"]
 
-SCHEMA_VERSION = 5  # 5: attention as a table of per-score seconds by head dims (attn_score_s)
+SCHEMA_VERSION = 5  # 5: attention as a table of per-score seconds by head dims (attn_score_s); the cost per row
 # The step-time terms besides the bandwidths: fields of KernelProbe and of roofline.Calibration
 # by these names, and the keys of kernel.fit_points' result.
-SMALL_TERMS = ("t0_s", "layer_s", "vocab_s", "attn_score_s")
+SMALL_TERMS = ("t0_s", "layer_s", "vocab_s", "row_s", "attn_score_s")
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,9 @@ class KernelPoint:
     n_ctx: int = 0  # context at the middle of the timed steps, tokens
     attn_scores: int = 0  # attention scores per step at n_ctx (roofline.attention_scores)
     head_dims: int = 0  # key + value head dimensions of the model (roofline.attention_head_dims)
-    role: str = ""  # "sized", "tiny" or "attn": what the fit used the run for; "prefill" / "attn-prefill":
+    role: str = ""  # "sized", "narrow", "tiny" or "attn": what the fit used the run for; "prefill" / "attn-prefill":
     # a prefill of n_tokens prompt tokens that took step_s seconds (the prefill rates' fit)
+    rows: int = 0  # matrix rows one step computes (ModelSpec.decode_rows_by_type, summed)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class KernelProbe:
     attn_gflops: float | None = None  # batched attention GFLOP/s in prefill (None: not measured)
     step_ratios: dict[str, dict[int, float]] = field(default_factory=dict)  # weight type -> {n tokens: time of one
     # llama_decode of n new tokens / of one} (kernel.measure_steps; empty in older probes)
+    row_s: float = 0.0  # extra cost per matrix row per token (a dot product's set-up and sum), seconds (>= 0)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
