@@ -270,7 +270,7 @@ def _rounds(probe_result, plan, probe_runs, rows, ttft_rows, reps: int, tokens: 
             if k < len(probe_runs):
                 run = probe_runs[k]
                 step, _, _, probe_specs[k], prefill = kernel.measure(
-                    run.path, plan, n_prompt=run.n_prompt, n_threads=threads, decode=run.role != "prefill",
+                    run.path, plan, n_prompt=run.n_prompt, n_threads=threads, decode=not run.is_prefill,
                     n_gpu_layers=0 if probe_result.backend == "CPU" else -1)
                 probe_steps[k].append(step)
                 probe_prefills[k].append(prefill)
@@ -296,7 +296,7 @@ def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefil
     from ondevice.roofline import Calibration
 
     fits = []
-    decode = [i for i, run in enumerate(probe_runs) if run.role != "prefill"]
+    decode = [i for i, run in enumerate(probe_runs) if not run.is_prefill]
     for k in range(reps):
         points = [kernel.fit_point(probe_runs[i], probe_specs[i], probe_steps[i][k], plan) for i in decode]
         try:
@@ -310,7 +310,7 @@ def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefil
         fits.append({**fit, **kernel.fit_prefill(observed, fit, backend=standalone.backend)})
     cals = [None if f is None else Calibration(
         backend=standalone.backend, ceiling_gbs=ceiling_gbs, type_gbs=f["type_gbs"], kv_gbs=f["type_gbs"]["F16"],
-        type_gflops=f["type_gflops"], attn_gflops=f["attn_gflops"], read_curve=standalone.read_curve,
+        type_gflops=f["type_gflops"], attn_gflops=f["attn_gflops"], batch_row_s=f["batch_row_s"], read_curve=standalone.read_curve,
         step_ratios=standalone.step_ratios,
         **{name: f[name] for name in kernel.SMALL_TERMS}) for f in fits]
     return fits, cals

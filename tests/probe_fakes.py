@@ -51,7 +51,7 @@ def nvidia_host() -> HostInfo:
 
 
 # Known step-time model for the kernel-probe pipeline tests.
-TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9, "row_s": 4e-9,
+TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9, "row_s": 4e-9, "batch_row_s": 1.5e-9,
         "attn_score_s": ((64, 1.0e-8), (128, 1.2e-8), (256, 3.5e-8), (512, 1.5e-8)),  # not a line: as measured
         "type_gflops": {"Q4_0": 120.0, "Q8_0": 150.0, "F16": 60.0},
         "attn_gflops": 40.0, "step_ratios": {"Q4_0": {2: 1.6, 3: 2.1, 4: 1.5, 8: 2.3, 16: 3.5},
@@ -95,7 +95,7 @@ def true_prefill_s(spec, n_prompt: int, p=TRUE) -> float:
 
     small = {k: p[k] for k in ("t0_s", "layer_s", "vocab_s", "row_s", "attn_score_s")}
     cal = Calibration("CPU", ceiling_gbs=max(p["type_gbs"].values()), type_gbs=p["type_gbs"], kv_gbs=p["type_gbs"]["F16"],
-                      type_gflops=p["type_gflops"], attn_gflops=p["attn_gflops"],
+                      type_gflops=p["type_gflops"], attn_gflops=p["attn_gflops"], batch_row_s=p["batch_row_s"],
                       step_ratios={t: tuple(sorted(r.items())) for t, r in p["step_ratios"].items()}, **small)
     return Predictor(spec, cal).prefill_s(n_prompt, n_batch=512)
 

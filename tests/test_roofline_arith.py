@@ -288,3 +288,18 @@ def test_each_matrix_row_costs_its_set_up(default_model):
     for n in (1, 1000):
         assert Predictor(spec, rowed).step_s(n)[1] - Predictor(spec, base).step_s(n)[1] == pytest.approx(386_560 * 5e-9)
     assert Predictor(spec, rowed).prefill_s(1) - Predictor(spec, base).prefill_s(1) == pytest.approx(386_560 * 5e-9)
+
+
+def test_a_prefill_chunk_pays_the_batched_row_cost_per_row_and_token(default_model):
+    """Past the measured step ratios every body row costs batch_row_s per token (the head runs for the
+    chunk's last token only): 256 more tokens in a chunk, 256 x rows x batch_row_s more."""
+    spec = inspect(default_model)
+    base = Calibration("CPU", ceiling_gbs=40, type_gbs={"Q8_0": 30.0}, type_gflops={"Q8_0": 100.0},
+                       step_ratios={"Q8_0": ((2, 1.5), (16, 3.0))})
+    rowed = replace(base, batch_row_s=2e-9)
+    q8 = spec.decode_bytes_by_type["Q8_0"]
+    body_rows = sum(r for t, r in spec.decode_rows_by_type.items() if t != "Q8_0") + \
+        spec.decode_rows_by_type["Q8_0"] * (q8 - spec.head_bytes) / q8
+    extra = [Predictor(spec, rowed).prefill_s(n) - Predictor(spec, base).prefill_s(n) for n in (256, 512)]
+    assert extra[1] - extra[0] == pytest.approx(256 * 2e-9 * body_rows, rel=1e-9)
+    assert Predictor(spec, rowed).prefill_s(16) == Predictor(spec, base).prefill_s(16)  # within the measured ratios

@@ -123,7 +123,8 @@ def render(r, *, width: int | None = None) -> str:
         lines.append(f"  per attention score (query head x cached token x layer), {score_table(k.attn_score_s)}")
         if k.type_gflops:
             lines.append("  prefill (batched) " + ", ".join(f"{t} {g:.0f}" for t, g in k.type_gflops.items())
-                         + " GFLOP/s" + (f"; attention {k.attn_gflops:.0f} GFLOP/s" if k.attn_gflops else ""))
+                         + " GFLOP/s" + (f"; attention {k.attn_gflops:.0f} GFLOP/s" if k.attn_gflops else "")
+                         + f"; per matrix row and token {1e9 * k.batch_row_s:.2f} ns")
         from ondevice.roofline.prediction import POOR_FIT
 
         if k.fit_rms_rel > POOR_FIT:

@@ -112,8 +112,13 @@ class ProbeRun:
     weight_type: str  # main weight type of the model
     path: Path  # the model file
     n_prompt: int  # prompt tokens before the timed steps
-    role: str  # "sized" (bandwidth), "narrow" (cost per row), "tiny" (fixed costs), "attn" (attention) or
-    # "prefill" (batched rate)
+    role: str  # "sized" (bandwidth), "narrow" (cost per row), "tiny" (fixed costs), "attn" (attention),
+    # "prefill" (batched rate) or "narrow-prefill" (batched cost per row)
+
+    @property
+    def is_prefill(self) -> bool:
+        """A prefill run (timed for its prompt only, no decode)."""
+        return self.role.endswith("prefill")
 
 
 @dataclass(frozen=True)
@@ -192,7 +197,8 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
     for n_layer, n_vocab, t in tiny:
         runs.append(ProbeRun(t, _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress),
                              plan.n_prompt, "tiny"))
-    runs += [ProbeRun(r.weight_type, r.path, plan.n_prefill, "prefill") for r in runs if r.role == "sized"]
+    runs += [ProbeRun(r.weight_type, r.path, plan.n_prefill, f"{r.role}-prefill".removeprefix("sized-"))
+             for r in runs if r.role in ("sized", "narrow")]
     for shape in plan.attn_shapes:
         attn = _ensure(model_dir, "attn", _synth_kwargs(plan, "attn", shape[3], 512, shape), "F16", progress)
         runs += [ProbeRun("F16", attn, plan.n_prompt, "attn"), ProbeRun("F16", attn, plan.n_long, "attn")]
@@ -292,17 +298,17 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
     backend, threads = "CPU", 0
     for k in range(plan.passes):
         for i, run in enumerate(runs):
-            what = "prefilling" if run.role == "prefill" else "decoding"
+            what = "prefilling" if run.is_prefill else "decoding"
             say(f"{what} {run.path.name} after {run.n_prompt} prompt tokens (pass {k + 1} of {plan.passes})")
             step_s, backend, threads, specs[i], prefill_s = measure(
                 run.path, plan, n_prompt=run.n_prompt, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                decode=run.role != "prefill")
+                decode=not run.is_prefill)
             steps[i].append(step_s)
             prefills[i].append(prefill_s)
             if run.role == "prefill" and plan.step_tokens:
                 ratios[run.weight_type].append(measure_steps(run.path, plan, n_threads=n_threads,
                                                              n_gpu_layers=n_gpu_layers))
-    decode_runs = [i for i, run in enumerate(runs) if run.role != "prefill"]
+    decode_runs = [i for i, run in enumerate(runs) if not run.is_prefill]
     fit_in = [fit_point(runs[i], specs[i], statistics.median(steps[i]), plan) for i in decode_runs]
     points = [KernelPoint(runs[i].weight_type, specs[i].decode_weight_bytes, fp.step_bytes - specs[i].decode_weight_bytes if
                           runs[i].role != "tiny" else specs[i].kv_read_bytes(plan.mid_context(runs[i].n_prompt)), fp.step_s,
@@ -313,8 +319,8 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
     step_ratios = {t: {n: statistics.median(p[n] for p in passes) for n in passes[0]}
                    for t, passes in ratios.items() if passes}
     prefill_in = prefill_observations(runs, specs, [statistics.median(p) for p in prefills], plan)
-    points += [KernelPoint(wt, spec.decode_weight_bytes, 0, t, n, n, 0, 0, "attn-prefill" if is_attn else "prefill")
-               for spec, wt, n, t, is_attn in prefill_in]
+    points += [KernelPoint(wt, spec.decode_weight_bytes, 0, t, n, n, 0, 0, "prefill" if kind == "sized" else f"{kind}-prefill",
+                           sum(spec.decode_rows_by_type.values())) for spec, wt, n, t, kind in prefill_in]
     rates = fit_prefill(prefill_in, {**fit, "step_ratios": step_ratios}, backend=backend)
     return KernelProbe(
         backend=backend,
@@ -329,49 +335,65 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         cpu_buffers=cpu_buffer_verdict().mode,
         type_gflops=rates["type_gflops"],
         attn_gflops=rates["attn_gflops"],
+        batch_row_s=rates["batch_row_s"],
         step_ratios=step_ratios,
     )
 
 
 def prefill_observations(runs: list[ProbeRun], specs: list, prefill_s: list[float],
-                         plan: KernelPlan) -> list[tuple[ModelSpec, str, int, float, bool]]:
-    """What fit_prefill takes from the runs: the prefill runs, and the attention models' long prompts."""
-    return [(spec, run.weight_type, run.n_prompt, t, run.role == "attn") for run, spec, t in zip(runs, specs, prefill_s)
-            if run.role == "prefill" or (run.role == "attn" and run.n_prompt == plan.n_long)]
+                         plan: KernelPlan) -> list[tuple[ModelSpec, str, int, float, str]]:
+    """What fit_prefill takes from the runs: the prefill runs (kind "sized" or "narrow"), and the attention
+    models' long prompts (kind "attn")."""
+    kinds = {"prefill": "sized", "narrow-prefill": "narrow"}
+    return [(spec, run.weight_type, run.n_prompt, t, kinds.get(run.role, "attn")) for run, spec, t in zip(runs, specs, prefill_s)
+            if run.is_prefill or (run.role == "attn" and run.n_prompt == plan.n_long)]
 
 
-def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, bool]], decode_fit: dict, *, backend: str = "CPU",
+def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, str]], decode_fit: dict, *, backend: str = "CPU",
                 n_batch: int = 512) -> dict:
     """Batched rates from measured prefills: observations are (spec, main weight type, prompt
-    tokens, prefill s, is an attention run). The roofline's prefill time (roofline.Predictor.prefill_s,
-    with the decode fit's terms and the measured step ratios, decode_fit["step_ratios"]) is linear in the inverse rates, 1 / GFLOP/s of each weight type's
-    matrix products and of attention: one least-squares solve over every run (relative
-    residuals) gives them all. A rate that comes out non-positive (a busy moment; a GPU hiding
-    the work) is left out (None / missing)."""
+    tokens, prefill s, kind: "sized", "narrow" or "attn"). The roofline's prefill time
+    (roofline.Predictor.prefill_s, with the decode fit's terms and the measured step ratios,
+    decode_fit["step_ratios"]) is linear in the inverse rates, 1 / GFLOP/s of each weight type's
+    matrix products and of attention, and in the batched cost per matrix row and token
+    (batch_row_s: the narrow model's short rows against the sized ones' long rows of the same type; 0
+    without a narrow run): one least-squares solve over every run (relative residuals) gives them
+    all. A rate that comes out non-positive (a busy moment; a GPU hiding the work) is left out (None
+    / missing), a row cost that does is 0."""
     from ondevice.roofline import Calibration, Predictor
 
     base = Calibration(backend=backend, ceiling_gbs=max(decode_fit["type_gbs"].values()),
                        type_gbs=dict(decode_fit["type_gbs"]), kv_gbs=decode_fit["type_gbs"].get("F16"),
                        step_ratios={t: tuple(sorted(r.items())) for t, r in (decode_fit.get("step_ratios") or {}).items()},
                        **{name: decode_fit[name] for name in SMALL_TERMS})
-    types = sorted({wt for _s, wt, _n, _t, is_attn in observations if not is_attn})
-    unknowns = types + (["attn"] if any(o[4] for o in observations) else [])
+    types = sorted({wt for _s, wt, _n, _t, kind in observations if kind != "attn"})
+    kinds = {o[4] for o in observations}
+    unknowns = types + (["attn"] if "attn" in kinds else []) + (["rows"] if "narrow" in kinds else [])
     if not types:
-        return {"type_gflops": {}, "attn_gflops": None}
+        return {"type_gflops": {}, "attn_gflops": None, "batch_row_s": 0.0}
 
     def prefill_s(spec: ModelSpec, n: int, slow: str | None) -> float:  # every rate 1e30 GFLOP/s but `slow`'s, 1
-        rates = {t: (1.0 if t == slow else 1e30) for t in types}
-        cal = replace(base, type_gflops=rates, attn_gflops=1.0 if slow == "attn" else 1e30)
+        rates = {t: (1.0 if t == slow else 1e30) for t in types}  # (rows: 1 ns per row and token, else 0)
+        cal = replace(base, type_gflops=rates, attn_gflops=1.0 if slow == "attn" else 1e30,
+                      batch_row_s=_NS if slow == "rows" else 0.0)
         return Predictor(spec, cal).prefill_s(n, n_batch=n_batch)
 
     rows, rhs = [], []
-    for spec, _wt, n, measured, _a in observations:
+    for spec, _wt, n, measured, _kind in observations:
         floor_s = prefill_s(spec, n, None)
-        rows.append([(prefill_s(spec, n, u) - floor_s) / measured for u in unknowns])  # seconds at 1 GFLOP/s
+        rows.append([(prefill_s(spec, n, u) - floor_s) / measured for u in unknowns])  # seconds at 1 GFLOP/s (1 ns a row)
         rhs.append((measured - floor_s) / measured)
-    inv = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)[0]
-    rates = {u: float(1.0 / x) for u, x in zip(unknowns, inv) if x > 0}
-    return {"type_gflops": {t: rates[t] for t in types if t in rates}, "attn_gflops": rates.get("attn")}
+    solved = dict(zip(unknowns, np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)[0]))
+    if solved.get("rows", 0.0) < 0:  # narrow rows no slower per row than wide ones (noise): no row cost
+        keep = [i for i, u in enumerate(unknowns) if u != "rows"]
+        solved = dict(zip([unknowns[i] for i in keep],
+                          np.linalg.lstsq(np.array(rows)[:, keep], np.array(rhs), rcond=None)[0]))
+    rates = {u: float(1.0 / x) for u, x in solved.items() if u != "rows" and x > 0}
+    return {"type_gflops": {t: rates[t] for t in types if t in rates}, "attn_gflops": rates.get("attn"),
+            "batch_row_s": max(0.0, float(solved.get("rows", 0.0))) * _NS}
+
+
+_NS = 1e-9  # fit_prefill solves for the batched row cost in nanoseconds (columns of like size)
 
 
 # ---------- the fit ----------

@@ -61,6 +61,7 @@ class KernelProbe:
     step_ratios: dict[str, dict[int, float]] = field(default_factory=dict)  # weight type -> {n tokens: time of one
     # llama_decode of n new tokens / of one} (kernel.measure_steps; empty in older probes)
     row_s: float = 0.0  # extra cost per matrix row per token (a dot product's set-up and sum), seconds (>= 0)
+    batch_row_s: float = 0.0  # in prefill, past the step ratios: extra cost per matrix row and token, seconds (>= 0)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -137,6 +138,7 @@ class ProbeResult:
             compute_gflops=self.compute.f32_gflops,
             type_gflops=dict(self.kernel.type_gflops),
             attn_gflops=self.kernel.attn_gflops,
+            batch_row_s=self.kernel.batch_row_s,
             read_curve=self.read_curve,
             step_ratios={t: tuple(sorted(table.items())) for t, table in self.kernel.step_ratios.items()},
         )

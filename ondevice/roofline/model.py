@@ -35,7 +35,8 @@ bpw) reads like Q4_0, Q6_K lies between Q4_0 and Q8_0, F32 like F16.
 More than one token per llama_decode (a prompt chunk, a speculative verify, a batch of
 sequences) reads the weights once and computes every token: each token past the first adds
 its matrix products at the batched rate the probe measured per weight type (type_gflops,
-interpolated like the bandwidths), its attention over its context (attn_gflops), and, per
+interpolated like the bandwidths; past the measured step ratios each matrix row also costs
+batch_row_s per token: rows of 640 multiply slower than rows of 2,048), its attention over its context (attn_gflops), and, per
 extra sequence, that sequence's KV read:
 
     t(s, n tokens, B seqs) = t(s) + (n*B - 1) * (2 * matmul elements / rate)
@@ -93,6 +94,8 @@ class Calibration:
     type_gflops: Mapping[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
     # (prefill chunks; kernel probe). Empty: compute_gflops for every type
     attn_gflops: float | None = None  # GFLOP/s of batched attention (QK and AV) in prefill (None: the matmul rate)
+    batch_row_s: float = 0.0  # past the measured step ratios (a prefill chunk), each matrix row costs this per token
+    # on top of its FLOPs, seconds: narrow matrices multiply slower (the kernel probe's narrow model)
     step_ratios: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # weight type ->
     # ((n tokens, time of one llama_decode of n / of 1), ...): what a matrix product over n columns costs
     read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), growing sizes: how much
@@ -278,8 +281,9 @@ class Predictor:
         # per weight type: seconds to read it once (calibrated), and its matrix products' seconds per
         # token relative to that (growth past the measured step ratios); the head apart
         self._read_s = {t: self._type_read_s(t, b) for t, b in spec.decode_bytes_by_type.items() if b}
-        self._growth = {t: (2.0 * elements[t] / (effective_gflops(t, cal) * 1e9)) / self._read_s[t]
-                        if t in elements and effective_gflops(t, cal) else None for t in self._read_s}
+        rows = spec.decode_rows_by_type
+        self._growth = {t: (2.0 * elements[t] / (effective_gflops(t, cal) * 1e9) + rows.get(t, 0) * cal.batch_row_s)
+                        / self._read_s[t] if t in elements and effective_gflops(t, cal) else None for t in self._read_s}
         head_type = spec.head_type if spec.head_type in self._read_s else None
         head_rows = (spec.n_vocab or 0) * cal.row_s
         self._head = (head_type, spec.head_bytes / (effective_gbs(head_type, cal) * _GB) + head_rows) if head_type else None
