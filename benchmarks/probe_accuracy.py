@@ -313,7 +313,8 @@ def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefil
         fits.append({**fit, **kernel.fit_prefill(observed, fit, backend=standalone.backend)})
     cals = [None if f is None else Calibration(
         backend=standalone.backend, ceiling_gbs=ceiling_gbs, type_gbs=f["type_gbs"], kv_gbs=f["type_gbs"]["F16"],
-        type_gflops=f["type_gflops"], attn_gflops=f["attn_gflops"], batch_row_s=f["batch_row_s"], read_curve=standalone.read_curve,
+        type_gflops=f["type_gflops"], attn_gflops=f["attn_gflops"], batch_row_s=f["batch_row_s"],
+        type_cached_gbs=f["type_cached_gbs"], read_curve=standalone.read_curve,
         step_ratios=standalone.step_ratios,
         **{name: f[name] for name in kernel.SMALL_TERMS}) for f in fits]
     return fits, cals

@@ -73,7 +73,8 @@ def auto_predictor(spec: ModelSpec, backend: str, progress: Progress | None = No
 
 
 FIRST_CONTACT = "first run on this machine: measuring its memory bandwidth (about 3 s, once)"
-FIRST_CONTACT_PASSES = 3  # memory-probe passes on first contact (the full probe takes 5, twice)
+FIRST_CONTACT_PASSES = 10  # memory-probe passes on first contact: a pass costs ~10 ms once the arrays are filled
+# (the fill is most of the probe), and the best of more passes holds against a neighbour's burst (3 gave 0.91-0.98 of C)
 
 
 def first_contact(backend: str, progress: Progress | None = None):

@@ -52,6 +52,7 @@ def nvidia_host() -> HostInfo:
 
 # Known step-time model for the kernel-probe pipeline tests.
 TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "layer_s": 3e-5, "vocab_s": 2e-9, "row_s": 4e-9, "batch_row_s": 1.5e-9,
+        "type_cached_gbs": {"Q4_0": 14.0, "Q8_0": 30.0, "F16": 40.0},
         "attn_score_s": ((64, 1.0e-8), (128, 1.2e-8), (256, 3.5e-8), (512, 1.5e-8)),  # not a line: as measured
         "type_gflops": {"Q4_0": 120.0, "Q8_0": 150.0, "F16": 60.0},
         "attn_gflops": 40.0, "step_ratios": {"Q4_0": {2: 1.6, 3: 2.1, 4: 1.5, 8: 2.3, 16: 3.5},
@@ -59,7 +60,7 @@ TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "lay
                                              "F16": {2: 1.3, 3: 1.5, 4: 1.6, 8: 2.0, 16: 2.9}}}
 TINY = KernelPlan(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, tiny_layers=(1, 4), tiny_vocab=1024,
                   attn_shapes=((128, 4, 2, 2), (128, 2, 1, 2), (128, 1, 1, 2)), attn_d_ff=64, n_long=64, n_prompt=8, n_tokens=4, n_warmup=1,
-                  narrow=(64, 2, 1, 128), narrow_layers=6,
+                  narrow=(64, 2, 1, 128), narrow_layers=6, cached=(64, 2, 1, 128, 1),
                   types=("Q4_0", "Q8_0", "F16"))
 
 
@@ -82,6 +83,8 @@ def fake_measure(calls: list | None = None):
         if calls is not None:
             calls.append((path.name, n_prompt))
         nbytes = 0 if path.name.startswith("tiny-") else spec.decode_weight_bytes + spec.kv_read_bytes(n)  # cached
+        if path.name.startswith("cached-"):  # read from the caches at the type kernel's own speed
+            nbytes = nbytes * TRUE["type_gbs"][main] / TRUE["type_cached_gbs"][main]
         step = model_time(main, nbytes, spec.n_layer, spec.n_vocab, attention_scores(spec, n), attention_head_dims(spec),
                           rows=sum(spec.decode_rows_by_type.values()))
         return (step if decode else 0.0), "CPU", 3, spec, true_prefill_s(spec, n_prompt)

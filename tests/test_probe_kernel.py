@@ -118,12 +118,12 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
     said: list[str] = []
     k = probe_kernels(TINY, tmp_path / "models", progress=said.append)
-    n = 13 + 2 * len(TINY.attn_shapes)  # sized x3, narrow, tiny x5, prefill x3 + narrow, each attention model short, long
+    n = 16 + 2 * len(TINY.attn_shapes)  # sized x3, narrow, cached x3, tiny x5, prefill x3 + narrow, each attention model
     n_long = len(TINY.attn_shapes)  # the attention models' long prompts are prefill points too
     assert len(calls) == n * TINY.passes and len(k.points) == n + n_long
     assert all(calls[n * i:n * (i + 1)] == calls[:n] for i in range(TINY.passes))  # round-robin passes
-    assert [c[1] for c in calls[9:13]] == [TINY.n_prefill] * 4 and calls[3][0] == calls[12][0]
-    assert calls[3][0].startswith("narrow-")
+    assert [c[1] for c in calls[12:16]] == [TINY.n_prefill] * 4 and calls[3][0] == calls[15][0]
+    assert calls[3][0].startswith("narrow-") and all(c[0].startswith("cached-") for c in calls[4:7])
     assert calls[-1][1] == TINY.n_long and calls[-2][0] == calls[-1][0]  # an attention model, short then long
     assert calls[-3][1] == TINY.n_long and calls[-3][0] != calls[-1][0]  # ... and the other one
     assert any(s.startswith("building") for s in said) and any(s.startswith("quantizing") for s in said)
@@ -138,6 +138,7 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
         assert k.type_gflops[t] == pytest.approx(gflops, rel=1e-6)
     assert k.attn_gflops == pytest.approx(TRUE["attn_gflops"], rel=1e-6)
     assert k.batch_row_s == pytest.approx(TRUE["batch_row_s"], rel=1e-6) and k.row_s == pytest.approx(TRUE["row_s"], rel=1e-6)
+    assert k.type_cached_gbs == pytest.approx(TRUE["type_cached_gbs"], rel=1e-6)  # each kernel from the caches
     assert k.step_ratios == TRUE["step_ratios"]  # the multi-token step ratios, per type
     said.clear()
     probe_kernels(TINY, tmp_path / "models", progress=said.append)  # second time: models come from the cache
@@ -187,7 +188,7 @@ def test_a_run_stops_at_its_time_budget(tmp_path, monkeypatch):
 def test_the_median_pass_counts(tmp_path, monkeypatch):
     """A busy pass (twice as slow) and a lucky one (a third faster) do not move the fit: the middle one is kept."""
     exact = fake_measure()
-    n_runs = 13 + 2 * len(TINY.attn_shapes)
+    n_runs = 16 + 2 * len(TINY.attn_shapes)
     factor = {0: 2.0, 1: 1.0, 2: 2 / 3}  # pass -> step time factor
     n = {"calls": 0}
 

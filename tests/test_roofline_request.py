@@ -259,3 +259,20 @@ def test_measure_steps_times_several_tokens_per_decode(tiny_model):
     plan = with_(TINY, n_prefill=32, step_tokens=(2, 4), step_reps=1)
     ratios = kernel.measure_steps(tiny_model, plan, n_threads=1, n_gpu_layers=0)
     assert set(ratios) == {2, 4} and all(r > 0 for r in ratios.values())
+
+
+def test_a_kernel_is_sped_up_by_the_caches_no_faster_than_it_ran_from_them():
+    """The read curve gives 3x at 16 MiB; a Q4_0 kernel that reached 1.2x its DRAM rate on cached weights
+    gets 1.2x in the calibrated step, an F16 one the curve's 3x; the ceiling keeps the curve's."""
+    from ondevice.roofline.spec import spec_from_flags
+
+    q4 = spec_from_flags(params=25e6, quant="Q4_0", layers=2, kv_heads=1, head_dim=64)  # ~14 MB
+    f16 = spec_from_flags(params=7e6, quant="F16", layers=2, kv_heads=1, head_dim=64)  # ~14 MB
+    cal = _cal(type_gbs={"Q4_0": 40.0, "F16": 40.0}, kv_gbs=40.0, read_curve=CURVE)
+    capped = replace(cal, type_cached_gbs={"Q4_0": 48.0, "F16": 500.0})
+    for spec, want in ((q4, 1.2), (f16, None)):
+        plain, kernel = Predictor(spec, cal), Predictor(spec, capped)
+        curve = plain.cache_speedup(0)
+        assert curve > 2.5 and plain.kernel_speedup(0) == curve  # no cached rates: the read curve alone
+        assert kernel.kernel_speedup(0) == pytest.approx(want or curve, rel=0.03)  # (the KV's few bytes at F16's)
+        assert kernel.step_s(0)[0] == plain.step_s(0)[0]  # the bound is the read curve's

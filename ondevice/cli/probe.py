@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ondevice.cli.output import dump_json, terminal_width
-from ondevice.fmt import fold_lines, human_bytes, score_table, table
+from ondevice.fmt import fold_lines, human_bytes, number, score_table, table
 
 __all__ = ["register", "run", "render", "age_text", "cpu_buffers_text", "disk_text"]
 
@@ -116,8 +116,8 @@ def render(r, *, width: int | None = None) -> str:
     else:
         lines.append(f"llama.cpp decode kernels on {k.backend}, {k.n_threads} threads, CPU buffers {k.cpu_buffers} "
                      f"({len(k.points)} runs of synthetic models, fit error {100 * k.fit_rms_rel:.1f}% rms):")
-        rows = [[t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%"] for t, g in k.type_gbs.items()]
-        lines.append("  " + table(["weights", "GB/s", "of host read"], rows, align="lrr", width=None if width is None else width - 2, full="--json").replace("\n", "\n  "))
+        rows = [[t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%", number(k.type_cached_gbs.get(t))] for t, g in k.type_gbs.items()]
+        lines.append("  " + table(["weights", "GB/s", "of host read", "from cache GB/s"], rows, align="lrrr", width=None if width is None else width - 2, full="--json").replace("\n", "\n  "))
         lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
                      f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns, per matrix row {1e9 * k.row_s:.2f} ns,")
         lines.append(f"  per attention score (query head x cached token x layer), {score_table(k.attn_score_s)}")

@@ -73,6 +73,8 @@ class KernelPlan:
     # of 640: Gemma 3 270M's width; against the sized models' 2,048 it sets the cost per matrix row)
     narrow_type: str = "Q8_0"  # its weight type (not repacked on x86, like most heads)
     narrow_layers: int = 26  # its blocks (plan_for: >= 4 x LLC of weights)
+    cached: tuple[int, int, int, int, int] = (1024, 16, 4, 1024, 1)  # the cached models, one per type: d_model, heads,
+    # KV heads, d_ff, blocks (weights of 3-11 MB, which the caches hold: how fast each type's kernel goes from them)
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
     n_prefill: int = 256  # prompt tokens of the sized models' prefill runs (one llama_decode chunk)
     step_tokens: tuple[int, ...] = (2, 3, 4, 8, 16)  # tokens per llama_decode timed against one (the prefill runs)
@@ -112,7 +114,8 @@ class ProbeRun:
     weight_type: str  # main weight type of the model
     path: Path  # the model file
     n_prompt: int  # prompt tokens before the timed steps
-    role: str  # "sized" (bandwidth), "narrow" (cost per row), "tiny" (fixed costs), "attn" (attention),
+    role: str  # "sized" (bandwidth), "narrow" (cost per row), "cached" (kernel speed from the caches),
+    # "tiny" (fixed costs), "attn" (attention),
     # "prefill" (batched rate) or "narrow-prefill" (batched cost per row)
 
     @property
@@ -140,6 +143,10 @@ class FitPoint:
 
 def _synth_kwargs(plan: KernelPlan, kind: str, n_layer: int, n_vocab: int, attn_shape=None) -> dict:
     """SynthConfig fields of a sized, narrow, tiny or attention probe model (attn_shape: one of plan.attn_shapes)."""
+    if kind == "cached":
+        d, heads, kv_heads, d_ff, blocks = plan.cached
+        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=d_ff, n_layer=blocks, n_vocab=n_vocab,
+                    n_ctx_train=1024, seed=17, name="ondevice-probe-cached")
     if kind == "narrow":
         d, heads, kv_heads, d_ff = plan.narrow
         return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=d_ff, n_layer=n_layer, n_vocab=n_vocab,
@@ -192,6 +199,9 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
         narrow = _ensure(model_dir, "narrow", _synth_kwargs(plan, "narrow", plan.narrow_layers, plan.n_vocab),
                          plan.narrow_type, progress)
         runs.append(ProbeRun(plan.narrow_type, narrow, plan.n_prompt, "narrow"))
+    if plan.cached:
+        cfg = _synth_kwargs(plan, "cached", plan.cached[4], plan.n_vocab)
+        runs += [ProbeRun(t, _ensure(model_dir, "cached", cfg, t, progress), plan.n_prompt, "cached") for t in plan.types]
     tiny = [(plan.tiny_layers[0], 512, t) for t in plan.types]
     tiny += [(plan.tiny_layers[1], 512, "F16"), (plan.tiny_layers[0], plan.tiny_vocab, "F16")]
     for n_layer, n_vocab, t in tiny:
@@ -327,6 +337,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         n_threads=threads,
         n_gpu_layers=-1 if backend != "CPU" else 0,
         type_gbs=fit["type_gbs"],
+        type_cached_gbs=fit["type_cached_gbs"],
         **{name: fit[name] for name in SMALL_TERMS},
         fit_rms_rel=fit["rms_rel_error"],
         points=tuple(points),
@@ -402,7 +413,8 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     """Fit the step-time model so that each term is set by the runs that carry its signal:
 
     bandwidth of a type: the sized runs of that type (least squares, relative residuals);
-    row_s: the narrow runs (their many short rows against the sized runs' long ones; pinned at 0
+    type_cached_gbs: each cached run's bytes over what the other terms leave of its step (apart,
+    after the solve); row_s: the narrow runs (their many short rows against the sized runs' long ones; pinned at 0
     without one); t0, layer_s, vocab_s: the tiny runs (least squares; their weights sit in the
     caches and count as 0 bytes); the seconds per attention score at each attention model's head dims
     (attn_score_s): that model's long run against its short run (same weights; the extra KV bytes
@@ -417,6 +429,8 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
 
     if any(not p.step_s > 0 for p in points):
         raise ProbeError("kernel probe: a decode step time was not positive")
+    cached = [p for p in points if p.role == "cached"]
+    points = [p for p in points if p.role != "cached"]
     missing = sorted(set(types) - {p.weight_type for p in points if p.role == "sized"})
     if missing:
         raise ProbeError(f"kernel probe: no measurement for {missing}")
@@ -443,6 +457,21 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...] = PROBE_TYPES) -> 
     out.update({name: float(x[cols + i]) for i, name in enumerate(_FIXED_TERMS)})
     out["attn_score_s"] = tuple((d, float(x[cols + len(_FIXED_TERMS) + i])) for i, d in enumerate(dims))
     out["rms_rel_error"] = float(np.sqrt(resid / len(points)))
+    out["type_cached_gbs"] = _cached_rates(cached, out)
+    return out
+
+
+def _cached_rates(points: list[FitPoint], fit: dict) -> dict[str, float]:
+    """Weight type -> GB/s of its kernel on the cached models (weights the caches hold): their bytes over
+    the step time the fit's other terms leave (none for a run those terms already fill: a busy moment)."""
+    from ondevice.roofline import score_s
+
+    out = {}
+    for p in points:
+        other = (fit["t0_s"] + p.n_layer * fit["layer_s"] + p.n_vocab * fit["vocab_s"] + p.rows * fit["row_s"]
+                 + p.attn_scores * score_s(fit["attn_score_s"], p.head_dims))
+        if p.step_s > other:
+            out[p.weight_type] = p.step_bytes / (p.step_s - other) / 1e9
     return out
 
 

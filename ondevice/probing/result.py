@@ -62,6 +62,8 @@ class KernelProbe:
     # llama_decode of n new tokens / of one} (kernel.measure_steps; empty in older probes)
     row_s: float = 0.0  # extra cost per matrix row per token (a dot product's set-up and sum), seconds (>= 0)
     batch_row_s: float = 0.0  # in prefill, past the step ratios: extra cost per matrix row and token, seconds (>= 0)
+    type_cached_gbs: dict[str, float] = field(default_factory=dict)  # weight type -> GB/s of its decode kernel on
+    # weights the caches hold (the cached models): how far the caches can speed that type up
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -139,6 +141,7 @@ class ProbeResult:
             type_gflops=dict(self.kernel.type_gflops),
             attn_gflops=self.kernel.attn_gflops,
             batch_row_s=self.kernel.batch_row_s,
+            type_cached_gbs=dict(self.kernel.type_cached_gbs),
             read_curve=self.read_curve,
             step_ratios={t: tuple(sorted(table.items())) for t, table in self.kernel.step_ratios.items()},
         )

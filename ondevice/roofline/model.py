@@ -45,7 +45,11 @@ extra sequence, that sequence's KV read:
 
 A working set the caches hold reads faster than DRAM: the probe's read-bandwidth curve over
 working-set sizes (read_curve) scales every memory term (and the ceiling) by read_speedup(bytes of
-the step): 1 for models far larger than the last-level cache, more for one that fits in it.
+the step): 1 for models far larger than the last-level cache, more for one that fits in it. A
+kernel cannot go faster than it computes, though: each type's speed-up stops at what its kernel
+reached on weights the caches hold (type_cached_gbs; on an AMD EPYC VM Q4_0 decoded cached weights
+at ~1.3x its DRAM rate where a plain read ran 3x faster, F16 at ~2x), and the calibrated terms use
+that mix (kernel_speedup); the ceiling, a bound, keeps the read curve's.
 
 Prefill is chunks of n_batch such steps (logits, and so the output head, for the last token
 only); TTFT = prefill of the tokens not already cached; E2E = TTFT + the decode steps over the
@@ -98,6 +102,8 @@ class Calibration:
     # on top of its FLOPs, seconds: narrow matrices multiply slower (the kernel probe's narrow model)
     step_ratios: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # weight type ->
     # ((n tokens, time of one llama_decode of n / of 1), ...): what a matrix product over n columns costs
+    type_cached_gbs: Mapping[str, float] = field(default_factory=dict)  # weight type -> GB/s its decode kernel reached on
+    # weights the caches hold (kernel probe): the most a cache can speed that type up (empty: the read curve alone)
     read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), growing sizes: how much
     # faster than DRAM a working set that the caches hold is read (step times scale by it; empty: no scaling)
     source: str = "kernel"  # where the figures come from: "kernel" (this machine's kernel probe), "estimate"
@@ -259,6 +265,21 @@ class Predictor:
         probe's read-bandwidth curve over working-set sizes (1.0 without one, or past the caches)."""
         return read_speedup(self._curve, self.step_bytes(n_ctx)) if self._curve else 1.0
 
+    def kernel_speedup(self, n_ctx: int) -> float:
+        """The cache speed-up of the calibrated step's memory terms: each weight type's (and the KV
+        cache's, read like F16) read time sped up by cache_speedup but at most to what its kernel reached
+        on cached weights (type_cached_gbs), combined as one factor over their read times."""
+        memory = self.cache_speedup(n_ctx)
+        caps = self.calibration.type_cached_gbs
+        if memory <= 1.0 or not caps:
+            return memory
+        kv_s = self.kv_read_bytes(n_ctx) / self._kv_bps
+        parts = [(r, t) for t, r in self._read_s.items()] + [(kv_s, "F16")]
+        plain = sum(r for r, _t in parts)
+        sped = sum(r / min(memory, max(1.0, _per_type(t, caps, None) / effective_gbs(t, self.calibration)))
+                   for r, t in parts if r)
+        return plain / sped if sped > 0 else memory
+
     def _init_compute(self, spec: ModelSpec, cal: Calibration, swa: set[int]) -> None:
         """Seconds of one more token's matrix products (body, and the output head apart: it runs
         only for tokens whose logits are kept) and of its attention per attended token."""
@@ -332,10 +353,9 @@ class Predictor:
     def step_s(self, n_ctx: int) -> tuple[float, float]:
         """(ceiling_step_s, calibrated_step_s) for one decode step at a context of n_ctx tokens."""
         n = max(0, int(n_ctx))
-        cached = self.cache_speedup(n)
-        ceiling = (self._weight_ceiling_s + self.kv_read_bytes(n) / self._ceiling_bps) / cached
+        ceiling = (self._weight_ceiling_s + self.kv_read_bytes(n) / self._ceiling_bps) / self.cache_speedup(n)
         span = min(n, self._cal_window) if self._cal_window else n
-        memory_s = (self._weight_calibrated_s + self._kv_full_s * n + self._kv_window_s * span) / cached
+        memory_s = (self._weight_calibrated_s + self._kv_full_s * n + self._kv_window_s * span) / self.kernel_speedup(n)
         calibrated = memory_s + self._attn_full_s * n + self._attn_window_s * span + self._fixed_s
         return ceiling, max(calibrated, ceiling)
 
@@ -355,7 +375,7 @@ class Predictor:
         verify, a batched decode step). tokens_step_s(s, 1, 1) == step_s(s)[1]."""
         n, b, s = max(1, int(n_tokens)), max(1, int(n_seqs)), max(0, int(n_ctx))
         columns = n * b
-        extra_weights = (self._weights_s(columns, columns) - self._weight_calibrated_s) / self.cache_speedup(s)
+        extra_weights = (self._weights_s(columns, columns) - self._weight_calibrated_s) / self.kernel_speedup(s)
         t = self.step_s(s)[1] + extra_weights + (columns - 1) * self._logits_fixed_s
         t += b * self._attention_s(s, s + n) - self._attention_s(s, s + 1) if columns > 1 else 0.0
         return t + (b - 1) * self.kv_read_bytes(s) / self._kv_bps
@@ -376,7 +396,7 @@ class Predictor:
         while n:
             k = min(chunk, n)
             memory_s = self._weights_s(k, 1 if k == n else 0) + self.kv_read_bytes(pos) / self._kv_bps  # cached KV: once
-            t += memory_s / self.cache_speedup(pos) + self._step_fixed_s + self._attention_s(pos, pos + k)
+            t += memory_s / self.kernel_speedup(pos) + self._step_fixed_s + self._attention_s(pos, pos + k)
             pos, n = pos + k, n - k
         return t + self._logits_fixed_s
 
