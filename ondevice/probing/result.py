@@ -104,11 +104,12 @@ class ProbeResult:
     def ceiling_gbs(self) -> float:
         """The bandwidth of the pure roofline bound, GB/s.
 
-        The best figure measured on this machine: host read/copy and the kernels'
+        The best figure measured on this machine: host read/copy (the read curve's DRAM-sized read too:
+        a shared machine's bandwidth moves by 2x from one minute to the next) and the kernels'
         raw rate on the models that dwarf the caches (bytes / step time, t0 included). On a GPU backend the nameplate figure
         (a physical bound of the device memory) is used when known and higher.
         """
-        measured = [self.memory.read_gbs, self.memory.copy_gbs]
+        measured = [self.memory.read_gbs, self.memory.copy_gbs] + [g for _b, g in self.read_curve[-1:]]  # its DRAM size
         if self.kernel:
             measured += [(p.decode_bytes + p.kv_bytes) / p.step_s / 1e9 for p in self.kernel.points
                          if p.step_s > 0 and p.role in ("sized", "")]  # tiny models read from cache
