@@ -60,7 +60,7 @@ TRUE = {"type_gbs": {"Q4_0": 9.0, "Q8_0": 13.0, "F16": 15.0}, "t0_s": 2e-4, "lay
                                              "F16": {2: 1.3, 3: 1.5, 4: 1.6, 8: 2.0, 16: 2.9}}}
 TINY = KernelPlan(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, tiny_layers=(1, 4), tiny_vocab=1024,
                   attn_shapes=((128, 4, 2, 2), (128, 2, 1, 2), (128, 1, 1, 2)), attn_d_ff=64, n_long=64, n_prompt=8, n_tokens=4, n_warmup=1,
-                  narrow=(64, 2, 1, 128), narrow_layers=6, cached=(64, 2, 1, 128, 1),
+                  narrow=(64, 2, 1, 128), narrow_layers=6, cached=(64, 2, 1, 128), cached_bytes=40_000,
                   types=("Q4_0", "Q8_0", "F16"))
 
 

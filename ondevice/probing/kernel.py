@@ -73,8 +73,10 @@ class KernelPlan:
     # of 640: Gemma 3 270M's width; against the sized models' 2,048 it sets the cost per matrix row)
     narrow_type: str = "Q8_0"  # its weight type (not repacked on x86, like most heads)
     narrow_layers: int = 26  # its blocks (plan_for: >= 4 x LLC of weights)
-    cached: tuple[int, int, int, int, int] = (1024, 16, 4, 1024, 1)  # the cached models, one per type: d_model, heads,
-    # KV heads, d_ff, blocks (weights of 3-11 MB, which the caches hold: how fast each type's kernel goes from them)
+    cached: tuple[int, int, int, int] = (1024, 16, 4, 1024)  # the cached models, one per type: d_model, heads, KV heads,
+    # d_ff; as many blocks as make cached_bytes (weights the caches hold: how fast each type's kernel goes from them)
+    cached_bytes: int = 8 * _MB  # weights of each cached model (plan_for: at most a quarter of the LLC); large enough
+    # that reading them, not the fixed costs, is most of a step
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
     n_prefill: int = 256  # prompt tokens of the sized models' prefill runs (one llama_decode chunk)
     step_tokens: tuple[int, ...] = (2, 3, 4, 8, 16)  # tokens per llama_decode timed against one (the prefill runs)
@@ -104,7 +106,8 @@ def plan_for(llc_bytes: int | None) -> KernelPlan:
     narrow_layer_q8 = (2 * d * d + 2 * kv_heads * (d // heads) * d + 3 * d_ff * d) * 34 / 32  # Q8_0: 34 bytes per 32
     narrow_target = max(128 * _MB, 4 * (llc_bytes or 0))
     return replace(plan, n_layer=max(1, int(-(-target // plan.layer_bytes_f16()))),
-                   narrow_layers=max(1, int(-(-narrow_target // narrow_layer_q8))))
+                   narrow_layers=max(1, int(-(-narrow_target // narrow_layer_q8))),
+                   cached_bytes=max(_MB, min(plan.cached_bytes, (llc_bytes or 4 * plan.cached_bytes) // 4)))
 
 
 @dataclass(frozen=True)
@@ -144,8 +147,8 @@ class FitPoint:
 def _synth_kwargs(plan: KernelPlan, kind: str, n_layer: int, n_vocab: int, attn_shape=None) -> dict:
     """SynthConfig fields of a sized, narrow, tiny or attention probe model (attn_shape: one of plan.attn_shapes)."""
     if kind == "cached":
-        d, heads, kv_heads, d_ff, blocks = plan.cached
-        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=d_ff, n_layer=blocks, n_vocab=n_vocab,
+        d, heads, kv_heads, d_ff = plan.cached
+        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=d_ff, n_layer=n_layer, n_vocab=n_vocab,
                     n_ctx_train=1024, seed=17, name="ondevice-probe-cached")
     if kind == "narrow":
         d, heads, kv_heads, d_ff = plan.narrow
@@ -200,8 +203,14 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
                          plan.narrow_type, progress)
         runs.append(ProbeRun(plan.narrow_type, narrow, plan.n_prompt, "narrow"))
     if plan.cached:
-        cfg = _synth_kwargs(plan, "cached", plan.cached[4], plan.n_vocab)
-        runs += [ProbeRun(t, _ensure(model_dir, "cached", cfg, t, progress), plan.n_prompt, "cached") for t in plan.types]
+        from ondevice.roofline import bits_per_weight
+
+        d, heads, kv_heads, d_ff = plan.cached
+        layer_elements = 2 * d * d + 2 * kv_heads * (d // heads) * d + 3 * d_ff * d
+        for t in plan.types:
+            blocks = max(1, round(plan.cached_bytes * 8 / (layer_elements * bits_per_weight(t))))
+            cfg = _synth_kwargs(plan, "cached", blocks, plan.n_vocab)
+            runs.append(ProbeRun(t, _ensure(model_dir, "cached", cfg, t, progress), plan.n_prompt, "cached"))
     tiny = [(plan.tiny_layers[0], 512, t) for t in plan.types]
     tiny += [(plan.tiny_layers[1], 512, "F16"), (plan.tiny_layers[0], plan.tiny_vocab, "F16")]
     for n_layer, n_vocab, t in tiny:

@@ -46,10 +46,12 @@ extra sequence, that sequence's KV read:
 A working set the caches hold reads faster than DRAM: the probe's read-bandwidth curve over
 working-set sizes (read_curve) scales every memory term (and the ceiling) by read_speedup(bytes of
 the step): 1 for models far larger than the last-level cache, more for one that fits in it. A
-kernel cannot go faster than it computes, though: each type's speed-up stops at what its kernel
-reached on weights the caches hold (type_cached_gbs; on an AMD EPYC VM Q4_0 decoded cached weights
-at ~1.3x its DRAM rate where a plain read ran 3x faster, F16 at ~2x), and the calibrated terms use
-that mix (kernel_speedup); the ceiling, a bound, keeps the read curve's.
+kernel cannot go faster than it computes, though: the share of the bytes the caches serve (what the
+read curve's speed-up implies) goes at what each type's kernel reached on weights the caches hold
+(type_cached_gbs; on an AMD EPYC VM Q4_0 decoded cached weights at ~1.2x its DRAM rate where a
+plain read ran 3x faster, F16 at ~3x), the rest at its DRAM rate (kernel_speedup: a 51 MB Q4_0 model
+that a read curve put at 1.4x decoded ~1.05x faster, as this gives); the ceiling, a bound, keeps
+the read curve's.
 
 Prefill is chunks of n_batch such steps (logits, and so the output head, for the last token
 only); TTFT = prefill of the tokens not already cached; E2E = TTFT + the decode steps over the
@@ -266,18 +268,25 @@ class Predictor:
         return read_speedup(self._curve, self.step_bytes(n_ctx)) if self._curve else 1.0
 
     def kernel_speedup(self, n_ctx: int) -> float:
-        """The cache speed-up of the calibrated step's memory terms: each weight type's (and the KV
-        cache's, read like F16) read time sped up by cache_speedup but at most to what its kernel reached
-        on cached weights (type_cached_gbs), combined as one factor over their read times."""
+        """The cache speed-up of the calibrated step's memory terms. The read curve's speed-up S at the
+        step's bytes says what share h of them the caches serve (S = 1 / (h / S_max + 1 - h), S_max the
+        curve's speed-up on its smallest, all-cached size); each weight type (and the KV cache, read like
+        F16) reads that share at what its kernel reached on cached weights (type_cached_gbs, c times its
+        DRAM rate) and the rest from DRAM: 1 / (h / c + 1 - h). Combined as one factor over their read times."""
         memory = self.cache_speedup(n_ctx)
         caps = self.calibration.type_cached_gbs
         if memory <= 1.0 or not caps:
             return memory
+        most = max(memory, self._curve[0][1] / self._curve[-1][1])
+        cached_share = (1.0 - 1.0 / memory) / (1.0 - 1.0 / most)
         kv_s = self.kv_read_bytes(n_ctx) / self._kv_bps
         parts = [(r, t) for t, r in self._read_s.items()] + [(kv_s, "F16")]
         plain = sum(r for r, _t in parts)
-        sped = sum(r / min(memory, max(1.0, _per_type(t, caps, None) / effective_gbs(t, self.calibration)))
-                   for r, t in parts if r)
+        sped = 0.0
+        for r, t in parts:
+            cap = min(most, max(1.0, _per_type(t, caps, None) / effective_gbs(t, self.calibration)))  # no kernel
+            # outreads the plain read of an all-cached array (a faster figure is noise)
+            sped += r * (cached_share / cap + 1.0 - cached_share)
         return plain / sped if sped > 0 else memory
 
     def _init_compute(self, spec: ModelSpec, cal: Calibration, swa: set[int]) -> None:
