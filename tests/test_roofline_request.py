@@ -278,3 +278,16 @@ def test_a_kernel_is_sped_up_by_the_caches_no_faster_than_it_ran_from_them():
         assert curve > 2.5 and plain.kernel_speedup(0) == curve  # no cached rates: the read curve alone
         assert kernel.kernel_speedup(0) == pytest.approx(want or curve, rel=0.03)  # (the KV's few bytes at F16's)
         assert kernel.step_s(0)[0] == plain.step_s(0)[0]  # the bound is the read curve's
+
+
+def test_the_caches_speed_up_a_chunks_read_not_its_arithmetic():
+    """A cache-resident model's prefill chunk reads its weights faster, once; the products over its
+    other tokens take what they take from DRAM too: 256 tokens gain what 1 token gains."""
+    from ondevice.roofline.spec import spec_from_flags
+
+    small = spec_from_flags(params=20e6, quant="Q4_0", layers=4, kv_heads=2, head_dim=64)  # ~11 MB
+    plain, cached = Predictor(small, _cal()), Predictor(small, _cal(read_curve=CURVE))
+    gain = [plain.prefill_s(n) - cached.prefill_s(n) for n in (1, 256)]
+    assert gain[0] > 0 and gain[1] == pytest.approx(gain[0], rel=1e-9)
+    steps = [plain.tokens_step_s(64, n) - cached.tokens_step_s(64, n) for n in (1, 8)]
+    assert steps[1] == pytest.approx(steps[0], rel=1e-9)

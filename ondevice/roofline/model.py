@@ -384,7 +384,7 @@ class Predictor:
         verify, a batched decode step). tokens_step_s(s, 1, 1) == step_s(s)[1]."""
         n, b, s = max(1, int(n_tokens)), max(1, int(n_seqs)), max(0, int(n_ctx))
         columns = n * b
-        extra_weights = (self._weights_s(columns, columns) - self._weight_calibrated_s) / self.kernel_speedup(s)
+        extra_weights = self._weights_s(columns, columns) - self._weight_calibrated_s  # compute: no cache speeds it up
         t = self.step_s(s)[1] + extra_weights + (columns - 1) * self._logits_fixed_s
         t += b * self._attention_s(s, s + n) - self._attention_s(s, s + 1) if columns > 1 else 0.0
         return t + (b - 1) * self.kv_read_bytes(s) / self._kv_bps
@@ -404,8 +404,10 @@ class Predictor:
         t = 0.0
         while n:
             k = min(chunk, n)
-            memory_s = self._weights_s(k, 1 if k == n else 0) + self.kv_read_bytes(pos) / self._kv_bps  # cached KV: once
-            t += memory_s / self.kernel_speedup(pos) + self._step_fixed_s + self._attention_s(pos, pos + k)
+            head = 1 if k == n else 0  # the head runs for the last chunk's last token only
+            weights_s, read_s = self._weights_s(k, head), self._weights_s(1, head)  # all k tokens; one read of them
+            memory_s = read_s + self.kv_read_bytes(pos) / self._kv_bps  # the weights and the cached KV, once
+            t += memory_s / self.kernel_speedup(pos) + (weights_s - read_s) + self._step_fixed_s + self._attention_s(pos, pos + k)
             pos, n = pos + k, n - k
         return t + self._logits_fixed_s
 
