@@ -268,7 +268,7 @@ def _rounds(probe_result, plan, probe_runs, rows, ttft_rows, reps: int, tokens: 
     probe_specs = [None] * len(probe_runs)
     memory = probe_result.memory
     for r in range(reps):
-        memory = best_of(memory, probe_memory(memory.n_threads, memory.array_bytes, passes=3))
+        memory = best_of(memory, probe_memory(memory.n_threads, memory.array_bytes, passes=10))  # a pass is ~10 ms
         for k in range(max(len(probe_runs), len(rows), len(ttft_rows))):
             if k < len(probe_runs):
                 run = probe_runs[k]
