@@ -291,3 +291,17 @@ def test_the_caches_speed_up_a_chunks_read_not_its_arithmetic():
     assert gain[0] > 0 and gain[1] == pytest.approx(gain[0], rel=1e-9)
     steps = [plain.tokens_step_s(64, n) - cached.tokens_step_s(64, n) for n in (1, 8)]
     assert steps[1] == pytest.approx(steps[0], rel=1e-9)
+
+
+def test_the_cpu_ttft_floor_uses_the_fastest_matrix_product_measured():
+    """numpy's f32 matmul is no bound for llama.cpp's integer kernels: on the CPU the floor takes the
+    kernel probe's fastest batched rate when it is higher; with no kernel probe, the host's f32."""
+    from ondevice.roofline.target import ttft_compute
+    from tests.probe_fakes import fake_result
+
+    probe = fake_result(build="b")
+    fast = replace(probe, kernel=replace(probe.kernel, type_gflops={"Q4_0": 90.0, "Q6_K": 400.0}))
+    assert ttft_compute("CPU", 100.0, fast)[0] == 400.0 and "Q6_K" in ttft_compute("CPU", 100.0, fast)[1]
+    slow = replace(probe, kernel=replace(probe.kernel, type_gflops={"Q4_0": 90.0}))
+    assert ttft_compute("CPU", 100.0, slow) == (100.0, None)
+    assert ttft_compute("CPU", 100.0, None) == (100.0, None)
