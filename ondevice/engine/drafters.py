@@ -185,8 +185,7 @@ class ModelDrafter:
                 self._one[0] = out[-1]
                 rc = lib.llama_decode(ctx, self._batch)
                 if rc != 0:
-                    kv.clear()
-                    raise EngineError(f"llama_decode failed in the draft model (code {rc})")
+                    raise kv.decode_failed(rc, "in the draft model")
                 kv.tokens.append(out[-1])
             out.append(int(lib.llama_sampler_sample(self._greedy, ctx, -1)))
         return out

@@ -37,6 +37,11 @@ class KVCache:
         self._h.lib.llama_memory_clear(self._h.memory, False)  # cells emptied; buffers need no zeroing
         self.tokens.clear()
 
+    def decode_failed(self, rc: int, where: str) -> EngineError:
+        """After a failed llama_decode nothing says what the cache holds: clear it, and return the error to raise."""
+        self.clear()
+        return EngineError(f"llama_decode failed (code {rc}) {where}")
+
     def common_prefix(self, ids: Sequence[int]) -> int:
         """Leading tokens of `ids` the cache holds, at most len(ids) - 1 (one token is always computed)."""
         cached, n = self.tokens, 0
@@ -115,8 +120,7 @@ def _prefill(handle: LlamaHandle, kv: KVCache, ids: list[int], n_batch: int, can
         ptr = ctypes.cast(base + 4 * lo, ctypes.POINTER(ctypes.c_int32))
         rc = lib.llama_decode(handle.ctx, lib.llama_batch_get_one(ptr, n))
         if rc != 0:
-            kv.clear()
-            raise EngineError(f"llama_decode failed on the prompt (code {rc}) at token {lo} of {len(ids)}")
+            raise kv.decode_failed(rc, f"on the prompt at token {lo} of {len(ids)}")
         kv.tokens.extend(ids[lo : lo + n])
     return True
 
@@ -251,8 +255,7 @@ def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, st
                 t_decoded = perf_counter_ns()
                 spent.decode_ns += t_decoded - t_decode
                 if rc != 0:
-                    kv.clear()
-                    raise EngineError(f"llama_decode failed (code {rc}) at output token {i}")
+                    raise kv.decode_failed(rc, f"at output token {i}")
                 tokens.append(token)
             token = sample(smpl, ctx, -1)
             t = perf_counter_ns()

@@ -307,8 +307,7 @@ class Speculator:
             t2 = perf_counter_ns()
             spent.decode_ns += t2 - t1
             if rc != 0:
-                kv.clear()
-                raise EngineError(f"llama_decode failed (code {rc}) verifying {len(draft)} drafted tokens at output token {len(ids_out)}")
+                raise kv.decode_failed(rc, f"verifying {len(draft)} drafted tokens at output token {len(ids_out)}")
             tokens.append(token)
             tokens.extend(draft)  # the cells now in the cache; the rejected ones leave below
             self._count(k, len(draft), expected, cost)

@@ -40,6 +40,7 @@ from ondevice.errors import ProbeError
 from ondevice.modelspec import ModelSpec, inspect
 from ondevice.probing.kernelfit import FitPoint, fit_points
 from ondevice.probing.result import SMALL_TERMS, KernelPoint, KernelProbe
+from ondevice.roofline import bits_per_weight
 
 __all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "probe_models",
            "fit_prefill", "prefill_observations", "measure_steps", "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
@@ -89,13 +90,18 @@ class KernelPlan:
     types: tuple[str, ...] = PROBE_TYPES  # weight types probed
 
     def layer_bytes_f16(self) -> int:
-        hd = self.d_model // self.n_head
-        per = 2 * self.d_model * self.d_model + 2 * self.n_head_kv * hd * self.d_model + 3 * self.d_ff * self.d_model
-        return 2 * per
+        return round(layer_bytes((self.d_model, self.n_head, self.n_head_kv, self.d_ff), "F16"))
 
     def mid_context(self, n_prompt: int) -> int:
         """The context at the middle of the timed decode steps of a run with n_prompt tokens."""
         return n_prompt + self.n_warmup + self.n_tokens // 2
+
+
+def layer_bytes(shape: tuple[int, int, int, int], weight_type: str) -> float:
+    """Bytes of one block of a probe model: shape (d_model, heads, KV heads, d_ff), its matrices (Q, K, V, O,
+    gate, up, down) in weight_type."""
+    d, heads, kv_heads, d_ff = shape
+    return (2 * d * d + 2 * kv_heads * (d // heads) * d + 3 * d_ff * d) * bits_per_weight(weight_type) / 8
 
 
 def plan_for(llc_bytes: int | None) -> KernelPlan:
@@ -103,11 +109,9 @@ def plan_for(llc_bytes: int | None) -> KernelPlan:
     Q8_0 model >= 4 x LLC and 128 MiB."""
     plan = KernelPlan()
     target = max(_SIZED_MIN, 4 * (llc_bytes or 0) * 16 // 4.5)
-    d, heads, kv_heads, d_ff = plan.narrow
-    narrow_layer_q8 = (2 * d * d + 2 * kv_heads * (d // heads) * d + 3 * d_ff * d) * 34 / 32  # Q8_0: 34 bytes per 32
     narrow_target = max(128 * _MB, 4 * (llc_bytes or 0))
     return replace(plan, n_layer=max(1, int(-(-target // plan.layer_bytes_f16()))),
-                   narrow_layers=max(1, int(-(-narrow_target // narrow_layer_q8))),
+                   narrow_layers=max(1, int(-(-narrow_target // layer_bytes(plan.narrow, plan.narrow_type or "Q8_0")))),
                    cached_bytes=max(_MB, min(plan.cached_bytes, (llc_bytes or 4 * plan.cached_bytes) // 4)))
 
 
@@ -189,12 +193,8 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
                          plan.narrow_type, progress)
         runs.append(ProbeRun(plan.narrow_type, narrow, plan.n_prompt, "narrow"))
     if plan.cached:
-        from ondevice.roofline import bits_per_weight
-
-        d, heads, kv_heads, d_ff = plan.cached
-        layer_elements = 2 * d * d + 2 * kv_heads * (d // heads) * d + 3 * d_ff * d
         for t in plan.types:
-            blocks = max(1, round(plan.cached_bytes * 8 / (layer_elements * bits_per_weight(t))))
+            blocks = max(1, round(plan.cached_bytes / layer_bytes(plan.cached, t)))
             cfg = _synth_kwargs(plan, "cached", blocks, plan.n_vocab)
             runs.append(ProbeRun(t, _ensure(model_dir, "cached", cfg, t, progress), plan.n_prompt, "cached"))
     tiny = [(plan.tiny_layers[0], 512, t) for t in plan.types]
@@ -202,8 +202,8 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
     for n_layer, n_vocab, t in tiny:
         runs.append(ProbeRun(t, _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress),
                              plan.n_prompt, "tiny"))
-    runs += [ProbeRun(r.weight_type, r.path, plan.n_prefill, f"{r.role}-prefill".removeprefix("sized-"))
-             for r in runs if r.role in ("sized", "narrow")]
+    prefill_role = {"sized": "prefill", "narrow": "narrow-prefill"}
+    runs += [ProbeRun(r.weight_type, r.path, plan.n_prefill, prefill_role[r.role]) for r in runs if r.role in prefill_role]
     for shape in plan.attn_shapes:
         attn = _ensure(model_dir, "attn", _synth_kwargs(plan, "attn", shape[3], 512, shape), "F16", progress)
         runs += [ProbeRun("F16", attn, plan.n_prompt, "attn"), ProbeRun("F16", attn, plan.n_long, "attn")]

@@ -267,26 +267,23 @@ class Predictor:
         probe's read-bandwidth curve over working-set sizes (1.0 without one, or past the caches)."""
         return read_speedup(self._curve, self.step_bytes(n_ctx)) if self._curve else 1.0
 
-    def kernel_speedup(self, n_ctx: int) -> float:
+    def kernel_speedup(self, n_ctx: int, memory: float | None = None) -> float:
         """The cache speed-up of the calibrated step's memory terms. The read curve's speed-up S at the
         step's bytes says what share h of them the caches serve (S = 1 / (h / S_max + 1 - h), S_max the
         curve's speed-up on its smallest, all-cached size); each weight type (and the KV cache, read like
         F16) reads that share at what its kernel reached on cached weights (type_cached_gbs, c times its
-        DRAM rate) and the rest from DRAM: 1 / (h / c + 1 - h). Combined as one factor over their read times."""
-        memory = self.cache_speedup(n_ctx)
-        caps = self.calibration.type_cached_gbs
-        if memory <= 1.0 or not caps:
+        DRAM rate) and the rest from DRAM: 1 / (h / c + 1 - h). Combined as one factor over their read times.
+        `memory`: cache_speedup(n_ctx), when the caller has it."""
+        memory = self.cache_speedup(n_ctx) if memory is None else memory
+        if memory <= 1.0 or not self._kernel_caps:
             return memory
         most = max(memory, self._curve[0][1] / self._curve[-1][1])
         cached_share = (1.0 - 1.0 / memory) / (1.0 - 1.0 / most)
         kv_s = self.kv_read_bytes(n_ctx) / self._kv_bps
-        parts = [(r, t) for t, r in self._read_s.items()] + [(kv_s, "F16")]
-        plain = sum(r for r, _t in parts)
-        sped = 0.0
-        for r, t in parts:
-            cap = min(most, max(1.0, _per_type(t, caps, None) / effective_gbs(t, self.calibration)))  # no kernel
-            # outreads the plain read of an all-cached array (a faster figure is noise)
-            sped += r * (cached_share / cap + 1.0 - cached_share)
+        parts = [(r, self._kernel_caps[t]) for t, r in self._read_s.items()] + [(kv_s, self._kernel_caps["F16"])]
+        plain = sum(r for r, _c in parts)
+        sped = sum(r * (cached_share / min(cap, most) + 1.0 - cached_share) for r, cap in parts)  # no kernel outreads
+        # the plain read of an all-cached array (a faster figure is noise)
         return plain / sped if sped > 0 else memory
 
     def _init_compute(self, spec: ModelSpec, cal: Calibration, swa: set[int]) -> None:
@@ -311,6 +308,9 @@ class Predictor:
         # per weight type: seconds to read it once (calibrated), and its matrix products' seconds per
         # token relative to that (growth past the measured step ratios); the head apart
         self._read_s = {t: self._type_read_s(t, b) for t, b in spec.decode_bytes_by_type.items() if b}
+        caps = cal.type_cached_gbs  # per type: how many times its DRAM rate its kernel reads cached weights
+        self._kernel_caps = {t: max(1.0, _per_type(t, caps, None) / effective_gbs(t, cal))
+                             for t in set(self._read_s) | {"F16"}} if caps else {}
         rows = spec.decode_rows_by_type
         self._growth = {t: (2.0 * elements[t] / (effective_gflops(t, cal) * 1e9) + rows.get(t, 0) * cal.batch_row_s)
                         / self._read_s[t] if t in elements and effective_gflops(t, cal) else None for t in self._read_s}
@@ -362,9 +362,10 @@ class Predictor:
     def step_s(self, n_ctx: int) -> tuple[float, float]:
         """(ceiling_step_s, calibrated_step_s) for one decode step at a context of n_ctx tokens."""
         n = max(0, int(n_ctx))
-        ceiling = (self._weight_ceiling_s + self.kv_read_bytes(n) / self._ceiling_bps) / self.cache_speedup(n)
+        cached = self.cache_speedup(n)
+        ceiling = (self._weight_ceiling_s + self.kv_read_bytes(n) / self._ceiling_bps) / cached
         span = min(n, self._cal_window) if self._cal_window else n
-        memory_s = (self._weight_calibrated_s + self._kv_full_s * n + self._kv_window_s * span) / self.kernel_speedup(n)
+        memory_s = (self._weight_calibrated_s + self._kv_full_s * n + self._kv_window_s * span) / self.kernel_speedup(n, cached)
         calibrated = memory_s + self._attn_full_s * n + self._attn_window_s * span + self._fixed_s
         return ceiling, max(calibrated, ceiling)
 
