@@ -190,7 +190,12 @@ class Cursor:
             self.pos += nbytes
 
     def _skip_strings(self, count: int, what: str) -> None:
-        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
+        self._strings(count, what, None)
+
+    def _strings(self, count: int, what: str, out: list[str] | None) -> None:
+        """Walk `count` admitted strings, appending each (decoded) to `out` unless it is None."""
+        buf, pos, size, unpack, errors = self.buf, self.pos, self.size, _U64.unpack_from, self.text_errors
+        keep = out.append if out is not None else None
         for _ in range(count):  # the hot loop of a large vocabulary: locals only
             if pos + 8 > size:
                 break
@@ -198,6 +203,8 @@ class Cursor:
             if n > MAX_STRING_BYTES or pos + 8 + n > size:
                 break
             pos += 8 + n
+            if keep is not None:
+                keep(str(buf[pos - n : pos], "utf-8", errors))
         else:
             self.pos = pos
             return
@@ -208,7 +215,9 @@ class Cursor:
         """Decode `count` admitted items: numbers as a numpy array, strings as a list of str,
         arrays as a list of their values (lists or ArrayRefs, as `array` gives them)."""
         if item_type == GGUFValueType.STRING:
-            return [self.string("array string") for _ in range(count)]
+            strings: list[str] = []
+            self._strings(count, "array string", strings)
+            return strings
         if item_type == GGUFValueType.ARRAY:
             out = []
             for _ in range(count):

@@ -84,6 +84,9 @@ def _check_vocab(g: GGUFFile, where: str) -> None:
         arr = g.get(key)
         if arr is not None and (not isinstance(arr, (ArrayRef, list)) or len(arr) != len(tokens)):
             raise GGUFFormatError(f"{where}: {key} has {len(arr) if isinstance(arr, (ArrayRef, list)) else 'no'} entries for {len(tokens)} tokens")
+    distinct = set(tokens)
+    if len(distinct) == len(tokens) and "" not in distinct and "\x00" not in "".join(tokens):
+        return  # each token is its own key to llama.cpp: the common case, checked at C speed
     seen: dict[str, int] = {}  # token text as llama.cpp keys it -> first id
     for i, token in enumerate(tokens):
         # llama.cpp reads each token as a C string (up to its first NUL) and renames empty ones
