@@ -175,6 +175,47 @@ def test_bad_prompts_fail_before_any_work(engine, chains):
     assert not engine.busy
 
 
+class _PollHook:
+    """A cancel event whose is_set() counts its polls (one per prefill chunk, one per decode step)
+    and runs `at_poll(n)`: cancellation at an exact point, with no timing."""
+
+    def __init__(self, at_poll):
+        self.polls = 0
+        self.at_poll = at_poll
+
+    def is_set(self) -> bool:
+        self.polls += 1
+        return bool(self.at_poll(self.polls))
+
+
+def test_cancel_between_decode_steps_keeps_what_was_produced(engine, chains):
+    hook = _PollHook(lambda n: n > 3 + 2)  # 3 prefill chunks, then 2 decode steps
+    bg = engine.batched(3, 64).generate(prompts(chains, "loop", "loop", "words"), 16, temperature=0, cancel=hook)
+    assert bg.step_seqs == (3, 3)
+    assert [g.finish_reason for g in bg.generations] == ["cancelled"] * 3
+    assert [len(g.token_ids) for g in bg.generations] == [3, 3, 3]
+    assert list(bg.generations[2].token_ids) == chains["words"][1:4]
+
+
+def test_cancel_during_prefill_leaves_later_prompts_without_output(engine, chains):
+    hook = _PollHook(lambda n: n > 1)  # the first prompt's chunk, then cancelled
+    bg = engine.batched(2, 64).generate(prompts(chains, "loop", "words"), 8, temperature=0, cancel=hook)
+    first, second = bg.generations
+    assert first.finish_reason == second.finish_reason == "cancelled"
+    assert len(first.token_ids) == 1 and second.token_ids == () and bg.step_s == ()
+    assert second.timings.prompt_tokens_computed == 0 and second.timings.prefill_s >= 0
+    assert first.timings.prompt_tokens_computed == 2
+
+
+def test_engine_cancel_reaches_a_running_batch(engine, chains):
+    batch = engine.batched(2, 64)
+    hook = _PollHook(lambda n: engine.cancel() if n == 2 + 3 else False)  # the engine cancels during step 3
+    bg = batch.generate(prompts(chains, "loop", "loop"), 32, temperature=0, cancel=hook)
+    assert bg.step_seqs == (2, 2, 2) and {g.finish_reason for g in bg.generations} == {"cancelled"}
+    batch.cancel()  # idle: nothing to stop, and the next run is not cancelled
+    assert batch.generate(prompts(chains, "loop"), 4, temperature=0).generations[0].finish_reason == "length"
+
+
 def test_busy_engine_and_close(tiny_model):
     eng = load(tiny_model, n_ctx=256, n_threads=1)
     batch = eng.batched(2, 64)

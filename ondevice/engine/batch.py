@@ -107,7 +107,7 @@ class _Seq:
         self.ids = ids  # prompt token ids
         self.chain = chain
         self.output = output  # its output tokens, their texts and time marks
-        self.prefill_end_ns = 0  # end of the prefill chunk that held its last prompt token
+        self.prefill_end_ns = 0  # end of the prefill chunk that held its last prompt token (0: not prefilled)
         self.finish: FinishReason | None = None  # set when it has ended
 
     def take(self, token: int, t_ns: int) -> None:
@@ -124,6 +124,7 @@ class BatchContext:
         self._h = handle  # the context (the model belongs to the engine)
         self._lock = lock  # the engine's busy lock
         self._token_info = token_info
+        self._cancel: threading.Event | None = None  # set by cancel() while a generation runs
         self.n_seqs = n_seqs  # sequences the context holds
         lib, ctx = handle.lib, handle.ctx
         per = int(lib.llama_n_ctx_seq(ctx)) if hasattr(lib, "llama_n_ctx_seq") else handle.n_ctx // n_seqs
@@ -176,10 +177,12 @@ class BatchContext:
                 pass
 
     def generate(self, prompts: Sequence[Sequence[int]] | Sequence[str], max_tokens: int, *, seed: int | None = None,
-                 ignore_eos: bool = False, **sampling: Any) -> BatchGeneration:
+                 ignore_eos: bool = False, cancel: threading.Event | None = None, **sampling: Any) -> BatchGeneration:
         """Generate for every prompt (token ids, or text tokenized with BOS) at once; sequence i
         samples with seed + i (seed None: the engine's base seed). sampling: make_params' other
-        settings (temperature, top_k, top_p, min_p, repeat_penalty, stop). Raises
+        settings (temperature, top_k, top_p, min_p, repeat_penalty, stop). cancel (or cancel(),
+        or the engine's cancel()) stops it between prefill chunks or decode steps: the sequences
+        still running end with finish_reason "cancelled" and what they produced. Raises
         InvalidParameterError / ContextOverflowError before any work, EngineBusyError while
         the engine generates."""
         start_ns = perf_counter_ns()
@@ -192,10 +195,19 @@ class BatchContext:
         ids = self._prompt_ids(prompts, params.max_tokens)
         if not self._lock.acquire(blocking=False):
             raise EngineBusyError("the engine is already generating; wait for it, cancel it, or use another engine")
+        own = self._cancel = threading.Event()
+        cancelled = (lambda: own.is_set() or cancel.is_set()) if cancel is not None else own.is_set
         try:
-            return self._run(ids, params, start_ns, perf_counter_ns())
+            return self._run(ids, params, start_ns, perf_counter_ns(), cancelled)
         finally:
+            self._cancel = None
             self._lock.release()
+
+    def cancel(self) -> None:
+        """Stop the running generate() at its next chunk or step; thread-safe, no-op when idle."""
+        ev = self._cancel
+        if ev is not None:
+            ev.set()
 
     def _prompt_ids(self, prompts: Any, max_tokens: int) -> list[list[int]]:
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or not prompts:
@@ -214,7 +226,8 @@ class BatchContext:
             out.append(ids)
         return out
 
-    def _run(self, prompts: list[list[int]], p: SamplingParams, start_ns: int, tokenized_ns: int) -> BatchGeneration:
+    def _run(self, prompts: list[list[int]], p: SamplingParams, start_ns: int, tokenized_ns: int,
+             cancelled: Callable[[], bool]) -> BatchGeneration:
         h, lib = self._h, self._h.lib
         lib.llama_memory_clear(h.memory, False)
         base = p.seed if p.seed is not None else self._engine.info.seed
@@ -225,9 +238,9 @@ class BatchContext:
                 chain = SamplerChain(lib, p, (base + i) % _SEED_MOD, h.n_vocab, history=ids)
                 seqs.append(_Seq(i, ids, chain, OutputTokens(p, len(ids), start_ns, None, self._token_info)))
             prefill_start = perf_counter_ns()
-            self._prefill(batch, seqs, p)
+            self._prefill(batch, seqs, p, cancelled)
             prefill_end = perf_counter_ns()
-            step_s, step_seqs = self._decode(batch, seqs, p)
+            step_s, step_seqs = self._decode(batch, seqs, p, cancelled)
         finally:
             lib.llama_batch_free(batch)
             for s in seqs:
@@ -236,7 +249,9 @@ class BatchContext:
         pred, ceil = self._predicted(prompts, p.max_tokens)
         for s in seqs:
             o = s.output
-            timings = timings_from_marks(start_ns, tokenized_ns, prefill_start, s.prefill_end_ns, o.token_ns, len(s.ids))
+            computed = len(s.ids) if s.prefill_end_ns else 0
+            timings = timings_from_marks(start_ns, tokenized_ns, prefill_start, s.prefill_end_ns or prefill_end, o.token_ns,
+                                         computed)
             gens.append(Generation(
                 text="".join(o.texts), token_ids=tuple(o.ids), finish_reason=s.finish or "length",
                 prompt_tokens=len(s.ids), cached_prompt_tokens=0, timings=timings,
@@ -246,7 +261,7 @@ class BatchContext:
         return BatchGeneration(tuple(gens), (last_ns - start_ns) * _NS, (prefill_end - prefill_start) * _NS,
                                tuple(step_s), tuple(step_seqs), pred, ceil)
 
-    def _prefill(self, batch: Any, seqs: list[_Seq], p: SamplingParams) -> None:
+    def _prefill(self, batch: Any, seqs: list[_Seq], p: SamplingParams, cancelled: Callable[[], bool]) -> None:
         """Each prompt in chunks of n_batch tokens (tagged with its sequence id and positions), logits
         only at its last token, whose first output token is sampled right after that chunk.
 
@@ -254,11 +269,16 @@ class BatchContext:
         a pass (the repacked Q4_K GEMM takes rows in fours, the rest go through GEMV), so a token
         computed beside another prompt's tokens gets keys and values that differ in the last bits
         from its single-request ones, and greedy output drifts. Chunked as a single request is,
-        each sequence's cache is bit for bit that request's."""
+        each sequence's cache is bit for bit that request's. Cancelled between chunks, the
+        sequences not yet prefilled end "cancelled" with no output."""
         h, lib = self._h, self._h.lib
         for s in seqs:
             last = len(s.ids) - 1
             for lo in range(0, len(s.ids), h.n_batch):
+                if cancelled():
+                    for rest in seqs:
+                        rest.finish = rest.finish or "cancelled"
+                    return
                 hi = min(lo + h.n_batch, len(s.ids))
                 fill_batch_entries(batch, ((s.ids[pos], pos, s.index, pos == last) for pos in range(lo, hi)))
                 rc = lib.llama_decode(h.ctx, batch)
@@ -271,14 +291,19 @@ class BatchContext:
             else:
                 s.finish = "length"
 
-    def _decode(self, batch: Any, seqs: list[_Seq], p: SamplingParams) -> tuple[list[float], list[int]]:
-        """Steps of one token per live sequence until every sequence has ended."""
+    def _decode(self, batch: Any, seqs: list[_Seq], p: SamplingParams,
+                cancelled: Callable[[], bool]) -> tuple[list[float], list[int]]:
+        """Steps of one token per live sequence until every sequence has ended (or it is cancelled)."""
         h, lib = self._h, self._h.lib
         decode, sample = lib.llama_decode, lib.llama_sampler_sample
         step_s: list[float] = []
         step_seqs: list[int] = []
         while True:
             live = [s for s in seqs if s.finish is None]
+            if live and cancelled():
+                for s in live:
+                    s.finish = "cancelled"
+                live = []
             if not live:
                 return step_s, step_seqs
             fill_batch_entries(batch, ((s.output.ids[-1], len(s.ids) + len(s.output.ids) - 1, s.index, True) for s in live))

@@ -308,10 +308,13 @@ class Engine:
 
     # ---- control -----------------------------------------------------------------------
     def cancel(self) -> None:
-        """Stop the running generation at its next step (finish_reason "cancelled"); thread-safe, no-op when idle."""
+        """Stop the running generation (a batch context's included) at its next step (finish_reason
+        "cancelled"); thread-safe, no-op when idle."""
         ev = self._cancel
         if ev is not None:
             ev.set()
+        for batch in list(self._batches):
+            batch.cancel()
 
     @property
     def busy(self) -> bool:
