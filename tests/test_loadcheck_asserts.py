@@ -92,6 +92,7 @@ ASSERTED = {
     "expert groups >= experts": [u32(Keys.LLM.EXPERT_COUNT, 4), u32(Keys.LLM.EXPERT_USED_COUNT, 2), u32(Keys.LLM.EXPERT_GROUP_COUNT, 4)],
     "expert groups, no experts": [u32(Keys.LLM.EXPERT_GROUP_COUNT, 2)],
     "unknown RoPE scaling": [kv(Keys.Rope.SCALING_TYPE.format(arch="llama"), VT.STRING, string("bogus"))],
+    "two equal tokens": [with_tokens(_TOKENS[:300] + [_TOKENS[299]] + _TOKENS[301:])],
     "tokens equal up to a NUL": [with_tokens(_TOKENS[:300] + [_TOKENS[299] + "\x00x"] + _TOKENS[301:])],
     "empty token named like its stand-in": [with_tokens(_TOKENS[:300] + ["", "[EMPTY_300]"] + _TOKENS[302:])],
 }
