@@ -214,6 +214,8 @@ def test_engine_cancel_reaches_a_running_batch(engine, chains):
     assert bg.step_seqs == (2, 2, 2) and {g.finish_reason for g in bg.generations} == {"cancelled"}
     batch.cancel()  # idle: nothing to stop, and the next run is not cancelled
     assert batch.generate(prompts(chains, "loop"), 4, temperature=0).generations[0].finish_reason == "length"
+    with pytest.raises(InvalidParameterError, match="cancel must be"):
+        batch.generate(prompts(chains, "loop"), 4, cancel=True)
 
 
 def test_busy_engine_and_close(tiny_model):

@@ -280,6 +280,38 @@ def test_a_kernel_is_sped_up_by_the_caches_no_faster_than_it_ran_from_them():
         assert kernel.step_s(0)[0] == plain.step_s(0)[0]  # the bound is the read curve's
 
 
+def test_past_what_the_caches_hold_the_kernels_read_from_dram():
+    """The curve's knee (its biggest size read at least halfway from DRAM's speed to the all-cached one:
+    16 MiB here) is what the caches hold. A step past it gets no cache speed-up in the calibrated step (a
+    plain cyclic read past it still gains on the curve: the L3 keeps part of the scan; the decode kernels
+    did not); within it the curve's holds, and the ceiling, a bound, keeps the curve's everywhere."""
+    from ondevice.roofline import cache_bytes, read_speedup
+    from ondevice.roofline.spec import spec_from_flags
+
+    assert cache_bytes(CURVE) == 16 << 20 and cache_bytes(()) == 0
+    small = spec_from_flags(params=20e6, quant="Q4_0", layers=4, kv_heads=2, head_dim=64)  # ~11 MB
+    mid = spec_from_flags(params=60e6, quant="Q4_0", layers=4, kv_heads=2, head_dim=64)  # ~34 MB: the curve gains there
+    for spec, past in ((small, False), (mid, True)):
+        pred, plain = Predictor(spec, _cal(read_curve=CURVE)), Predictor(spec, _cal())
+        assert read_speedup(CURVE, pred.step_bytes(64)) > 1.5 and (pred.step_bytes(64) > 16 << 20) is past
+        assert (pred.kernel_speedup(64) == 1.0) is past
+        assert pred.step_s(64)[0] < plain.step_s(64)[0]  # the bound keeps the curve's speed-up
+        assert (pred.step_s(64)[1] == pytest.approx(plain.step_s(64)[1])) is past
+
+
+def test_a_gpu_calibration_leaves_the_hosts_caches_out():
+    """The host's read curve says what the CPU's caches do; a GPU backend's calibration goes without it."""
+    from dataclasses import replace as with_
+
+    from tests.probe_fakes import fake_result, nvidia_host
+
+    curve = ((2 << 20, 100.0), (256 << 20, 30.0))
+    cpu = with_(fake_result(build="b"), read_curve=curve).calibration()
+    gpu = with_(fake_result(build="b", backend="CUDA", host=nvidia_host()), read_curve=curve).calibration()
+    assert cpu.read_curve == curve
+    assert gpu.read_curve == ()
+
+
 def test_the_caches_speed_up_a_chunks_read_not_its_arithmetic():
     """A cache-resident model's prefill chunk reads its weights faster, once; the products over its
     other tokens take what they take from DRAM too: 256 tokens gain what 1 token gains."""

@@ -26,7 +26,7 @@ from time import perf_counter_ns
 from typing import Any, Callable, Sequence
 
 from ondevice.engine.sampling import SamplerChain, SamplingParams, make_params
-from ondevice.engine.loop import OutputTokens
+from ondevice.engine.loop import OutputTokens, cancel_poll
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.engine.loader import context_settings
 from ondevice.llama.model import LlamaHandle, fill_batch_entries, new_context
@@ -192,11 +192,12 @@ class BatchContext:
             raise InvalidParameterError(f"unknown sampling setting: {exc}") from None
         if self.closed:
             raise EngineError("this batch context is closed")
+        own = threading.Event()
+        cancelled = cancel_poll(own, cancel)
         ids = self._prompt_ids(prompts, params.max_tokens)
         if not self._lock.acquire(blocking=False):
             raise EngineBusyError("the engine is already generating; wait for it, cancel it, or use another engine")
-        own = self._cancel = threading.Event()
-        cancelled = (lambda: own.is_set() or cancel.is_set()) if cancel is not None else own.is_set
+        self._cancel = own
         try:
             return self._run(ids, params, start_ns, perf_counter_ns(), cancelled)
         finally:

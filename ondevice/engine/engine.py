@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 from ondevice.engine.batch import BatchContext
 from ondevice.engine.loader import EngineInfo, open_model
 from ondevice.llama.model import LlamaHandle
-from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, run_request
+from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, run_request
 from ondevice.engine.sampling import DEFAULTS, make_params
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.results import Generation
@@ -201,8 +201,7 @@ class Engine:
         )
         if not isinstance(reuse_prefix, bool):
             raise InvalidParameterError(f"reuse_prefix must be True or False, not {reuse_prefix!r}")
-        if cancel is not None and not callable(getattr(cancel, "is_set", None)):
-            raise InvalidParameterError("cancel must be a threading.Event (or have is_set())")
+        cancel_poll(threading.Event(), cancel)  # a bad cancel fails here, before any work
         self._check_open()
         # one-time set-up (a draft model's load, the batch check) is not part of the request's timings
         spec = self.speculator(speculative, draft, spec_k)
@@ -285,10 +284,8 @@ class Engine:
         if not self._busy.acquire(blocking=False):
             raise EngineBusyError("the engine is already generating; wait for it, cancel it, or use another engine")
         try:
-            own = threading.Event()
-            self._cancel = own
-            external = cancel
-            is_cancelled = (lambda: own.is_set() or external.is_set()) if external is not None else own.is_set
+            own = self._cancel = threading.Event()
+            is_cancelled = cancel_poll(own, cancel)
             seed = params.seed if params.seed is not None else (self.info.seed + self._requests) % _SEED_MOD
             self._requests += 1
             req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix, think, spec)

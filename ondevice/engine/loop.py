@@ -16,12 +16,12 @@ from typing import Any, Callable, Generator, Iterator, Sequence
 from ondevice.llama.model import LlamaHandle
 from ondevice.engine.sampling import SamplerChain, SamplingParams
 from ondevice.engine.text import TextAssembler
-from ondevice.errors import EngineError
+from ondevice.errors import EngineError, InvalidParameterError
 from ondevice.metrics import timings_from_marks
 from ondevice.reasoning import first_visible
 from ondevice.results import Attribution, FinishReason, Generation, TokenEvent
 
-__all__ = ["KVCache", "Request", "run_request", "TokenStream", "OutputTokens"]
+__all__ = ["KVCache", "Request", "run_request", "TokenStream", "OutputTokens", "cancel_poll"]
 
 _NS = 1e-9
 
@@ -85,6 +85,16 @@ class Request:
     reuse_prefix: bool  # keep the KV cache's common prefix
     think: Any = None  # (ThinkMarkers, {marker token id: marker text}) when the chat template has reasoning blocks
     spec: Any = None  # a Speculator (ondevice.engine.speculative) when the request asked for speculative decoding
+
+
+def cancel_poll(own: threading.Event, external: Any = None) -> Callable[[], bool]:
+    """What a run polls before each step: its own event (set by cancel()) or the caller's
+    (anything with is_set(); InvalidParameterError otherwise, before any work)."""
+    if external is None:
+        return own.is_set
+    if not callable(getattr(external, "is_set", None)):
+        raise InvalidParameterError("cancel must be a threading.Event (or have is_set())")
+    return lambda: own.is_set() or external.is_set()
 
 
 def _token_reader(handle: LlamaHandle) -> Callable[[int], tuple[bytes, bool]]:

@@ -143,7 +143,7 @@ class ProbeResult:
             attn_gflops=self.kernel.attn_gflops,
             batch_row_s=self.kernel.batch_row_s,
             type_cached_gbs=dict(self.kernel.type_cached_gbs),
-            read_curve=self.read_curve,
+            read_curve=self.read_curve if self.backend.upper() == "CPU" else (),  # the host's caches, not a GPU's
             step_ratios={t: tuple(sorted(table.items())) for t, table in self.kernel.step_ratios.items()},
         )
 

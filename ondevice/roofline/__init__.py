@@ -15,7 +15,7 @@ time adds what the kernel probe measured (model.py has the formula, once).
 
 from ondevice.roofline.model import (
     Calibration, Predictor, attention_head_dims, attention_scores, bits_per_weight, causal_spans, effective_gbs,
-    effective_gflops, read_speedup, score_s, score_weights,
+    cache_bytes, effective_gflops, read_speedup, score_s, score_weights,
 )
 from ondevice.roofline.prediction import (
     ContextPrediction, MemoryVerdict, Prediction, TTFTPrediction, memory_verdict, predict, prefill_flops,
@@ -23,5 +23,5 @@ from ondevice.roofline.prediction import (
 
 __all__ = [
     "Calibration", "Predictor", "attention_head_dims", "attention_scores", "bits_per_weight", "causal_spans",
-    "effective_gbs", "effective_gflops", "read_speedup", "score_s", "score_weights", "ContextPrediction", "MemoryVerdict", "Prediction", "TTFTPrediction", "memory_verdict", "predict", "prefill_flops",
+    "cache_bytes", "effective_gbs", "effective_gflops", "read_speedup", "score_s", "score_weights", "ContextPrediction", "MemoryVerdict", "Prediction", "TTFTPrediction", "memory_verdict", "predict", "prefill_flops",
 ]

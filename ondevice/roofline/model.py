@@ -49,9 +49,11 @@ the step): 1 for models far larger than the last-level cache, more for one that 
 kernel cannot go faster than it computes, though: the share of the bytes the caches serve (what the
 read curve's speed-up implies) goes at what each type's kernel reached on weights the caches hold
 (type_cached_gbs; on an AMD EPYC VM Q4_0 decoded cached weights at ~1.2x its DRAM rate where a
-plain read ran 3x faster, F16 at ~3x), the rest at its DRAM rate (kernel_speedup: a 51 MB Q4_0 model
-that a read curve put at 1.4x decoded ~1.05x faster, as this gives); the ceiling, a bound, keeps
-the read curve's.
+plain read ran 3x faster, F16 at ~3x), the rest at its DRAM rate (kernel_speedup), and only for a
+step whose bytes the caches hold (cache_bytes: the curve's knee). Past it a plain cyclic read still gains
+(the L3 keeps part of the scan: 1.2-1.4x at 45-128 MiB against a 32 MiB L3 on that VM), the decode
+kernels do not: a 51 MB Q4_0 model that the curve put at 1.22x decoded at 2.26 ms a token where
+no speed-up predicts 2.35 ms and the curve's 1.98 ms. The ceiling, a bound, keeps the read curve's.
 
 Prefill is chunks of n_batch such steps (logits, and so the output head, for the last token
 only); TTFT = prefill of the tokens not already cached; E2E = TTFT + the decode steps over the
@@ -167,6 +169,16 @@ def read_speedup(curve: Sequence[tuple[int, float]], nbytes: float) -> float:
     return gbs / dram if gbs > (1 + NOISE_SHARE) * dram else 1.0
 
 
+def cache_bytes(curve: Sequence[tuple[int, float]]) -> int:
+    """The largest working set the caches hold, read off the curve: its biggest size read at least
+    halfway from DRAM's speed to the all-cached one (measured: the size the OS reports for the
+    last-level cache is no guide in a VM). 0 without a curve."""
+    if not curve:
+        return 0
+    half = (curve[0][1] + curve[-1][1]) / 2
+    return max((b for b, gbs in curve if gbs >= half), default=0)
+
+
 NOISE_SHARE = 0.10  # read_speedup: a working set read less than 10% faster than DRAM counts as DRAM
 
 
@@ -254,6 +266,7 @@ class Predictor:
             self._attn_full_s = per * (spec.n_layer - n_swa)
             self._attn_window_s = per * n_swa
         self._curve = sorted(calibration.read_curve)
+        self._cache_bytes = cache_bytes(self._curve)
         self._init_compute(spec, calibration, swa)
 
     def _type_read_s(self, weight_type: str, nbytes: int) -> float:
@@ -275,6 +288,8 @@ class Predictor:
         DRAM rate) and the rest from DRAM: 1 / (h / c + 1 - h). Combined as one factor over their read times.
         `memory`: cache_speedup(n_ctx), when the caller has it."""
         memory = self.cache_speedup(n_ctx) if memory is None else memory
+        if memory > 1.0 and self.step_bytes(n_ctx) > self._cache_bytes:
+            return 1.0  # past what the caches hold: the curve's gain there is the L3 keeping part of a plain scan
         if memory <= 1.0 or not self._kernel_caps:
             return memory
         most = max(memory, self._curve[0][1] / self._curve[-1][1])
