@@ -267,16 +267,17 @@ def _rounds(probe_result, plan, probe_runs, rows, ttft_rows, reps: int, tokens: 
     probe_prefills: list[list[float]] = [[] for _ in probe_runs]
     probe_specs = [None] * len(probe_runs)
     memory = probe_result.memory
+    pairs = kernel.attention_pairs(probe_runs)  # an attention model's two contexts, measured together
     for r in range(reps):
         memory = best_of(memory, probe_memory(memory.n_threads, memory.array_bytes, passes=10))  # a pass is ~10 ms
         for k in range(max(len(probe_runs), len(rows), len(ttft_rows))):
             if k < len(probe_runs):
-                run = probe_runs[k]
-                step, _, _, probe_specs[k], prefill = kernel.measure(
-                    run.path, plan, n_prompt=run.n_prompt, n_threads=threads, decode=not run.is_prefill,
-                    n_gpu_layers=0 if probe_result.backend == "CPU" else -1)
-                probe_steps[k].append(step)
-                probe_prefills[k].append(prefill)
+                measured, _, _, spec = kernel.measure_run(probe_runs, k, pairs, plan, n_threads=threads,
+                                                          n_gpu_layers=0 if probe_result.backend == "CPU" else -1)
+                for i, step, prefill in measured:
+                    probe_specs[i] = spec
+                    probe_steps[i].append(step)
+                    probe_prefills[i].append(prefill)
             if k < len(rows):
                 row = rows[k]
                 g = row["eng"].generate(row["ids"], max_tokens=tokens, ignore_eos=True, reuse_prefix=True)

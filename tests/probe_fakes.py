@@ -92,6 +92,14 @@ def fake_measure(calls: list | None = None):
     return measure
 
 
+def fake_measure_pair(path, plan, n_prompts, *, n_threads, n_gpu_layers):
+    """A stand-in for kernel.measure_pair: kernel.measure (as a test has replaced it) at both prompt lengths."""
+    from ondevice.probing import kernel
+
+    short, long = (kernel.measure(path, plan, n_prompt=n, n_threads=n_threads, n_gpu_layers=n_gpu_layers) for n in n_prompts)
+    return (short[0], long[0]), (short[4], long[4]), short[1], short[2], short[3]
+
+
 def true_prefill_s(spec, n_prompt: int, p=TRUE) -> float:
     """The prefill time the roofline's own arithmetic gives with the known terms above."""
     from ondevice.roofline import Calibration, Predictor

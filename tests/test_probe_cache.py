@@ -16,7 +16,7 @@ from ondevice.probing import cache, kernel
 from ondevice.probing import probe as run_probe
 from ondevice.probing.result import ProbeResult
 from tests.file_fakes import stale_temp
-from tests.probe_fakes import fake_measure_steps, TINY, fake_measure, fake_result, nvidia_host
+from tests.probe_fakes import fake_measure_pair, fake_measure_steps, TINY, fake_measure, fake_result, nvidia_host
 
 
 def test_round_trip_through_json(tmp_path):
@@ -113,6 +113,7 @@ def fast_probe(monkeypatch):
     """probe() with host arrays of 8 MiB and the kernel measurement replaced (models still built)."""
     monkeypatch.setattr(kernel, "measure", fake_measure())
     monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
+    monkeypatch.setattr(kernel, "measure_pair", fake_measure_pair)
     monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
 
 
@@ -242,6 +243,7 @@ def test_passes_that_disagree_are_not_cached(tmp_path, monkeypatch, slowdown, ca
     monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
     monkeypatch.setattr(kernel, "measure", fake_measure())
     monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
+    monkeypatch.setattr(kernel, "measure_pair", fake_measure_pair)
     before = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
     calm, passes = fake_measure(), Counter()
 
@@ -253,6 +255,7 @@ def test_passes_that_disagree_are_not_cached(tmp_path, monkeypatch, slowdown, ca
     monkeypatch.setattr(kernel, "measure", contended)
 
     monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
+    monkeypatch.setattr(kernel, "measure_pair", fake_measure_pair)
     if cached:  # passes 20% apart: a busy moment, still cached
         after = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1, refresh=True)
         assert after.kernel.pass_spread == pytest.approx(0.2)

@@ -11,7 +11,7 @@ from ondevice.modelspec import inspect
 from ondevice.probing import kernel
 from ondevice.probing.kernel import FitPoint, fit_points, plan_for, probe_kernels
 from ondevice.roofline import score_s
-from tests.probe_fakes import fake_measure_steps, TINY, TRUE, fake_measure, model_time
+from tests.probe_fakes import fake_measure_pair, fake_measure_steps, TINY, TRUE, fake_measure, model_time
 
 def points(p=TRUE) -> list[FitPoint]:
     spec = [("sized", "Q4_0", 150e6, 5, 512, 0, 0), ("sized", "Q8_0", 280e6, 5, 512, 0, 0),
@@ -116,6 +116,7 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(kernel, "measure", fake_measure(calls))
     monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
+    monkeypatch.setattr(kernel, "measure_pair", fake_measure_pair)
     said: list[str] = []
     k = probe_kernels(TINY, tmp_path / "models", progress=said.append)
     n = 16 + 2 * len(TINY.attn_shapes)  # sized x3, narrow, cached x3, tiny x5, prefill x3 + narrow, each attention model
@@ -154,6 +155,40 @@ def test_measure_decodes_through_the_engine(tmp_path):
     assert step_s > 0 and prefill_s > 0 and backend == "CPU" and threads == 1 and spec.n_layer == TINY.n_layer
     step_s, *_, prefill_s = kernel.measure(run.path, TINY, n_prompt=8, n_threads=1, n_gpu_layers=0, decode=False)
     assert step_s == 0.0 and prefill_s > 0
+
+
+def test_an_attention_models_two_contexts_are_measured_together(tmp_path, monkeypatch):
+    """The two runs of each attention model form a pair, decoded in alternating bursts through two real
+    engines (bounded by the budget like a single run); measure_run gives both runs' figures at the first."""
+    import ondevice.engine as engine_pkg
+
+    runs = kernel.probe_models(TINY, tmp_path, lambda _m: None)
+    pairs = kernel.attention_pairs(runs)
+    assert len(pairs) == len(TINY.attn_shapes)
+    assert all(runs[i].path == runs[j].path and (runs[i].n_prompt, runs[j].n_prompt) == (TINY.n_prompt, TINY.n_long)
+               for i, j in pairs.items())
+    first, second = next(iter(pairs.items()))
+    streams = []
+    real_load = engine_pkg.load
+
+    def spy_load(*a, **k):
+        eng = real_load(*a, **k)
+        real_stream = eng.stream
+        eng.stream = lambda *sa, **sk: streams.append(real_stream(*sa, **sk)) or streams[-1]
+        return eng
+
+    monkeypatch.setattr(engine_pkg, "load", spy_load)
+    measured, backend, threads, spec = kernel.measure_run(runs, first, pairs, TINY, n_threads=1, n_gpu_layers=0)
+    assert [m[0] for m in measured] == [first, second] and backend == "CPU" and threads == 1
+    assert all(step > 0 and prefill > 0 for _i, step, prefill in measured)
+    assert [ts.generation.prompt_tokens for ts in streams] == [TINY.n_prompt, TINY.n_long]
+    steps = TINY.n_warmup + 1 + -(-TINY.n_tokens // kernel.PAIR_BURST) * kernel.PAIR_BURST
+    assert [ts.generation.timings.output_tokens for ts in streams] == [steps, steps]
+    assert kernel.measure_run(runs, second, pairs, TINY, n_threads=1, n_gpu_layers=0)[0] == []  # done with its partner
+    streams.clear()
+    kernel.measure_pair(runs[first].path, replace(TINY, n_tokens=64, run_budget_s=0.0), (TINY.n_prompt, TINY.n_long),
+                        n_threads=1, n_gpu_layers=0)
+    assert [ts.generation.timings.output_tokens for ts in streams] == [TINY.n_warmup + 1 + 2 * kernel.PAIR_BURST] * 2
 
 
 def test_a_run_stops_at_its_time_budget(tmp_path, monkeypatch):
@@ -201,6 +236,7 @@ def test_the_median_pass_counts(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel, "measure", uneven_passes)
 
     monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
+    monkeypatch.setattr(kernel, "measure_pair", fake_measure_pair)
     k = probe_kernels(TINY, tmp_path / "models")
     assert TINY.passes == 3 and n["calls"] == n_runs * TINY.passes
     assert k.type_gbs["F16"] == pytest.approx(TRUE["type_gbs"]["F16"], rel=1e-6)

@@ -34,15 +34,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from ondevice.errors import ProbeError
 from ondevice.modelspec import ModelSpec, inspect
-from ondevice.probing.kernelfit import FitPoint, fit_points
+from ondevice.probing.kernelfit import FitPoint, fit_points, fit_prefill
 from ondevice.probing.result import SMALL_TERMS, KernelPoint, KernelProbe
 from ondevice.roofline import bits_per_weight
 
-__all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "probe_models",
+__all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "measure_pair", "measure_run",
+           "attention_pairs", "probe_models",
            "fit_prefill", "prefill_observations", "measure_steps", "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
 
 PROBE_TYPES = ("Q4_0", "Q4_K", "Q5_0", "Q6_K", "Q8_0", "F16")  # the common GGUF types: each has its own CPU kernels
@@ -247,6 +246,53 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
         eng.close()
 
 
+def measure_pair(path: Path, plan: KernelPlan, n_prompts: tuple[int, int], *, n_threads: int | None,
+                 n_gpu_layers) -> tuple[tuple[float, float], tuple[float, float], str, int, ModelSpec]:
+    """One model decoded after two prompt lengths at once, in alternating bursts of PAIR_BURST steps
+    (two contexts on the same weights): ((median step s), (prefill s), backend, threads, spec) per
+    length. What the longer context adds is then measured in the same moments as what it adds to: on
+    an AMD EPYC VM the difference of separate runs (the attention model at 16 and 2,048 tokens) spread
+    0.8-2.7 ms over six tries, in alternating bursts 1.5-1.9 ms."""
+    from ondevice.engine import load
+    from ondevice.engine.loader import MIN_N_CTX
+
+    spec = inspect(path)
+    vocab = spec.n_vocab or 512
+    bursts = max(1, -(-plan.n_tokens // PAIR_BURST))
+    steps = plan.n_warmup + 1 + bursts * PAIR_BURST
+    n_ctx = max(MIN_N_CTX, max(n_prompts) + steps + 8)
+    engines = [load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512) for _ in n_prompts]
+    try:
+        streams = [eng.stream([1] + [3 + (i * 97) % (vocab - 3) for i in range(n - 1)], max_tokens=steps,
+                              ignore_eos=True, seed=0, reuse_prefix=False) for eng, n in zip(engines, n_prompts)]
+        for stream in streams:  # the prompt, then the warm-up steps
+            for _ in range(plan.n_warmup + 1):
+                next(stream)
+        times: tuple[list[float], list[float]] = ([], [])
+        t_start = time.perf_counter()
+        for burst in range(bursts):  # a busy machine must not stretch the probe without bound
+            if burst >= 2 and time.perf_counter() - t_start > 2 * plan.run_budget_s:
+                break
+            for stream, taken in zip(streams, times):
+                for _ in range(PAIR_BURST):
+                    t = time.perf_counter()
+                    next(stream)
+                    taken.append(time.perf_counter() - t)
+        prefills = []
+        for stream in streams:
+            stream.close()
+            prefills.append(stream.generation.timings.prefill_s)
+        info = engines[0].info
+        return ((statistics.median(times[0]), statistics.median(times[1])), (prefills[0], prefills[1]),
+                info.backend, info.n_threads, spec)
+    finally:
+        for eng in engines:
+            eng.close()
+
+
+PAIR_BURST = 4  # measure_pair: decode steps of one context before switching to the other
+
+
 def measure_steps(path: Path, plan: KernelPlan, *, n_threads: int | None, n_gpu_layers) -> dict[int, float]:
     """{n: time of one llama_decode of n new tokens / time of one of 1 token} for n in plan.step_tokens,
     after a cached prompt of plan.n_prefill tokens: what a matrix product over n columns costs
@@ -276,6 +322,37 @@ def measure_steps(path: Path, plan: KernelPlan, *, n_threads: int | None, n_gpu_
         eng.close()
 
 
+def attention_pairs(runs: list[ProbeRun]) -> dict[int, int]:
+    """Index of each attention model's first run -> its other run's: the two are measured together
+    (measure_pair)."""
+    first: dict[Path, int] = {}
+    pairs: dict[int, int] = {}
+    for i, run in enumerate(runs):
+        if run.role == "attn":
+            if run.path in first:
+                pairs[first[run.path]] = i
+            else:
+                first[run.path] = i
+    return pairs
+
+
+def measure_run(runs: list[ProbeRun], i: int, pairs: dict[int, int], plan: KernelPlan, *, n_threads: int | None,
+                n_gpu_layers) -> tuple[list[tuple[int, float, float]], str, int, ModelSpec | None]:
+    """Run i measured ([(run index, step s, prefill s)], backend, threads, spec): with its partner when it
+    opens a pair, nothing when a pair's second run (its partner measured it), else alone."""
+    run = runs[i]
+    if i in pairs.values():
+        return [], "", 0, None
+    if i in pairs:
+        j = pairs[i]
+        (step_i, step_j), (prefill_i, prefill_j), backend, threads, spec = measure_pair(
+            run.path, plan, (run.n_prompt, runs[j].n_prompt), n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+        return [(i, step_i, prefill_i), (j, step_j, prefill_j)], backend, threads, spec
+    step_s, backend, threads, spec, prefill_s = measure(run.path, plan, n_prompt=run.n_prompt, n_threads=n_threads,
+                                                        n_gpu_layers=n_gpu_layers, decode=not run.is_prefill)
+    return [(i, step_s, prefill_s)], backend, threads, spec
+
+
 def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -> FitPoint:
     from ondevice.roofline import attention_head_dims, attention_scores
 
@@ -301,15 +378,20 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
     specs: list[ModelSpec | None] = [None] * len(runs)
     ratios: dict[str, list[dict[int, float]]] = {t: [] for t in plan.types}  # per pass: n -> step ratio
     backend, threads = "CPU", 0
+    pairs = attention_pairs(runs)
     for k in range(plan.passes):
         for i, run in enumerate(runs):
+            if i in pairs.values():
+                continue  # measured with its partner
             what = "prefilling" if run.is_prefill else "decoding"
-            say(f"{what} {run.path.name} after {run.n_prompt} prompt tokens (pass {k + 1} of {plan.passes})")
-            step_s, backend, threads, specs[i], prefill_s = measure(
-                run.path, plan, n_prompt=run.n_prompt, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
-                decode=not run.is_prefill)
-            steps[i].append(step_s)
-            prefills[i].append(prefill_s)
+            after = f"{run.n_prompt} and {runs[pairs[i]].n_prompt} (alternating)" if i in pairs else str(run.n_prompt)
+            say(f"{what} {run.path.name} after {after} prompt tokens (pass {k + 1} of {plan.passes})")
+            measured, backend, threads, spec = measure_run(runs, i, pairs, plan, n_threads=n_threads,
+                                                           n_gpu_layers=n_gpu_layers)
+            for j, step_s, prefill_s in measured:
+                steps[j].append(step_s)
+                prefills[j].append(prefill_s)
+                specs[j] = spec
             if run.role == "prefill" and plan.step_tokens:
                 ratios[run.weight_type].append(measure_steps(run.path, plan, n_threads=n_threads,
                                                              n_gpu_layers=n_gpu_layers))
@@ -353,50 +435,3 @@ def prefill_observations(runs: list[ProbeRun], specs: list, prefill_s: list[floa
     kinds = {"prefill": "sized", "narrow-prefill": "narrow"}
     return [(spec, run.weight_type, run.n_prompt, t, kinds.get(run.role, "attn")) for run, spec, t in zip(runs, specs, prefill_s)
             if run.is_prefill or (run.role == "attn" and run.n_prompt == plan.n_long)]
-
-
-def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, str]], decode_fit: dict, *, backend: str = "CPU",
-                n_batch: int = 512) -> dict:
-    """Batched rates from measured prefills: observations are (spec, main weight type, prompt
-    tokens, prefill s, kind: "sized", "narrow" or "attn"). The roofline's prefill time
-    (roofline.Predictor.prefill_s, with the decode fit's terms and the measured step ratios,
-    decode_fit["step_ratios"]) is linear in the inverse rates, 1 / GFLOP/s of each weight type's
-    matrix products and of attention, and in the batched cost per matrix row and token
-    (batch_row_s: the narrow model's short rows against the sized ones' long rows of the same type; 0
-    without a narrow run): one least-squares solve over every run (relative residuals) gives them
-    all. A rate that comes out non-positive (a busy moment; a GPU hiding the work) is left out (None
-    / missing), a row cost that does is 0."""
-    from ondevice.roofline import Calibration, Predictor
-
-    base = Calibration(backend=backend, ceiling_gbs=max(decode_fit["type_gbs"].values()),
-                       type_gbs=dict(decode_fit["type_gbs"]), kv_gbs=decode_fit["type_gbs"].get("F16"),
-                       step_ratios={t: tuple(sorted(r.items())) for t, r in (decode_fit.get("step_ratios") or {}).items()},
-                       **{name: decode_fit[name] for name in SMALL_TERMS})
-    types = sorted({wt for _s, wt, _n, _t, kind in observations if kind != "attn"})
-    kinds = {o[4] for o in observations}
-    unknowns = types + (["attn"] if "attn" in kinds else []) + (["rows"] if "narrow" in kinds else [])
-    if not types:
-        return {"type_gflops": {}, "attn_gflops": None, "batch_row_s": 0.0}
-
-    def prefill_s(spec: ModelSpec, n: int, slow: str | None) -> float:  # every rate 1e30 GFLOP/s but `slow`'s, 1
-        rates = {t: (1.0 if t == slow else 1e30) for t in types}  # (rows: 1 ns per row and token, else 0)
-        cal = replace(base, type_gflops=rates, attn_gflops=1.0 if slow == "attn" else 1e30,
-                      batch_row_s=_NS if slow == "rows" else 0.0)
-        return Predictor(spec, cal).prefill_s(n, n_batch=n_batch)
-
-    rows, rhs = [], []
-    for spec, _wt, n, measured, _kind in observations:
-        floor_s = prefill_s(spec, n, None)
-        rows.append([(prefill_s(spec, n, u) - floor_s) / measured for u in unknowns])  # seconds at 1 GFLOP/s (1 ns a row)
-        rhs.append((measured - floor_s) / measured)
-    solved = dict(zip(unknowns, np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)[0]))
-    if solved.get("rows", 0.0) < 0:  # narrow rows no slower per row than wide ones (noise): no row cost
-        keep = [i for i, u in enumerate(unknowns) if u != "rows"]
-        solved = dict(zip([unknowns[i] for i in keep],
-                          np.linalg.lstsq(np.array(rows)[:, keep], np.array(rhs), rcond=None)[0]))
-    rates = {u: float(1.0 / x) for u, x in solved.items() if u != "rows" and x > 0}
-    return {"type_gflops": {t: rates[t] for t in types if t in rates}, "attn_gflops": rates.get("attn"),
-            "batch_row_s": max(0.0, float(solved.get("rows", 0.0))) * _NS}
-
-
-_NS = 1e-9  # fit_prefill solves for the batched row cost in nanoseconds (columns of like size)

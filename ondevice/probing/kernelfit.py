@@ -4,18 +4,21 @@
              + attn_scores * score_s(head_dims)
 
 fit_points sets each term from the runs that carry its signal (one linear system); the cached
-models' kernel rates come apart, after it. probing.kernel measures the runs.
+models' kernel rates come apart, after it. fit_prefill then solves the batched rates (prefill) on
+top of the decode fit. probing.kernel measures the runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ondevice.errors import ProbeError
+from ondevice.modelspec import ModelSpec
+from ondevice.probing.result import SMALL_TERMS
 
-__all__ = ["FitPoint", "fit_points"]
+__all__ = ["FitPoint", "fit_points", "fit_prefill"]
 
 
 @dataclass(frozen=True)
@@ -151,3 +154,50 @@ def _conditions(points, types, dims, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
             short, long = min(runs, key=lambda j: points[j].attn_scores), max(runs, key=lambda j: points[j].attn_scores)
             rows[row], rhs[row] = m[long] - m[short], y[long] - y[short]
     return rows, rhs
+
+
+def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, str]], decode_fit: dict, *, backend: str = "CPU",
+                n_batch: int = 512) -> dict:
+    """Batched rates from measured prefills: observations are (spec, main weight type, prompt
+    tokens, prefill s, kind: "sized", "narrow" or "attn"). The roofline's prefill time
+    (roofline.Predictor.prefill_s, with the decode fit's terms and the measured step ratios,
+    decode_fit["step_ratios"]) is linear in the inverse rates, 1 / GFLOP/s of each weight type's
+    matrix products and of attention, and in the batched cost per matrix row and token
+    (batch_row_s: the narrow model's short rows against the sized ones' long rows of the same type; 0
+    without a narrow run): one least-squares solve over every run (relative residuals) gives them
+    all. A rate that comes out non-positive (a busy moment; a GPU hiding the work) is left out (None
+    / missing), a row cost that does is 0."""
+    from ondevice.roofline import Calibration, Predictor
+
+    base = Calibration(backend=backend, ceiling_gbs=max(decode_fit["type_gbs"].values()),
+                       type_gbs=dict(decode_fit["type_gbs"]), kv_gbs=decode_fit["type_gbs"].get("F16"),
+                       step_ratios={t: tuple(sorted(r.items())) for t, r in (decode_fit.get("step_ratios") or {}).items()},
+                       **{name: decode_fit[name] for name in SMALL_TERMS})
+    types = sorted({wt for _s, wt, _n, _t, kind in observations if kind != "attn"})
+    kinds = {o[4] for o in observations}
+    unknowns = types + (["attn"] if "attn" in kinds else []) + (["rows"] if "narrow" in kinds else [])
+    if not types:
+        return {"type_gflops": {}, "attn_gflops": None, "batch_row_s": 0.0}
+
+    def prefill_s(spec: ModelSpec, n: int, slow: str | None) -> float:  # every rate 1e30 GFLOP/s but `slow`'s, 1
+        rates = {t: (1.0 if t == slow else 1e30) for t in types}  # (rows: 1 ns per row and token, else 0)
+        cal = replace(base, type_gflops=rates, attn_gflops=1.0 if slow == "attn" else 1e30,
+                      batch_row_s=_NS if slow == "rows" else 0.0)
+        return Predictor(spec, cal).prefill_s(n, n_batch=n_batch)
+
+    rows, rhs = [], []
+    for spec, _wt, n, measured, _kind in observations:
+        floor_s = prefill_s(spec, n, None)
+        rows.append([(prefill_s(spec, n, u) - floor_s) / measured for u in unknowns])  # seconds at 1 GFLOP/s (1 ns a row)
+        rhs.append((measured - floor_s) / measured)
+    solved = dict(zip(unknowns, np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)[0]))
+    if solved.get("rows", 0.0) < 0:  # narrow rows no slower per row than wide ones (noise): no row cost
+        keep = [i for i, u in enumerate(unknowns) if u != "rows"]
+        solved = dict(zip([unknowns[i] for i in keep],
+                          np.linalg.lstsq(np.array(rows)[:, keep], np.array(rhs), rcond=None)[0]))
+    rates = {u: float(1.0 / x) for u, x in solved.items() if u != "rows" and x > 0}
+    return {"type_gflops": {t: rates[t] for t in types if t in rates}, "attn_gflops": rates.get("attn"),
+            "batch_row_s": max(0.0, float(solved.get("rows", 0.0))) * _NS}
+
+
+_NS = 1e-9  # fit_prefill solves for the batched row cost in nanoseconds (columns of like size)
