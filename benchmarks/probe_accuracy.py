@@ -21,9 +21,9 @@
    against the TTFT the engine measures for prompts of 128, 1,024 and 4,096 tokens with nothing
    cached, interleaved in the same rounds. Target: within +-15% (median over rounds) per row.
 
-Exit status 1 when a target is missed: the numpy/C host ratio outside +-10%, a row's paired
-error outside +-10% (or not measured: no round fitted), a ceiling below a row's fastest
-round, or a TTFT row outside +-15%. The standalone probe's error is reported beside them, not checked.
+Exit status 1 when a target is missed: the numpy/C host ratio outside +-10%, fewer than 9 in 10
+decode rows with a paired error within +-10% (a row not measured, no round fitted, counts as
+outside), a ceiling below a row's fastest round, or a TTFT row outside +-15%. The standalone probe's error is reported beside them, not checked.
 
     python benchmarks/probe_accuracy.py [--reps 7] [--tokens 32] [--prompts 128,1024,4096] [--cold] [--json out.json]
 """
@@ -396,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if report["misses"] else 0
 
 
+DECODE_SHARE = 0.9  # decode rows that must be within +-10% (issue 15: at least 9 of 10)
+
+
 def misses(report: dict) -> list[str]:
     """Every missed target, one line each (empty: all met)."""
     out = []
@@ -407,10 +410,13 @@ def misses(report: dict) -> list[str]:
         out.append(f"first-contact probe: read/C ratio {fc['ratio']:.3f} outside +-5%")
     if fc and not fc["within_3s"]:
         out.append(f"first-contact probe: took {fc['max_elapsed_s']:.2f} s (more than 3 s)")
-    for r in report.get("decode", {}).get("rows", []):
+    rows = report.get("decode", {}).get("rows", [])
+    outside = [r for r in rows if not abs(r["error"]) <= 0.10]  # NaN (no round fitted) is outside too
+    if len(rows) - len(outside) < DECODE_SHARE * len(rows):
+        out += [f"{r['model']} at {r['ctx']}: paired error {100 * r['error']:+.1f}% outside +-10%" for r in outside]
+        out.append(f"decode: {len(rows) - len(outside)} of {len(rows)} rows within +-10% (the target is {DECODE_SHARE:.0%})")
+    for r in rows:
         name = f"{r['model']} at {r['ctx']}"
-        if not abs(r["error"]) <= 0.10:  # NaN (no round fitted) is a miss too
-            out.append(f"{name}: paired error {100 * r['error']:+.1f}% outside +-10%")
         if not r["ceiling_ok"]:
             out.append(f"{name}: ceiling {r['ceiling_tok_s']:.2f} tok/s below the fastest round {r['best_tok_s']:.2f}")
     for r in report.get("decode", {}).get("ttft_rows", []):
