@@ -3,9 +3,10 @@
 Models (built once by quant's synthetic builder, quantized by llama.cpp, kept in the cache):
 one llama shape large enough to dwarf the caches per weight type (F16, and Q8_0/Q4_0
 quantized from it); tiny models (weights of a few hundred KB, so ~0 bytes read from
-memory) with few/many layers and a small/large vocabulary; and two small attention models
-(head dimension 64 and 256) decoded after a short and after a long prompt. Each run goes through `ondevice.engine` on
-the backend the engine uses; its median inter-token latency is one point. The fit gives
+memory) with few/many layers and a small/large vocabulary; and three small attention models
+(head dimension 64, 128 and 256) decoded after a short and after a long prompt, the two in
+alternating bursts (measure_pair: their difference is the attention). Each run goes through
+`ondevice.engine` on the backend the engine uses; its median inter-token latency is one point. The fit gives
 
     step_s = sum_type bytes_type / bw_type + t0 + n_layer * layer_s + n_vocab * vocab_s
              + attn_scores * score_s(head_dims)
@@ -211,6 +212,11 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
 
 # ---------- measuring ----------
 
+def probe_prompt(n_vocab: int, n_tokens: int) -> list[int]:
+    """A probe run's prompt: BOS, then ids spread over the vocabulary (specials and byte tokens skipped)."""
+    return [1] + [3 + (i * 97) % (n_vocab - 3) for i in range(n_tokens - 1)]
+
+
 def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | None,
             n_gpu_layers, decode: bool = True) -> tuple[float, str, int, ModelSpec, float]:
     """(median decode step s, backend, threads, spec, prefill s of the n_prompt tokens) of one
@@ -224,7 +230,7 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
     eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512)
     try:
         vocab = spec.n_vocab or 512
-        prompt = [1] + [3 + (i * 97) % (vocab - 3) for i in range(n_prompt - 1)]
+        prompt = probe_prompt(vocab, n_prompt)
         if not decode:
             for _ in range(2):
                 g = eng.generate(prompt, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
@@ -263,7 +269,7 @@ def measure_pair(path: Path, plan: KernelPlan, n_prompts: tuple[int, int], *, n_
     n_ctx = max(MIN_N_CTX, max(n_prompts) + steps + 8)
     engines = [load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512) for _ in n_prompts]
     try:
-        streams = [eng.stream([1] + [3 + (i * 97) % (vocab - 3) for i in range(n - 1)], max_tokens=steps,
+        streams = [eng.stream(probe_prompt(vocab, n), max_tokens=steps,
                               ignore_eos=True, seed=0, reuse_prefix=False) for eng, n in zip(engines, n_prompts)]
         for stream in streams:  # the prompt, then the warm-up steps
             for _ in range(plan.n_warmup + 1):
@@ -306,7 +312,7 @@ def measure_steps(path: Path, plan: KernelPlan, *, n_threads: int | None, n_gpu_
     n_ctx = max(MIN_N_CTX, plan.n_prefill + max(plan.step_tokens) + 8)
     eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512)
     try:
-        prompt = [1] + [3 + (i * 97) % (vocab - 3) for i in range(plan.n_prefill - 1)]
+        prompt = probe_prompt(vocab, plan.n_prefill)
         eng.generate(prompt, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
         times: dict[int, list[float]] = {}
         calls = 0
