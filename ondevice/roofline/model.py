@@ -1,7 +1,7 @@
 """The roofline's step-time model: from a ModelSpec and a calibration, how long a decode step takes.
 
-A decode step at context s reads the weights used for one token plus
-the KV cache of s tokens (sliding-window layers capped). The pure ceiling divides those
+A decode step at context s reads the weights used for one token plus the KV cache of s tokens
+(sliding-window layers capped). The pure ceiling divides those
 bytes by the machine's best measured read bandwidth (a bound: measured must never beat
 it). The calibrated prediction uses what the runtime's own kernels reach per weight type
 (kernel probe) and the fixed costs the probe fitted:
@@ -10,23 +10,17 @@ it). The calibrated prediction uses what the runtime's own kernels reach per wei
            + attn_scores(s) * score_s(head_dim_k + head_dim_v)
            + t0 + n_layer * layer_s + n_vocab * vocab_s
 
-(rows_type: the rows of the matrix-vector products in weights of that type, each a dot product
-with its own set-up and sum, row_s apiece whatever its length: a model of narrow matrices reads
-its bytes slower than one of wide ones. On an AMD EPYC VM, two threads, Q8_0 weights of width 640
-decoded at 23-24 GB/s where width 2,048 ran at 29-31 GB/s in the same minute: about 7.5 ns a row.
-Gemma 3 270M computes 386,560 rows a token, 262,144 of them its head.)
+(rows_type: the matrix rows of that type, each a dot product with its own set-up, row_s apiece:
+narrow matrices read slower. On an AMD EPYC VM, Q8_0 of width 640 decoded at 23-24 GB/s where
+width 2,048 ran at 29-31: about 7.5 ns a row; Gemma 3 270M computes 386,560 rows a token.)
 
-(attn_scores: query heads x context tokens x layers, the attention work over the context,
-which on a CPU costs more than its bytes: a dot product as long as the key, a softmax entry
-and a weighted sum as long as the value. score_s, the seconds of one score, is what the probe's
-attention models measured at their head dimensions (attn_score_s), linear between them and
-clamped at the ends: it is not linear in the head's length on a CPU (an AMD EPYC VM, two
-threads, 2,048 tokens: 12 ns per score at heads of 64, about 35 at 128, 11-18 at 256 with one
-KV head), so the probe measures the common lengths rather than a slope.
-llama.cpp keeps every token in sliding-window layers by default (swa_full) but its attention
-skips the masked cells, reading neither their K/V nor scoring them: measured on Gemma 3 at 4,096
-tokens, decode ran 5% below the windowed prediction and 25% above the whole-context one, so the
-calibrated terms count the window as the ceiling does; Calibration.swa_full=True counts them all.)
+(attn_scores: query heads x context tokens x layers. score_s, the seconds of one score (a dot
+product, a softmax entry, a weighted sum), is what the probe's attention models measured at their
+head dimensions, linear between them and clamped: on a CPU it is no line in the head's length
+(that VM, 2,048 tokens: 12 ns at heads of 64, ~35 at 128, 11-18 at 256 with one KV head).
+llama.cpp keeps every token in sliding-window layers (swa_full) but its flash attention skips the
+masked cells: on Gemma 3 at 4,096 tokens decode ran 5% below the windowed prediction and 25% above
+the whole-context one, so the window counts; Calibration.swa_full=True counts every token.)
 
 Weight types the kernel probe did not measure borrow a bandwidth interpolated linearly in
 bits per weight between the two nearest probed types (clamped at the ends): Q4_K (4.5
@@ -44,20 +38,16 @@ extra sequence, that sequence's KV read:
                              + (B - 1) * kv_bytes(s) / bw_kv
 
 A working set the caches hold reads faster than DRAM: the probe's read-bandwidth curve over
-working-set sizes (read_curve) scales every memory term (and the ceiling) by read_speedup(bytes of
-the step): 1 for models far larger than the last-level cache, more for one that fits in it. A
-kernel cannot go faster than it computes, though: the share of the bytes the caches serve (what the
-read curve's speed-up implies) goes at what each type's kernel reached on weights the caches hold
-(type_cached_gbs; on an AMD EPYC VM Q4_0 decoded cached weights at ~1.2x its DRAM rate where a
-plain read ran 3x faster, F16 at ~3x), the rest at its DRAM rate (kernel_speedup), and only for a
-step whose bytes the caches hold (cache_bytes: the curve's knee). Past it a plain cyclic read still gains
-(the L3 keeps part of the scan: 1.2-1.4x at 45-128 MiB against a 32 MiB L3 on that VM), the decode
-kernels do not: a 51 MB Q4_0 model that the curve put at 1.22x decoded at 2.26 ms a token where
-no speed-up predicts 2.35 ms and the curve's 1.98 ms. The ceiling, a bound, keeps the read curve's.
+working-set sizes (read_curve) scales the ceiling by read_speedup(bytes of the step). The calibrated
+step takes the share h of the bytes the caches serve (what the curve's speed-up implies) at what
+each type's kernel reached on cached weights (type_cached_gbs: Q4_0 computes, ~1.2x its DRAM rate
+where a plain read ran 3x), the rest at its DRAM rate (kernel_speedup), and only for a step the
+caches hold (cache_bytes: the curve's knee). Past it a cyclic read still gains (the L3 keeps part
+of the scan), the kernels do not: a 51 MB Q4_0 model the curve put at 1.22x decoded at 2.26 ms a
+token, where no speed-up predicts 2.35 ms and the curve's 1.98 ms.
 
-Prefill is chunks of n_batch such steps (logits, and so the output head, for the last token
-only); TTFT = prefill of the tokens not already cached; E2E = TTFT + the decode steps over the
-growing context.
+Prefill is chunks of n_batch such steps (logits, so the head, for the last token only); TTFT =
+prefill of the tokens not already cached; E2E = TTFT + the decode steps over the growing context.
 """
 
 from __future__ import annotations
