@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 from ondevice.engine.batch import BatchContext
 from ondevice.engine.loader import EngineInfo, open_model
 from ondevice.llama.model import LlamaHandle
-from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, run_request
+from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, check_cancel, run_request
 from ondevice.engine.sampling import DEFAULTS, make_params
 from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.results import Generation
@@ -201,7 +201,7 @@ class Engine:
         )
         if not isinstance(reuse_prefix, bool):
             raise InvalidParameterError(f"reuse_prefix must be True or False, not {reuse_prefix!r}")
-        cancel_poll(threading.Event(), cancel)  # a bad cancel fails here, before any work
+        check_cancel(cancel)  # before any work (a draft model's load below)
         self._check_open()
         # one-time set-up (a draft model's load, the batch check) is not part of the request's timings
         spec = self.speculator(speculative, draft, spec_k)

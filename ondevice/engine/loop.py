@@ -21,7 +21,7 @@ from ondevice.metrics import timings_from_marks
 from ondevice.reasoning import first_visible
 from ondevice.results import Attribution, FinishReason, Generation, TokenEvent
 
-__all__ = ["KVCache", "Request", "run_request", "TokenStream", "OutputTokens", "cancel_poll"]
+__all__ = ["KVCache", "Request", "run_request", "TokenStream", "OutputTokens", "cancel_poll", "check_cancel"]
 
 _NS = 1e-9
 
@@ -87,13 +87,17 @@ class Request:
     spec: Any = None  # a Speculator (ondevice.engine.speculative) when the request asked for speculative decoding
 
 
+def check_cancel(cancel: Any) -> None:
+    """A caller's cancel: None or anything with is_set() (InvalidParameterError otherwise)."""
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        raise InvalidParameterError("cancel must be a threading.Event (or have is_set())")
+
+
 def cancel_poll(own: threading.Event, external: Any = None) -> Callable[[], bool]:
-    """What a run polls before each step: its own event (set by cancel()) or the caller's
-    (anything with is_set(); InvalidParameterError otherwise, before any work)."""
+    """What a run polls before each step: its own event (set by cancel()) or the caller's (check_cancel)."""
+    check_cancel(external)
     if external is None:
         return own.is_set
-    if not callable(getattr(external, "is_set", None)):
-        raise InvalidParameterError("cancel must be a threading.Event (or have is_set())")
     return lambda: own.is_set() or external.is_set()
 
 
