@@ -77,15 +77,17 @@ FIRST_CONTACT_PASSES = 10  # memory-probe passes on first contact: a pass costs 
 # (the fill is most of the probe), and the best of more passes holds against a neighbour's burst (3 gave 0.91-0.98 of C)
 
 
-def first_contact(backend: str, progress: Progress | None = None):
+def first_contact(backend: str, progress: Progress | None = None, *, refresh: bool = False, save: bool = True):
     """The fast host probe (memory bandwidth and compute, no kernel probe, no disk read: that
-    takes another second and only the cold-start prediction needs it), run and cached now."""
+    takes another second and only the cold-start prediction needs it), run and cached now.
+    refresh=True, save=False: measured again and not cached (benchmarks/probe_accuracy.py times it)."""
     from ondevice.probing import probe
 
     log.info(FIRST_CONTACT)
     if progress is not None:
         progress(FIRST_CONTACT)
-    return probe(kernel=False, backend=backend, memory_passes=FIRST_CONTACT_PASSES, disk=False)
+    return probe(kernel=False, backend=backend, memory_passes=FIRST_CONTACT_PASSES, disk=False, refresh=refresh,
+                 save=save)
 
 
 def estimated_calibration(result, spec: ModelSpec) -> Calibration:

@@ -40,6 +40,22 @@ def test_first_contact_probes_once_then_uses_the_cache(empty_cache, tiny_model):
     assert said == [] and again.calibration == pred.calibration  # cached: nothing measured
 
 
+def test_first_contact_measures_what_a_first_run_does_and_can_leave_the_cache_alone(empty_cache, monkeypatch):
+    """benchmarks/probe_accuracy.py times first_contact(refresh=True, save=False): the same probe as a
+    first run (host only, no disk read), measured again even when one is cached, and not cached."""
+    from ondevice.probing import host
+
+    def no_disk(*_a, **_k):
+        raise AssertionError("first contact must not read the disk")
+
+    monkeypatch.setattr(host, "probe_disk", no_disk)
+    cached = api.first_contact("CPU")
+    assert cached.kernel is None and cached.disk is None and cache.load_cached("CPU") == cached
+    fresh = api.first_contact("CPU", refresh=True, save=False)
+    assert fresh.created_unix_s > cached.created_unix_s and fresh.memory.passes == api.FIRST_CONTACT_PASSES
+    assert cache.load_cached("CPU") == cached  # measured, not cached
+
+
 def test_a_kernel_probe_replaces_the_estimate(empty_cache, tiny_model):
     build = cache.build_id()
     cache.save(fake_result(build=build))
