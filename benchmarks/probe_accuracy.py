@@ -329,12 +329,12 @@ def _row_result(row: dict, cals, standalone, tokens: int) -> dict:
 
     spec = row["eng"].info.spec
     ceiling, _ = predicted(Predictor(spec, standalone if cals[0] is None else cals[0]), row["ctx"], tokens)
-    per_round = [predicted(Predictor(spec, cal), row["ctx"], tokens)[1] / tok_s - 1
-                 for cal, tok_s in zip(cals, row["tok_s"]) if cal is not None]
+    rounds = [(predicted(Predictor(spec, cal), row["ctx"], tokens)[1], tok_s, itl)
+              for cal, tok_s, itl in zip(cals, row["tok_s"], row["median_itl_s"]) if cal is not None]
+    per_round = [pred / tok_s - 1 for pred, tok_s, _itl in rounds]
     # the same, against 1 / the round's median ITL (what the probe's own runs count): a machine whose
     # steps stall now and then lowers the mean-based rate, not this one (reported, not checked)
-    per_round_p50 = [predicted(Predictor(spec, cal), row["ctx"], tokens)[1] * itl - 1
-                     for cal, itl in zip(cals, row["median_itl_s"]) if cal is not None]
+    per_round_p50 = [pred * itl - 1 for pred, _tok_s, itl in rounds]
     _, alone = predicted(Predictor(spec, standalone), row["ctx"], tokens)
     typical, best = statistics.median(row["tok_s"]), max(row["tok_s"])
     row["eng"].close()
