@@ -76,3 +76,10 @@ def test_every_round_measures_a_fresh_load_of_each_row(accuracy, tiny_model, mon
             eng.generate([1, 2], max_tokens=1)
     assert len(row["tok_s"]) == len(row["median_itl_s"]) == 2 and all(t > 0 for t in row["tok_s"])
     assert len(ttft["ttft_s"]) == 2 and ttft["chunk"] >= 1 and row["spec"].n_vocab == 512
+
+
+def test_host_rounds_alternate_which_kernel_runs_first(accuracy):
+    calls = []
+    pairs = accuracy.alternating(4, lambda: calls.append("C") or 1.0, lambda: calls.append("numpy") or 2.0)
+    assert calls == ["C", "numpy", "numpy", "C", "C", "numpy", "numpy", "C"]
+    assert pairs == [(1.0, 2.0)] * 4  # always (a, b), whichever ran first
