@@ -126,12 +126,14 @@ def _slices(n: int, k: int) -> list[tuple[int, int]]:
 
 
 def read_words(view: np.ndarray) -> int:
-    """Read every byte of a contiguous array once (the read-bandwidth kernel): an integer max over
-    its 64-bit words. numpy's float max checks for NaN and is compute-bound near 30 GB/s on two
-    threads, which a DRAM read outruns (on an AMD EPYC Zen 5 VM a C read kernel gave 41.6 GB/s where
-    a float64 max gave 31.9, median of 9 interleaved rounds); a 32-bit max fell behind too, on a Zen 4
-    VM (numpy/C 0.91 where 64-bit words gave 0.98, 7 interleaved rounds; C at 48 GB/s, int32 29)."""
-    return int(view.view(np.uint64).max())
+    """Read every byte of a contiguous array once (the read-bandwidth kernel): a wrapping integer sum
+    of its 64-bit words. A max falls behind a DRAM read: numpy's float max checks for NaN and is
+    compute-bound near 30 GB/s on two threads (AMD EPYC Zen 5 VM: C read kernel 41.6 GB/s, float64 max
+    31.9); on a Zen 4 VM the uint64 max reached 0.84 of C when the machine ran fast (about 58 GB/s)
+    where the sum reached 0.97 (0.96 and 0.99 at about 34 GB/s; 32 rounds, kernels in turn). A 64-bit
+    add is one instruction on AVX2 and NEON, which have no 64-bit max; in cache the sum still reads
+    70 GB/s a thread."""
+    return int(view.view(np.uint64).sum())
 
 
 def _best(pool: ThreadPoolExecutor, bounds, passes: int, kernel: Callable[[int, int], object]) -> float:
