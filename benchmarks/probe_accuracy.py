@@ -29,7 +29,7 @@ probe's outside +-5%, or slower than 3 s), fewer than 9 in 10
 decode rows with a paired error within +-10% (a row not measured, no round fitted, counts as
 outside), a ceiling below a row's fastest round, or a TTFT row outside +-15%. The standalone probe's error is reported beside them, not checked.
 
-    python benchmarks/probe_accuracy.py [--reps 7] [--tokens 32] [--prompts 128,1024,4096] [--cold] [--json out.json]
+    python benchmarks/probe_accuracy.py [--reps 15] [--tokens 32] [--prompts 128,1024,4096] [--cold] [--json out.json]
 """
 
 from __future__ import annotations
@@ -133,17 +133,22 @@ def host_check(rounds: int, threads: int | None) -> dict:
             "within_10pct": abs(ratio - 1) <= 0.10, "first_contact": first}
 
 
-def alternating(rounds: int, a, b) -> list[tuple]:
-    """(a(), b()) for each round, a run first in even rounds and b in odd ones: on an AMD EPYC VM the C
-    kernel read 9% slower right after a first-contact probe than right before it (medians of 8
-    rounds: 31.4 against 34.5 GB/s), so a fixed order handicaps whichever always runs second."""
+REST_S = 1.0  # pause before each timed host read: what ran before it must not still be running
+
+
+def alternating(rounds: int, a, b, rest_s: float = REST_S) -> list[tuple]:
+    """(a(), b()) for each round, a run first in even rounds and b in odd ones, each after a pause of
+    rest_s. On an AMD EPYC VM the C kernel read 8% slower right after a first-contact probe than
+    right before it (medians of 10 rounds: 31.9 against 34.6 GB/s) and was back a second later
+    (36.4); with no pause, whichever ran right after the probe had that handicap."""
     out = []
     for r in range(rounds):
-        if r % 2:
-            y, x = b(), a()
-        else:
-            x, y = a(), b()
-        out.append((x, y))
+        first, second = (b, a) if r % 2 else (a, b)
+        time.sleep(rest_s)
+        x = first()
+        time.sleep(rest_s)
+        y = second()
+        out.append((y, x) if r % 2 else (x, y))
     return out
 
 
@@ -414,7 +419,9 @@ def _ttft_result(row: dict, cals, standalone) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=7, help="round-robin repetitions of every row (default 7)")
+    # on an AMD EPYC VM a row's per-round errors spread by 13-14% (SD, four runs of 9 rounds), so the median of
+    # 9 rounds is good to about +-6% (4 of 40 rows fell outside +-10%); 15 rounds take about 33 min
+    ap.add_argument("--reps", type=int, default=15, help="round-robin repetitions of every row (default 15)")
     ap.add_argument("--tokens", type=int, default=32, help="output tokens per repetition (default 32)")
     ap.add_argument("--host-rounds", type=int, default=9, help="C/numpy alternations (default 9)")
     ap.add_argument("--cold", action="store_true", help="delete the probe's models first: time a first-run probe")

@@ -78,8 +78,9 @@ def test_every_round_measures_a_fresh_load_of_each_row(accuracy, tiny_model, mon
     assert len(ttft["ttft_s"]) == 2 and ttft["chunk"] >= 1 and row["spec"].n_vocab == 512
 
 
-def test_host_rounds_alternate_which_kernel_runs_first(accuracy):
+def test_host_rounds_alternate_which_kernel_runs_first_each_after_a_pause(accuracy, monkeypatch):
     calls = []
-    pairs = accuracy.alternating(4, lambda: calls.append("C") or 1.0, lambda: calls.append("numpy") or 2.0)
-    assert calls == ["C", "numpy", "numpy", "C", "C", "numpy", "numpy", "C"]
-    assert pairs == [(1.0, 2.0)] * 4  # always (a, b), whichever ran first
+    monkeypatch.setattr(accuracy.time, "sleep", lambda s: calls.append(s))
+    pairs = accuracy.alternating(2, lambda: calls.append("C") or 1.0, lambda: calls.append("numpy") or 2.0, rest_s=0.5)
+    assert calls == [0.5, "C", 0.5, "numpy", 0.5, "numpy", 0.5, "C"]
+    assert pairs == [(1.0, 2.0)] * 2  # always (a, b), whichever ran first
