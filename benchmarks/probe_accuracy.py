@@ -3,8 +3,8 @@
 1. Host read bandwidth: ondevice's numpy probe against a plain C read kernel (OpenMP, same
    threads, same array size, huge pages as numpy asks for them, 16-byte GNU C vectors so
    that plain -O2 reads a cache line in four loads), compiled here with gcc -O2 -fopenmp.
-   Runs alternate C / numpy (C first in even rounds, numpy in odd ones), several rounds; the median of the rounds' numpy/C ratios should be
-   within +-10% (+-5% for the probe a first run takes, which must also finish within 3 s).
+   Runs alternate C / numpy (C first in even rounds, numpy in odd ones), several rounds; the
+   median of the rounds' numpy/C ratios should be within +-10% (+-5% for the probe a first run takes, which must also finish within 3 s).
 2. Decode: the calibrated prediction against decode tok/s measured by the engine
    (1 / mean inter-token latency, EOS ignored) on the default model and synthetic
    Q4_0 / Q8_0 / F16 models of 50-1000 MB, at contexts 128 and 2048. Every round loads each
@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -276,9 +277,19 @@ def _ttft_rows(models, prompts, threads: int | None) -> list[dict]:
     return rows
 
 
-def _row_prompt(eng, n: int) -> list[int]:
-    vocab = eng.info.spec.n_vocab or 1000
-    return [1] + [3 + (i * 7919) % (vocab - 3) for i in range(n - 1)]
+@contextmanager
+def _fresh_engine(row: dict, n_prompt: int, n_output: int = 1):
+    """A fresh engine of the row's model with room for n_prompt + n_output tokens, and a probe prompt of
+    n_prompt tokens; closed after."""
+    from ondevice.engine import load
+    from ondevice.engine.loader import MIN_N_CTX
+    from ondevice.probing.kernel import probe_prompt
+
+    eng = load(row["path"], n_ctx=max(MIN_N_CTX, n_prompt + n_output + 16), n_threads=row["threads"])
+    try:
+        yield eng, probe_prompt(eng.info.spec.n_vocab or 512, n_prompt)
+    finally:
+        eng.close()
 
 
 def _decode_once(row: dict) -> None:
@@ -286,17 +297,10 @@ def _decode_once(row: dict) -> None:
     one engine of a model decoded 9-34% slower than two others of the same file, loaded beside it, in
     every round: an engine kept for the whole run would carry that into every round), its prompt
     prefilled, then `tokens` decoded after it (only the last prompt token recomputed)."""
-    from ondevice.engine import load
-    from ondevice.engine.loader import MIN_N_CTX
-
-    eng = load(row["path"], n_ctx=max(MIN_N_CTX, row["ctx"] + row["tokens"] + 16), n_threads=row["threads"])
-    try:
-        ids = _row_prompt(eng, row["ctx"])
+    with _fresh_engine(row, row["ctx"], row["tokens"]) as (eng, ids):
         eng.generate(ids, max_tokens=2, ignore_eos=True, reuse_prefix=False)
         g = eng.generate(ids, max_tokens=row["tokens"], ignore_eos=True, reuse_prefix=True)
         row["spec"] = eng.info.spec
-    finally:
-        eng.close()
     row["tok_s"].append(g.timings.decode_tok_s)
     row["median_itl_s"].append(statistics.median(g.timings.itl_s))
 
@@ -304,17 +308,10 @@ def _decode_once(row: dict) -> None:
 def _ttft_once(row: dict) -> None:
     """One round of a TTFT row: a fresh load, one short request that faults the weights in, then the
     whole prompt prefilled with nothing cached."""
-    from ondevice.engine import load
-    from ondevice.engine.loader import MIN_N_CTX
-
-    eng = load(row["path"], n_ctx=max(MIN_N_CTX, row["prompt"] + 16), n_threads=row["threads"])
-    try:
-        ids = _row_prompt(eng, row["prompt"])
+    with _fresh_engine(row, row["prompt"]) as (eng, ids):
         eng.generate(ids[:8], max_tokens=1, ignore_eos=True, reuse_prefix=False)
         g = eng.generate(ids, max_tokens=1, ignore_eos=True, reuse_prefix=False)
         row["spec"], row["chunk"] = eng.info.spec, min(eng.info.n_batch, eng.info.n_ubatch)  # as llama.cpp set them
-    finally:
-        eng.close()
     row["ttft_s"].append(g.timings.ttft_s)
 
 
