@@ -28,6 +28,16 @@ def test_memory_probe_small_arrays(threads):
     assert m.elapsed_s > 0
 
 
+def test_memory_passes_time_one_pass_at_a_time_and_stop_their_threads():
+    """What probe_memory measures with, one pass at a time (benchmarks/host_accuracy.py interleaves
+    them with a C kernel's); closed, its threads are gone."""
+    with host.MemoryPasses(2, 8 * MIB) as arrays:
+        assert arrays.array_bytes >= 8 * MIB and arrays.array_bytes % 16 == 0
+        assert 0 < arrays.read_s(1) < 10 and 0 < arrays.copy_s(2) < 10
+    with pytest.raises(RuntimeError):  # a shut-down pool takes no more passes
+        arrays.read_s(1)
+
+
 def test_stream_byte_counting(monkeypatch):
     """read counts 1x the array, copy 2x: with every pass taking the same time, the ratio is exact."""
     monkeypatch.setattr(host, "_best", lambda pool, bounds, passes, kernel: 0.5)

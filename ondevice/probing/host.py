@@ -42,7 +42,7 @@ import numpy as np
 
 from ondevice.errors import ProbeError
 
-__all__ = ["MemoryProbe", "ComputeProbe", "DiskProbe", "probe_memory", "probe_compute", "probe_disk", "array_bytes_for",
+__all__ = ["MemoryProbe", "ComputeProbe", "DiskProbe", "MemoryPasses", "probe_memory", "probe_compute", "probe_disk", "array_bytes_for",
            "best_of", "read_words"]
 
 _MB = 1 << 20
@@ -87,31 +87,62 @@ def probe_memory(n_threads: int, array_bytes: int, passes: int = 5) -> MemoryPro
     if n_threads < 1 or passes < 1:
         raise ProbeError("memory probe: n_threads and passes must be at least 1")
     t_start = time.perf_counter()
-    n = max(-(-(array_bytes // 8) // n_threads), _MIN_SLICE) * n_threads  # >= array_bytes, whole slices
-    try:
-        a, b = np.empty(n), np.empty(n)
-    except MemoryError as exc:
-        raise ProbeError(f"memory probe: cannot allocate 2 x {n * 8} bytes") from exc
-    bounds = _slices(n, n_threads)
-    with ThreadPoolExecutor(n_threads, thread_name_prefix="ondevice-probe") as pool:
+    with MemoryPasses(n_threads, array_bytes) as arrays:
+        read_s, copy_s = arrays.read_s(passes), arrays.copy_s(passes)
+    return MemoryProbe(
+        read_gbs=arrays.array_bytes / read_s / 1e9,
+        copy_gbs=2 * arrays.array_bytes / copy_s / 1e9,
+        n_threads=n_threads,
+        array_bytes=arrays.array_bytes,
+        passes=passes,
+        elapsed_s=time.perf_counter() - t_start,
+    )
+
+
+class MemoryPasses:
+    """The memory probe's two arrays, filled, and its threads (one slice each): timed read and copy
+    passes, as many at a time as asked for (benchmarks/host_accuracy.py takes them one at a time,
+    each between two passes of a C kernel). A context manager; close() stops the threads."""
+
+    def __init__(self, n_threads: int, array_bytes: int):
+        n = max(-(-(array_bytes // 8) // n_threads), _MIN_SLICE) * n_threads  # >= array_bytes, whole slices
+        try:
+            self._a, self._b = np.empty(n), np.empty(n)  # float64 [n] each
+        except MemoryError as exc:
+            raise ProbeError(f"memory probe: cannot allocate 2 x {n * 8} bytes") from exc
+        self.array_bytes = n * 8  # bytes of each array
+        self._bounds = _slices(n, n_threads)  # [(start, end)] element index per thread
+        self._pool = ThreadPoolExecutor(n_threads, thread_name_prefix="ondevice-probe")
+        a, b = self._a, self._b
+
         def fill(span: tuple[int, int]) -> None:
             a[span[0]:span[1]] = 1.0
             b[span[0]:span[1]] = 2.0
 
         # the threads fault the pages in together, as STREAM's initialisation does (most of a first
         # probe is this fill: in a fresh process on 2 cores 0.6 s where one thread took 0.95 s)
-        list(pool.map(fill, bounds))
-        read_s = _best(pool, bounds, passes, lambda lo, hi: read_words(a[lo:hi]))
-        copy_s = _best(pool, bounds, passes, lambda lo, hi: np.copyto(b[lo:hi], a[lo:hi]))
-    size = n * 8
-    return MemoryProbe(
-        read_gbs=size / read_s / 1e9,
-        copy_gbs=2 * size / copy_s / 1e9,
-        n_threads=n_threads,
-        array_bytes=size,
-        passes=passes,
-        elapsed_s=time.perf_counter() - t_start,
-    )
+        try:
+            list(self._pool.map(fill, self._bounds))
+        except BaseException:
+            self.close()
+            raise
+
+    def read_s(self, passes: int = 1) -> float:
+        """Seconds of the fastest of `passes` passes reading one array."""
+        return _best(self._pool, self._bounds, passes, lambda lo, hi: read_words(self._a[lo:hi]))
+
+    def copy_s(self, passes: int = 1) -> float:
+        """Seconds of the fastest of `passes` passes copying one array into the other."""
+        return _best(self._pool, self._bounds, passes, lambda lo, hi: np.copyto(self._b[lo:hi], self._a[lo:hi]))
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+    def __enter__(self) -> "MemoryPasses":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def best_of(a: MemoryProbe, b: MemoryProbe) -> MemoryProbe:
