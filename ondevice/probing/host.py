@@ -42,8 +42,8 @@ import numpy as np
 
 from ondevice.errors import ProbeError
 
-__all__ = ["MemoryProbe", "ComputeProbe", "DiskProbe", "MemoryPasses", "probe_memory", "probe_compute", "probe_disk", "array_bytes_for",
-           "best_of", "read_words"]
+__all__ = ["MemoryProbe", "ComputeProbe", "DiskProbe", "MemoryPasses", "probe_memory", "probe_compute", "probe_disk",
+           "array_bytes_for", "best_of", "read_words"]
 
 _MB = 1 << 20
 _MIN_SLICE = 32 * 1024  # float64 elements per thread at least
@@ -102,7 +102,7 @@ def probe_memory(n_threads: int, array_bytes: int, passes: int = 5) -> MemoryPro
 class MemoryPasses:
     """The memory probe's two arrays, filled, and its threads (one slice each): timed read and copy
     passes, as many at a time as asked for (benchmarks/host_accuracy.py takes them one at a time,
-    each between two passes of a C kernel). A context manager; close() stops the threads."""
+    each between two passes of a C kernel). A context manager; close() stops the threads and frees the arrays."""
 
     def __init__(self, n_threads: int, array_bytes: int):
         n = max(-(-(array_bytes // 8) // n_threads), _MIN_SLICE) * n_threads  # >= array_bytes, whole slices
@@ -136,7 +136,9 @@ class MemoryPasses:
         return _best(self._pool, self._bounds, passes, lambda lo, hi: np.copyto(self._b[lo:hi], self._a[lo:hi]))
 
     def close(self) -> None:
+        """Stop the threads and let the arrays go (the memory is back as soon as this returns)."""
         self._pool.shutdown()
+        self._a = self._b = None
 
     def __enter__(self) -> "MemoryPasses":
         return self
