@@ -22,9 +22,8 @@
    cached (a fresh load each round, weights faulted in by a short request first), interleaved in
    the same rounds. Target: within +-15% (median over rounds) per row.
 
-Exit status 1 when a target is missed: the probe/C read-pass ratio outside +-5% (or too few steady
-passes to tell), the first-contact probe slower than 3 s, fewer than 9 in 10
-decode rows with a paired error within +-10% (a row not measured, no round fitted, counts as
+Exit status 1 when a target is missed: the probe/C read-pass ratio outside +-5%, the
+first-contact probe slower than 3 s, fewer than 9 in 10 decode rows with a paired error within +-10% (a row not measured, no round fitted, counts as
 outside), a ceiling below a row's fastest round, or a TTFT row outside +-15%. The standalone probe's error is reported beside them, not checked.
 
     python benchmarks/probe_accuracy.py [--reps 15] [--tokens 32] [--prompts 128,1024,4096] [--cold] [--json out.json]

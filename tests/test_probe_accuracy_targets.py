@@ -71,37 +71,39 @@ def test_every_round_measures_a_fresh_load_of_each_row(accuracy, tiny_model, mon
     assert len(ttft["ttft_s"]) == 2 and ttft["chunk"] >= 1 and row["spec"].n_vocab == 512
 
 
-def test_each_probe_pass_sits_between_two_c_passes_and_a_speed_change_is_not_paired(accuracy):
-    """C, probe, C, probe, C: a probe pass whose two C neighbours differ by more than STEADY_SPREAD (the
-    VM switched between its two speeds) is not paired, and the probe's figure plays no part in that."""
+def test_each_probe_pass_sits_between_two_c_passes_and_the_ratio_is_the_median_of_every_pair(accuracy):
+    """C, probe, C, probe, C; the ratio is the median over all adjacent pairs (two per probe pass), so
+    one pass that caught a burst or a stall, on either side, moves two pairs of many and nothing is
+    chosen by how steady one side looked."""
     host = accuracy.host_accuracy
-    calls, c_figures = [], iter([36.0, 37.0, 63.0, 62.0])
+    calls, c_figures = [], iter([36.0, 36.0, 72.0, 36.0, 36.0, 36.0, 36.0])  # a burst on C's side
 
     def c_read():
         calls.append("C")
         return next(c_figures)
 
+    probe_figures = iter([35.0, 35.0, 35.0, 35.0, 17.5, 35.0])  # a stall on the probe's
+
     def probe_read():
         calls.append("probe")
-        return 10.0  # far off C: still paired when its neighbours agree
+        return next(probe_figures)
 
-    taken = host.interleaved(c_read, probe_read, 3)
-    assert calls == ["C", "probe", "C", "probe", "C", "probe", "C"]
-    assert [(t["c_before_gbs"], t["c_after_gbs"], t["steady"]) for t in taken] == [
-        (36.0, 37.0, True), (37.0, 63.0, False), (63.0, 62.0, True)]
-    assert host.paired_ratio(taken) == pytest.approx((10 / 36.5 + 10 / 62.5) / 2)  # median of the two steady
-    assert host.paired_ratio(taken[1:2]) != host.paired_ratio(taken[1:2])  # NaN: nothing to pair
+    taken = host.interleaved(c_read, probe_read, 6)
+    assert calls == ["C", "probe"] * 6 + ["C"]
+    assert [(t["c_before_gbs"], t["probe_gbs"], t["c_after_gbs"]) for t in taken][1:3] == [(36.0, 35.0, 72.0),
+                                                                                          (72.0, 35.0, 36.0)]
+    assert host.paired_ratio(taken) == pytest.approx(35 / 36)  # 8 of the 12 pairs are 35/36
+    assert host.paired_ratio([]) != host.paired_ratio([])  # NaN: nothing to pair
 
 
-def _host_report(host, ratio=0.97, steady=True, max_elapsed_s=1.0):
-    passes = [{"probe_gbs": 36.0 * ratio, "c_before_gbs": 36.0, "c_after_gbs": 36.0 if steady else 63.0,
-               "steady": steady}] * 4
+def _host_report(host, ratio=0.97, max_elapsed_s=1.0):
+    passes = [{"probe_gbs": 36.0 * ratio, "c_before_gbs": 36.0, "c_after_gbs": 36.0}] * 4
     fc = {"rounds": [], "median_elapsed_s": 0.8, "max_elapsed_s": max_elapsed_s,
           "within_3s": max_elapsed_s <= host.MAX_FIRST_CONTACT_S, "best_of_ratio": 0.99}
     ratio_seen = host.paired_ratio(passes)
-    return {"threads": 2, "array_bytes": 256 << 20, "passes": passes, "round_ratios": [ratio_seen],
-            "steady_passes": 4 * steady, "ratio": ratio_seen, "within": abs(ratio_seen - 1) <= host.TOLERANCE,
-            "enough_steady": steady, "probe_median_gbs": 35.0, "c_median_gbs": 36.0, "first_contact": fc}
+    return {"threads": 2, "array_bytes": 256 << 20, "passes": passes, "round_ratios": [ratio_seen], "ratio": ratio_seen,
+            "within": abs(ratio_seen - 1) <= host.TOLERANCE, "probe_median_gbs": 35.0, "c_median_gbs": 36.0,
+            "first_contact": fc}
 
 
 def test_host_targets(accuracy):
@@ -109,8 +111,6 @@ def test_host_targets(accuracy):
     assert host.misses(_host_report(host)) == [] and len(host.render(_host_report(host))) == 2
     assert host.misses(_host_report(host, ratio=0.94)) == ["host read: probe/C pass ratio 0.940 outside +-5%"]
     assert host.misses(_host_report(host, max_elapsed_s=3.2)) == ["first-contact probe: took 3.20 s (more than 3 s)"]
-    (unsteady,) = host.misses(_host_report(host, steady=False))
-    assert unsteady.startswith("host read: only 0 of 4 passes steady")
     report = {"host": _host_report(host, ratio=1.2), **_report([0.0] * 10)}
     assert accuracy.misses(report) == ["host read: probe/C pass ratio 1.200 outside +-5%"]  # probe_accuracy counts it
 
