@@ -7,7 +7,7 @@ beside one of the probe's. Pass by pass, because this VM's bandwidth will not ho
 over a few minutes it switched between about 36 and 63 GB/s, at times every few seconds, at others
 in bursts of 10-50 ms that one pass in twenty caught. A best-of-N figure catches such a burst or not
 by chance: taken one after the other (C's best of 5, then the probe's), their ratio ran from 0.50 to
-1.49 in one run, where the pass-by-pass ratio of the same kernels, a minute later, was 0.99.
+1.49 in one run, where the pass-by-pass ratio of the same kernels, minutes later, was 0.99.
 
 1. Read passes: each round fills the probe's own arrays afresh (ondevice.probing.host.MemoryPasses,
    what probe_memory and so the first-contact probe measure with) and takes PAIRS_PER_ROUND of its
