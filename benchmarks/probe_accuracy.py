@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling host check, however this file is loaded
 
 import host_accuracy  # noqa: E402 - the host read checks (1.)
+from host_accuracy import say  # noqa: E402 - progress lines on stderr, one home
 
 # Synthetic models for the decode check: (label, weight type, SynthConfig fields). Vocab 8000 with a
 # separate head: llama.cpp's quantizer gives the head Q6_K for Q4_0 files (a mixed-type file).
@@ -56,10 +57,6 @@ SYNTH = [
 CONTEXTS = (128, 2048)
 PROMPTS = (128, 1024, 4096)  # TTFT rows: prompt tokens, nothing cached
 TTFT_MODELS = ("default", "synth-Q4_0-50MB")  # the models whose TTFT is checked (prefill of the large ones takes long)
-
-
-def say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # ---------- 2. decode: prediction against measurement ----------
