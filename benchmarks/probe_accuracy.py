@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.reps < 1 or args.tokens < 2:
         ap.error("--reps must be at least 1 and --tokens at least 2")
-    report: dict = {"threads": args.threads}
+    report: dict = {"threads": args.threads, "tokens": args.tokens}
     if not args.skip_host:
         report["host"] = host_accuracy.host_check(args.host_rounds, args.threads)
     if not args.skip_decode:

@@ -120,3 +120,24 @@ def test_the_c_read_kernel_stays_running_and_reads_on_request(accuracy, tmp_path
     with accuracy.host_accuracy.CReadKernel(8 << 20, 1, tmp_path) as kernel:
         first, second = kernel.read_gbs(1), kernel.read_gbs(3)
     assert first > 0.1 and second > 0.1
+
+
+def test_replay_reads_its_recorded_runs_and_counts_rows_within_the_target():
+    """benchmarks/replay_accuracy.py: the recorded runs it ships (benchmarks/data/probe_accuracy) load,
+    with what a replay needs (each round's probe steps, every row's tok/s); its summary counts rows
+    within +-10% before and after, and says when the replay gave what was stored."""
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    spec = importlib.util.spec_from_file_location("replay_accuracy", root / "replay_accuracy.py")
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    recorded = sorted((root / "data" / "probe_accuracy").glob("*.json.gz"))
+    assert recorded
+    for path in recorded:
+        report = replay.load_report(path)
+        steps = [run["step_s"] for run in report["decode"]["probe_runs"]]
+        assert len({len(s) for s in steps}) == 1 and report["decode"]["ceiling_gbs"] > 0
+        assert all(len(row["all_tok_s"]) == len(steps[0]) for row in report["decode"]["rows"])
+    rows = [{"row": "a at 128", "stored": -0.12, "replayed": -0.02}, {"row": "b at 128", "stored": 0.05, "replayed": 0.11}]
+    text = replay.render("run.json", rows)
+    assert text.splitlines()[0] == "run.json: decode rows within +-10%: stored 1/2, replayed 1/2"
+    assert "(as stored)" in replay.render("run.json", [dict(r, replayed=r["stored"]) for r in rows])
