@@ -43,8 +43,11 @@ step takes the share h of the bytes the caches serve (what the curve's speed-up 
 each type's kernel reached on cached weights (type_cached_gbs: Q4_0 computes, ~1.2x its DRAM rate
 where a plain read ran 3x), the rest at its DRAM rate (kernel_speedup), and only for a step the
 caches hold (cache_bytes: the curve's knee). Past it a cyclic read still gains (the L3 keeps part
-of the scan), the kernels do not: a 51 MB Q4_0 model the curve put at 1.22x decoded at 2.26 ms a
-token, where no speed-up predicts 2.35 ms and the curve's 1.98 ms.
+of the scan) and the kernels gain less than that share would give: a 51 MB Q4_0 model the curve put
+at 1.22x decoded at 2.26 ms a token, where no speed-up predicts 2.35 ms and the curve's 1.98 ms; over
+nine later runs (benchmarks/replay_accuracy.py) it decoded about 6% faster than no speed-up predicts,
+and the share applied past the knee as within it would predict it about 6% too fast. No speed-up is
+what is modelled past the knee for now.
 
 Prefill is chunks of n_batch such steps (logits, so the head, for the last token only); TTFT =
 prefill of the tokens not already cached; E2E = TTFT + the decode steps over the growing context.
