@@ -280,23 +280,34 @@ def test_a_kernel_is_sped_up_by_the_caches_no_faster_than_it_ran_from_them():
         assert kernel.step_s(0)[0] == plain.step_s(0)[0]  # the bound is the read curve's
 
 
-def test_past_what_the_caches_hold_the_kernels_read_from_dram():
+def test_past_what_the_caches_hold_the_kernels_keep_a_share_that_fades_with_size():
     """The curve's knee (its biggest size read at least halfway from DRAM's speed to the all-cached one:
-    16 MiB here) is what the caches hold. A step past it gets no cache speed-up in the calibrated step (a
-    plain cyclic read past it still gains on the curve: the L3 keeps part of the scan; the decode kernels
-    did not); within it the curve's holds, and the ceiling, a bound, keeps the curve's everywhere."""
+    16 MiB here) is what the caches hold. Within it the calibrated step reads the curve's cached share h at
+    each kernel's cached rate; past it the kernels keep h x knee / step bytes (a plain cyclic read past it
+    still gains on the curve: the L3 keeps part of the scan; the decode kernels gain less). Without the
+    kernels' cached rates nothing is gained past the knee. The ceiling, a bound, keeps the curve's everywhere."""
     from ondevice.roofline import cache_bytes, read_speedup
     from ondevice.roofline.spec import spec_from_flags
 
     assert cache_bytes(CURVE) == 16 << 20 and cache_bytes(()) == 0
+    cached = {"Q4_0": 80.0, "F16": 100.0}  # 2x and 1.25x their DRAM rates below
+    cal = _cal(type_gbs={"Q4_0": 40.0, "F16": 80.0}, kv_gbs=80.0, read_curve=CURVE)
     small = spec_from_flags(params=20e6, quant="Q4_0", layers=4, kv_heads=2, head_dim=64)  # ~11 MB
     mid = spec_from_flags(params=60e6, quant="Q4_0", layers=4, kv_heads=2, head_dim=64)  # ~34 MB: the curve gains there
     for spec, past in ((small, False), (mid, True)):
-        pred, plain = Predictor(spec, _cal(read_curve=CURVE)), Predictor(spec, _cal())
-        assert read_speedup(CURVE, pred.step_bytes(64)) > 1.5 and (pred.step_bytes(64) > 16 << 20) is past
-        assert (pred.kernel_speedup(64) == 1.0) is past
+        pred, plain = Predictor(spec, replace(cal, type_cached_gbs=cached)), Predictor(spec, _cal())
+        step_bytes = pred.step_bytes(64)
+        memory = read_speedup(CURVE, step_bytes)
+        assert memory > 1.5 and (step_bytes > 16 << 20) is past
+        h = (1 - 1 / memory) / (1 - 30 / 100) * ((16 << 20) / step_bytes if past else 1.0)
+        assert pred.kernel_speedup(64) == pytest.approx(1 / (h / 2.0 + 1 - h), rel=0.02)  # Q4_0's bytes, nearly all
         assert pred.step_s(64)[0] < plain.step_s(64)[0]  # the bound keeps the curve's speed-up
-        assert (pred.step_s(64)[1] == pytest.approx(plain.step_s(64)[1])) is past
+        no_caps = Predictor(spec, cal)
+        assert no_caps.kernel_speedup(64) == (1.0 if past else memory)
+    # the share fades: the further past the knee, the less of the within-knee speed-up is left
+    big = spec_from_flags(params=200e6, quant="Q4_0", layers=4, kv_heads=2, head_dim=64)  # ~110 MB
+    mid_pred, big_pred = (Predictor(s, replace(cal, type_cached_gbs=cached)) for s in (mid, big))
+    assert 1.0 < big_pred.kernel_speedup(64) < mid_pred.kernel_speedup(64)
 
 
 def test_a_gpu_calibration_leaves_the_hosts_caches_out():

@@ -46,8 +46,9 @@ caches hold (cache_bytes: the curve's knee). Past it a cyclic read still gains (
 of the scan) and the kernels gain less than that share would give: a 51 MB Q4_0 model the curve put
 at 1.22x decoded at 2.26 ms a token, where no speed-up predicts 2.35 ms and the curve's 1.98 ms; over
 nine later runs (benchmarks/replay_accuracy.py) it decoded about 6% faster than no speed-up predicts,
-and the share applied past the knee as within it would predict it about 6% too fast. No speed-up is
-what is modelled past the knee for now.
+and the share applied past the knee as within it would predict it about 6% too fast. Past the knee
+the kernels are given the share times knee / step bytes (continuous at the knee, fading with size):
+an interpolation chosen on those runs (the row's mean error -6.1% -> -0.7%), not a cache model.
 
 Prefill is chunks of n_batch such steps (logits, so the head, for the last token only); TTFT =
 prefill of the tokens not already cached; E2E = TTFT + the decode steps over the growing context.
@@ -279,14 +280,17 @@ class Predictor:
         curve's speed-up on its smallest, all-cached size); each weight type (and the KV cache, read like
         F16) reads that share at what its kernel reached on cached weights (type_cached_gbs, c times its
         DRAM rate) and the rest from DRAM: 1 / (h / c + 1 - h). Combined as one factor over their read times.
-        `memory`: cache_speedup(n_ctx), when the caller has it."""
+        Past what the caches hold (cache_bytes, the curve's knee) the kernels keep h x knee / step bytes:
+        the same at the knee, fading as the step outgrows it (module docstring). Without the kernels'
+        cached rates: the curve's S, or 1.0 past the knee. `memory`: cache_speedup(n_ctx), when the caller has it."""
         memory = self.cache_speedup(n_ctx) if memory is None else memory
-        if memory > 1.0 and self.step_bytes(n_ctx) > self._cache_bytes:
-            return 1.0  # past what the caches hold: the curve's gain there is the L3 keeping part of a plain scan
+        step_bytes = self.step_bytes(n_ctx)
         if memory <= 1.0 or not self._kernel_caps:
-            return memory
+            return 1.0 if step_bytes > self._cache_bytes else memory
         most = max(memory, self._curve[0][1] / self._curve[-1][1])
         cached_share = (1.0 - 1.0 / memory) / (1.0 - 1.0 / most)
+        if step_bytes > self._cache_bytes:
+            cached_share *= self._cache_bytes / step_bytes
         kv_s = self.kv_read_bytes(n_ctx) / self._kv_bps
         parts = [(r, self._kernel_caps[t]) for t, r in self._read_s.items()] + [(kv_s, self._kernel_caps["F16"])]
         plain = sum(r for r, _c in parts)
