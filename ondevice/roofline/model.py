@@ -42,13 +42,10 @@ working-set sizes (read_curve) scales the ceiling by read_speedup(bytes of the s
 step takes the share h of the bytes the caches serve (what the curve's speed-up implies) at what
 each type's kernel reached on cached weights (type_cached_gbs: Q4_0 computes, ~1.2x its DRAM rate
 where a plain read ran 3x), the rest at its DRAM rate (kernel_speedup), and only for a step the
-caches hold (cache_bytes: the curve's knee). Past it a cyclic read still gains (the L3 keeps part
-of the scan) and the kernels gain less than that share would give: a 51 MB Q4_0 model the curve put
-at 1.22x decoded at 2.26 ms a token, where no speed-up predicts 2.35 ms and the curve's 1.98 ms; over
-nine later runs (benchmarks/replay_accuracy.py) it decoded about 6% faster than no speed-up predicts,
-and the share applied past the knee as within it would predict it about 6% too fast. Past the knee
-the kernels are given the share times knee / step bytes (continuous at the knee, fading with size):
-an interpolation chosen on those runs (the row's mean error -6.1% -> -0.7%), not a cache model.
+caches hold (cache_bytes: the curve's knee). Past it the kernels gain less than that share gives: a
+51 MB Q4_0 model decoded ~6% faster than no speed-up predicts and ~6% slower than the full share
+(nine runs, benchmarks/replay_accuracy.py), so they keep the share x knee / step bytes: an
+interpolation chosen on those runs (continuous at the knee, fading with size), not a cache model.
 
 Prefill is chunks of n_batch such steps (logits, so the head, for the last token only); TTFT =
 prefill of the tokens not already cached; E2E = TTFT + the decode steps over the growing context.
@@ -279,23 +276,19 @@ class Predictor:
         step's bytes says what share h of them the caches serve (S = 1 / (h / S_max + 1 - h), S_max the
         curve's speed-up on its smallest, all-cached size); each weight type (and the KV cache, read like
         F16) reads that share at what its kernel reached on cached weights (type_cached_gbs, c times its
-        DRAM rate) and the rest from DRAM: 1 / (h / c + 1 - h). Combined as one factor over their read times.
-        Past what the caches hold (cache_bytes, the curve's knee) the kernels keep h x knee / step bytes:
-        the same at the knee, fading as the step outgrows it (module docstring). Without the kernels'
-        cached rates: the curve's S, or 1.0 past the knee. `memory`: cache_speedup(n_ctx), when the caller has it."""
+        DRAM rate) and the rest from DRAM: 1 / (h / c + 1 - h), one factor over their read times. Past the knee
+        (cache_bytes) h x knee / step bytes (module docstring); no cached rates: S, or 1.0 past it. `memory`: S if known."""
         memory = self.cache_speedup(n_ctx) if memory is None else memory
-        step_bytes = self.step_bytes(n_ctx)
+        kept = min(1.0, self._cache_bytes / max(1, self.step_bytes(n_ctx)))  # 1 within the knee, knee / bytes past it
         if memory <= 1.0 or not self._kernel_caps:
-            return 1.0 if step_bytes > self._cache_bytes else memory
+            return memory if kept == 1.0 else 1.0
         most = max(memory, self._curve[0][1] / self._curve[-1][1])
-        cached_share = (1.0 - 1.0 / memory) / (1.0 - 1.0 / most)
-        if step_bytes > self._cache_bytes:
-            cached_share *= self._cache_bytes / step_bytes
+        cached_share = kept * (1.0 - 1.0 / memory) / (1.0 - 1.0 / most)
         kv_s = self.kv_read_bytes(n_ctx) / self._kv_bps
         parts = [(r, self._kernel_caps[t]) for t, r in self._read_s.items()] + [(kv_s, self._kernel_caps["F16"])]
         plain = sum(r for r, _c in parts)
-        sped = sum(r * (cached_share / min(cap, most) + 1.0 - cached_share) for r, cap in parts)  # no kernel outreads
-        # the plain read of an all-cached array (a faster figure is noise)
+        # no kernel outreads the plain read of an all-cached array (a faster figure is noise)
+        sped = sum(r * (cached_share / min(cap, most) + 1.0 - cached_share) for r, cap in parts)
         return plain / sped if sped > 0 else memory
 
     def _init_compute(self, spec: ModelSpec, cal: Calibration, swa: set[int]) -> None:
