@@ -27,9 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import probe_accuracy  # noqa: E402 - its pairing, its predictions, its target
 
-TOLERANCE = 0.10  # a decode row's paired error must be within +-10% (probe_accuracy)
-
-
 def load_report(path: Path) -> dict:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
@@ -42,7 +39,6 @@ def replay(report: dict, model_dir: Path, accuracy_dir: Path, tokens: int = 32) 
     from ondevice.modelspec import inspect
     from ondevice.probing import kernel
     from ondevice.probing.result import ProbeResult
-    from ondevice.roofline import Predictor
 
     probe = ProbeResult.from_dict(report["probe"])
     plan = kernel.plan_for(probe.host.llc_bytes)
@@ -61,15 +57,15 @@ def replay(report: dict, model_dir: Path, accuracy_dir: Path, tokens: int = 32) 
     out = []
     for row in rows:
         spec = inspect(models[row["model"]])
-        errors = [probe_accuracy.predicted(Predictor(spec, cal), row["ctx"], tokens)[1] / tok_s - 1
-                  for cal, tok_s in zip(cals, row["all_tok_s"]) if cal is not None]
+        errors = [pred / tok_s - 1 for pred, tok_s in
+                  zip(probe_accuracy.round_predictions(spec, cals, row["ctx"], tokens), row["all_tok_s"]) if pred]
         out.append({"row": f"{row['model']} at {row['ctx']}", "stored": row["error"], "round_errors": errors,
                     "replayed": statistics.median(errors) if errors else float("nan")})
     return out
 
 
 def render(name: str, rows: list[dict]) -> str:
-    within = {k: sum(abs(r[k]) <= TOLERANCE for r in rows) for k in ("stored", "replayed")}
+    within = {k: sum(abs(r[k]) <= probe_accuracy.DECODE_TOLERANCE for r in rows) for k in ("stored", "replayed")}
     same = all(abs(r["stored"] - r["replayed"]) < 1e-9 for r in rows)
     lines = [f"{name}: decode rows within +-10%: stored {within['stored']}/{len(rows)}, "
              f"replayed {within['replayed']}/{len(rows)}" + (" (as stored)" if same else "")]
@@ -91,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.reports:
         rows = replay(load_report(path), model_dir, accuracy_dir, args.tokens)
         print(render(path.name, rows))
-        met += sum(abs(r["replayed"]) <= TOLERANCE for r in rows) >= probe_accuracy.DECODE_SHARE * len(rows)
+        within = sum(abs(r["replayed"]) <= probe_accuracy.DECODE_TOLERANCE for r in rows)
+        met += within >= probe_accuracy.DECODE_SHARE * len(rows)
         for r in rows:
             per_row.setdefault(r["row"], []).append(r["replayed"])
     print(f"replayed: {met} of {len(args.reports)} runs meet the decode target (9 in 10 rows within +-10%)")
