@@ -149,9 +149,10 @@ def read_check(kernel: "CReadKernel", rounds: int, threads: int, size: int) -> d
     """Check 1: every round the probe's arrays filled afresh, then PAIRS_PER_ROUND interleaved passes."""
     from ondevice.probing.host import MemoryPasses
 
-    passes, per_round = [], []
+    passes, per_round, kernel_name = [], [], ""
     for r in range(rounds):
         with MemoryPasses(threads, size) as arrays:
+            kernel_name = arrays.read_kernel
             taken = interleaved(lambda: kernel.read_gbs(1), lambda: arrays.array_bytes / arrays.read_s(1) / 1e9,
                                 PAIRS_PER_ROUND)
         passes += taken
@@ -160,6 +161,7 @@ def read_check(kernel: "CReadKernel", rounds: int, threads: int, size: int) -> d
             f"{max(t['c_before_gbs'] for t in taken):.1f}, probe {max(t['probe_gbs'] for t in taken):.1f} GB/s")
     ratio = paired_ratio(passes)
     return {"passes": passes, "round_ratios": per_round, "ratio": ratio, "within": abs(ratio - 1) <= TOLERANCE,
+            "read_kernel": kernel_name,
             "probe_median_gbs": statistics.median(t["probe_gbs"] for t in passes),
             "c_median_gbs": statistics.median(t["c_before_gbs"] for t in passes)}
 
@@ -220,7 +222,8 @@ def render(h: dict) -> list[str]:
     if "skipped" in h:
         return [f"host read: skipped ({h['skipped']})"]
     fc = h["first_contact"]
-    return [f"host read passes, {h['threads']} threads, {h['array_bytes'] >> 20} MiB: probe {h['probe_median_gbs']:.2f} GB/s "
+    return [f"host read passes, {h['threads']} threads, {h['array_bytes'] >> 20} MiB: probe ({h.get('read_kernel') or '?'}) "
+            f"{h['probe_median_gbs']:.2f} GB/s "
             f"vs C {h['c_median_gbs']:.2f} GB/s (medians of {len(h['passes'])} passes each); "
             f"paired ratio {h['ratio']:.3f} ({'within' if h['within'] else 'OUTSIDE'} +-{TOLERANCE:.0%}); per round "
             + " ".join(f"{x:.3f}" for x in h["round_ratios"]),

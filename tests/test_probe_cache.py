@@ -179,6 +179,8 @@ def test_best_of_two_memory_probes():
     best = best_of(a, b)
     assert (best.read_gbs, best.copy_gbs) == (30.0, 27.0)
     assert best.passes == 10 and best_of(b, a).read_gbs == 30.0
+    b = replace(b, read_kernel="memchr")  # the read figure kept says what read it
+    assert best_of(a, b).read_kernel == best_of(b, a).read_kernel == "memchr"
 
 
 def test_probe_measures_memory_before_and_after_the_kernels(tmp_path, fast_probe, monkeypatch):

@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from ondevice.errors import ProbeError
@@ -36,6 +37,59 @@ def test_memory_passes_time_one_pass_at_a_time_and_stop_their_threads():
         assert 0 < arrays.read_s(1) < 10 and 0 < arrays.copy_s(2) < 10
     with pytest.raises(RuntimeError):  # a shut-down pool takes no more passes
         arrays.read_s(1)
+
+
+def test_read_kernel_is_libc_memchr_on_glibc_and_macos_else_numpy(monkeypatch):
+    """Detected, not assumed: glibc (os.confstr says so) and macOS read with libc's memchr; musl (no such
+    confstr name), Windows (no confstr) and anything else with numpy's sum."""
+    detect = host._libc_memchr.__wrapped__  # the detection itself, not its cached answer
+
+    def confstr_says(value):
+        def confstr(name):
+            if isinstance(value, Exception):
+                raise value
+            return value
+        return confstr
+
+    monkeypatch.setattr(host.sys, "platform", "linux")
+    monkeypatch.setattr(host.os, "confstr", confstr_says("glibc 2.36"), raising=False)
+    if sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+        assert detect() is not None  # this machine's libc has the symbol
+    for value in (ValueError("unrecognized configuration name"), None, "musl"):
+        monkeypatch.setattr(host.os, "confstr", confstr_says(value), raising=False)
+        assert detect() is None
+    monkeypatch.delattr(host.os, "confstr", raising=False)
+    assert detect() is None
+    monkeypatch.setattr(host.sys, "platform", "darwin")  # no glibc question asked there
+    monkeypatch.setattr(host.ctypes, "CDLL", lambda name: SimpleNamespace(memchr=lambda *a: None))
+    assert detect() is not None
+
+
+def test_memory_passes_read_with_the_detected_kernel_and_say_which(monkeypatch):
+    m = probe_memory(2, 8 * MIB, passes=1)
+    assert m.read_kernel == host.read_kernel_name() in ("memchr", "numpy-sum")
+    monkeypatch.setattr(host, "_libc_memchr", lambda: None)  # a C library whose memchr is not known to be fast
+    m = probe_memory(2, 8 * MIB, passes=1)
+    assert m.read_kernel == "numpy-sum" and m.read_gbs > 0
+
+
+@pytest.mark.skipif(host.read_kernel_name() != "memchr", reason="libc's memchr is not the read kernel here")
+def test_a_memchr_pass_that_stops_early_is_an_error_not_a_figure():
+    """memchr stops at the byte it looks for: an array holding one would read a fraction of its bytes
+    and report a bandwidth far too high."""
+    with host.MemoryPasses(2, 8 * MIB) as arrays:
+        arrays._a.view(np.uint8)[arrays.array_bytes // 3] = host._ABSENT_BYTE
+        with pytest.raises(ProbeError, match="never hold"):
+            arrays.read_s(1)
+
+
+def test_a_cache_from_before_the_read_kernel_was_recorded_says_numpy():
+    from ondevice.probing.result import ProbeResult
+    from tests.probe_fakes import fake_result
+
+    old = fake_result(build="A").to_dict()
+    del old["memory"]["read_kernel"]
+    assert ProbeResult.from_dict(old).memory.read_kernel == "numpy-sum"
 
 
 def test_stream_byte_counting(monkeypatch):

@@ -81,6 +81,9 @@ def age_text(seconds: float) -> str:
     return "just now"
 
 
+READ_KERNELS = {"memchr": "libc memchr", "numpy-sum": "numpy sum"}  # MemoryProbe.read_kernel, as the report names it
+
+
 def render(r, *, width: int | None = None) -> str:
     h, m, c, k = r.host, r.memory, r.compute, r.kernel
     when = f"measured {age_text(r.age_s)}" + (" (cached; --refresh to measure again)" if r.from_cache else "")
@@ -106,7 +109,7 @@ def render(r, *, width: int | None = None) -> str:
     lines += [f"  note: {w}" for w in h.warnings]
     lines.append("")
     lines.append(f"host memory, {m.n_threads} threads over {human_bytes(m.array_bytes)} arrays (best of {m.passes}):")
-    lines.append(f"  read {m.read_gbs:.1f} GB/s   copy {m.copy_gbs:.1f} GB/s"
+    lines.append(f"  read {m.read_gbs:.1f} GB/s ({READ_KERNELS.get(m.read_kernel, m.read_kernel)})   copy {m.copy_gbs:.1f} GB/s"
                  "   (bytes counted as STREAM counts them)")
     lines.append(f"host compute: {c.f32_gflops:.1f} GFLOP/s f32 ({c.matrix_n}x{c.matrix_n} matrix product)")
     lines.append(disk_text(r.disk))
