@@ -61,7 +61,7 @@ def test_read_kernel_is_libc_memchr_on_glibc_and_macos_else_numpy(monkeypatch):
     monkeypatch.delattr(host.os, "confstr", raising=False)
     assert detect() is None
     monkeypatch.setattr(host.sys, "platform", "darwin")  # no glibc question asked there
-    monkeypatch.setattr(host.ctypes, "CDLL", lambda name: SimpleNamespace(memchr=lambda *a: None))
+    monkeypatch.setattr("ctypes.CDLL", lambda name: SimpleNamespace(memchr=lambda *a: None))
     assert detect() is not None
 
 

@@ -29,7 +29,6 @@ chunks, best of two passes. Where the page cache cannot be bypassed, or kept the
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import shutil
@@ -211,8 +210,10 @@ def _libc_memchr():
         except (AttributeError, ValueError, OSError, TypeError):  # no confstr (Windows), no such name (musl)
             return None
     try:
+        import ctypes  # an optional module of CPython
+
         memchr = ctypes.CDLL(None).memchr
-    except (OSError, AttributeError, TypeError):
+    except (ImportError, OSError, AttributeError, TypeError):
         return None
     memchr.restype, memchr.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
     return memchr
