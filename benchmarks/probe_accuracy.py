@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     # on an AMD EPYC VM a row's per-round errors spread by 15-19%, and its median over 15 rounds by 3.4-6.5% (SD
     # across 13 recorded runs): at that spread two of the ten rows fall outside +-10% by chance in about one run
-    # of eight (12 of the 13 met the target), at 25 rounds (spread x 0.77) in about one of fifty; 25 take ~45 min
+    # of eight (12 of the 13 met the target), at 25 rounds (spread x 0.77) in about one of fifty; 25 take ~40 min
     ap.add_argument("--reps", type=int, default=25, help="round-robin repetitions of every row (default 25)")
     ap.add_argument("--tokens", type=int, default=32, help="output tokens per repetition (default 32)")
     ap.add_argument("--host-rounds", type=int, default=9, help="rounds of each host check (default 9)")

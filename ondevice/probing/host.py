@@ -51,6 +51,7 @@ __all__ = ["MemoryProbe", "ComputeProbe", "DiskProbe", "MemoryPasses", "probe_me
 _MB = 1 << 20
 _MIN_SLICE = 32 * 1024  # float64 elements per thread at least
 MIN_ARRAY_BYTES = 256 * _MB  # also covers system-level caches the OS does not report
+_ABSENT_BYTE = 0x01  # memchr's needle: the arrays hold 1.0 and 2.0 (bytes 0x00, 0xF0, 0x3F and 0x40), never this
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,11 @@ class MemoryPasses:
             raise ProbeError(f"memory probe: cannot allocate 2 x {n * 8} bytes") from exc
         self.array_bytes = n * 8  # bytes of each array
         self._bounds = _slices(n, n_threads)  # [(start, end)] element index per thread
-        self._memchr = _libc_memchr()  # None: numpy's sum reads
-        self._base = self._a.ctypes.data  # address of the read array (close() stops the pool before freeing it)
-        self.read_kernel = read_kernel_name()  # "memchr" or "numpy-sum"
+        memchr = _libc_memchr()
+        self.read_kernel = "numpy-sum" if memchr is None else "memchr"  # what read_s reads with
+        # (lo, hi) -> None: read elements lo..hi of the read array (close() stops the pool before freeing it)
+        self._read_slice = (lambda lo, hi: read_words(self._a[lo:hi])) if memchr is None else \
+            functools.partial(_scan, memchr, self._a.ctypes.data)
         self._pool = ThreadPoolExecutor(n_threads, thread_name_prefix="ondevice-probe")
         a, b = self._a, self._b
 
@@ -137,15 +140,7 @@ class MemoryPasses:
 
     def read_s(self, passes: int = 1) -> float:
         """Seconds of the fastest of `passes` passes reading one array (read_kernel)."""
-        if self._memchr is None:
-            return _best(self._pool, self._bounds, passes, lambda lo, hi: read_words(self._a[lo:hi]))
-        memchr, base = self._memchr, self._base
-
-        def scan(lo: int, hi: int) -> None:
-            if memchr(base + 8 * lo, _ABSENT_BYTE, 8 * (hi - lo)) is not None:  # it stopped early: not a whole pass
-                raise ProbeError("memory probe: the read pass found a byte its arrays never hold")
-
-        return _best(self._pool, self._bounds, passes, scan)
+        return _best(self._pool, self._bounds, passes, self._read_slice)
 
     def copy_s(self, passes: int = 1) -> float:
         """Seconds of the fastest of `passes` passes copying one array into the other."""
@@ -186,7 +181,10 @@ def read_words(view: np.ndarray) -> int:
     return int(view.view(np.uint64).sum())
 
 
-_ABSENT_BYTE = 0x01  # memchr's needle: the arrays hold 1.0 and 2.0 (bytes 0x00, 0xF0, 0x3F and 0x40), never this
+def _scan(memchr, base: int, lo: int, hi: int) -> None:
+    """Read float64 elements lo..hi of the array at address `base` with memchr, looking for a byte they never hold."""
+    if memchr(base + 8 * lo, _ABSENT_BYTE, 8 * (hi - lo)) is not None:  # it stopped early: not a whole pass
+        raise ProbeError("memory probe: the read pass found a byte its arrays never hold")
 
 
 def read_kernel_name() -> str:
