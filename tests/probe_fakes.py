@@ -107,6 +107,7 @@ def true_prefill_s(spec, n_prompt: int, p=TRUE) -> float:
     small = {k: p[k] for k in ("t0_s", "layer_s", "vocab_s", "row_s", "attn_score_s")}
     cal = Calibration("CPU", ceiling_gbs=max(p["type_gbs"].values()), type_gbs=p["type_gbs"], kv_gbs=p["type_gbs"]["F16"],
                       type_gflops=p["type_gflops"], attn_gflops=p["attn_gflops"], batch_row_s=p["batch_row_s"],
+                      batch_row_width=TINY.row_width(),  # rows narrower than TINY's sized ones pay batch_row_s
                       step_ratios={t: tuple(sorted(r.items())) for t, r in p["step_ratios"].items()}, **small)
     return Predictor(spec, cal).prefill_s(n_prompt, n_batch=512)
 

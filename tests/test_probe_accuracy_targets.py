@@ -69,6 +69,7 @@ def test_every_round_measures_a_fresh_load_of_each_row(accuracy, tiny_model, mon
             eng.generate([1, 2], max_tokens=1)
     assert len(row["tok_s"]) == len(row["median_itl_s"]) == 2 and all(t > 0 for t in row["tok_s"])
     assert len(ttft["ttft_s"]) == 2 and ttft["chunk"] >= 1 and row["spec"].n_vocab == 512
+    assert ttft["chunk"] == accuracy.ttft_chunk(64)  # what a replay of a report without the chunk assumes
 
 
 def test_each_probe_pass_sits_between_two_c_passes_and_the_ratio_is_the_median_of_every_pair(accuracy):
@@ -124,8 +125,9 @@ def test_the_c_read_kernel_stays_running_and_reads_on_request(accuracy, tmp_path
 
 def test_replay_reads_its_recorded_runs_and_counts_rows_within_the_target():
     """benchmarks/replay_accuracy.py: the recorded runs it ships (benchmarks/data/probe_accuracy) load,
-    with what a replay needs (each round's probe steps, every row's tok/s); its summary counts rows
-    within +-10% before and after, and says when the replay gave what was stored."""
+    with what a replay needs (each round's probe steps and prompts, every row's tok/s or TTFT); its summary
+    counts decode rows within +-10% and TTFT rows within +-15% before and after, and says when the replay
+    gave what was stored."""
     root = Path(__file__).resolve().parents[1] / "benchmarks"
     spec = importlib.util.spec_from_file_location("replay_accuracy", root / "replay_accuracy.py")
     replay = importlib.util.module_from_spec(spec)
@@ -136,8 +138,13 @@ def test_replay_reads_its_recorded_runs_and_counts_rows_within_the_target():
         report = replay.load_report(path)
         steps = [run["step_s"] for run in report["decode"]["probe_runs"]]
         assert len({len(s) for s in steps}) == 1 and report["decode"]["ceiling_gbs"] > 0
+        assert all(run["n_prompt"] > 0 for run in report["decode"]["probe_runs"])
         assert all(len(row["all_tok_s"]) == len(steps[0]) for row in report["decode"]["rows"])
-    rows = [{"row": "a at 128", "stored": -0.12, "replayed": -0.02}, {"row": "b at 128", "stored": 0.05, "replayed": 0.11}]
+        assert all(len(row["all_ttft_s"]) == len(steps[0]) for row in report["decode"]["ttft_rows"])
+    rows = [{"row": "a at 128", "stored": -0.12, "replayed": -0.02, "tolerance": 0.10},
+            {"row": "b at 128", "stored": 0.05, "replayed": 0.11, "tolerance": 0.10},
+            {"row": "TTFT a at 128", "stored": -0.16, "replayed": -0.12, "tolerance": 0.15}]
     text = replay.render("run.json", rows)
-    assert text.splitlines()[0] == "run.json: decode rows within +-10%: stored 1/2, replayed 1/2"
+    assert text.splitlines()[0] == ("run.json: decode rows within +-10%: stored 1/2, replayed 1/2; "
+                                    "TTFT rows within +-15%: stored 0/1, replayed 1/1")
     assert "(as stored)" in replay.render("run.json", [dict(r, replayed=r["stored"]) for r in rows])

@@ -139,6 +139,7 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
         assert k.type_gflops[t] == pytest.approx(gflops, rel=1e-6)
     assert k.attn_gflops == pytest.approx(TRUE["attn_gflops"], rel=1e-6)
     assert k.batch_row_s == pytest.approx(TRUE["batch_row_s"], rel=1e-6) and k.row_s == pytest.approx(TRUE["row_s"], rel=1e-6)
+    assert k.batch_row_width == TINY.row_width()  # the sized rows that batch_row_s is counted against
     assert k.type_cached_gbs == pytest.approx(TRUE["type_cached_gbs"], rel=1e-6)  # each kernel from the caches
     assert k.step_ratios == TRUE["step_ratios"]  # the multi-token step ratios, per type
     said.clear()

@@ -290,16 +290,26 @@ def test_each_matrix_row_costs_its_set_up(default_model):
     assert Predictor(spec, rowed).prefill_s(1) - Predictor(spec, base).prefill_s(1) == pytest.approx(386_560 * 5e-9)
 
 
-def test_a_prefill_chunk_pays_the_batched_row_cost_per_row_and_token(default_model):
-    """Past the measured step ratios every body row costs batch_row_s per token (the head runs for the
-    chunk's last token only): 256 more tokens in a chunk, 256 x rows x batch_row_s more."""
+def test_rows_narrower_than_the_probes_pay_the_batched_row_cost_per_row_and_token(default_model):
+    """Every token of a chunk past the first costs batch_row_s per body row beyond what rows of
+    batch_row_width weights would hold (the head runs for the chunk's last token only), within the
+    measured step ratios and past them alike; rows as long as the probe's sized ones pay nothing."""
+    from ondevice.roofline import bits_per_weight
+
     spec = inspect(default_model)
     base = Calibration("CPU", ceiling_gbs=40, type_gbs={"Q8_0": 30.0}, type_gflops={"Q8_0": 100.0},
-                       step_ratios={"Q8_0": ((2, 1.5), (16, 3.0))})
+                       step_ratios={"Q8_0": ((2, 1.5), (16, 3.0))}, batch_row_width=2446.0)
     rowed = replace(base, batch_row_s=2e-9)
-    q8 = spec.decode_bytes_by_type["Q8_0"]
-    body_rows = sum(r for t, r in spec.decode_rows_by_type.items() if t != "Q8_0") + \
-        spec.decode_rows_by_type["Q8_0"] * (q8 - spec.head_bytes) / q8
-    extra = [Predictor(spec, rowed).prefill_s(n) - Predictor(spec, base).prefill_s(n) for n in (256, 512)]
-    assert extra[1] - extra[0] == pytest.approx(256 * 2e-9 * body_rows, rel=1e-9)
-    assert Predictor(spec, rowed).prefill_s(16) == Predictor(spec, base).prefill_s(16)  # within the measured ratios
+    body_rows = sum(spec.decode_rows_by_type.values()) - spec.n_vocab
+    body_weights = sum(b * 8 / bits_per_weight(t) for t, b in spec.decode_bytes_by_type.items()
+                       if spec.decode_rows_by_type.get(t)) - spec.head_bytes * 8 / bits_per_weight(spec.head_type)
+    excess = body_rows - body_weights / 2446.0
+    assert 0 < excess < body_rows  # Gemma 3 270M's rows (640 wide) are shorter than the probe's
+    for n in (1, 16, 512):
+        extra = Predictor(spec, rowed).prefill_s(n) - Predictor(spec, base).prefill_s(n)
+        assert extra == pytest.approx((n - 1) * 2e-9 * excess, rel=1e-9, abs=1e-15)
+    every_row = replace(rowed, batch_row_width=0.0)  # no width: every row pays
+    assert Predictor(spec, every_row).prefill_s(16) - Predictor(spec, replace(base, batch_row_width=0.0)).prefill_s(16) \
+        == pytest.approx(15 * 2e-9 * body_rows, rel=1e-9)
+    wide = replace(rowed, batch_row_width=body_weights / body_rows)  # rows as long as the sized ones: nothing more
+    assert Predictor(spec, wide).prefill_s(512) == pytest.approx(Predictor(spec, base).prefill_s(512), rel=1e-12)

@@ -80,9 +80,12 @@ class KernelPlan:
     cached_bytes: int = 8 * _MB  # weights of each cached model (plan_for: at most a quarter of the LLC); large enough
     # that reading them, not the fixed costs, is most of a step
     n_prompt: int = 16  # prompt tokens before decoding (every other run)
-    n_prefill: int = 256  # prompt tokens of the sized models' prefill runs (one llama_decode chunk)
-    step_tokens: tuple[int, ...] = (2, 3, 4, 8, 16)  # tokens per llama_decode timed against one (the prefill runs)
-    step_reps: int = 3  # timings of each, the median kept
+    n_prefill: int = 512  # prompt tokens of the sized models' prefill runs: one llama_decode chunk of the engine's
+    # default n_batch (a longer prompt is such chunks), so the batched rates are fitted at the chunk prompts use
+    step_tokens: tuple[int, ...] = (2, 3, 4, 8, 16, 32, 64, 128)  # tokens per llama_decode timed against one (the
+    # prefill runs): per token a matrix product costs more over few columns than over many (an AMD EPYC VM, sized Q5_0:
+    # 4.5 ms a token at 16-64, 3.8 at 128, 3.5 at 256), so a short prompt's chunk is timed, not interpolated
+    step_reps: int = 3  # timings of each up to 16 tokens, the median kept (longer steps: one per pass)
     n_tokens: int = 32  # decode steps timed per model (after n_warmup)
     n_warmup: int = 3  # decode steps dropped first (page faults, caches)
     run_budget_s: float = 4.0  # a run stops decoding after this many seconds (>= 4 timed steps kept)
@@ -91,6 +94,11 @@ class KernelPlan:
 
     def layer_bytes_f16(self) -> int:
         return round(layer_bytes((self.d_model, self.n_head, self.n_head_kv, self.d_ff), "F16"))
+
+    def row_width(self) -> float:
+        """Weights per matrix row of the sized models (Calibration.batch_row_width): 2,448 for the default shape."""
+        d, kv_dim, d_ff = self.d_model, self.n_head_kv * (self.d_model // self.n_head), self.d_ff
+        return (2 * d * d + 2 * kv_dim * d + 3 * d_ff * d) / (2 * d + 2 * kv_dim + 2 * d_ff + d)
 
     def mid_context(self, n_prompt: int) -> int:
         """The context at the middle of the timed decode steps of a run with n_prompt tokens."""
@@ -220,8 +228,8 @@ def probe_prompt(n_vocab: int, n_tokens: int) -> list[int]:
 def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | None,
             n_gpu_layers, decode: bool = True) -> tuple[float, str, int, ModelSpec, float]:
     """(median decode step s, backend, threads, spec, prefill s of the n_prompt tokens) of one
-    model run through the engine. decode=False: the prefill only (timed on a second request,
-    after a first one has faulted the weights in), step s is 0."""
+    model run through the engine. decode=False: the prefill only (timed after a short request has
+    faulted the weights in), step s is 0."""
     from ondevice.engine import load
     from ondevice.engine.loader import MIN_N_CTX
 
@@ -232,8 +240,8 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
         vocab = spec.n_vocab or 512
         prompt = probe_prompt(vocab, n_prompt)
         if not decode:
-            for _ in range(2):
-                g = eng.generate(prompt, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
+            eng.generate(prompt[:_FAULT_IN_TOKENS], max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
+            g = eng.generate(prompt, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
             return 0.0, eng.info.backend, eng.info.n_threads, spec, g.timings.prefill_s
         stream = eng.stream(prompt, max_tokens=plan.n_warmup + plan.n_tokens + 1, ignore_eos=True, seed=0,
                             reuse_prefix=False)
@@ -297,27 +305,30 @@ def measure_pair(path: Path, plan: KernelPlan, n_prompts: tuple[int, int], *, n_
 
 
 PAIR_BURST = 4  # measure_pair: decode steps of one context before switching to the other
+_FAULT_IN_TOKENS = 8  # measure: the short request before a timed prefill (every matrix is read, the weights faulted in)
+_LONG_STEP = 16  # measure_steps: a step of more tokens is timed once per call (a long, steady timing)
 
 
 def measure_steps(path: Path, plan: KernelPlan, *, n_threads: int | None, n_gpu_layers) -> dict[int, float]:
     """{n: time of one llama_decode of n new tokens / time of one of 1 token} for n in plan.step_tokens,
-    after a cached prompt of plan.n_prefill tokens: what a matrix product over n columns costs
+    after a cached prompt of plan.n_prompt tokens: what a matrix product over n columns costs
     against one (CPU kernels change code paths with the column count: two columns can cost
-    nearly two single steps, sixteen far less than sixteen)."""
+    nearly two single steps, sixteen far less than sixteen). The short cached prompt keeps the
+    attention, which the roofline prices apart, a small share of each step."""
     from ondevice.engine import load
     from ondevice.engine.loader import MIN_N_CTX
 
     spec = inspect(path)
     vocab = spec.n_vocab or 512
-    n_ctx = max(MIN_N_CTX, plan.n_prefill + max(plan.step_tokens) + 8)
+    n_ctx = max(MIN_N_CTX, plan.n_prompt + max(plan.step_tokens) + 8)
     eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512)
     try:
-        prompt = probe_prompt(vocab, plan.n_prefill)
+        prompt = probe_prompt(vocab, plan.n_prompt)
         eng.generate(prompt, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
         times: dict[int, list[float]] = {}
         calls = 0
-        for _ in range(plan.step_reps):
-            for n in (1,) + tuple(plan.step_tokens):
+        for rep in range(plan.step_reps):
+            for n in (1,) + tuple(n for n in plan.step_tokens if rep == 0 or n <= _LONG_STEP):
                 calls += 1  # each call's new tokens start differently: only the prompt is reused
                 extra = [3 + (calls * 31 + j * 7) % (vocab - 3) for j in range(n)]
                 g = eng.generate(prompt + extra, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=True)
@@ -414,7 +425,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
     prefill_in = prefill_observations(runs, specs, [statistics.median(p) for p in prefills], plan)
     points += [KernelPoint(wt, spec.decode_weight_bytes, 0, t, n, n, 0, 0, "prefill" if kind == "sized" else f"{kind}-prefill",
                            sum(spec.decode_rows_by_type.values())) for spec, wt, n, t, kind in prefill_in]
-    rates = fit_prefill(prefill_in, {**fit, "step_ratios": step_ratios}, backend=backend)
+    rates = fit_prefill(prefill_in, {**fit, "step_ratios": step_ratios}, backend=backend, row_width=plan.row_width())
     return KernelProbe(
         backend=backend,
         n_threads=threads,
@@ -430,6 +441,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         type_gflops=rates["type_gflops"],
         attn_gflops=rates["attn_gflops"],
         batch_row_s=rates["batch_row_s"],
+        batch_row_width=plan.row_width(),
         step_ratios=step_ratios,
     )
 

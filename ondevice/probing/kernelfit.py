@@ -157,14 +157,14 @@ def _conditions(points, types, dims, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, str]], decode_fit: dict, *, backend: str = "CPU",
-                n_batch: int = 512) -> dict:
+                n_batch: int = 512, row_width: float = 0.0) -> dict:
     """Batched rates from measured prefills: observations are (spec, main weight type, prompt
     tokens, prefill s, kind: "sized", "narrow" or "attn"). The roofline's prefill time
     (roofline.Predictor.prefill_s, with the decode fit's terms and the measured step ratios,
     decode_fit["step_ratios"]) is linear in the inverse rates, 1 / GFLOP/s of each weight type's
     matrix products and of attention, and in the batched cost per matrix row and token
-    (batch_row_s: the narrow model's short rows against the sized ones' long rows of the same type; 0
-    without a narrow run): one least-squares solve over every run (relative residuals) gives them
+    (batch_row_s, for rows beyond what rows of row_width weights would hold: the narrow model's short
+    rows against the sized ones' long rows of the same type; 0 without a narrow run): one least-squares solve over every run (relative residuals) gives them
     all. A rate that comes out non-positive (a busy moment; a GPU hiding the work) is left out (None
     / missing), a row cost that does is 0."""
     from ondevice.roofline import Calibration, Predictor
@@ -172,7 +172,7 @@ def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, str]], deco
     base = Calibration(backend=backend, ceiling_gbs=max(decode_fit["type_gbs"].values()),
                        type_gbs=dict(decode_fit["type_gbs"]), kv_gbs=decode_fit["type_gbs"].get("F16"),
                        step_ratios={t: tuple(sorted(r.items())) for t, r in (decode_fit.get("step_ratios") or {}).items()},
-                       **{name: decode_fit[name] for name in SMALL_TERMS})
+                       batch_row_width=row_width, **{name: decode_fit[name] for name in SMALL_TERMS})
     types = sorted({wt for _s, wt, _n, _t, kind in observations if kind != "attn"})
     kinds = {o[4] for o in observations}
     unknowns = types + (["attn"] if "attn" in kinds else []) + (["rows"] if "narrow" in kinds else [])

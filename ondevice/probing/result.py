@@ -61,7 +61,10 @@ class KernelProbe:
     step_ratios: dict[str, dict[int, float]] = field(default_factory=dict)  # weight type -> {n tokens: time of one
     # llama_decode of n new tokens / of one} (kernel.measure_steps; empty in older probes)
     row_s: float = 0.0  # extra cost per matrix row per token (a dot product's set-up and sum), seconds (>= 0)
-    batch_row_s: float = 0.0  # in prefill, past the step ratios: extra cost per matrix row and token, seconds (>= 0)
+    batch_row_s: float = 0.0  # in a multi-token step, per token past the first: extra cost per matrix row beyond what
+    # rows of batch_row_width weights would hold, seconds (>= 0)
+    batch_row_width: float = 0.0  # weights per matrix row of the sized models (KernelPlan.row_width; 0 in older probes,
+    # whose batch_row_s every row paid, past the step ratios)
     type_cached_gbs: dict[str, float] = field(default_factory=dict)  # weight type -> GB/s of its decode kernel on
     # weights the caches hold (the cached models): how far the caches can speed that type up
 
@@ -142,6 +145,7 @@ class ProbeResult:
             type_gflops=dict(self.kernel.type_gflops),
             attn_gflops=self.kernel.attn_gflops,
             batch_row_s=self.kernel.batch_row_s,
+            batch_row_width=self.kernel.batch_row_width,
             type_cached_gbs=dict(self.kernel.type_cached_gbs),
             read_curve=self.read_curve if self.backend.upper() == "CPU" else (),  # the host's caches, not a GPU's
             step_ratios={t: tuple(sorted(table.items())) for t, table in self.kernel.step_ratios.items()},

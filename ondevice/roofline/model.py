@@ -27,13 +27,16 @@ bits per weight between the two nearest probed types (clamped at the ends): Q4_K
 bpw) reads like Q4_0, Q6_K lies between Q4_0 and Q8_0, F32 like F16.
 
 More than one token per llama_decode (a prompt chunk, a speculative verify, a batch of
-sequences) reads the weights once and computes every token: each token past the first adds
-its matrix products at the batched rate the probe measured per weight type (type_gflops,
-interpolated like the bandwidths; past the measured step ratios each matrix row also costs
-batch_row_s per token: rows of 640 multiply slower than rows of 2,048), its attention over its context (attn_gflops), and, per
-extra sequence, that sequence's KV read:
+sequences) reads the weights once and computes every token: each weight type's matrix products
+over n columns cost its one-token time times the probe's measured step ratio at n (up to 128
+columns), past that each further token its products at the batched rate the probe measured
+(type_gflops, interpolated like the bandwidths). Those are the sized models' rows (2,448 weights
+long); each token past the first also costs batch_row_s per row beyond what rows that long would
+hold: rows of 640 multiply slower per weight than rows of 2,048 (an AMD EPYC VM, Q8_0: 4.4-4.8 ps
+more per weight and column at 16, 128 and 256 columns alike). Then its attention over its context
+(attn_gflops), and, per extra sequence, that sequence's KV read:
 
-    t(s, n tokens, B seqs) = t(s) + (n*B - 1) * (2 * matmul elements / rate)
+    t(s, n tokens, B seqs) = t(s) + (n*B - 1) * (2 * matmul elements / rate + excess rows * batch_row_s)
                              + B * n * attention FLOPs at s / attn rate (minus the first token's)
                              + (B - 1) * kv_bytes(s) / bw_kv
 
@@ -93,8 +96,10 @@ class Calibration:
     type_gflops: Mapping[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
     # (prefill chunks; kernel probe). Empty: compute_gflops for every type
     attn_gflops: float | None = None  # GFLOP/s of batched attention (QK and AV) in prefill (None: the matmul rate)
-    batch_row_s: float = 0.0  # past the measured step ratios (a prefill chunk), each matrix row costs this per token
-    # on top of its FLOPs, seconds: narrow matrices multiply slower (the kernel probe's narrow model)
+    batch_row_s: float = 0.0  # in a step of several tokens, each matrix row beyond what rows of batch_row_width
+    # elements would hold costs this per token past the first, seconds: narrow matrices multiply slower per weight
+    # than the probe's sized models, whose step ratios and rates are measured (the kernel probe's narrow model)
+    batch_row_width: float = 0.0  # elements per matrix row of the probe's sized models (0: every row pays batch_row_s)
     step_ratios: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # weight type ->
     # ((n tokens, time of one llama_decode of n / of 1), ...): what a matrix product over n columns costs
     type_cached_gbs: Mapping[str, float] = field(default_factory=dict)  # weight type -> GB/s its decode kernel reached on
@@ -316,13 +321,25 @@ class Predictor:
         caps = cal.type_cached_gbs  # per type: how many times its DRAM rate its kernel reads cached weights
         self._kernel_caps = {t: max(1.0, _per_type(t, caps, None) / effective_gbs(t, cal))
                              for t in set(self._read_s) | {"F16"}} if caps else {}
-        rows = spec.decode_rows_by_type
-        self._growth = {t: (2.0 * elements[t] / (effective_gflops(t, cal) * 1e9) + rows.get(t, 0) * cal.batch_row_s)
-                        / self._read_s[t] if t in elements and effective_gflops(t, cal) else None for t in self._read_s}
+        self._growth = {t: 2.0 * elements[t] / (effective_gflops(t, cal) * 1e9) / self._read_s[t]
+                        if t in elements and effective_gflops(t, cal) else None for t in self._read_s}
         head_type = spec.head_type if spec.head_type in self._read_s else None
         head_rows = (spec.n_vocab or 0) * cal.row_s
         self._head = (head_type, spec.head_bytes / (effective_gbs(head_type, cal) * _GB) + head_rows) if head_type else None
+        self._init_row_costs(spec, cal, elements, head_type)
         self._ratios = {t: _ratio_table(t, cal.step_ratios) for t in self._read_s} if cal.step_ratios else None
+
+    def _init_row_costs(self, spec: ModelSpec, cal: Calibration, elements: dict, head_type: str | None) -> None:
+        """Seconds each token past the first adds for rows narrower than the probe's sized ones: batch_row_s
+        per row beyond elements / batch_row_width, over the body (all types) and the head apart."""
+        def excess_s(rows: float, n_elements: float) -> float:
+            return (rows - (n_elements / cal.batch_row_width if cal.batch_row_width else 0.0)) * cal.batch_row_s
+
+        rows = spec.decode_rows_by_type
+        head_elements = spec.head_bytes * 8.0 / bits_per_weight(head_type) if head_type in elements else 0.0
+        head_rows = (spec.n_vocab or 0) if head_elements else 0
+        self._head_rows_s = excess_s(head_rows, head_elements) if head_elements else 0.0
+        self._body_rows_s = sum(excess_s(rows[t], n) for t, n in elements.items() if rows.get(t)) - self._head_rows_s
 
     def _ratio(self, weight_type: str, columns: int) -> float:
         """Time of a matrix product over `columns` tokens / over one, for this weight type: the probe's
@@ -344,11 +361,11 @@ class Predictor:
         weights over body_columns tokens, the output head over head_columns (the tokens whose logits
         are kept). Without measured step ratios: one read, plus each further token's compute."""
         head_type, head_s = self._head or (None, 0.0)
+        t = max(0, body_columns - 1) * self._body_rows_s + max(0, head_columns - 1) * self._head_rows_s
         if self._ratios is None:
             skipped = head_s if head_columns < 1 else 0.0
-            return (self._weight_calibrated_s - skipped + (body_columns - 1) * self._body_s
+            return (t + self._weight_calibrated_s - skipped + (body_columns - 1) * self._body_s
                     + max(0, head_columns - 1) * self._head_s)
-        t = 0.0
         for weight_type, read_s in self._read_s.items():
             own_head = head_s if weight_type == head_type else 0.0
             t += (read_s - own_head) * self._ratio(weight_type, body_columns)
