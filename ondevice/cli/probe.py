@@ -127,7 +127,8 @@ def render(r, *, width: int | None = None) -> str:
         if k.type_gflops:
             lines.append("  prefill (batched) " + ", ".join(f"{t} {g:.0f}" for t, g in k.type_gflops.items())
                          + " GFLOP/s" + (f"; attention {k.attn_gflops:.0f} GFLOP/s" if k.attn_gflops else "")
-                         + f"; per matrix row and token {1e9 * k.batch_row_s:.2f} ns")
+                         + f"; per matrix row and token {1e9 * k.batch_row_s:.2f} ns"
+                         + (f" (rows under {k.batch_row_width:.0f} weights)" if k.batch_row_width else ""))
         from ondevice.roofline.prediction import POOR_FIT
 
         if k.fit_rms_rel > POOR_FIT:

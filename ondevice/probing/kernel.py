@@ -96,7 +96,7 @@ class KernelPlan:
         return round(layer_bytes((self.d_model, self.n_head, self.n_head_kv, self.d_ff), "F16"))
 
     def row_width(self) -> float:
-        """Weights per matrix row of the sized models (Calibration.batch_row_width): 2,448 for the default shape."""
+        """Weights per matrix row of the sized models (Calibration.batch_row_width): about 2,446 for the default shape."""
         d, kv_dim, d_ff = self.d_model, self.n_head_kv * (self.d_model // self.n_head), self.d_ff
         return (2 * d * d + 2 * kv_dim * d + 3 * d_ff * d) / (2 * d + 2 * kv_dim + 2 * d_ff + d)
 

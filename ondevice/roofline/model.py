@@ -30,7 +30,7 @@ More than one token per llama_decode (a prompt chunk, a speculative verify, a ba
 sequences) reads the weights once and computes every token: each weight type's matrix products
 over n columns cost its one-token time times the probe's measured step ratio at n (up to 128
 columns), past that each further token its products at the batched rate the probe measured
-(type_gflops, interpolated like the bandwidths). Those are the sized models' rows (2,448 weights
+(type_gflops, interpolated like the bandwidths). Those are the sized models' rows (2,446 weights
 long); each token past the first also costs batch_row_s per row beyond what rows that long would
 hold: rows of 640 multiply slower per weight than rows of 2,048 (an AMD EPYC VM, Q8_0: 4.4-4.8 ps
 more per weight and column at 16, 128 and 256 columns alike). Then its attention over its context
