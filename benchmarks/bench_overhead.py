@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from engine_overhead import BareContext, bare_run  # noqa: E402 - the sibling script's bare loop
 

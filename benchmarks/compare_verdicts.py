@@ -23,7 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 SAME, SLOWER = "no significant difference", "slower"
 SHAPE = dict(d_model=256, n_head=4, n_head_kv=2, d_ff=768, n_vocab=512, n_ctx_train=512)

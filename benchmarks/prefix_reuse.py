@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 TARGET = 1.0
 SYSTEM = (

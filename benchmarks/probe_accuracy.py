@@ -40,7 +40,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling host check, however this file is loaded
 
 import host_accuracy  # noqa: E402 - the host read checks (1.)
@@ -249,7 +248,7 @@ def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefil
     cals = [None if f is None else Calibration(
         backend=standalone.backend, ceiling_gbs=ceiling_gbs, type_gbs=f["type_gbs"], kv_gbs=f["type_gbs"]["F16"],
         type_gflops=f["type_gflops"], attn_gflops=f["attn_gflops"], batch_row_s=f["batch_row_s"],
-        batch_row_width=plan.row_width(),
+        batch_row_width=plan.row_width(), repacked_types=standalone.repacked_types,
         type_cached_gbs=f["type_cached_gbs"], read_curve=standalone.read_curve,
         step_ratios=standalone.step_ratios,
         **{name: f[name] for name in kernel.SMALL_TERMS}) for f in fits]

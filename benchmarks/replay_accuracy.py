@@ -23,7 +23,6 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import probe_accuracy  # noqa: E402 - its pairing, its predictions, its target
@@ -53,8 +52,11 @@ def replay(report: dict, model_dir: Path, accuracy_dir: Path, tokens: int = 32) 
     runs = [replace(r, n_prompt=s["n_prompt"]) for r, s in zip(runs, stored)]  # the prompts it ran (older: 256-token prefills)
     specs = [inspect(r.path) for r in runs]
     reps = len(stored[0]["step_s"])
+    standalone = probe.calibration()
+    if "repacked_types" not in (report["probe"].get("kernel") or {}):  # older reports: what this code finds here
+        standalone = replace(standalone, repacked_types=kernel.repacked_types(runs, probe.backend))
     _fits, cals = probe_accuracy._round_calibrations(plan, runs, specs, [s["step_s"] for s in stored],
-                                                     [s["prefill_s"] for s in stored], reps, probe.calibration(),
+                                                     [s["prefill_s"] for s in stored], reps, standalone,
                                                      report["decode"]["ceiling_gbs"])
     rows, ttft_rows = report["decode"]["rows"], report["decode"].get("ttft_rows", [])
     tokens = report.get("tokens") or tokens

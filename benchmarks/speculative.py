@@ -27,7 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 PROMPTS = Path(__file__).resolve().parent / "data" / "speculative_prompts.json"
 GROUNDED_MIN, OPEN_MIN, PREDICTION_TOL = 2.0, 0.95, 0.15

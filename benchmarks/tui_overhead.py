@@ -27,9 +27,7 @@ import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ondevice  # noqa: E402
 from ondevice.engine.chat import ChatTemplate  # noqa: E402

@@ -51,6 +51,18 @@ def test_nvidia_smi_one_and_two_gpus():
     assert two[1].vram_total_bytes == 12288 * MIB
 
 
+def test_recorded_h200_with_a_cuda_13_build():
+    """Recorded on an NVIDIA H200 machine (driver 580.159.04) with llama-cpp-python 0.3.36 built
+    with -DGGML_CUDA=on for sm_90, CUDA 13.0: its nvidia-smi line and llama_print_system_info()."""
+    (g,) = parse_nvidia_smi(rec("nvidia_smi_h200.csv"))
+    assert (g.name, g.vram_total_bytes, g.vram_free_bytes, g.driver) == (
+        "NVIDIA H200", 143771 * MIB, 143156 * MIB, "580.159.04")
+    backends, f = parse_system_info(rec("sysinfo_cuda13_h200.txt"))
+    assert backends == ("CUDA", "CPU")
+    assert f["CUDA.ARCHS"] == "900" and f["CUDA.FA_QUANTS"] == "q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16"
+    assert f["CPU.AMX_INT8"] == "1" and f["CPU.AVX512_BF16"] == "1"
+
+
 def test_nvidia_smi_driver_error_gives_nothing():
     assert parse_nvidia_smi(rec("nvidia_smi_error.txt")) == ()
 
@@ -129,6 +141,14 @@ def test_detect_linux_nvidia_and_rocm(tmp_path):
     assert info.cpu_model == "AMD EPYC" and info.llc_bytes == 32 * MIB
     assert info.accelerator_backend == "CUDA" and info.chip_name == "NVIDIA GeForce RTX 3090"
     assert ["nvidia-smi", *hardware.NVIDIA_SMI_ARGS] in run.calls
+
+
+def test_detect_the_recorded_h200(tmp_path):
+    fake_sys(tmp_path)
+    info = detect(run=runner({"nvidia-smi": rec("nvidia_smi_h200.csv")}), system_info=rec("sysinfo_cuda13_h200.txt"),
+                  system="Linux", sys_root=tmp_path)
+    assert info.accelerator_backend == "CUDA" and info.chip_name == "NVIDIA H200"
+    assert info.gpus[0].vram_total_bytes == 143771 * MIB and not info.unified_memory
 
 
 def test_detect_linux_bad_outputs_become_unknown(tmp_path):

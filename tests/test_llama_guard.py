@@ -3,6 +3,7 @@ llama.cpp build, and loads follow it; forced settings and bad cache files end in
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import sys
@@ -48,6 +49,26 @@ def test_a_child_that_dies_by_a_signal_is_a_crash():
     outcome = run_check("all", Path("."), argv=crash)
     assert outcome.crashed and not outcome.ok
     assert "SIGSEGV" in outcome.detail
+
+
+def test_a_crash_names_the_frame_it_died_in():
+    """faulthandler's traceback (the real child runs with -X faulthandler) says where: a device
+    session can then tell a crash in quantizing from one in loading or decoding."""
+    crash = [sys.executable, "-X", "faulthandler", "-c", "import ctypes\ndef load():\n    ctypes.string_at(0)\nload()"]
+    outcome = run_check("all", Path("."), argv=crash)
+    assert outcome.crashed and outcome.detail.startswith("crashed (SIGSEGV) in string_at (")  # innermost: ctypes' own
+
+
+def test_the_crash_site_is_the_innermost_frame_of_a_recorded_dump():
+    dump = (
+        "Fatal Python error: Segmentation fault\n\n"
+        "Current thread 0x00007f3a (most recent call first):\n"
+        '  File "/tmp/site/ondevice/llama/model.py", line 118 in load_model\n'
+        '  File "/tmp/site/ondevice/llama/selftest.py", line 42 in run_model\n'
+        '  File "<frozen runpy>", line 88 in _run_code\n'
+    )
+    assert guard._crash_site(dump) == "load_model (model.py:118)"
+    assert guard._crash_site("Segmentation fault (core dumped)\n") is None
 
 
 def test_a_child_that_fails_without_a_signal_is_not_a_crash():
@@ -248,6 +269,32 @@ def test_repack_mode_places_the_matrices_by_name(q4_0_model, monkeypatch):
     features = cpu_features(llama_cpp.llama_print_system_info().decode())
     expected = 2 * 7 + 1 if "AVX2" in features else 0  # 2 blocks x (q, k, v, o, gate, up, down) + output
     assert placement.cpu_buffers == "repack" and placement.repacked_tensors == expected
+
+
+def test_cpu_only_hands_llama_cpp_an_empty_device_list(tiny_model):
+    """cpu_only (the self-test's load) gives llama_model_params.devices a NULL-terminated list with
+    no device: llama.cpp then offloads nothing, on a GPU build too. A plain load leaves it NULL
+    (llama.cpp's choice of every GPU)."""
+    import llama_cpp
+
+    from ondevice.llama.model import load_model
+
+    seen = []
+
+    class Lib:
+        def __getattr__(self, name):
+            return getattr(llama_cpp, name)
+
+        def llama_model_load_from_file(self, path, mparams):
+            listed = ctypes.c_void_p.from_address(mparams.devices).value if mparams.devices else "no list"
+            seen.append(listed)
+            return llama_cpp.llama_model_load_from_file(path, mparams)
+
+    for cpu_only in (True, False):
+        model, _ = load_model(tiny_model, n_gpu_layers=-1, lib=Lib(), cpu_only=cpu_only)
+        assert model
+        llama_cpp.llama_model_free(model)
+    assert seen == [None, "no list"]  # cpu_only: a list whose first entry is the terminator
 
 
 # ---- one open path -----------------------------------------------------------------------

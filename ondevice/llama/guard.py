@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from ondevice.llama.build import build_info, build_id
 __all__ = ["ENV_VAR", "Verdict", "CheckOutcome", "cpu_buffer_verdict", "run_check", "verdict_path", "forget_verdict"]
 
 ENV_VAR = "ONDEVICE_CPU_BUFFERS"
-SCHEMA = 1  # verdict file format; another number means check again
+SCHEMA = 2  # verdict file format; another number means check again (2: the child runs CPU-only on GPU builds)
 CHECK_TIMEOUT_S = 90.0  # one child's budget (a normal check takes a few seconds)
 _log = logging.getLogger("ondevice.llama")
 _memo: dict[str, "Verdict"] = {}  # "<verdict file>|<setting>" -> this process's verdict: read or checked once
@@ -162,7 +163,8 @@ def _turned_off_note(mode: str, available: list[str], outcome: CheckOutcome, tri
 def run_check(mode: str, work: Path, *, argv: Sequence[str] | None = None,
               timeout_s: float = CHECK_TIMEOUT_S) -> CheckOutcome:
     """Run the self-test child for `mode` in folder `work` (models are built there once)."""
-    argv = list(argv) if argv is not None else [sys.executable, "-m", "ondevice.llama.selftest", mode, str(work)]
+    argv = list(argv) if argv is not None else [sys.executable, "-X", "faulthandler", "-m", "ondevice.llama.selftest",
+                                                mode, str(work)]
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -172,10 +174,22 @@ def run_check(mode: str, work: Path, *, argv: Sequence[str] | None = None,
     if proc.returncode == 0:
         return CheckOutcome(True, False, "ok")
     crash = _crash_name(proc.returncode)
+    stderr = (proc.stderr or b"").decode("utf-8", "replace")
     if crash:
-        return CheckOutcome(False, True, f"crashed ({crash})")
-    tail = (proc.stderr or proc.stdout or b"").decode("utf-8", "replace").strip().splitlines()
+        site = _crash_site(stderr)
+        return CheckOutcome(False, True, f"crashed ({crash})" + (f" in {site}" if site else ""))
+    tail = (stderr or (proc.stdout or b"").decode("utf-8", "replace")).strip().splitlines()
     return CheckOutcome(False, False, f"failed (exit {proc.returncode}: {tail[-1][:200] if tail else 'no output'})")
+
+
+# faulthandler's dump of the crashing thread, innermost frame first: '  File "/x/selftest.py", line 46 in run_model'
+_FAULT_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)', re.MULTILINE)
+
+
+def _crash_site(stderr: str) -> str | None:
+    """Where the child died, from faulthandler's traceback: "run_model (selftest.py:46)"; None without one."""
+    m = _FAULT_FRAME.search(stderr)
+    return f"{m.group(3)} ({Path(m.group(1)).name}:{m.group(2)})" if m else None
 
 
 def _crash_name(returncode: int) -> str | None:

@@ -8,6 +8,7 @@ builds the context parameters from llama.cpp's defaults, changing only what is a
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,8 +94,11 @@ class Placement:
     repacked_tensors: int  # weights placed in CPU_REPACK by name (repack mode only; in "all" llama.cpp decides)
 
 
-def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None, lib: Any = None) -> tuple[Any, Placement]:
-    """Open `path` (a validated GGUF); returns (llama_model pointer, Placement). Raises ModelLoadError."""
+def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None, lib: Any = None,
+               cpu_only: bool = False) -> tuple[Any, Placement]:
+    """Open `path` (a validated GGUF); returns (llama_model pointer, Placement). Raises ModelLoadError.
+    cpu_only: give the model no GPU device at all (llama.cpp's `--device none`), so that nothing runs
+    on a GPU, not even the large batches llama.cpp otherwise hands a GPU build's device at n_gpu_layers 0."""
     if lib is None:
         import llama_cpp as lib  # lazy: importing ondevice must not load llama.cpp
     verdict = verdict or cpu_buffer_verdict()
@@ -104,6 +108,9 @@ def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None,
     lib.llama_backend_init()
     mparams = lib.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
+    no_devices = (ctypes.c_void_p * 1)()  # an empty, NULL-terminated device list; alive until the load returns
+    if cpu_only:
+        mparams.devices = ctypes.addressof(no_devices)
     overrides = place_weights(mparams, path, verdict, lib)
     with ErrorLines() as errors:
         model = lib.llama_model_load_from_file(str(path).encode(), mparams)  # reads the override patterns

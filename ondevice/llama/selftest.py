@@ -2,7 +2,8 @@
 
 Builds (once, in WORKDIR) a tiny synthetic model and its Q4_0, Q8_0 and Q4_K versions (the
 weight types llama.cpp's AMX and CPU_REPACK buffers take), then loads each through the normal
-open path with placement MODE ("all", "repack" or "none"), prefills 64 tokens and decodes 4.
+open path with placement MODE ("all", "repack" or "none") and no GPU device (a GPU build too: the
+check is of the CPU's kernels), prefills 64 tokens and decodes 4.
 Exit 0 = those native paths ran; death by a signal = they fault on this machine.
 """
 
@@ -39,7 +40,8 @@ def run_model(path: Path, mode: str) -> None:
     from ondevice.llama.guard import Verdict
     from ondevice.llama.model import load_model, new_context
 
-    model, _ = load_model(path, n_gpu_layers=0, verdict=Verdict(mode, "self-test", "child"), lib=lib)
+    # CPU only: the check is of the CPU's buffer types and kernels, on a GPU build too
+    model, _ = load_model(path, n_gpu_layers=0, verdict=Verdict(mode, "self-test", "child"), lib=lib, cpu_only=True)
     try:
         ctx, _ = new_context(model, n_ctx=256, n_threads=1, n_batch=PREFILL_TOKENS, lib=lib)
         try:

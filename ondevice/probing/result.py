@@ -65,6 +65,8 @@ class KernelProbe:
     # rows of batch_row_width weights would hold, seconds (>= 0)
     batch_row_width: float = 0.0  # weights per matrix row of the sized models (KernelPlan.row_width; 0 in older probes,
     # whose batch_row_s every row paid, past the step ratios)
+    repacked_types: tuple[str, ...] = ()  # weight types whose sized model CPU_REPACK took (kernel.repacked_types;
+    # () in older probes)
     type_cached_gbs: dict[str, float] = field(default_factory=dict)  # weight type -> GB/s of its decode kernel on
     # weights the caches hold (the cached models): how far the caches can speed that type up
 
@@ -77,7 +79,7 @@ class KernelProbe:
     def from_dict(cls, d: dict[str, Any]) -> "KernelProbe":
         ratios = {t: {int(n): float(r) for n, r in table.items()} for t, table in (d.get("step_ratios") or {}).items()}
         return cls(**{**_known(cls, d), "points": tuple(KernelPoint(**_known(KernelPoint, p)) for p in d["points"]),
-                      "step_ratios": ratios,
+                      "step_ratios": ratios, "repacked_types": tuple(d.get("repacked_types") or ()),
                       "attn_score_s": tuple((int(dims), float(sec)) for dims, sec in d["attn_score_s"])})
 
 
@@ -146,6 +148,7 @@ class ProbeResult:
             attn_gflops=self.kernel.attn_gflops,
             batch_row_s=self.kernel.batch_row_s,
             batch_row_width=self.kernel.batch_row_width,
+            repacked_types=tuple(self.kernel.repacked_types),
             type_cached_gbs=dict(self.kernel.type_cached_gbs),
             read_curve=self.read_curve if self.backend.upper() == "CPU" else (),  # the host's caches, not a GPU's
             step_ratios={t: tuple(sorted(table.items())) for t, table in self.kernel.step_ratios.items()},

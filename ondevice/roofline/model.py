@@ -63,9 +63,9 @@ from typing import Mapping, Sequence
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ondevice.modelspec import ModelSpec
+from ondevice.roofline.attention import attention_head_dims, attention_scores, causal_spans, score_s
 
-__all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "effective_gflops", "read_speedup", "attention_scores",
-           "attention_head_dims", "causal_spans", "score_s", "score_weights"]
+__all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "effective_gflops", "read_speedup", "cache_bytes"]
 
 _GB = 1e9
 
@@ -100,6 +100,8 @@ class Calibration:
     # elements would hold costs this per token past the first, seconds: narrow matrices multiply slower per weight
     # than the probe's sized models, whose step ratios and rates are measured (the kernel probe's narrow model)
     batch_row_width: float = 0.0  # elements per matrix row of the probe's sized models (0: every row pays batch_row_s)
+    repacked_types: tuple[str, ...] = ()  # weight types llama.cpp re-laid out for its tiled kernels (CPU_REPACK) in the
+    # probe's loads: they pay no batch_row_s, which the narrow model measured on the plain kernels (older: none)
     step_ratios: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # weight type ->
     # ((n tokens, time of one llama_decode of n / of 1), ...): what a matrix product over n columns costs
     type_cached_gbs: Mapping[str, float] = field(default_factory=dict)  # weight type -> GB/s its decode kernel reached on
@@ -176,58 +178,6 @@ def cache_bytes(curve: Sequence[tuple[int, float]]) -> int:
 
 
 NOISE_SHARE = 0.10  # read_speedup: a working set read less than 10% faster than DRAM counts as DRAM
-
-
-def attention_scores(spec: ModelSpec, n_ctx: int, *, windowed: bool = True) -> int:
-    """Attention scores of one decode step at a context of n_ctx tokens: every query head
-    scores every cached token, in every layer (n_head x span per layer; a score is a dot
-    product of head_dim, a softmax entry and a weighted sum of values). Windowed layers span
-    at most the window, unless windowed=False (a runtime that masks instead)."""
-    if not spec.n_head or not spec.n_layer:
-        return 0
-    swa = set(spec.swa_layers) if spec.sliding_window and windowed else set()
-    n_swa = sum(1 for i in range(spec.n_layer) if i in swa)
-    span_swa = min(n_ctx, spec.sliding_window) if spec.sliding_window else n_ctx
-    return spec.n_head * ((spec.n_layer - n_swa) * n_ctx + n_swa * span_swa)
-
-
-def causal_spans(p0: int, p1: int, window: int | None = None) -> float:
-    """Cached tokens attended by the prompt tokens at positions p0..p1-1 (token i attends i+1,
-    at most `window`): sum over i of min(i + 1, window)."""
-    def upto(p: int) -> float:  # tokens 0..p-1
-        if not window or p <= window:
-            return p * (p + 1) / 2
-        return window * (window + 1) / 2 + (p - window) * window
-    return upto(p1) - upto(p0)
-
-
-def score_weights(table: Sequence[tuple[int, float]], head_dims: int) -> list[float]:
-    """How much of each entry of a (head dims, seconds per score) table makes the cost of one score
-    of a head of head_dims: linear between the two nearest entries, the nearest one alone past either
-    end (so score_s is linear in the table's seconds, which kernel.fit_points solves for)."""
-    dims = [d for d, _ in table]
-    weights = [0.0] * len(dims)
-    if not dims:
-        return weights
-    if head_dims <= dims[0] or head_dims >= dims[-1]:
-        weights[0 if head_dims <= dims[0] else -1] = 1.0
-        return weights
-    i = next(k for k in range(1, len(dims)) if head_dims <= dims[k])
-    f = (head_dims - dims[i - 1]) / (dims[i] - dims[i - 1])
-    weights[i - 1], weights[i] = 1.0 - f, f
-    return weights
-
-
-def score_s(table: Sequence[tuple[int, float]], head_dims: int) -> float:
-    """Seconds of one attention score for a head of head_dims (key + value dims), from the probe's
-    table (score_weights); 0 without one."""
-    return sum(w * s for w, (_d, s) in zip(score_weights(table, head_dims), table))
-
-
-def attention_head_dims(spec: ModelSpec) -> int:
-    """Head dimensions one attention score works through: the key's (dot product) plus the
-    value's (weighted sum); 0 when unknown."""
-    return (spec.head_dim_k or 0) + (spec.head_dim_v or 0)
 
 
 class Predictor:
@@ -331,7 +281,9 @@ class Predictor:
 
     def _init_row_costs(self, spec: ModelSpec, cal: Calibration, elements: dict, head_type: str | None) -> None:
         """Seconds each token past the first adds for rows narrower than the probe's sized ones: batch_row_s
-        per row beyond elements / batch_row_width, over the body (all types) and the head apart."""
+        per row beyond elements / batch_row_width, over the body (every type but the repacked ones) and the head
+        apart."""
+        elements = {t: n for t, n in elements.items() if t not in cal.repacked_types}
         def excess_s(rows: float, n_elements: float) -> float:
             return (rows - (n_elements / cal.batch_row_width if cal.batch_row_width else 0.0)) * cal.batch_row_s
 
