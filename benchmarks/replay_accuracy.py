@@ -54,7 +54,8 @@ def replay(report: dict, model_dir: Path, accuracy_dir: Path, tokens: int = 32) 
     reps = len(stored[0]["step_s"])
     standalone = probe.calibration()
     if "repacked_types" not in (report["probe"].get("kernel") or {}):  # older reports: what this code finds here
-        standalone = replace(standalone, repacked_types=kernel.repacked_types(runs, probe.backend))
+        standalone = replace(standalone, repacked_types=kernel.repacked_types(runs, probe.backend,
+                                                                                 probe.kernel.cpu_buffers))
     _fits, cals = probe_accuracy._round_calibrations(plan, runs, specs, [s["step_s"] for s in stored],
                                                      [s["prefill_s"] for s in stored], reps, standalone,
                                                      report["decode"]["ceiling_gbs"])

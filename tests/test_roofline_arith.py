@@ -313,3 +313,19 @@ def test_rows_narrower_than_the_probes_pay_the_batched_row_cost_per_row_and_toke
         == pytest.approx(15 * 2e-9 * body_rows, rel=1e-9)
     wide = replace(rowed, batch_row_width=body_weights / body_rows)  # rows as long as the sized ones: nothing more
     assert Predictor(spec, wide).prefill_s(512) == pytest.approx(Predictor(spec, base).prefill_s(512), rel=1e-12)
+
+
+def test_repacked_types_pay_no_batched_row_cost(default_model):
+    """A weight type the probe saw llama.cpp repack (CPU_REPACK's tiled kernels) is not charged the
+    per-row cost the narrow Q8_0 model measured on the plain kernels; the other types still are."""
+    spec = inspect(default_model)  # Q8_0, Q5_0, Q4_K and Q6_K matrices of 640-wide rows
+    base = Calibration("CPU", ceiling_gbs=40, type_gbs={"Q8_0": 30.0}, type_gflops={"Q8_0": 100.0},
+                       step_ratios={"Q8_0": ((2, 1.5), (16, 3.0))}, batch_row_width=2446.0)
+    rowed = replace(base, batch_row_s=2e-9)
+    extra = Predictor(spec, rowed).prefill_s(16) - Predictor(spec, base).prefill_s(16)
+    spared = replace(rowed, repacked_types=("Q4_K",))
+    extra_spared = Predictor(spec, spared).prefill_s(16) - Predictor(spec, base).prefill_s(16)
+    q4k_rows, q4k_weights = spec.decode_rows_by_type["Q4_K"], spec.decode_bytes_by_type["Q4_K"] * 8 / 4.5
+    assert extra - extra_spared == pytest.approx(15 * 2e-9 * (q4k_rows - q4k_weights / 2446.0), rel=1e-6)
+    every = replace(rowed, repacked_types=tuple(spec.decode_bytes_by_type))
+    assert Predictor(spec, every).prefill_s(16) == pytest.approx(Predictor(spec, base).prefill_s(16), rel=1e-12)

@@ -251,6 +251,7 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
     points += [KernelPoint(wt, spec.decode_weight_bytes, 0, t, n, n, 0, 0, "prefill" if kind == "sized" else f"{kind}-prefill",
                            sum(spec.decode_rows_by_type.values())) for spec, wt, n, t, kind in prefill_in]
     rates = fit_prefill(prefill_in, {**fit, "step_ratios": step_ratios}, backend=backend, row_width=plan.row_width())
+    cpu_buffers = cpu_buffer_verdict().mode
     return KernelProbe(
         backend=backend,
         n_threads=threads,
@@ -262,25 +263,25 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
         points=tuple(points),
         elapsed_s=time.perf_counter() - t_start,
         pass_spread=statistics.median([max(st) / min(st) - 1 for run, st in zip(runs, steps) if run.role == "sized"]),
-        cpu_buffers=cpu_buffer_verdict().mode,
+        cpu_buffers=cpu_buffers,
         type_gflops=rates["type_gflops"],
         attn_gflops=rates["attn_gflops"],
         batch_row_s=rates["batch_row_s"],
         batch_row_width=plan.row_width(),
-        repacked_types=repacked_types(runs, backend),
+        repacked_types=repacked_types(runs, backend, cpu_buffers),
         step_ratios=step_ratios,
     )
 
 
-def repacked_types(runs: list[ProbeRun], backend: str) -> tuple[str, ...]:
+def repacked_types(runs: list[ProbeRun], backend: str, cpu_buffers: str) -> tuple[str, ...]:
     """The weight types whose sized model llama.cpp places in CPU_REPACK here (its tiled kernels: Q4_0 and
-    Q4_K on an x86 CPU with AVX2), unless the crash guard turned extra buffers off; () off the CPU. The narrow
-    model's per-row cost (Q8_0, never repacked) measures the plain kernels, so these types do not pay it:
-    on an AMD EPYC VM a 50 MB Q4_0 model's 128-token prompt took 24% less than with it."""
-    from ondevice.llama.guard import cpu_buffer_verdict
+    Q4_K on an x86 CPU with AVX2); () off the CPU or when the crash guard's verdict (cpu_buffers) is "none".
+    The narrow model's per-row cost (Q8_0, never repacked) measures the plain kernels, so these types do not
+    pay it (replaying run 22 on an AMD EPYC VM: a 50 MB Q4_0 model's 128-token TTFT, predicted +31% over
+    measured with it, came to +14% without)."""
     from ondevice.llama.model import repack_plan
 
-    if backend.upper() != "CPU" or cpu_buffer_verdict().mode == "none":
+    if backend.upper() != "CPU" or cpu_buffers == "none":
         return ()
     return tuple(r.weight_type for r in runs if r.role == "sized" and repack_plan(r.path))
 
