@@ -27,10 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine_overhead import BareContext, bare_run  # the sibling script's bare loop
 
-from engine_overhead import BareContext, bare_run  # noqa: E402 - the sibling script's bare loop
-
-from ondevice.metrics import summarize  # noqa: E402
+from ondevice.metrics import summarize
 
 ITL_TOLERANCE = 0.02
 

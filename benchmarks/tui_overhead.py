@@ -28,11 +28,10 @@ import sys
 import threading
 import time
 
-
-import ondevice  # noqa: E402
-from ondevice.engine.chat import ChatTemplate  # noqa: E402
-from ondevice.tui.app import ChatApp  # noqa: E402
-from ondevice.tui.session import ChatSettings  # noqa: E402
+import ondevice
+from ondevice.engine.chat import ChatTemplate
+from ondevice.tui.app import ChatApp
+from ondevice.tui.session import ChatSettings
 
 MESSAGE = "Write a long, detailed story about a lighthouse keeper and a storm."
 TARGET = 0.97

@@ -108,8 +108,8 @@ def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None,
     lib.llama_backend_init()
     mparams = lib.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
-    no_devices = (ctypes.c_void_p * 1)() if cpu_only else None  # empty, NULL-terminated; alive until the load returns
-    if no_devices is not None:
+    if cpu_only:
+        no_devices = (ctypes.c_void_p * 1)()  # empty, NULL-terminated; a local, so alive until the load returns
         mparams.devices = ctypes.addressof(no_devices)
     overrides = place_weights(mparams, path, verdict, lib)
     with ErrorLines() as errors:

@@ -63,7 +63,7 @@ from typing import Mapping, Sequence
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ondevice.modelspec import ModelSpec
-from ondevice.roofline.attention import attention_head_dims, attention_scores, causal_spans, score_s
+from ondevice.roofline.attention import attention_head_dims, causal_spans, score_s
 
 __all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "effective_gflops", "read_speedup", "cache_bytes"]
 
@@ -284,6 +284,7 @@ class Predictor:
         per row beyond elements / batch_row_width, over the body (every type but the repacked ones) and the head
         apart."""
         elements = {t: n for t, n in elements.items() if t not in cal.repacked_types}
+
         def excess_s(rows: float, n_elements: float) -> float:
             return (rows - (n_elements / cal.batch_row_width if cal.batch_row_width else 0.0)) * cal.batch_row_s
 
