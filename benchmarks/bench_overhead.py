@@ -29,7 +29,7 @@ from typing import Any
 
 from engine_overhead import BareContext, bare_run  # the sibling script's bare loop
 
-from ondevice.metrics import summarize
+from ondevice.core.metrics import summarize
 
 ITL_TOLERANCE = 0.02
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--pairs must be at least 1 and --tokens at least 2")
 
     from ondevice.engine import load
-    from ondevice.materialize import resolve_model
+    from ondevice.models.materialize import resolve_model
 
     path = resolve_model(args.model)
     n_ctx = -(-(args.prompt + args.tokens) // 256) * 256

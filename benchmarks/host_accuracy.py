@@ -187,7 +187,7 @@ def first_contact_check(kernel: "CReadKernel", rounds: int) -> dict:
 
 def host_check(rounds: int, threads: int | None) -> dict:
     """Both checks, with one C read kernel running throughout."""
-    from ondevice import hardware
+    from ondevice.probing import hardware
     from ondevice.probing.host import array_bytes_for
 
     info = hardware.detect()

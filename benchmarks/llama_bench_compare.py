@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ["ONDEVICE_CPU_BUFFERS"] = args.buffers
     from ondevice.engine import load
-    from ondevice.materialize import resolve_model
+    from ondevice.models.materialize import resolve_model
 
     model = resolve_model(args.model)
     eng = load(model, n_ctx=args.depth + args.gen_tokens + args.prompt_tokens + 16, n_threads=args.threads,

@@ -62,7 +62,7 @@ TTFT_MODELS = ("default", "synth-Q4_0-50MB")  # the models whose TTFT is checked
 
 def build_models(root: Path, only: list[str] | None = None) -> list[tuple[str, Path]]:
     """The default model and the synthetic ones (built once, kept in `root`) whose label has one of `only`."""
-    from ondevice.materialize import resolve_model
+    from ondevice.models.materialize import resolve_model
     from ondevice.quant.quantize import quantize
     from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
@@ -104,7 +104,7 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     standalone probe is reported beside it."""
     from dataclasses import replace
 
-    from ondevice import paths
+    from ondevice.core import paths
     from ondevice.probing import kernel
 
     plan = kernel.plan_for(probe_result.host.llc_bytes)
@@ -141,7 +141,7 @@ def _decode_rows(models, contexts, tokens: int, threads: int | None) -> list[dic
 def _ttft_rows(models, prompts, threads: int | None) -> list[dict]:
     """One row per (model, prompt length) the model's trained context holds; each round loads it afresh
     and prefills the whole prompt (nothing cached: _ttft_once)."""
-    from ondevice.modelspec import inspect
+    from ondevice.gguf.spec import inspect
 
     rows = []
     for label, path in models:
@@ -228,7 +228,7 @@ def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefil
     """Paired: each round's probe runs calibrate a prediction for that round's rows (the same
     minute of a shared machine whose memory bandwidth drifts by +-10% or more): the decode fit,
     then the prefill rates on top of it."""
-    from ondevice.errors import ProbeError
+    from ondevice.core.errors import ProbeError
     from ondevice.probing import kernel
     from ondevice.roofline import Calibration
 
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         report["host"] = host_accuracy.host_check(args.host_rounds, args.threads)
     if not args.skip_decode:
         import ondevice
-        from ondevice import paths
+        from ondevice.core import paths
 
         if args.cold:
             shutil.rmtree(paths.cache_dir() / "probe" / "models", ignore_errors=True)
@@ -383,7 +383,7 @@ def misses(report: dict) -> list[str]:
 
 
 def render(report: dict) -> str:
-    from ondevice.fmt import score_table
+    from ondevice.core.fmt import score_table
 
     lines = [f"threads: {report.get('threads') or 'engine default'}"]
     if "host" in report:

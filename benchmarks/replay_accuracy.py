@@ -39,7 +39,7 @@ def replay(report: dict, model_dir: Path, accuracy_dir: Path, tokens: int = 32) 
     own figure when it has one)."""
     from dataclasses import replace
 
-    from ondevice.modelspec import inspect
+    from ondevice.gguf.spec import inspect
     from ondevice.probing import kernel
     from ondevice.probing.result import ProbeResult
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=32, help="output tokens per round, for reports that do not say "
                     "(probe_accuracy's --tokens; default 32)")
     args = ap.parse_args(argv)
-    from ondevice import paths
+    from ondevice.core import paths
 
     model_dir, accuracy_dir = paths.cache_dir() / "probe" / "models", paths.cache_dir() / "probe" / "accuracy"
     per_row: dict[str, list[float]] = {}

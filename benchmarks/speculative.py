@@ -84,7 +84,7 @@ def one_prompt(engine, prompt: str, repeats: int, max_tokens: int) -> dict:
 
 
 def _pct(xs: list[float], q: float) -> float:
-    from ondevice.metrics import percentile
+    from ondevice.core.metrics import percentile
 
     return percentile(sorted(xs), q)
 

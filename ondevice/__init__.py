@@ -40,20 +40,20 @@ _LAZY = {
     "load": "ondevice.api",
     "Engine": "ondevice.engine",
     "Chat": "ondevice.engine",
-    "inspect": "ondevice.modelspec",
-    "ModelSpec": "ondevice.modelspec",
+    "inspect": "ondevice.gguf.spec",
+    "ModelSpec": "ondevice.gguf.spec",
     "probe": "ondevice.probing",
     "predict": "ondevice.api",
-    "Generation": "ondevice.results",
-    "TokenEvent": "ondevice.results",
-    "Timings": "ondevice.results",
-    "resolve_model": "ondevice.materialize",
+    "Generation": "ondevice.core.results",
+    "TokenEvent": "ondevice.core.results",
+    "Timings": "ondevice.core.results",
+    "resolve_model": "ondevice.models.materialize",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name == "errors":
-        return importlib.import_module("ondevice.errors")
+        return importlib.import_module("ondevice.core.errors")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ondevice' has no attribute {name!r}")

@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from ondevice.engine import Engine
 from ondevice.engine import load as load_engine
-from ondevice.errors import InvalidParameterError, ProbeError
-from ondevice.modelspec import ModelSpec
+from ondevice.core.errors import InvalidParameterError, ProbeError
+from ondevice.gguf.spec import ModelSpec
 from ondevice.probing import cached_probe
 from ondevice.roofline import Calibration, Prediction, Predictor
 from ondevice.roofline import predict as roofline_predict

@@ -14,8 +14,8 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf import quants as gguf_quants
 
-from ondevice.errors import QuantError
-from ondevice.gguf_file import GGUFFile, TensorInfo, read_gguf
+from ondevice.core.errors import QuantError
+from ondevice.gguf.reader import GGUFFile, TensorInfo, read_gguf
 from ondevice.quant import reference
 from ondevice.quant.formats import block_format
 

@@ -13,7 +13,7 @@ from typing import ClassVar, Sequence
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from ondevice.errors import QuantError
+from ondevice.core.errors import QuantError
 
 __all__ = ["BlockFormat", "Q8_0Format", "Q4_0Format", "block_format", "all_formats", "tensor_bytes"]
 

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ondevice import paths
-from ondevice.errors import GGUFFormatError, InvalidParameterError, QuantError
-from ondevice.gguf_file import read_gguf
-from ondevice.modelspec import ModelSpec, inspect
+from ondevice.core import paths
+from ondevice.core.errors import GGUFFormatError, InvalidParameterError, QuantError
+from ondevice.gguf.reader import read_gguf
+from ondevice.gguf.spec import ModelSpec, inspect
 from ondevice.quant import quality
 from ondevice.quant.quantize import file_type, is_quantized, quantize
 
@@ -153,7 +153,7 @@ def _measure(path: Path, plan: BenchPlan) -> tuple[float | None, float | None, s
 def _predict(spec: ModelSpec, plan: BenchPlan, bandwidth_gbs: float | None, probe: Any) -> tuple[Any, str]:
     """roofline.predict at the bench's mid-decode context: (Prediction or None, a note)."""
     from ondevice.api import predict
-    from ondevice.errors import ProbeError
+    from ondevice.core.errors import ProbeError
 
     try:
         pred = predict(spec, ctx=(plan.mean_ctx,), prompt_tokens=plan.prompt_tokens, bandwidth_gbs=bandwidth_gbs, probe=probe)

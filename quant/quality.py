@@ -21,8 +21,8 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 from gguf import Keys
 
-from ondevice.errors import InvalidParameterError, QuantError
-from ondevice.gguf_file import ArrayRef, GGUFFile, read_gguf
+from ondevice.core.errors import InvalidParameterError, QuantError
+from ondevice.gguf.reader import ArrayRef, GGUFFile, read_gguf
 from ondevice.llama.logits import LogitsModel
 
 __all__ = ["Perplexity", "Comparison", "default_text", "perplexity", "compare", "compare_many", "check_same_vocabulary", "DEFAULT_TEXT", "DEFAULT_N_CTX"]

@@ -19,9 +19,9 @@ from typing import Callable
 
 from gguf import GGMLQuantizationType, LlamaFileType
 
-from ondevice import paths
-from ondevice.errors import DestinationError, GGUFFormatError, InvalidParameterError, QuantError
-from ondevice.gguf_file import GGUFFile, read_gguf
+from ondevice.core import paths
+from ondevice.core.errors import DestinationError, GGUFFormatError, InvalidParameterError, QuantError
+from ondevice.gguf.reader import GGUFFile, read_gguf
 from ondevice.quant.formats import block_format
 
 __all__ = ["quantize", "file_types", "file_type", "main_tensor_type", "is_quantized", "estimate_bytes", "Progress"]

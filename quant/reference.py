@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from ondevice.errors import QuantError
+from ondevice.core.errors import QuantError
 from ondevice.quant.formats import BlockFormat, Q4_0Format, Q8_0Format, block_format
 
 __all__ = [

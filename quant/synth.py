@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, TokenType
 
-from ondevice import paths
+from ondevice.core import paths
 
 __all__ = ["SynthConfig", "build_synthetic_model", "synthetic_vocab", "tensor_shapes"]
 
@@ -143,7 +143,7 @@ _FLAGS = ("add_bos_token", "add_eos_token", "add_sep_token", "add_space_prefix")
 
 def _read_tokenizer(path: str) -> dict:
     """The tokenizer fields of a GGUF (tokenizer.* keys -> values), chat template excluded."""
-    from ondevice.gguf_file import ArrayRef, read_gguf
+    from ondevice.gguf.reader import ArrayRef, read_gguf
 
     g = read_gguf(path)
     out = {}

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-from ondevice.errors import ContextOverflowError, ModelLoadError
-from ondevice.metrics import timings_from_marks
-from ondevice.results import Generation, TokenEvent
+from ondevice.core.errors import ContextOverflowError, ModelLoadError
+from ondevice.core.metrics import timings_from_marks
+from ondevice.core.results import Generation, TokenEvent
 
 _NS = 1_000_000_000
 

@@ -55,7 +55,7 @@ def tiny_model_f32(synth_dir) -> Path:
 @pytest.fixture(scope="session")
 def default_model() -> Path:
     """The real default model (Gemma 3 270M Q4_K_M), materialised from its PyPI package."""
-    from ondevice.materialize import resolve_model
+    from ondevice.models.materialize import resolve_model
 
     return resolve_model(None)
 

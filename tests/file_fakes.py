@@ -65,7 +65,7 @@ def age(path: Path, seconds: float) -> None:
 
 def stale_temp(folder: Path, name: str, *, pid: int | None = None, age_s: float = 120.0) -> Path:
     """A temporary file an ondevice writer (dead unless pid says otherwise) left for folder/name."""
-    from ondevice.paths import TEMP_TAG
+    from ondevice.core.paths import TEMP_TAG
 
     path = folder / f".{name}{TEMP_TAG}{dead_pid() if pid is None else pid}-k3x9q2"
     path.write_bytes(b"GGUF" + bytes(60))

@@ -19,7 +19,7 @@ import numpy as np
 from gguf import GGUFValueType as VT
 from gguf import Keys
 
-from ondevice.gguf_file import read_gguf
+from ondevice.gguf.reader import read_gguf
 from tests.gguf_craft import SCALAR_DTYPES, Parts, array, join, kv, offsets, scalar, split, string
 
 __all__ = ["KINDS", "mutants", "load_in_child"]
@@ -202,7 +202,7 @@ _LOADER = """
 import sys
 from pathlib import Path
 import llama_cpp
-from ondevice.errors import ModelLoadError
+from ondevice.core.errors import ModelLoadError
 from ondevice.llama.guard import Verdict
 from ondevice.llama.model import load_model
 for line in sys.stdin:

@@ -1,18 +1,22 @@
-"""The package's layers, and a checker: every import (function-level ones too) points down or
-sideways within a layer, and no modules import each other in a cycle.
+"""The package's layers, read from its folders, and a checker: every import (function-level ones
+too) points down or sideways within a layer, and no modules import each other in a cycle.
 
-The layers, top to bottom (the README's Layout section says the same):
+A module's layer is its folder's (`ondevice/<folder>/...`, or the installed `ondevice.quant`,
+`ondevice.tui`); FOLDER_LAYERS says which layer each folder is, top to bottom (the README's
+Layout section draws the same):
 
     7  cli, tui      argparse commands; the Textual app
-    6  bench         suites, runner, stats, compare, reports; the quant ladder
-    5  api           wiring: load() = engine + the cached predictor; predict() = model + probe
-    4  probing       host and kernel probes, the probe cache, host detection
-    3  engine        load, prefill, decode loop, sampling, chat, KV reuse; quality scoring
-    2  roofline      pure arithmetic: spec -> bytes -> ceiling; calibration -> prediction
-    1  models, gguf, llama
-                     registry + default model | GGUF reader, spec, load checks, synthetic
-                     models, block formats | the only code that imports llama_cpp
-    0  core          errors, paths, results, metrics, formatting, file hashes, KV cache types, a file's page cache
+    6  bench         suites, runner, stats, compare, reports
+    5  api           wiring: load() = engine + the predictor; predict() = model + probe
+    4  probing       host probe, the model's twin timed, host detection, the probe cache
+    3  engine        load, prefill, decode loop, sampling, chat, KV reuse
+    2  roofline      pure arithmetic: spec -> bytes -> ceiling; measured timings -> prediction
+    1  gguf, models, llama, quant
+                     GGUF reader, spec, load checks | registry + default model | the only code that
+                     imports llama_cpp | block formats, synthetic models and twins, quantizing
+    0  core          errors, paths, results, metrics, formatting, file hashes, KV cache types
+
+Three quant modules score or sweep models through the engine and sit higher (MODULE_LAYERS).
 """
 
 from __future__ import annotations
@@ -23,20 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# (layer, module prefixes): the longest matching prefix decides a module's layer
-LAYERS: list[tuple[int, tuple[str, ...]]] = [
-    (7, ("ondevice.cli", "ondevice.tui", "ondevice.__main__")),
-    (6, ("ondevice.bench", "ondevice.quant.ladder")),
-    (5, ("ondevice.api",)),
-    (4, ("ondevice.probing", "ondevice.hardware", "ondevice.nameplate")),
-    (3, ("ondevice.engine", "ondevice.quant.quality", "ondevice.quant.errstats")),
-    (2, ("ondevice.roofline",)),
-    (1, ("ondevice.registry", "ondevice.materialize", "ondevice.gguf_file", "ondevice.gguf_cursor",
-         "ondevice.modelspec", "ondevice.loadcheck", "ondevice.loadcheck_asserts", "ondevice.llama", "ondevice.quant")),
-    (0, ("ondevice.__init__", "ondevice.errors", "ondevice.paths", "ondevice.filelock", "ondevice.results",
-         "ondevice.metrics", "ondevice.kvtypes", "ondevice.fmt", "ondevice.textclean", "ondevice.hashing", "ondevice.reasoning",
-         "ondevice.pagecache")),
-]
+FOLDER_LAYERS: dict[str, int] = {
+    "cli": 7, "tui": 7, "__main__": 7,
+    "bench": 6,
+    "api": 5,
+    "probing": 4,
+    "engine": 3,
+    "roofline": 2,
+    "gguf": 1, "models": 1, "llama": 1, "quant": 1,
+    "core": 0, "__init__": 0,
+}
+# modules whose layer is not their folder's: the quality scorer and its statistics use the engine, the
+# ladder sweeps quant types through the bench's measurements
+MODULE_LAYERS: dict[str, int] = {"ondevice.quant.quality": 3, "ondevice.quant.errstats": 3, "ondevice.quant.ladder": 6}
 # The checkout's folders and the import names they install as (pyproject.toml's package-dir).
 FOLDERS = {"ondevice": "ondevice", "quant": "ondevice.quant", "tui": "ondevice.tui"}
 
@@ -52,16 +55,16 @@ class Edge:
 
 
 def layer_of(module: str) -> int:
-    if module == "ondevice":  # the package itself: its lazy attribute table is core
-        module = "ondevice.__init__"
-    best, layer = "", -1
-    for level, prefixes in LAYERS:
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
-                best, layer = prefix, level
-    if layer < 0:
-        raise KeyError(f"{module} is in no layer: add it to tests/layering.py LAYERS")
-    return layer
+    """The layer of a module of the package: MODULE_LAYERS, else its folder's (KeyError: no folder has a layer)."""
+    if module in MODULE_LAYERS:
+        return MODULE_LAYERS[module]
+    parts = module.split(".")
+    if parts[0] != "ondevice":
+        raise KeyError(f"{module} is not a module of the package")
+    folder = parts[1] if len(parts) > 1 else "__init__"  # the package itself: its lazy attribute table is core
+    if folder not in FOLDER_LAYERS:
+        raise KeyError(f"{module} is in no layer: put it in a folder of tests/layering.py FOLDER_LAYERS")
+    return FOLDER_LAYERS[folder]
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
+from ondevice.probing.hardware import GPUInfo, HostInfo, LlamaDevice
 from ondevice.probing.kernel import KernelPlan
 from ondevice.probing.host import ComputeProbe, MemoryProbe
 from ondevice.probing.result import KernelPoint, KernelProbe, ProbeResult
@@ -72,7 +72,7 @@ def model_time(t: str, nbytes: int, n_layer: int, n_vocab: int, attn_scores: int
 
 def fake_measure(calls: list | None = None):
     """A stand-in for kernel.measure: the step time of model_time() for the file's bytes."""
-    from ondevice.modelspec import inspect
+    from ondevice.gguf.spec import inspect
 
     from ondevice.roofline import attention_head_dims, attention_scores
 

@@ -16,9 +16,9 @@ from ondevice.bench.slo import parse_slo
 from ondevice.bench.suites import Workload
 from ondevice.cli.main import main
 from ondevice.engine.batch import BatchGeneration
-from ondevice.errors import BenchError
-from ondevice.metrics import timings_from_marks
-from ondevice.results import Generation
+from ondevice.core.errors import BenchError
+from ondevice.core.metrics import timings_from_marks
+from ondevice.core.results import Generation
 
 W = Workload("p8_n5", 8, 5)
 _NS = 1_000_000_000
@@ -145,7 +145,7 @@ class FakeEngine:
     def batched(self, b, seq_tokens):
         assert seq_tokens == W.prompt_tokens + W.output_tokens
         if b in self.broken:
-            from ondevice.errors import ModelLoadError
+            from ondevice.core.errors import ModelLoadError
 
             raise ModelLoadError(f"llama.cpp could not create a context of {b * 256} tokens")
         self.contexts.append(FakeBatch(self, b))

@@ -20,7 +20,7 @@ from ondevice.bench.runs import COLD_START, RESIDENT, WARM_LOAD, RunRecord
 from ondevice.bench.slo import evaluate, parse_slo
 from ondevice.bench.stats import build_result, scenario_results
 from ondevice.bench.suites import custom_suite
-from ondevice.results import Timings
+from ondevice.core.results import Timings
 from tests.bench_fakes import FakeEngine, FakeLoader
 
 LINUX = sys.platform.startswith("linux")
@@ -81,7 +81,7 @@ def test_cold_start_figure_and_parts_add_up(tmp_path):
 
 
 def test_cold_start_without_eviction_is_skipped_and_a_failed_load_kept(tmp_path, monkeypatch):
-    from ondevice import pagecache
+    from ondevice.core import pagecache
 
     f = tmp_path / "m.gguf"
     f.write_bytes(b"\1" * 4096)

@@ -10,7 +10,7 @@ import pytest
 
 from ondevice.bench.compare import SAME, SLOWER, FASTER, bootstrap_ratio, compare_docs, load_results, mann_whitney
 from ondevice.bench.record import SCHEMA
-from ondevice.errors import BenchError
+from ondevice.core.errors import BenchError
 
 
 def test_mann_whitney_matches_hand_computation():

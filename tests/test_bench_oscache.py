@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ondevice.bench.oscache import PeakRss
-from ondevice.pagecache import evict_page_cache, resident_fraction
+from ondevice.core.pagecache import evict_page_cache, resident_fraction
 
 
 def test_eviction_reports_what_happened(tmp_path):

@@ -11,7 +11,7 @@ from ondevice.bench.runs import COLD_LOAD, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDE
 from ondevice.bench.scenarios import suffix_tokens
 from ondevice.bench.stats import scenario_results
 from ondevice.bench.suites import custom_suite, get_suite
-from ondevice.errors import BenchError, ModelNotFoundError
+from ondevice.core.errors import BenchError, ModelNotFoundError
 from tests.bench_fakes import FakeLoader
 
 

@@ -11,9 +11,9 @@ import pytest
 from ondevice.bench.runs import PREFIX_HIT, RESIDENT, RunRecord
 from ondevice.bench.slo import evaluate, parse_slo
 from ondevice.bench.stats import build_result, clean
-from ondevice.errors import BenchError
-from ondevice.metrics import summarize
-from ondevice.results import Timings
+from ondevice.core.errors import BenchError
+from ondevice.core.metrics import summarize
+from ondevice.core.results import Timings
 
 
 def run(repeat, ttft, itl, *, status="ok", scenario=RESIDENT, baseline=None, cached=0, prompt=100, rss=None):
@@ -112,7 +112,7 @@ def test_prefix_hit_ttft_saved_and_cached_tokens():
 
 
 def test_peak_rss_and_kv_bytes(tiny_model):
-    from ondevice.modelspec import inspect
+    from ondevice.gguf.spec import inspect
 
     spec = inspect(tiny_model)
     r = build_result([run(0, 0.1, [0.01], rss=5), run(1, 0.1, [0.01], rss=9)], spec=spec, prompt_tokens=100, output_tokens=2)

@@ -12,7 +12,7 @@ from ondevice.bench.suites import (
     parse_number_list,
     with_counts,
 )
-from ondevice.errors import BenchError
+from ondevice.core.errors import BenchError
 
 
 def word_tokenizer(text: str, add_bos: bool) -> list[int]:

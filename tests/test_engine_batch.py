@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ondevice.engine import load
-from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
+from ondevice.core.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from tests._engine_models import BOS, EOS, successor_engine, chain_text, token_id
 
 SP = "\u2581"

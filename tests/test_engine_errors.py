@@ -6,7 +6,7 @@ import pytest
 
 from ondevice.engine import load
 from ondevice.engine.sampling import make_params
-from ondevice.errors import (
+from ondevice.core.errors import (
     ContextOverflowError,
     EngineError,
     GGUFFormatError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ondevice.llama import devices
-from ondevice.errors import InvalidParameterError
+from ondevice.core.errors import InvalidParameterError
 
 
 class FakeLib:

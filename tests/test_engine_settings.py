@@ -6,9 +6,9 @@ import pytest
 
 from ondevice.cli.main import main
 from ondevice.engine import load
-from ondevice.errors import InvalidParameterError
-from ondevice.kvtypes import kv_bytes_per_element, kv_is_quantized
-from ondevice.modelspec import inspect
+from ondevice.core.errors import InvalidParameterError
+from ondevice.core.kvtypes import kv_bytes_per_element, kv_is_quantized
+from ondevice.gguf.spec import inspect
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_quantized_kv_cache_generates_and_the_spec_follows(head32_model, k, v):
 
 
 def test_a_cache_type_the_heads_cannot_take_is_a_clear_error(tiny_model):
-    from ondevice.errors import ModelLoadError
+    from ondevice.core.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError, match="does not divide n_embd_head_k=16"):
         load(tiny_model, n_ctx=256, cache_type_k="q8_0")

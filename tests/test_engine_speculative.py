@@ -14,7 +14,7 @@ from ondevice.cli.main import main
 from ondevice.engine import load
 from ondevice.engine.drafters import PromptLookup, check_same_vocab
 from ondevice.engine.speculative import KPlanner, StepCost, expected_committed, spec_settings
-from ondevice.errors import InvalidParameterError, ModelNotFoundError
+from ondevice.core.errors import InvalidParameterError, ModelNotFoundError
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
 from tests._engine_models import BOS, EOS, build_successor_model, successor_engine, token_id
 

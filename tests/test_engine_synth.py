@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from ondevice.engine import EngineInfo, load
-from ondevice.errors import EngineBusyError
-from ondevice.modelspec import ModelSpec
+from ondevice.core.errors import EngineBusyError
+from ondevice.gguf.spec import ModelSpec
 
 PROMPT = "the people of the world are in the city of paris and"
 

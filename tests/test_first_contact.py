@@ -7,8 +7,8 @@ import pytest
 
 from ondevice import api
 from ondevice.cli.main import main
-from ondevice.errors import ProbeError
-from ondevice.modelspec import inspect
+from ondevice.core.errors import ProbeError
+from ondevice.gguf.spec import inspect
 from ondevice.probing import cache
 from ondevice.roofline.estimate import estimate
 from tests.probe_fakes import fake_result

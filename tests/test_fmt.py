@@ -1,4 +1,4 @@
-"""ondevice.fmt: one formatter per kind of figure, each caller's style by parameters."""
+"""ondevice.core.fmt: one formatter per kind of figure, each caller's style by parameters."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ondevice.fmt import binary_bytes, human_bytes, millis, number, rate, table
+from ondevice.core.fmt import binary_bytes, human_bytes, millis, number, rate, table
 
 
 def test_millis_default_is_one_decimal_with_unit_and_a_dash_when_missing():

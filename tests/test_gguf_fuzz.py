@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ondevice.errors import GGUFFormatError
-from ondevice.loadcheck import inspect_for_load
-from ondevice.modelspec import inspect
+from ondevice.core.errors import GGUFFormatError
+from ondevice.gguf.loadcheck import inspect_for_load
+from ondevice.gguf.spec import inspect
 from tests.gguf_fuzz import load_in_child, mutants
 
 REFUSED_BY_US = "refused by our checks"

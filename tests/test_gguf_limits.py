@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from gguf import GGUFValueType as VT
 
-from ondevice.errors import GGUFFormatError
-from ondevice.gguf_file import ArrayRef, read_gguf
-from ondevice.modelspec import inspect
+from ondevice.core.errors import GGUFFormatError
+from ondevice.gguf.reader import ArrayRef, read_gguf
+from ondevice.gguf.spec import inspect
 from tests.gguf_craft import Parts, array, join, kv, scalar, string
 
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from ondevice import hardware
-from ondevice.hardware import (
+from ondevice.probing import hardware
+from ondevice.probing.hardware import (
     detect, parse_cache_size, parse_cpuinfo, parse_nvidia_smi, parse_rocm_smi, parse_sysctl, parse_system_info,
 )
-from ondevice.nameplate import NAMEPLATE_GBS, lookup
+from ondevice.probing.nameplate import NAMEPLATE_GBS, lookup
 
 DATA = Path(__file__).parent / "data" / "hw"
 MIB = 1 << 20

@@ -1,11 +1,11 @@
-"""ondevice.hashing: the one sha256 reader of files."""
+"""ondevice.core.hashing: the one sha256 reader of files."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 
-from ondevice.hashing import CHUNK_BYTES, copy_sha256, sha256_file
+from ondevice.core.hashing import CHUNK_BYTES, copy_sha256, sha256_file
 
 
 def test_sha256_file_reads_past_one_block(tmp_path):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ondevice.cli.main import main
-from ondevice.textclean import clean_text
+from ondevice.core.textclean import clean_text
 
 ESCAPED = b"\xff\xfe hello".decode("utf-8", "surrogateescape")  # how Python hands such bytes over from argv
 LONE = "\ud800 hello \udfff"  # halves of UTF-16 pairs, as a careless caller may pass them

@@ -125,7 +125,7 @@ def test_without_repack_in_the_build_it_is_not_tried():
 
 
 def test_every_mode_crashing_makes_loads_refuse(tmp_path):
-    from ondevice.errors import ModelLoadError
+    from ondevice.core.errors import ModelLoadError
     from ondevice.llama.model import load_model
 
     v = cpu_buffer_verdict(check=Script(all=CRASH, repack=CRASH, none=CRASH), available=BOTH)

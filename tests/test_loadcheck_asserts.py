@@ -10,10 +10,10 @@ import pytest
 from gguf import GGUFValueType as VT
 from gguf import Keys
 
-from ondevice.errors import GGUFFormatError
-from ondevice.gguf_file import read_gguf
-from ondevice.loadcheck import inspect_for_load
-from ondevice.modelspec import inspect
+from ondevice.core.errors import GGUFFormatError
+from ondevice.gguf.reader import read_gguf
+from ondevice.gguf.loadcheck import inspect_for_load
+from ondevice.gguf.spec import inspect
 from ondevice.quant.synth import SynthConfig, build_synthetic_model, synthetic_vocab
 from tests.gguf_craft import Parts, array, join, kv, scalar, split, string
 from tests.gguf_fuzz import load_in_child

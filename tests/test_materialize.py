@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ondevice import materialize
-from ondevice.errors import DefaultModelError
-from ondevice.hashing import sha256_file
-from ondevice.registry import ModelEntry, load_registry
+from ondevice.models import materialize
+from ondevice.core.errors import DefaultModelError
+from ondevice.core.hashing import sha256_file
+from ondevice.models.registry import ModelEntry, load_registry
 from tests.file_fakes import age, stale_temp
 
 

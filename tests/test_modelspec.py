@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter, Keys
 
-from ondevice.errors import GGUFFormatError, ModelNotFoundError
-from ondevice.gguf_file import read_gguf
-from ondevice.modelspec import inspect
+from ondevice.core.errors import GGUFFormatError, ModelNotFoundError
+from ondevice.gguf.reader import read_gguf
+from ondevice.gguf.spec import inspect
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
 from tests.gguf_fuzz import load_in_child
 
@@ -143,8 +143,8 @@ def test_load_check_refuses_a_special_token_outside_the_vocabulary(tiny_model, n
     """The keys llama.cpp reads (gguf.Keys: 'tokenizer.ggml.seperator_token_id', as spelt there)."""
     from dataclasses import replace
 
-    from ondevice.loadcheck import check_loadable
-    from ondevice.modelspec import spec_from_gguf
+    from ondevice.gguf.loadcheck import check_loadable
+    from ondevice.gguf.spec import spec_from_gguf
 
     g = read_gguf(tiny_model)
     check_loadable(g, spec_from_gguf(g))
@@ -236,7 +236,7 @@ def test_random_header_mutations_never_crash(tiny_model):
 def test_mutants_that_pass_the_load_check_do_not_crash_llama_cpp(tiny_model, tmp_path):
     """What inspect_for_load lets through, llama.cpp opens (or refuses) without dying, in a child
     that opens models the one way the product does (ondevice.llama.model.load_model)."""
-    from ondevice.loadcheck import inspect_for_load
+    from ondevice.gguf.loadcheck import inspect_for_load
 
     header_end = read_gguf(tiny_model).data_offset
     passed = []

@@ -13,7 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from ondevice import registry
+from ondevice.models import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def test_builtin_registry_found_packaged_or_in_checkout(tmp_path, monkeypatch):
     pkg = tmp_path / "ondevice"
     (pkg / "builtin").mkdir(parents=True)
     (pkg / "builtin" / "models.toml").write_text("")
-    monkeypatch.setattr(registry, "__file__", str(pkg / "registry.py"))
+    monkeypatch.setattr(registry, "__file__", str(pkg / "models" / "registry.py"))
     assert registry.builtin_registry_path() == pkg / "builtin" / "models.toml"
 
 

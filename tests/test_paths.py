@@ -11,8 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ondevice import paths
-from ondevice.errors import OndeviceError
+from ondevice.core import paths
+from ondevice.core.errors import OndeviceError
 from tests.file_fakes import SPECIAL_KINDS, age, dead_pid, file_kind, special_file, stale_temp
 
 
@@ -49,7 +49,7 @@ def test_atomic_write_replaces_a_regular_file_and_a_link_to_one(tmp_path):
 
 def _killed_writer(target: Path) -> tuple[Path, int]:
     """atomic_path in a child process that dies mid-write: (the temp file it left, its pid)."""
-    code = ("import os, sys; from pathlib import Path; from ondevice import paths\n"
+    code = ("import os, sys; from pathlib import Path; from ondevice.core import paths\n"
             f"with paths.atomic_path(Path({str(target)!r})) as tmp:\n"
             "    tmp.write_bytes(b'GGUF' + bytes(4096))\n"
             "    os._exit(9)\n")
@@ -112,7 +112,7 @@ def test_destination_that_is_not_a_regular_file_is_refused_even_with_force(tmp_p
 
 
 def test_destination_rules(tmp_path):
-    from ondevice.errors import DestinationError
+    from ondevice.core.errors import DestinationError
 
     with pytest.raises(DestinationError, match="folder .*missing does not exist"):
         paths.check_destination(tmp_path / "missing" / "r.json")

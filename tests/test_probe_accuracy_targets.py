@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ondevice.errors import EngineError
+from ondevice.core.errors import EngineError
 
 
 @pytest.fixture(scope="module")

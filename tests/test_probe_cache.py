@@ -66,7 +66,7 @@ def test_build_id_follows_version_and_system_info():
 
 
 def test_a_damaged_cache_is_named_and_another_schema_is_measured_again(tmp_path):
-    from ondevice.errors import ProbeError
+    from ondevice.core.errors import ProbeError
 
     path = cache.cache_path("CPU", "A", root=tmp_path)
     path.parent.mkdir(parents=True)
@@ -89,7 +89,7 @@ def test_interrupted_save_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_ceiling_is_the_best_measured_and_nameplate_on_gpu():
-    from ondevice.nameplate import lookup
+    from ondevice.probing.nameplate import lookup
 
     r = fake_result(build="A", read_gbs=20.0)
     raw = (r.kernel.points[0].decode_bytes + r.kernel.points[0].kv_bytes) / r.kernel.points[0].step_s / 1e9
@@ -130,7 +130,7 @@ def test_probe_measures_once_then_reads_the_cache(tmp_path, fast_probe):
 
 
 def test_disk_probe_can_be_left_out_and_its_failure_is_no_error(tmp_path, fast_probe, monkeypatch):
-    from ondevice.errors import ProbeError
+    from ondevice.core.errors import ProbeError
     from ondevice.probing import host
 
     assert run_probe(cache_root=tmp_path, kernel=False, backend="CPU", memory_passes=1, disk=False).disk is None
@@ -162,7 +162,7 @@ def test_interrupted_probe_writes_no_cache(tmp_path, monkeypatch):
 
 
 def test_unknown_backend_is_refused(tmp_path):
-    from ondevice.errors import ProbeError
+    from ondevice.core.errors import ProbeError
 
     with pytest.raises(ProbeError, match="not in this llama.cpp build"):
         run_probe(cache_root=tmp_path, backend="CUDA", kernel=False)
@@ -229,8 +229,8 @@ def test_a_second_probe_waits_for_the_first(tmp_path, fast_probe):
 
 
 def test_a_probe_that_would_wait_too_long_says_so(tmp_path):
-    from ondevice.errors import ProbeError
-    from ondevice.filelock import FileLock
+    from ondevice.core.errors import ProbeError
+    from ondevice.core.filelock import FileLock
 
     with FileLock(cache.lock_path(tmp_path)):  # another probe holds the lock
         with pytest.raises(ProbeError, match=rf"another probe \(pid {os.getpid()}\) is still running"):
@@ -240,7 +240,7 @@ def test_a_probe_that_would_wait_too_long_says_so(tmp_path):
 
 @pytest.mark.parametrize("slowdown,cached", [(0.1, True), (1.0, False)])
 def test_passes_that_disagree_are_not_cached(tmp_path, monkeypatch, slowdown, cached):
-    from ondevice.errors import ProbeError
+    from ondevice.core.errors import ProbeError
 
     monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
     monkeypatch.setattr(kernel, "measure", fake_measure())

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ondevice.errors import ProbeError
+from ondevice.core.errors import ProbeError
 from ondevice.probing import host
 from ondevice.probing.host import MIN_ARRAY_BYTES, array_bytes_for, probe_compute, probe_memory
 
@@ -178,7 +178,7 @@ def test_disk_probe_reads_a_file_not_in_the_page_cache(tmp_path):
 
 def test_disk_probe_without_eviction_gives_no_figure(tmp_path, monkeypatch):
     """Where the page cache cannot be dropped, the page cache's speed is not reported as the disk's."""
-    from ondevice import pagecache
+    from ondevice.core import pagecache
 
     monkeypatch.setattr(host.sys, "platform", "linux")
     monkeypatch.setattr(pagecache, "evict_page_cache", lambda path: pagecache.Eviction(

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from ondevice.errors import ProbeError
-from ondevice.modelspec import inspect
+from ondevice.core.errors import ProbeError
+from ondevice.gguf.spec import inspect
 from ondevice.probing import kernel
 from ondevice.probing.kernel import FitPoint, fit_points, plan_for, probe_kernels
 from ondevice.roofline import score_s

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from ondevice.cli.main import main
-from ondevice.errors import QuantError
-from ondevice.modelspec import inspect
+from ondevice.core.errors import QuantError
+from ondevice.gguf.spec import inspect
 from ondevice.quant.ladder import BenchPlan, parse_types, rung_path, run_ladder
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ondevice.cli.main import main
-from ondevice.errors import InvalidParameterError, QuantError
+from ondevice.core.errors import InvalidParameterError, QuantError
 from ondevice.quant import quality
 from ondevice.llama.logits import LogitsModel
 from ondevice.quant.quantize import quantize

@@ -15,9 +15,9 @@ import pytest
 from gguf import quants as gq
 
 from ondevice.cli.main import main
-from ondevice.errors import GGUFFormatError, InvalidParameterError, QuantError
-from ondevice.gguf_file import read_gguf
-from ondevice.modelspec import inspect
+from ondevice.core.errors import GGUFFormatError, InvalidParameterError, QuantError
+from ondevice.gguf.reader import read_gguf
+from ondevice.gguf.spec import inspect
 from ondevice.quant import reference
 from ondevice.quant.errstats import read_tensor, tensor_errors
 from ondevice.quant.formats import block_format

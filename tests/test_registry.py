@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from ondevice.errors import ModelNotFoundError, RegistryError
-from ondevice.materialize import resolve_model
-from ondevice.registry import load_registry
+from ondevice.core.errors import ModelNotFoundError, RegistryError
+from ondevice.models.materialize import resolve_model
+from ondevice.models.registry import load_registry
 
 GOOD = """
 default = "a"
@@ -166,7 +166,7 @@ def test_models_cli_table(user_registry, capsys):
 
 def test_models_cli_where(user_registry, capsys):
     from ondevice.cli.main import main
-    from ondevice.registry import builtin_registry_path
+    from ondevice.models.registry import builtin_registry_path
 
     assert main(["models", "--where"]) == 0
     assert capsys.readouterr().out.splitlines() == [str(builtin_registry_path()), str(user_registry),

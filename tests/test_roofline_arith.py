@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from ondevice.errors import InvalidParameterError, ProbeError, SpecError
-from ondevice.modelspec import inspect
+from ondevice.core.errors import InvalidParameterError, ProbeError, SpecError
+from ondevice.gguf.spec import inspect
 from ondevice.api import cached_predictor as default_predictor
 from ondevice.api import predict
 from ondevice.roofline import Calibration, Predictor, bits_per_weight, effective_gbs

@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from ondevice import nameplate
+from ondevice.probing import nameplate
 from ondevice.cli.main import main
-from ondevice.errors import EstimateDataError, InvalidParameterError, SpecError
+from ondevice.core.errors import EstimateDataError, InvalidParameterError, SpecError
 from ondevice.roofline import estimate as est
 from ondevice.roofline.prediction import predict
 from ondevice.roofline.spec import parameter_count, spec_from_flags

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from ondevice.results import Timings
+from ondevice.core.results import Timings
 from ondevice.roofline import Calibration, Predictor, bits_per_weight, causal_spans, effective_gbs, effective_gflops
 from ondevice.roofline.prediction import request_prediction
 from ondevice.roofline.spec import spec_from_flags
@@ -151,7 +151,7 @@ def test_gflops_interpolate_in_time_per_flop():
 
 def test_generation_carries_predictions_and_an_attribution(tiny_model):
     from ondevice.engine import load
-    from ondevice.modelspec import inspect
+    from ondevice.gguf.spec import inspect
 
     spec = inspect(tiny_model)
     pred = Predictor(spec, _cal(type_gbs={"F16": 10.0}, type_gflops={"F16": 20.0}))

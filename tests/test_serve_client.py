@@ -12,7 +12,7 @@ import pytest
 from ondevice.bench.serve.client import Target, stream_request
 from ondevice.bench.serve.measure import RequestSpec, to_record
 from ondevice.cli.main import main
-from ondevice.reasoning import DEFAULT_MARKERS
+from ondevice.core.reasoning import DEFAULT_MARKERS
 from tests.serve_fakes import STALL_S, FakeServer
 
 

@@ -14,9 +14,9 @@ from ondevice.bench.serve.load import closed_loop, level_stats, open_loop, poiss
 from ondevice.bench.serve.measure import RequestSpec, count_output, shares, to_record, token_marks
 from ondevice.bench.serve.sse import Event, StreamError, iter_events, parse_chunk
 from ondevice.bench.slo import evaluate, parse_slo
-from ondevice.errors import BenchError
-from ondevice.reasoning import DEFAULT_MARKERS, ThinkMarkers, detect_markers, first_visible, opens_block
-from ondevice.results import Timings
+from ondevice.core.errors import BenchError
+from ondevice.core.reasoning import DEFAULT_MARKERS, ThinkMarkers, detect_markers, first_visible, opens_block
+from ondevice.core.results import Timings
 
 MS = 1_000_000
 

@@ -17,7 +17,7 @@ from ondevice.cli.main import main
 from ondevice.cli.probe import render as render_probe
 from ondevice.cli.quant import render_ladder
 from ondevice.quant.ladder import BenchPlan, Ladder, Rung
-from ondevice.results import Timings
+from ondevice.core.results import Timings
 from tests.probe_fakes import fake_result
 
 NARROW, WIDE = 80, 200

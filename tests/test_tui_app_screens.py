@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from ondevice.errors import ModelLoadError
+from ondevice.core.errors import ModelLoadError
 from ondevice.tui.app import ChatApp
 from ondevice.tui.screens.help import HelpScreen
 from ondevice.tui.screens.history import HistoryScreen

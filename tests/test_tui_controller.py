@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ondevice.errors import ModelLoadError
+from ondevice.core.errors import ModelLoadError
 from ondevice.tui.controller import ChatController, LoadResult
 from ondevice.tui.pacing import MAX_FRAME_S, TICK_S, Frames
 from ondevice.tui.session import ChatSettings

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ondevice.fmt import stats_footer
+from ondevice.core.fmt import stats_footer
 from ondevice.tui.store import HistoryError, HistoryStore, to_markdown
 
 STATS = {

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from ondevice.cli.main import main
-from ondevice.errors import ContextOverflowError, InvalidParameterError
-from ondevice.results import Generation, Timings, TokenEvent
+from ondevice.core.errors import ContextOverflowError, InvalidParameterError
+from ondevice.core.results import Generation, Timings, TokenEvent
 from tests.tui_fakes import FakeEngine
 from ondevice.tui.app import terminal_theme
 from ondevice.tui.live import LiveFeed, LiveTracker, context_level

@@ -11,9 +11,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ondevice.errors import ContextOverflowError, EngineBusyError
-from ondevice.modelspec import ModelSpec
-from ondevice.results import Generation, TokenEvent, Timings
+from ondevice.core.errors import ContextOverflowError, EngineBusyError
+from ondevice.gguf.spec import ModelSpec
+from ondevice.core.results import Generation, TokenEvent, Timings
 from ondevice.roofline import Calibration, Predictor
 
 SCRIPT = (

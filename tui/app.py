@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from textual.app import App
 from textual.binding import Binding
 
-from ondevice.errors import OndeviceError
+from ondevice.core.errors import OndeviceError
 from ondevice.tui.controller import ChatController, EngineFactory, process_memory
 from ondevice.tui.screens.chat import ChatScreen
 from ondevice.tui.screens.help import HelpScreen

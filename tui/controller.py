@@ -23,8 +23,8 @@ from typing import Any, Callable, Mapping
 
 import psutil
 
-from ondevice import paths
-from ondevice.errors import OndeviceError
+from ondevice.core import paths
+from ondevice.core.errors import OndeviceError
 from ondevice.tui.live import LiveFeed, LiveTracker, context_level
 from ondevice.tui.session import ChatSession, ChatSettings, TurnResult
 from ondevice.tui.store import Conversation, HistoryStore

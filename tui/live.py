@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
-from ondevice.results import Generation, TokenEvent
+from ondevice.core.results import Generation, TokenEvent
 
 __all__ = ["LiveFeed", "LiveTracker", "LiveStats", "StepPredictor", "context_level", "generation_stats", "WARN_FRACTION"]
 

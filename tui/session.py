@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
-from ondevice.errors import ContextOverflowError, InvalidParameterError
-from ondevice.results import Generation, TokenEvent
-from ondevice.textclean import clean_text
+from ondevice.core.errors import ContextOverflowError, InvalidParameterError
+from ondevice.core.results import Generation, TokenEvent
+from ondevice.core.textclean import clean_text
 from ondevice.tui.live import generation_stats
 from ondevice.tui.store import Conversation, HistoryError, HistoryStore
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ondevice import paths
-from ondevice.errors import OndeviceError
-from ondevice.fmt import stats_footer  # the export shows it under each answer
+from ondevice.core import paths
+from ondevice.core.errors import OndeviceError
+from ondevice.core.fmt import stats_footer  # the export shows it under each answer
 
 __all__ = [
     "HistoryStore", "StoredMessage", "Conversation", "ConversationSummary", "HistoryError", "default_db_path",

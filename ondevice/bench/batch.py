@@ -28,8 +28,8 @@ from ondevice.bench.runs import RunRecord, RunStatus
 from ondevice.bench.slo import Bound, SloResult, evaluate
 from ondevice.bench.suites import PromptBuilder, Workload
 from ondevice.engine.batch import MAX_SEQS
-from ondevice.errors import BenchError
-from ondevice.metrics import Summary, summarize
+from ondevice.core.errors import BenchError
+from ondevice.core.metrics import Summary, summarize
 
 __all__ = ["SweepConfig", "SweepRun", "SweepOutcome", "LevelSummary", "SweepResult", "check_levels", "run_sweep",
            "summarize_sweep", "KNEE_SHARE", "SCENARIO"]

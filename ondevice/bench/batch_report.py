@@ -18,8 +18,8 @@ from ondevice.bench.batch import KNEE_SHARE, LevelSummary, SweepResult, SweepRun
 from ondevice.bench.report import header_facts
 from ondevice.bench.stats import clean
 from ondevice.bench.suites import Workload
-from ondevice.fmt import fold, ms_cell, number, table
-from ondevice.paths import atomic_write
+from ondevice.core.fmt import fold, ms_cell, number, table
+from ondevice.core.paths import atomic_write
 
 __all__ = ["HEADERS", "CSV_COLUMNS", "level_rows", "render_sweep", "sweep_document", "write_sweep_csv", "sweep_markdown"]
 

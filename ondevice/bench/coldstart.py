@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ondevice.fmt import ms_cell
+from ondevice.core.fmt import ms_cell
 
 __all__ = ["ColdStartPrediction", "predict_cold_start", "disk_read_for", "prompt_for", "HEADERS", "TERMINAL_DROP", "rows"]
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from ondevice.bench.comparable import differences
 from ondevice.bench.record import READABLE_SCHEMAS, SCHEMA
-from ondevice.errors import BenchError
+from ondevice.core.errors import BenchError
 
 __all__ = ["MetricComparison", "ScenarioComparison", "load_results", "compare_docs", "split_models", "bootstrap_ratio",
            "mann_whitney", "render_comparison", "comparability", "FASTER", "SLOWER", "SAME"]
@@ -255,7 +255,7 @@ def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: s
                       differs: dict[str, list[str]] | None = None) -> str:
     """The comparison as text; width: the terminal's columns, which every line fits (None: no limit);
     differs: comparability()'s result, said before the table."""
-    from ondevice.fmt import fold, millis, number, table
+    from ondevice.core.fmt import fold, millis, number, table
 
     lines = [fold(f"B = {b_name} against A = {a_name}; ratio = B/A of the medians (times: above 1 is slower)", width)]
     for label, diff in (differs or {}).items():

@@ -1,5 +1,5 @@
 """What the OS lets a benchmark see: the peak RSS of each run. (Page-cache eviction and
-residency, shared with the disk read probe, live in ondevice.pagecache.)
+residency, shared with the disk read probe, live in ondevice.core.pagecache.)
 """
 
 from __future__ import annotations

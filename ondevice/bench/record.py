@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from ondevice import paths
-from ondevice.hashing import sha256_file
+from ondevice.core import paths
+from ondevice.core.hashing import sha256_file
 
 __all__ = ["SCHEMA", "READABLE_SCHEMAS", "file_sha256", "model_digests", "build_record"]
 
@@ -86,7 +86,7 @@ def _machine_id() -> str | None:
 
 def _host() -> dict[str, Any]:
     try:
-        from ondevice.hardware import detect
+        from ondevice.probing.hardware import detect
 
         return detect().to_dict()
     except Exception as exc:  # the record still says what it can

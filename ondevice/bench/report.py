@@ -22,9 +22,9 @@ from ondevice.bench import coldstart
 from ondevice.bench.runs import COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
 from ondevice.bench.speculative import SPEC_HEADERS, spec_rows, spec_table
 from ondevice.bench.stats import EXTRA_METRICS, METRICS, ScenarioResult, clean
-from ondevice import paths
-from ondevice.fmt import fold, ms_cell, number, table
-from ondevice.paths import atomic_write
+from ondevice.core import paths
+from ondevice.core.fmt import fold, ms_cell, number, table
+from ondevice.core.paths import atomic_write
 
 __all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_markdown", "render_table", "table_rows",
            "HEADERS", "ProgressBar", "header_facts"]

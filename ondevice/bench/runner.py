@@ -26,10 +26,10 @@ from ondevice.bench.speculative import speculative_run
 from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
 from ondevice.engine.interface import StreamingEngine
 from ondevice.engine.sampling import DEFAULTS
-from ondevice.errors import BenchError
-from ondevice.materialize import resolve_model
-from ondevice.modelspec import ModelSpec, inspect
-from ondevice.pagecache import evict_page_cache
+from ondevice.core.errors import BenchError
+from ondevice.models.materialize import resolve_model
+from ondevice.gguf.spec import ModelSpec, inspect
+from ondevice.core.pagecache import evict_page_cache
 
 __all__ = ["BenchConfig", "ModelPlan", "BenchOutcome", "Progress", "plan_bench", "run_bench", "load_plan", "DEFAULT_SAMPLING"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ondevice.results import Timings
+from ondevice.core.results import Timings
 
 __all__ = ["RunRecord", "RunStatus", "SCENARIOS", "DEFAULT_SCENARIOS", "LOAD_SCENARIOS", "REQUEST_SCENARIOS", "SPECULATIVE",
            "COLD_START"]

@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ondevice.bench.oscache import PeakRss
 from ondevice.bench.runs import COLD_START, NO_KV_CACHE, PREFIX_HIT, RESIDENT, RunRecord
-from ondevice.metrics import timings_from_marks
-from ondevice.results import Generation
+from ondevice.core.metrics import timings_from_marks
+from ondevice.core.results import Generation
 
 __all__ = ["RequestContext", "resident_run", "prefix_hit_run", "no_kv_cache_run", "cold_start_run", "request", "record",
            "suffix_tokens"]
@@ -180,7 +180,7 @@ def cold_start_run(ctx: RequestContext, workload: str, path: Any, load: Callable
     then one request for one token; (record, the loaded engine or None). ctx.engine is unused
     (the engine is the one loaded here); n_prompt: the prompt's length in tokens. A page cache
     that cannot be dropped skips the run. clock: nanoseconds (tests pass their own)."""
-    from ondevice.pagecache import evict_page_cache
+    from ondevice.core.pagecache import evict_page_cache
 
     def lost(status: str, reason: str, **extra: Any) -> RunRecord:
         return RunRecord(ctx.model, COLD_START, workload, ctx.repeat, status, reason=reason, prompt_tokens=n_prompt,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ondevice.bench.runs import COLD_START, LOAD, LOAD_SCENARIOS, RunRecord
-from ondevice.errors import BenchError
-from ondevice.metrics import summarize
+from ondevice.core.errors import BenchError
+from ondevice.core.metrics import summarize
 
 __all__ = ["Bound", "SloResult", "parse_slo", "evaluate"]
 
@@ -110,7 +110,7 @@ def _stat(values: Sequence[float | None], stat: str) -> float:
 
 
 def _pct(values: Sequence[float | None], q: float) -> float:
-    from ondevice.metrics import percentile
+    from ondevice.core.metrics import percentile
 
     return percentile(sorted(v for v in values if v is not None and not math.isnan(v)), q)
 

@@ -16,8 +16,8 @@ from statistics import median
 from typing import Any, Sequence
 
 from ondevice.bench.runs import SPECULATIVE, RunRecord
-from ondevice.fmt import number, table
-from ondevice.metrics import percentile
+from ondevice.core.fmt import number, table
+from ondevice.core.metrics import percentile
 
 __all__ = ["speculative_run", "spec_summary", "spec_rows", "SPEC_HEADERS", "spec_table"]
 

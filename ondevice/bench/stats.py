@@ -4,7 +4,7 @@ Only ok runs enter the statistics; every other run is listed in `failures` with 
 and stays in `runs`. ITLs are pooled over all tokens of all ok runs; TPOT, TTFT, E2E and the
 rates are per request. The roofline is read at the scenario's mid-decode context
 (P + N/2): its step time is linear in the context, so that is the run's mean step.
-Percentiles (ondevice.metrics.summarize) interpolate linearly between order statistics: numpy's
+Percentiles (ondevice.core.metrics.summarize) interpolate linearly between order statistics: numpy's
 default method, Hyndman-Fan type 7, statistics.quantiles(method="inclusive"); std is the sample
 standard deviation (n - 1).
 """
@@ -20,7 +20,7 @@ from ondevice.bench.coldstart import ColdStartPrediction, predict_cold_start
 from ondevice.bench.runs import (COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE,
                                  WARM_LOAD, RunRecord)
 from ondevice.bench.speculative import spec_summary
-from ondevice.metrics import Summary, summarize
+from ondevice.core.metrics import Summary, summarize
 
 __all__ = ["ScenarioResult", "scenario_results", "METRICS", "EXTRA_METRICS", "clean"]
 

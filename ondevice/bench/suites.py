@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from ondevice.errors import BenchError
+from ondevice.core.errors import BenchError
 
 __all__ = [
     "Workload",

@@ -22,7 +22,7 @@ import sys
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
 from ondevice.cli.output import terminal_width
 from ondevice.engine.sampling import DEFAULTS
-from ondevice.errors import BenchError
+from ondevice.core.errors import BenchError
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -116,7 +116,7 @@ def _plain_progress(event) -> None:
 def _check_outputs(args, flags) -> None:
     """Every output file, checked before any work: a writable folder, a regular file or none
     (an existing one only with --force), and no file named twice."""
-    from ondevice.paths import check_destination
+    from ondevice.core.paths import check_destination
 
     seen: dict[str, str] = {}
     for flag in flags:
@@ -256,7 +256,7 @@ def run_compare(args: argparse.Namespace) -> int:
         import json
 
         from ondevice.bench.stats import clean
-        from ondevice.paths import atomic_write
+        from ondevice.core.paths import atomic_write
 
         with atomic_write(args.json, "w") as f:
             json.dump(clean({"a": names[0], "b": names[1], "threshold": args.threshold, "comparable": not differs,

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ondevice.errors import BenchError
+from ondevice.core.errors import BenchError
 
 __all__ = ["run_batch", "batch_workload"]
 
@@ -130,7 +130,7 @@ def _report(args, config, plan, digests, sweep, outcome, bounds, write_files) ->
 def _write(args, doc: dict, markdown: Callable[[], str], write_files: Callable) -> None:
     from ondevice.bench import batch_report as br
     from ondevice.bench import report
-    from ondevice.paths import atomic_write
+    from ondevice.core.paths import atomic_write
 
     def write_md(path: str) -> None:
         with atomic_write(Path(path), "w") as f:

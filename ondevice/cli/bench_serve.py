@@ -16,7 +16,7 @@ import sys
 from typing import Any, Callable
 
 from ondevice.bench.suites import parse_number_list
-from ondevice.errors import BenchError
+from ondevice.core.errors import BenchError
 
 __all__ = ["add_serve_args", "check_serve_args", "run_serve"]
 

@@ -18,7 +18,7 @@ from typing import Iterator
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
 from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
-from ondevice.errors import InvalidParameterError
+from ondevice.core.errors import InvalidParameterError
 
 __all__ = ["register", "run"]
 
@@ -66,11 +66,11 @@ def run(args) -> int:
     if args.list or args.export:
         return _history_command(args)
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
-    from ondevice.materialize import resolve_model
+    from ondevice.models.materialize import resolve_model
 
     path = resolve_model(args.model)  # a bad model name fails here: one line, exit 2
     if args.n_ctx is not None:  # before the screen is taken, not as a load error under it
-        from ondevice.modelspec import inspect
+        from ondevice.gguf.spec import inspect
 
         resolve_n_ctx(args.n_ctx, inspect(path).n_ctx_train)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -142,7 +142,7 @@ def _history_command(args) -> int:
 @contextlib.contextmanager
 def _log_to_file() -> Iterator[None]:
     """While the TUI owns the terminal, log records go to chat.log in the data dir, not to stderr."""
-    from ondevice import paths
+    from ondevice.core import paths
 
     root = logging.getLogger()
     saved = root.handlers[:]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ondevice.errors import InvalidParameterError
-from ondevice.kvtypes import DEFAULT_KV_TYPE, KV_CACHE_TYPES
+from ondevice.core.errors import InvalidParameterError
+from ondevice.core.kvtypes import DEFAULT_KV_TYPE, KV_CACHE_TYPES
 
 __all__ = ["add_engine_args", "add_kv_cache_args", "engine_kwargs", "settings_text"]
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ondevice.cli.output import dump_json, terminal_width
-from ondevice.fmt import fold_lines, human_bytes, human_count, layer_ranges, table
-from ondevice.materialize import resolve_model
-from ondevice.modelspec import ModelSpec, inspect
+from ondevice.core.fmt import fold_lines, human_bytes, human_count, layer_ranges, table
+from ondevice.models.materialize import resolve_model
+from ondevice.gguf.spec import ModelSpec, inspect
 
 
 def register(sub) -> None:

@@ -7,7 +7,7 @@ import importlib
 import logging
 import sys
 
-from ondevice.errors import OndeviceError
+from ondevice.core.errors import OndeviceError
 from ondevice.llama.log import LOG_NAME  # the logger llama.cpp's lines go to (no llama.cpp import)
 
 # Each module exposes register(subparsers); a registered parser sets `func(args) -> int`.

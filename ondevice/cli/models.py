@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ondevice.cli.output import dump_json, terminal_width
-from ondevice.fmt import human_bytes, table
-from ondevice.registry import load_registry, user_registry_path
+from ondevice.core.fmt import human_bytes, table
+from ondevice.models.registry import load_registry, user_registry_path
 
 
 def register(sub) -> None:
@@ -66,7 +66,7 @@ def verify(reg, repair: bool, as_json: bool) -> int:
     """One line per model as it is checked (hashing takes a while); exit 1 if any is still corrupt."""
     import sys
 
-    from ondevice.materialize import repair_model, verify_model
+    from ondevice.models.materialize import repair_model, verify_model
 
     checks = []
     for name, entry in sorted(reg.entries.items()):

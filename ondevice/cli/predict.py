@@ -8,7 +8,7 @@ import sys
 from ondevice.cli.engine_args import add_kv_cache_args
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.cli.target_args import add_target_args, estimate_lines, memory_where_text, target_from_args
-from ondevice.fmt import MS_THEN_S, fold_lines, human_bytes, millis, number, table
+from ondevice.core.fmt import MS_THEN_S, fold_lines, human_bytes, millis, number, table
 
 __all__ = ["register", "run", "render", "DEFAULT_CONTEXTS"]
 
@@ -43,13 +43,13 @@ def register(sub) -> None:
 
 
 def _spec(args):
-    from ondevice.errors import SpecError
+    from ondevice.core.errors import SpecError
 
     flags = ("params", "quant", "layers", "kv_heads", "head_dim", "d_model", "vocab", "heads", "ctx_train", "active_params")
     given = {f: getattr(args, f) for f in flags if getattr(args, f) is not None}
     if not given and not args.tied:
-        from ondevice.materialize import resolve_model
-        from ondevice.modelspec import inspect
+        from ondevice.models.materialize import resolve_model
+        from ondevice.gguf.spec import inspect
 
         return inspect(resolve_model(args.model))
     if args.model:
@@ -64,7 +64,7 @@ def _spec(args):
 
 
 def _contexts(text: str | None, spec) -> tuple[int, ...]:
-    from ondevice.errors import InvalidParameterError
+    from ondevice.core.errors import InvalidParameterError
 
     if text is None:
         limit = spec.n_ctx_train or max(DEFAULT_CONTEXTS)
@@ -79,7 +79,7 @@ def _contexts(text: str | None, spec) -> tuple[int, ...]:
 
 
 def run(args) -> int:
-    from ondevice.errors import InvalidParameterError
+    from ondevice.core.errors import InvalidParameterError
     from ondevice.api import predict
 
     from ondevice.roofline.prediction import check_contexts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ondevice.cli.output import dump_json, terminal_width
-from ondevice.fmt import fold_lines, human_bytes, number, score_table, table
+from ondevice.core.fmt import fold_lines, human_bytes, number, score_table, table
 
 __all__ = ["register", "run", "render", "age_text", "cpu_buffers_text", "disk_text"]
 
@@ -34,7 +34,7 @@ def _waiting_only(msg: str) -> None:
 
 
 def run(args) -> int:
-    from ondevice.errors import InvalidParameterError
+    from ondevice.core.errors import InvalidParameterError
     from ondevice.probing import probe
 
     if args.threads is not None and args.threads < 1:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ondevice.cli.output import ProgressLine, dump_json, terminal_width
-from ondevice.fmt import fold, human_bytes, millis, number, table
+from ondevice.core.fmt import fold, human_bytes, millis, number, table
 
 __all__ = ["register", "render_ladder", "ladder_markdown"]
 
@@ -64,10 +64,10 @@ def _quality_args(p) -> None:
 
 
 def run_quantize(args) -> int:
-    from ondevice.gguf_file import read_gguf
-    from ondevice.materialize import resolve_model
-    from ondevice.modelspec import inspect
-    from ondevice.paths import check_destination
+    from ondevice.gguf.reader import read_gguf
+    from ondevice.models.materialize import resolve_model
+    from ondevice.gguf.spec import inspect
+    from ondevice.core.paths import check_destination
     from ondevice.quant.quantize import file_type, is_quantized, quantize
 
     file_type(args.qtype)  # an unknown type fails before anything is read
@@ -104,7 +104,7 @@ def _quality_opts(args) -> dict[str, Any]:
 
 
 def run_quality(args) -> int:
-    from ondevice.materialize import resolve_model
+    from ondevice.models.materialize import resolve_model
     from ondevice.quant import quality
 
     base = resolve_model(args.base)
@@ -144,7 +144,7 @@ def render_comparison(c) -> str:
 
 
 def run_ladder_cmd(args) -> int:
-    from ondevice.materialize import resolve_model
+    from ondevice.models.materialize import resolve_model
     from ondevice.quant.ladder import BenchPlan, parse_types, run_ladder
 
     parse_types(args.types)  # unknown types fail before anything is read

@@ -10,8 +10,8 @@ import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, settings_text
 from ondevice.engine.sampling import DEFAULTS
-from ondevice.errors import InvalidParameterError
-from ondevice.fmt import MS_THEN_S, millis, number, rate
+from ondevice.core.errors import InvalidParameterError
+from ondevice.core.fmt import MS_THEN_S, millis, number, rate
 
 __all__ = ["register", "run", "timings_line", "explain_text", "add_speculative_args", "speculative_kwargs", "speculative_text"]
 
@@ -104,7 +104,7 @@ def speculative_kwargs(args) -> dict:
     if settings is None:
         return {}
     if settings.draft is not None:
-        from ondevice.materialize import resolve_model
+        from ondevice.models.materialize import resolve_model
 
         resolve_model(settings.draft)  # ModelNotFoundError: one line, exit 2
     return {"speculative": settings.mode, "draft": settings.draft, "spec_k": args.spec_k}
@@ -127,7 +127,7 @@ def _say(line: str) -> None:
 
 def _read_stdin() -> str:
     """The prompt from stdin, read as bytes whatever the locale: invalid UTF-8 becomes U+FFFD."""
-    from ondevice.textclean import clean_text, decode_utf8
+    from ondevice.core.textclean import clean_text, decode_utf8
 
     buffer = getattr(sys.stdin, "buffer", None)
     return decode_utf8(buffer.read()) if buffer is not None else clean_text(sys.stdin.read())
@@ -195,7 +195,7 @@ _PARTS = (("tokenize_s", "tokenize"), ("prefill_s", "prefill"), ("first_sample_s
 def explain_text(g) -> str:
     """Where the request's E2E went (Generation.attribution), one row per part, and the split
     between prefill (TTFT) and decode: which side of the wait a lever can shorten."""
-    from ondevice.fmt import table
+    from ondevice.core.fmt import table
 
     a = g.attribution
     shares = a.shares()

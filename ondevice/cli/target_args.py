@@ -9,7 +9,7 @@ for the Vulkan build). Flags given win over the table.
 
 from __future__ import annotations
 
-from ondevice.fmt import binary_bytes, human_bytes
+from ondevice.core.fmt import binary_bytes, human_bytes
 
 __all__ = ["add_target_args", "target_from_args", "estimate_lines", "memory_where_text"]
 
@@ -28,8 +28,8 @@ def add_target_args(p) -> None:
 
 def target_from_args(args):
     """(Target or None, bandwidth GB/s or None). None: no flag describes another machine."""
-    from ondevice.errors import InvalidParameterError
-    from ondevice.nameplate import compute_lookup, default_backend, lookup, unified_memory
+    from ondevice.core.errors import InvalidParameterError
+    from ondevice.probing.nameplate import compute_lookup, default_backend, lookup, unified_memory
     from ondevice.roofline.target import make_target
 
     if not any(getattr(args, f, None) is not None for f in _FLAGS) and not getattr(args, "unified", False):

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ondevice.cli.output import ProgressLine, dump_json, terminal_width
-from ondevice.fmt import fold, number, table
+from ondevice.core.fmt import fold, number, table
 
 __all__ = ["run_tensors"]
 
 
 def run_tensors(model: Path, against: Path | None, as_json: bool) -> int:
     """`ondevice info MODEL --tensors [--against SRC]`: per-tensor types, and errors against a source."""
-    from ondevice.gguf_file import read_gguf
+    from ondevice.gguf.reader import read_gguf
     from ondevice.quant.errstats import tensor_errors
     from ondevice.quant.formats import block_format
 

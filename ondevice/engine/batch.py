@@ -27,11 +27,11 @@ from typing import Any, Callable, Sequence
 
 from ondevice.engine.sampling import SamplerChain, SamplingParams, make_params
 from ondevice.engine.loop import OutputTokens, cancel_poll
-from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
+from ondevice.core.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.engine.loader import context_settings
 from ondevice.llama.model import LlamaHandle, fill_batch_entries, new_context
-from ondevice.metrics import timings_from_marks
-from ondevice.results import FinishReason, Generation
+from ondevice.core.metrics import timings_from_marks
+from ondevice.core.results import FinishReason, Generation
 
 __all__ = ["BatchContext", "BatchGeneration", "MAX_SEQS"]
 

@@ -18,7 +18,7 @@ exactly and the whole previous conversation is served from the KV cache: every t
 re-renders the conversation, and the engine keeps the longest common prefix with what
 its cache holds, prefilling only the new tokens.
 
-Reasoning models: a template that names think markers (ondevice.reasoning) makes every reply's
+Reasoning models: a template that names think markers (ondevice.core.reasoning) makes every reply's
 timings carry ttft_visible_s, the time to the first token of visible text after the reasoning
 block; whether the generation prompt itself opens the block is read from a rendered prompt.
 """
@@ -31,9 +31,9 @@ from typing import Any
 
 from ondevice.engine.loop import TokenStream
 from ondevice.engine.sampling import SAMPLING_KEYS, make_params
-from ondevice.errors import InvalidParameterError
-from ondevice.reasoning import ThinkMarkers, detect_markers, opens_block
-from ondevice.results import Generation
+from ondevice.core.errors import InvalidParameterError
+from ondevice.core.reasoning import ThinkMarkers, detect_markers, opens_block
+from ondevice.core.results import Generation
 
 __all__ = ["Chat", "ChatTemplate", "FALLBACK_STOPS", "render_plain", "SPEC_KEYS"]
 

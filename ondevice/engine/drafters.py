@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Hashable, Protocol, Sequence
 
 from ondevice.engine.loop import KVCache, _prefill
-from ondevice.errors import EngineError, InvalidParameterError
+from ondevice.core.errors import EngineError, InvalidParameterError
 from ondevice.llama.model import LlamaHandle, load_model, new_context
 
 __all__ = ["Drafter", "PromptLookup", "DraftModel", "ModelDrafter", "NGRAM_MAX", "NGRAM_MIN", "check_same_vocab"]
@@ -120,7 +120,7 @@ class DraftModel:
     """A draft GGUF loaded beside a target engine (kept by the engine, reused across requests)."""
 
     def __init__(self, path: Path, target: LlamaHandle, *, n_threads: int, n_gpu_layers: int):
-        from ondevice.loadcheck import inspect_for_load
+        from ondevice.gguf.loadcheck import inspect_for_load
 
         inspect_for_load(path)  # GGUFFormatError for a malformed file, before llama.cpp sees it
         lib = target.lib

@@ -15,9 +15,9 @@ from ondevice.engine.loader import EngineInfo, open_model
 from ondevice.llama.model import LlamaHandle
 from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, check_cancel, run_request
 from ondevice.engine.sampling import DEFAULTS, make_params
-from ondevice.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
-from ondevice.results import Generation
-from ondevice.textclean import clean_text
+from ondevice.core.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
+from ondevice.core.results import Generation
+from ondevice.core.textclean import clean_text
 
 __all__ = ["load", "Engine"]
 
@@ -50,8 +50,8 @@ def load(
     calibrated_step_s) that each token event is held against, or None (ondevice.load passes
     the one from this machine's cached probe).
     """
-    from ondevice.loadcheck import inspect_for_load
-    from ondevice.materialize import resolve_model
+    from ondevice.gguf.loadcheck import inspect_for_load
+    from ondevice.models.materialize import resolve_model
 
     pred = _check_predictor(predictor)
     path = resolve_model(model)
@@ -263,7 +263,7 @@ class Engine:
     def _draft_model(self, ref: str) -> Any:
         from ondevice.engine.drafters import DraftModel
         from ondevice.llama.devices import gpu_layers
-        from ondevice.materialize import resolve_model
+        from ondevice.models.materialize import resolve_model
 
         path = resolve_model(ref)  # ModelNotFoundError for a file that is not there
         key = str(path.resolve())

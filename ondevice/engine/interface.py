@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
-from ondevice.results import TokenEvent
+from ondevice.core.results import TokenEvent
 
 __all__ = ["StreamingEngine", "ChatEngine", "ChatLike"]
 

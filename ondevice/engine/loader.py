@@ -1,7 +1,7 @@
 """Open a GGUF for the engine: check the arguments, load through the one open path
 (ondevice.llama.model, which applies the machine's crash-guard verdict), time it, detect the backend.
 
-The file is checked with `ondevice.loadcheck` first (a malformed file raises GGUFFormatError
+The file is checked with `ondevice.gguf.loadcheck` first (a malformed file raises GGUFFormatError
 and never reaches llama.cpp). llama.cpp's log goes to the `logging` logger "ondevice.llama_cpp".
 """
 
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ondevice.errors import InvalidParameterError
-from ondevice.kvtypes import DEFAULT_KV_TYPE, kv_ggml_type, kv_is_quantized
+from ondevice.core.errors import InvalidParameterError
+from ondevice.core.kvtypes import DEFAULT_KV_TYPE, kv_ggml_type, kv_is_quantized
 from ondevice.llama.devices import default_threads, detect_backends, gpu_layers, is_gpu_backend
 from ondevice.llama.model import LlamaHandle, llama_lib, load_model, new_context
-from ondevice.modelspec import ModelSpec
+from ondevice.gguf.spec import ModelSpec
 
 __all__ = ["EngineInfo", "open_model", "resolve_n_ctx", "context_settings", "MIN_N_CTX", "DEFAULT_N_CTX"]
 

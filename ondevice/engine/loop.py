@@ -16,10 +16,10 @@ from typing import Any, Callable, Generator, Iterator, Sequence
 from ondevice.llama.model import LlamaHandle
 from ondevice.engine.sampling import SamplerChain, SamplingParams
 from ondevice.engine.text import TextAssembler
-from ondevice.errors import EngineError, InvalidParameterError
-from ondevice.metrics import timings_from_marks
-from ondevice.reasoning import first_visible
-from ondevice.results import Attribution, FinishReason, Generation, TokenEvent
+from ondevice.core.errors import EngineError, InvalidParameterError
+from ondevice.core.metrics import timings_from_marks
+from ondevice.core.reasoning import first_visible
+from ondevice.core.results import Attribution, FinishReason, Generation, TokenEvent
 
 __all__ = ["KVCache", "Request", "run_request", "TokenStream", "OutputTokens", "cancel_poll", "check_cancel"]
 
@@ -288,7 +288,7 @@ def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, st
 
 
 def _visible_s(req: Request, token_ns: list[int], ids_out: list[int], texts: list[str]) -> float | None:
-    """Seconds to the first token carrying visible text (ondevice.reasoning), read after the request.
+    """Seconds to the first token carrying visible text (ondevice.core.reasoning), read after the request.
     A marker that is a control token (rendered as no text) is put back by its id."""
     markers, by_id = req.think
     i = first_visible([by_id.get(t, s) for t, s in zip(ids_out, texts)], markers)

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ondevice.errors import EngineError, InvalidParameterError
+from ondevice.core.errors import EngineError, InvalidParameterError
 
 __all__ = ["SamplingParams", "DEFAULTS", "CHAT_MAX_TOKENS", "make_params", "SamplerChain", "PENALTY_LAST_N", "SAMPLING_KEYS"]
 

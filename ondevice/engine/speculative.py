@@ -34,9 +34,9 @@ from typing import Any, Hashable
 from ondevice.engine.drafters import Drafter
 from ondevice.engine.loop import KVCache, OutputTokens, Request
 from ondevice.engine.sampling import SamplerChain
-from ondevice.errors import EngineError, InvalidParameterError
+from ondevice.core.errors import EngineError, InvalidParameterError
 from ondevice.llama.model import LlamaHandle, fill_batch
-from ondevice.results import SpecStats
+from ondevice.core.results import SpecStats
 
 __all__ = ["SpecSettings", "spec_settings", "Speculator", "exact_verify_tokens", "StepCost", "KPlanner",
            "expected_committed", "MODES", "K_LIMIT", "DEFAULT_K_MAX"]
@@ -89,7 +89,7 @@ def exact_verify_tokens(handle: LlamaHandle, info: Any, tokenize: Any, want: int
     """Most tokens (<= want) one verify decode may hold on this engine and still give each position the
     logits of single-token decoding, bit for bit (ondevice.llama.invariance; measured, a second or so)."""
     from ondevice.engine.loader import _flash_attn_type
-    from ondevice.kvtypes import kv_ggml_type
+    from ondevice.core.kvtypes import kv_ggml_type
     from ondevice.llama.invariance import batch_invariant_tokens
 
     ids = tokenize(_CHECK_TEXT * (1 + (want + 8) // 40), add_bos=True)[: want + 4]

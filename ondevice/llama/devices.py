@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ondevice.errors import InvalidParameterError
+from ondevice.core.errors import InvalidParameterError
 
 __all__ = ["LlamaDevice", "HOST_BACKENDS", "is_gpu_backend", "llama_devices", "detect_backends", "default_backend",
            "gpu_layers", "default_threads"]

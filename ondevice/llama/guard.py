@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ondevice import paths
+from ondevice.core import paths
 from ondevice.llama.buffers import MODES, REPACK, extra_buffer_types
 from ondevice.llama.build import build_info, build_id
 

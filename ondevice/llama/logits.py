@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ondevice.errors import QuantError
+from ondevice.core.errors import QuantError
 from ondevice.llama.devices import gpu_layers
 from ondevice.llama.model import LlamaHandle, fill_batch, load_model, new_context
 

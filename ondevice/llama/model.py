@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ondevice.errors import ModelLoadError
+from ondevice.core.errors import ModelLoadError
 from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_buffer_types, repack_tensors
 from ondevice.llama.guard import Verdict, cpu_buffer_verdict
 from ondevice.llama.log import LOG_NAME, log_listener, route_llama_log
@@ -122,7 +122,7 @@ def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None,
 def repack_plan(path: Path | str, lib: Any = None) -> list[str]:
     """Names of the weights in `path` that CPU_REPACK takes on this CPU (empty when the build has no
     CPU_REPACK or nothing qualifies)."""
-    from ondevice.gguf_file import read_gguf
+    from ondevice.gguf.reader import read_gguf
 
     if lib is None:
         import llama_cpp as lib

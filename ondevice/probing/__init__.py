@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ondevice import paths
+from ondevice.core import paths
 from ondevice.llama.devices import default_backend
 
 __all__ = ["probe", "cached_probe", "default_backend", "ProbeResult", "LOCK_TIMEOUT_S", "MAX_PASS_SPREAD", "WAITING"]
@@ -98,8 +98,8 @@ def probe(*, refresh: bool = False, kernel: bool = True, backend: str | None = N
 @contextlib.contextmanager
 def _one_at_a_time(cache_root: Path | None, timeout_s: float | None, say: Progress) -> Iterator[None]:
     """Hold the probe cache's lock (waiting for another probe, saying so) while measuring."""
-    from ondevice.errors import ProbeError
-    from ondevice.filelock import FileLock, LockTimeout
+    from ondevice.core.errors import ProbeError
+    from ondevice.core.filelock import FileLock, LockTimeout
     from ondevice.probing import cache
 
     lock = FileLock(cache.lock_path(cache_root))
@@ -117,7 +117,7 @@ def _one_at_a_time(cache_root: Path | None, timeout_s: float | None, say: Progre
 
 
 def _check_passes(result) -> None:
-    from ondevice.errors import ProbeError
+    from ondevice.core.errors import ProbeError
 
     k = result.kernel
     if k is not None and k.pass_spread > MAX_PASS_SPREAD:
@@ -129,9 +129,9 @@ def _check_passes(result) -> None:
 def _measure(backend: str, build: str, kernel: bool, n_threads: int | None, cache_root: Path | None, plan,
              memory_passes: int, say: Progress, disk: bool = True):
     """Measure the host, its disk (disk=True) and (kernel=True) llama.cpp's decode kernels now."""
-    from ondevice import hardware
-    from ondevice.errors import ProbeError
-    from ondevice.nameplate import lookup
+    from ondevice.probing import hardware
+    from ondevice.core.errors import ProbeError
+    from ondevice.probing.nameplate import lookup
     from ondevice.probing import cache
     from ondevice.probing.host import array_bytes_for, best_of, probe_compute, probe_memory
     from ondevice.probing.result import ProbeResult
@@ -169,7 +169,7 @@ def _measure(backend: str, build: str, kernel: bool, n_threads: int | None, cach
 
 def _disk(folder: Path, say: Progress):
     """The disk read probe in the probe cache's folder; None (logged) when it cannot run there."""
-    from ondevice.errors import ProbeError
+    from ondevice.core.errors import ProbeError
     from ondevice.probing.host import probe_disk
 
     say("disk sequential read (page cache dropped)")

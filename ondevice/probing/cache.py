@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from ondevice import paths
+from ondevice.core import paths
 from ondevice.llama.build import build_id
 from ondevice.probing.result import SCHEMA_VERSION, ProbeResult
 
@@ -30,7 +30,7 @@ def probe_dir(root: Path | None = None) -> Path:
 
 
 def lock_path(root: Path | None = None) -> Path:
-    """The file whose lock a measuring probe holds (see ondevice.filelock)."""
+    """The file whose lock a measuring probe holds (see ondevice.core.filelock)."""
     return probe_dir(root) / "probe.lock"
 
 
@@ -51,7 +51,7 @@ def load_cached(backend: str, *, build: str | None = None, root: Path | None = N
     by another schema version (an older ondevice: measured again). A damaged file raises ProbeError
     (one line naming it and the way out): predictions from it would be wrong, and silently
     measuring again would hide the damage."""
-    from ondevice.errors import ProbeError
+    from ondevice.core.errors import ProbeError
 
     path = cache_path(backend, build, root=root)
     try:

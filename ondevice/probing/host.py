@@ -22,7 +22,7 @@ GB/s in one cached probe).
 
 The disk read (probe_disk) is what a cold start pays before the weights are in memory: a
 temporary file written in the cache dir (the file system the default model lives on), dropped
-from the page cache (ondevice.pagecache; macOS: F_NOCACHE), then read in order in 8 MiB
+from the page cache (ondevice.core.pagecache; macOS: F_NOCACHE), then read in order in 8 MiB
 chunks, best of two passes. Where the page cache cannot be bypassed, or kept the file anyway
 (tmpfs), there is no figure (read_gbs None) rather than the page cache's speed.
 """
@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from ondevice.errors import ProbeError
+from ondevice.core.errors import ProbeError
 
 __all__ = ["MemoryProbe", "ComputeProbe", "DiskProbe", "MemoryPasses", "probe_memory", "probe_compute", "probe_disk",
            "array_bytes_for", "best_of", "read_words", "read_kernel_name"]
@@ -298,7 +298,7 @@ def probe_disk(folder: str | Path, *, budget_s: float = 1.5, max_bytes: int = 51
     each; a pass that would overrun the budget is skipped), removes it. Raises ProbeError
     when the folder cannot be written or has too little free space.
     """
-    from ondevice import paths
+    from ondevice.core import paths
 
     if passes < 1 or max_bytes < min_bytes or budget_s <= 0:
         raise ProbeError("disk probe: passes, sizes and budget must be positive (max_bytes >= min_bytes)")
@@ -372,7 +372,7 @@ def _write(fd: int, cap: int, min_bytes: int, budget_s: float) -> int:
 def _read_cold(path: Path, size: int, method: str) -> tuple[float | None, float | None, str, str]:
     """One timed sequential read of `path` after dropping it from the page cache:
     (seconds or None when it could not be dropped, resident share at the start, method, note)."""
-    from ondevice.pagecache import evict_page_cache
+    from ondevice.core.pagecache import evict_page_cache
 
     resident = None
     if method != "F_NOCACHE":

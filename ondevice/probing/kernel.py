@@ -33,8 +33,8 @@ import statistics
 import time
 from pathlib import Path
 
-from ondevice.errors import ProbeError
-from ondevice.modelspec import ModelSpec, inspect
+from ondevice.core.errors import ProbeError
+from ondevice.gguf.spec import ModelSpec, inspect
 from ondevice.probing.kernelfit import FitPoint, fit_points, fit_prefill
 from ondevice.probing.plan import PROBE_TYPES, KernelPlan, ProbeRun, Progress, plan_for, probe_models
 from ondevice.probing.result import SMALL_TERMS, KernelPoint, KernelProbe

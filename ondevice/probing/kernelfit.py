@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ondevice.errors import ProbeError
-from ondevice.modelspec import ModelSpec
+from ondevice.core.errors import ProbeError
+from ondevice.gguf.spec import ModelSpec
 from ondevice.probing.result import SMALL_TERMS
 
 __all__ = ["FitPoint", "fit_points", "fit_prefill"]

@@ -6,8 +6,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ondevice.hardware import GPUInfo, HostInfo, LlamaDevice
-from ondevice.nameplate import Nameplate, compute_lookup
+from ondevice.probing.hardware import GPUInfo, HostInfo, LlamaDevice
+from ondevice.probing.nameplate import Nameplate, compute_lookup
 from ondevice.probing.host import ComputeProbe, DiskProbe, MemoryProbe
 from ondevice.roofline import Calibration
 

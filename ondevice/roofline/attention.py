@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ondevice.modelspec import ModelSpec
+from ondevice.gguf.spec import ModelSpec
 
 __all__ = ["attention_scores", "causal_spans", "score_weights", "score_s", "attention_head_dims"]
 

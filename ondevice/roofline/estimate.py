@@ -30,8 +30,8 @@ from typing import Mapping, Sequence
 
 from gguf import GGMLQuantizationType
 
-from ondevice.errors import EstimateDataError, InvalidParameterError
-from ondevice.modelspec import ModelSpec
+from ondevice.core.errors import EstimateDataError, InvalidParameterError
+from ondevice.gguf.spec import ModelSpec
 from ondevice.roofline.model import Calibration
 
 __all__ = ["Measurement", "EstimateFit", "Estimate", "weight_family", "canonical_backend", "load_measurements",

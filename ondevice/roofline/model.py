@@ -62,7 +62,7 @@ from typing import Mapping, Sequence
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from ondevice.modelspec import ModelSpec
+from ondevice.gguf.spec import ModelSpec
 from ondevice.roofline.attention import attention_head_dims, causal_spans, score_s
 
 __all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "effective_gflops", "read_speedup", "cache_bytes"]

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
-from ondevice.errors import InvalidParameterError, ProbeError, SpecError
-from ondevice.modelspec import ModelSpec, inspect
+from ondevice.core.errors import InvalidParameterError, ProbeError, SpecError
+from ondevice.gguf.spec import ModelSpec, inspect
 from ondevice.roofline.estimate import Estimate, estimated_calibration, estimates_for
 from ondevice.roofline.model import Calibration, Predictor
 from ondevice.roofline.spec import positive_number
@@ -191,7 +191,7 @@ def request_prediction(pred: Predictor, prompt_tokens: int, output_tokens: int |
 
 
 def _resolve(ref) -> Path:
-    from ondevice.materialize import resolve_model
+    from ondevice.models.materialize import resolve_model
 
     return resolve_model(None if ref is None else str(ref))
 

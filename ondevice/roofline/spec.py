@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from ondevice.errors import SpecError
-from ondevice.modelspec import KV_CACHE_ELEMENT_BYTES, ModelSpec
+from ondevice.core.errors import SpecError
+from ondevice.gguf.spec import KV_CACHE_ELEMENT_BYTES, ModelSpec
 from ondevice.roofline.model import bits_per_weight
 
 __all__ = ["QUANT_MIXES", "mix_for", "mix_bits_per_weight", "spec_from_flags", "positive_number", "parameter_count"]

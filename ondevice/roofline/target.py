@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ondevice.errors import InvalidParameterError
+from ondevice.core.errors import InvalidParameterError
 from ondevice.roofline.estimate import canonical_backend
 from ondevice.roofline.spec import positive_number
 

@@ -32,8 +32,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Input, Static
 
-from ondevice.fmt import stats_footer
-from ondevice.textclean import clean_text
+from ondevice.core.fmt import stats_footer
+from ondevice.core.textclean import clean_text
 from ondevice.tui.controller import ChatController, Turn
 from ondevice.tui.live import generation_stats
 from ondevice.tui.pacing import TICK_S, Frames, no_spare_core, ui_cpu_budget

@@ -8,7 +8,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from ondevice.errors import InvalidParameterError
+from ondevice.core.errors import InvalidParameterError
 from ondevice.tui.session import ChatSettings
 
 __all__ = ["SettingsScreen"]

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
-from ondevice import fmt
+from ondevice.core import fmt
 from ondevice.tui.live import LiveStats
 from ondevice.tui.widgets.charts import ItlChartRows, StyledLines, hbar, plain_text
 
@@ -23,7 +23,7 @@ BAR_CELLS = 12
 _DASH = "–"
 
 
-# The panel's style of ondevice.fmt's figures: fewer decimals as they grow, an en dash when missing.
+# The panel's style of ondevice.core.fmt's figures: fewer decimals as they grow, an en dash when missing.
 fmt_ms = partial(fmt.millis, places=((100, 1), (10_000, 0)), missing=_DASH)  # "12.3 ms", "500 ms", "12.0 s"
 fmt_rate = partial(fmt.rate, places=((1000, 1), (math.inf, 0)), missing=_DASH, zero_is_missing=True)
 fmt_bytes = partial(fmt.binary_bytes, missing=_DASH)  # memory: KiB, MiB, GiB

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ondevice.bench.serve.sse import MAX_LINE, StreamError, iter_events, parse_chunk
-from ondevice.errors import BenchError
+from ondevice.core.errors import BenchError
 
 __all__ = ["Target", "Chunk", "StreamLog", "stream_request", "get_json", "parse_base_url"]
 

@@ -2,7 +2,7 @@
 
 - Start: the client sends the request. TTFT: the first chunk carrying output text (reasoning
   text included: it is output). E2E: the last such chunk. Time to first *visible* token: the
-  first chunk of text outside the reasoning (ondevice.reasoning; a server's reasoning deltas
+  first chunk of text outside the reasoning (ondevice.core.reasoning; a server's reasoning deltas
   are never visible).
 - Output tokens T, by the first source that has them: the server's usage
   (`stream_options.include_usage`), the server's own timings (llama-server, Ollama), the
@@ -25,8 +25,8 @@ from typing import Callable, Sequence
 
 from ondevice.bench.runs import RunRecord
 from ondevice.bench.serve.client import StreamLog
-from ondevice.metrics import timings_from_marks
-from ondevice.reasoning import ThinkMarkers, first_visible
+from ondevice.core.metrics import timings_from_marks
+from ondevice.core.reasoning import ThinkMarkers, first_visible
 
 __all__ = ["RequestSpec", "to_record", "shares", "token_marks", "count_output"]
 

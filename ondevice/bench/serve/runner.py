@@ -26,8 +26,8 @@ from ondevice.bench.serve.client import Target, get_json, parse_base_url, stream
 from ondevice.bench.serve.load import LoadInterrupted, closed_loop, open_loop, poisson_arrivals
 from ondevice.bench.serve.measure import RequestSpec, to_record
 from ondevice.bench.suites import PromptBuilder, Suite, Workload
-from ondevice.errors import BenchError
-from ondevice.reasoning import DEFAULT_MARKERS, ThinkMarkers, detect_markers
+from ondevice.core.errors import BenchError
+from ondevice.core.reasoning import DEFAULT_MARKERS, ThinkMarkers, detect_markers
 
 __all__ = ["ServeConfig", "ServeOutcome", "Level", "run_serve", "levels", "request_body"]
 
@@ -111,7 +111,7 @@ def _setup(cfg: ServeConfig) -> tuple[ModelPlan | None, Any, str]:
     if cfg.tokenizer is None:
         return None, None, ""
     from ondevice.engine import load
-    from ondevice.materialize import resolve_model
+    from ondevice.models.materialize import resolve_model
 
     path = resolve_model(cfg.tokenizer)
     return None, load(path, n_ctx=256, n_gpu_layers=0), path.name
@@ -134,8 +134,8 @@ def _short_name(model: str | None) -> str | None:
 
 def _markers(cfg: ServeConfig) -> ThinkMarkers:
     if cfg.tokenizer or cfg.local:
-        from ondevice.gguf_file import read_gguf
-        from ondevice.materialize import resolve_model
+        from ondevice.gguf.reader import read_gguf
+        from ondevice.models.materialize import resolve_model
 
         try:
             found = detect_markers(read_gguf(resolve_model(cfg.tokenizer or cfg.bench.models[0])).get("tokenizer.chat_template"))

@@ -14,7 +14,7 @@ from typing import Any
 
 from gguf import Keys, LlamaFileType
 
-from ondevice.gguf_file import ArrayRef, GGUFFile, TensorInfo, read_gguf
+from ondevice.gguf.reader import ArrayRef, GGUFFile, TensorInfo, read_gguf
 
 __all__ = ["ModelSpec", "inspect", "spec_from_gguf", "SWA_PATTERNS", "MAX_LAYERS"]
 
@@ -97,7 +97,7 @@ class ModelSpec:
     def with_kv_cache(self, type_k: str, type_v: str) -> "ModelSpec":
         """This spec with a K/V cache of the given element types ("f16", "q8_0", "q4_0", ...):
         KV bytes per token, and so the roofline and the memory verdict, follow them."""
-        from ondevice.kvtypes import kv_bytes_per_element
+        from ondevice.core.kvtypes import kv_bytes_per_element
 
         old_k, old_v = (kv_bytes_per_element(t) for t in self.kv_cache_types)
         new_k, new_v = kv_bytes_per_element(type_k), kv_bytes_per_element(type_v)

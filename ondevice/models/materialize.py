@@ -17,10 +17,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ondevice import paths
-from ondevice.errors import DefaultModelError, ModelNotFoundError
-from ondevice.hashing import copy_sha256, sha256_file
-from ondevice.registry import ModelEntry, Registry, load_registry, module_name, package_available
+from ondevice.core import paths
+from ondevice.core.errors import DefaultModelError, ModelNotFoundError
+from ondevice.core.hashing import copy_sha256, sha256_file
+from ondevice.models.registry import ModelEntry, Registry, load_registry, module_name, package_available
 
 __all__ = ["resolve_model", "materialize", "package_available", "ModelCheck", "verify_model", "repair_model"]
 

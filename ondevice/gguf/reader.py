@@ -6,7 +6,7 @@ takes tens of seconds on a 262k-token vocabulary, and trusts counts and offsets 
 malformed file can set to anything. Here every length, count and offset is checked
 against the file size before it is used, so a bad file raises GGUFFormatError and can
 never reach llama.cpp, and the work a header can ask for is bounded by the file
-(ondevice.gguf_cursor). Large arrays (the vocabulary) and arrays of arrays are kept as
+(ondevice.gguf.cursor). Large arrays (the vocabulary) and arrays of arrays are kept as
 references and only decoded on request. Paths that are not regular files (FIFOs, devices)
 are refused before they are opened.
 """
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, Keys
 
-from ondevice.errors import GGUFFormatError, ModelNotFoundError
-from ondevice.gguf_cursor import ArrayRef, Cursor, not_regular_reason
+from ondevice.core.errors import GGUFFormatError, ModelNotFoundError
+from ondevice.gguf.cursor import ArrayRef, Cursor, not_regular_reason
 
 __all__ = ["GGUFFile", "TensorInfo", "ArrayRef", "read_gguf", "MAX_METADATA_ENTRIES", "MAX_TENSORS"]
 

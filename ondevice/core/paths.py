@@ -23,7 +23,7 @@ from typing import IO, Iterator
 import platformdirs
 import psutil
 
-from ondevice.errors import DestinationError
+from ondevice.core.errors import DestinationError
 
 __all__ = ["APP_NAME", "TEMP_TAG", "cache_dir", "config_dir", "data_dir", "atomic_write", "atomic_path",
            "check_destination", "ensure_replaceable", "remove_stale_temps"]

@@ -1,4 +1,4 @@
-"""What llama.cpp asserts instead of checking, checked first (part of ondevice.loadcheck).
+"""What llama.cpp asserts instead of checking, checked first (part of ondevice.gguf.loadcheck).
 
 A file that breaks one of these does not get an error from llama.cpp: the process aborts
 (GGML_ASSERT) while the model loads. Mirrored from llama.cpp's sources as built here:
@@ -14,8 +14,8 @@ from typing import Any
 
 from gguf import Keys, RopeScalingType
 
-from ondevice.errors import GGUFFormatError
-from ondevice.gguf_file import ArrayRef, GGUFFile
+from ondevice.core.errors import GGUFFormatError
+from ondevice.gguf.reader import ArrayRef, GGUFFile
 
 __all__ = ["check_layout", "check_hparams", "MMAP_ALIGNMENT_BYTES", "LLAMA_MAX_LAYERS", "LLAMA_MAX_EXPERTS"]
 

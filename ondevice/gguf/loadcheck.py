@@ -4,17 +4,17 @@ gguf_file.read_gguf guarantees the header is well-formed; this guarantees the
 hyperparameters agree with the tensors, so that nonsense metadata (a layer count with no
 layers behind it, a zero head count, token ids beyond the vocabulary) is refused with a
 typed error instead of reaching llama.cpp's C++ code; what llama.cpp asserts rather than
-checks (an abort, not an error) is checked in ondevice.loadcheck_asserts.
+checks (an abort, not an error) is checked in ondevice.gguf.loadcheck_asserts.
 """
 
 from __future__ import annotations
 
 from gguf import GGUFValueType, Keys
 
-from ondevice.errors import GGUFFormatError
-from ondevice.gguf_file import ArrayRef, GGUFFile
-from ondevice.loadcheck_asserts import check_hparams, check_layout
-from ondevice.modelspec import ModelSpec, spec_from_gguf
+from ondevice.core.errors import GGUFFormatError
+from ondevice.gguf.reader import ArrayRef, GGUFFile
+from ondevice.gguf.loadcheck_asserts import check_hparams, check_layout
+from ondevice.gguf.spec import ModelSpec, spec_from_gguf
 
 __all__ = ["check_loadable", "inspect_for_load"]
 
@@ -24,7 +24,7 @@ _TOKEN_ID_KEYS = (("bos", Keys.Tokenizer.BOS_ID), ("eos", Keys.Tokenizer.EOS_ID)
 
 def inspect_for_load(path) -> ModelSpec:
     """read_gguf + spec + check_loadable: what the engine runs before llama.cpp sees the file."""
-    from ondevice.gguf_file import read_gguf
+    from ondevice.gguf.reader import read_gguf
 
     g = read_gguf(path)
     spec = spec_from_gguf(g)

@@ -14,8 +14,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ondevice import paths
-from ondevice.errors import ModelNotFoundError, RegistryError
+from ondevice.core import paths
+from ondevice.core.errors import ModelNotFoundError, RegistryError
 
 __all__ = [
     "ModelEntry",
@@ -100,9 +100,9 @@ class Registry:
 def builtin_registry_path() -> Path:
     """The built-in models.toml: package data (ondevice/builtin/) in an installed wheel; in an
     editable install, the file at the checkout's top level (where the package data comes from)."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "builtin" / "models.toml"
-    return packaged if packaged.is_file() else here.parent / "models.toml"
+    package = Path(__file__).resolve().parent.parent  # ondevice/
+    packaged = package / "builtin" / "models.toml"
+    return packaged if packaged.is_file() else package.parent / "models.toml"
 
 
 def user_registry_path() -> Path:

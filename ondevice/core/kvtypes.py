@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from ondevice.errors import InvalidParameterError
+from ondevice.core.errors import InvalidParameterError
 
 __all__ = ["KV_CACHE_TYPES", "DEFAULT_KV_TYPE", "kv_ggml_type", "kv_bytes_per_element", "kv_is_quantized"]
 

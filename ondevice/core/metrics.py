@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from ondevice.results import Timings
+from ondevice.core.results import Timings
 
 __all__ = ["timings_from_marks", "Summary", "summarize", "percentile"]
 

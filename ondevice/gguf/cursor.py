@@ -1,4 +1,4 @@
-"""A bounded walk over the bytes of a GGUF header (the reader in ondevice.gguf_file uses it).
+"""A bounded walk over the bytes of a GGUF header (the reader in ondevice.gguf.reader uses it).
 
 Every length and count is checked against the bytes left in the file before it is used, and
 the work a header can ask for is capped, so time and memory stay proportional to the file
@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 from gguf import GGUFReader, GGUFValueType
 
-from ondevice.errors import GGUFFormatError
+from ondevice.core.errors import GGUFFormatError
 
 __all__ = ["ArrayRef", "Cursor", "not_regular_reason", "MAX_NESTING", "MAX_NESTED_ARRAYS", "MAX_ARRAY_STRINGS"]
 
