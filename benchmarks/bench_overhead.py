@@ -59,9 +59,16 @@ def bench_side(shared: _Shared, path: Path, args, n_ctx: int, seed: int) -> dict
     from ondevice.bench.runs import RESIDENT
     from ondevice.bench.suites import custom_suite
 
-    cfg = BenchConfig(models=(str(path),), suite=custom_suite((args.prompt,), (args.tokens,), repeats=1, warmup=0),
-                      scenarios=(RESIDENT,), cap_to_context=False, n_ctx=n_ctx, n_threads=args.threads,
-                      sampling={"temperature": 0.0}, seed=seed)
+    cfg = BenchConfig(
+        models=(str(path),),
+        suite=custom_suite((args.prompt,), (args.tokens,), repeats=1, warmup=0),
+        scenarios=(RESIDENT,),
+        cap_to_context=False,
+        n_ctx=n_ctx,
+        n_threads=args.threads,
+        sampling={"temperature": 0.0},
+        seed=seed,
+    )
     before = len(shared.requests)
     out = run_bench(cfg, load_fn=lambda *a, **k: shared)
     (run,) = out.runs
@@ -69,8 +76,13 @@ def bench_side(shared: _Shared, path: Path, args, n_ctx: int, seed: int) -> dict
         raise SystemExit(f"bench's run did not complete as one request: {run.status} {run.reason}")
     ids, stream = shared.requests[-1]
     t = run.timings
-    return {"ids": ids, "tokens": list(stream.generation.token_ids), "itl_s": list(t.itl_s), "ttft_s": t.ttft_s,
-            "decode_tok_s": t.decode_tok_s}
+    return {
+        "ids": ids,
+        "tokens": list(stream.generation.token_ids),
+        "itl_s": list(t.itl_s),
+        "ttft_s": t.ttft_s,
+        "decode_tok_s": t.decode_tok_s,
+    }
 
 
 def bare_side(bare: BareContext, ids: list[int], n_out: int) -> dict:
@@ -93,7 +105,8 @@ def run_pairs(eng, path: Path, args, n_ctx: int) -> list[tuple[dict, dict]]:
             seed = 1000 + i
             # the prompt bench builds for pair i (checked against what it really sent)
             ids = PromptBuilder(lambda t, bos: eng.tokenize(t, add_bos=bos), seed=seed).ids(
-                args.prompt, f"p{args.prompt}_n{args.tokens}:resident:0")
+                args.prompt, f"p{args.prompt}_n{args.tokens}:resident:0"
+            )
             if i % 2 == 0:
                 a = bench_side(shared, path, args, n_ctx, seed)
                 b = bare_side(bare, ids, args.tokens)
@@ -110,8 +123,12 @@ def summary(pairs: list[tuple[dict, dict]]) -> dict:
     pooled_a = summarize([x for a, _ in pairs for x in a["itl_s"]]).p50
     pooled_b = summarize([x for _, b in pairs for x in b["itl_s"]]).p50
     s = {
-        "itl_p50_ratio": pooled_a / pooled_b, "bench_itl_p50_s": pooled_a, "bare_itl_p50_s": pooled_b,
-        "median_pair_itl_ratio": statistics.median(summarize(a["itl_s"]).p50 / summarize(b["itl_s"]).p50 for a, b in pairs),
+        "itl_p50_ratio": pooled_a / pooled_b,
+        "bench_itl_p50_s": pooled_a,
+        "bare_itl_p50_s": pooled_b,
+        "median_pair_itl_ratio": statistics.median(
+            summarize(a["itl_s"]).p50 / summarize(b["itl_s"]).p50 for a, b in pairs
+        ),
         "median_ttft_ratio": statistics.median(a["ttft_s"] / b["ttft_s"] for a, b in pairs),
         "median_decode_ratio": statistics.median(a["decode_tok_s"] / b["decode_tok_s"] for a, b in pairs),
         "same_prompts": all(a["ids"] == b["ids"] for a, b in pairs),
@@ -138,24 +155,34 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_model(args.model)
     n_ctx = -(-(args.prompt + args.tokens) // 256) * 256
     eng = load(str(path), n_ctx=n_ctx, n_threads=args.threads)
-    print(f"model {path.name}, backend {eng.info.backend}, {eng.info.n_threads} threads, prompt {args.prompt}, "
-          f"{args.tokens} tokens, greedy, {args.pairs} pairs (order alternates); bench against the bare llama.cpp loop")
+    print(
+        f"model {path.name}, backend {eng.info.backend}, {eng.info.n_threads} threads, prompt {args.prompt}, "
+        f"{args.tokens} tokens, greedy, {args.pairs} pairs (order alternates); bench against the bare llama.cpp loop"
+    )
     try:
         pairs = run_pairs(eng, path, args, n_ctx)
     finally:
         eng.close()
-    print(f"{'pair':>4}  {'bench ITL p50 ms':>16}  {'bare ITL p50 ms':>15}  {'bench/bare':>10}  {'TTFT bench/bare':>15}  same")
+    print(
+        f"{'pair':>4}  {'bench ITL p50 ms':>16}  {'bare ITL p50 ms':>15}  {'bench/bare':>10}  {'TTFT bench/bare':>15}  same"
+    )
     for i, (a, b) in enumerate(pairs):
         pa, pb = summarize(a["itl_s"]).p50, summarize(b["itl_s"]).p50
         same = a["ids"] == b["ids"] and a["tokens"] == b["tokens"]
-        print(f"{i:>4}  {pa * 1e3:>16.3f}  {pb * 1e3:>15.3f}  {pa / pb:>10.4f}  {a['ttft_s'] / b['ttft_s']:>15.4f}  "
-              f"{'yes' if same else 'NO'}")
+        print(
+            f"{i:>4}  {pa * 1e3:>16.3f}  {pb * 1e3:>15.3f}  {pa / pb:>10.4f}  {a['ttft_s'] / b['ttft_s']:>15.4f}  "
+            f"{'yes' if same else 'NO'}"
+        )
     s = summary(pairs)
-    print(f"median of pair ratios (bench/bare ITL p50): {s['median_pair_itl_ratio']:.4f}; median TTFT ratio "
-          f"{s['median_ttft_ratio']:.4f}; median decode tok/s ratio {s['median_decode_ratio']:.4f}")
-    print(f"pooled ITL p50: bench {s['bench_itl_p50_s'] * 1e3:.3f} ms, bare {s['bare_itl_p50_s'] * 1e3:.3f} ms, "
-          f"ratio {s['itl_p50_ratio']:.4f}: within {ITL_TOLERANCE:.0%} {'yes' if s['itl_ok'] else 'NO'}; "
-          f"same prompts {'yes' if s['same_prompts'] else 'NO'}, same tokens {'yes' if s['same_tokens'] else 'NO'}")
+    print(
+        f"median of pair ratios (bench/bare ITL p50): {s['median_pair_itl_ratio']:.4f}; median TTFT ratio "
+        f"{s['median_ttft_ratio']:.4f}; median decode tok/s ratio {s['median_decode_ratio']:.4f}"
+    )
+    print(
+        f"pooled ITL p50: bench {s['bench_itl_p50_s'] * 1e3:.3f} ms, bare {s['bare_itl_p50_s'] * 1e3:.3f} ms, "
+        f"ratio {s['itl_p50_ratio']:.4f}: within {ITL_TOLERANCE:.0%} {'yes' if s['itl_ok'] else 'NO'}; "
+        f"same prompts {'yes' if s['same_prompts'] else 'NO'}, same tokens {'yes' if s['same_tokens'] else 'NO'}"
+    )
     return 0 if s["itl_ok"] and s["same_prompts"] and s["same_tokens"] else 1
 
 

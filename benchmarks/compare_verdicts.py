@@ -23,7 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 SAME, SLOWER = "no significant difference", "slower"
 SHAPE = dict(d_model=256, n_head=4, n_head_kv=2, d_ff=768, n_vocab=512, n_ctx_train=512)
 
@@ -40,8 +39,25 @@ def bench_and_compare(models: list[Path], out: Path, args) -> list[str]:
     """Bench the models into `out`, compare the file's two models; the verdict of each scenario."""
     from ondevice.cli.main import main
 
-    rc = main(["bench", *map(str, models), "-p", "32", "-n", "48", "-r", str(args.repeats), "-t", "1",
-               "--scenarios", "resident", "--no-progress", "--json", str(out)])
+    rc = main(
+        [
+            "bench",
+            *map(str, models),
+            "-p",
+            "32",
+            "-n",
+            "48",
+            "-r",
+            str(args.repeats),
+            "-t",
+            "1",
+            "--scenarios",
+            "resident",
+            "--no-progress",
+            "--json",
+            str(out),
+        ]
+    )
     if rc != 0:
         raise SystemExit(f"ondevice bench exited {rc}")
     cmp = out.with_suffix(".compare.json")
@@ -68,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     ok_same = bool(same) and all(v == SAME for v in same)
     ok_slowed = bool(slowed) and all(v == SLOWER for v in slowed)
     print(f"threshold {args.threshold}, {args.repeats} runs per model")
-    print(f"small against small: {', '.join(same) or 'nothing compared'} (expected: {SAME}) -> {'ok' if ok_same else 'WRONG'}")
-    print(f"small against large: {', '.join(slowed) or 'nothing compared'} (expected: {SLOWER}) -> {'ok' if ok_slowed else 'WRONG'}")
+    print(
+        f"small against small: {', '.join(same) or 'nothing compared'} (expected: {SAME}) -> {'ok' if ok_same else 'WRONG'}"
+    )
+    print(
+        f"small against large: {', '.join(slowed) or 'nothing compared'} (expected: {SLOWER}) -> {'ok' if ok_slowed else 'WRONG'}"
+    )
     return 0 if ok_same and ok_slowed else 1
 
 

@@ -33,7 +33,6 @@ import statistics
 import sys
 from time import perf_counter_ns, process_time_ns
 
-
 DEC_TARGET, TTFT_TARGET = 0.98, 1.02
 
 
@@ -56,7 +55,9 @@ class BareContext:
         lib.llama_free(self.ctx)
 
 
-def bare_run(bare: BareContext, ids: list[int], n_out: int, marks: list[int] | None = None) -> tuple[float, float, list[int]]:
+def bare_run(
+    bare: BareContext, ids: list[int], n_out: int, marks: list[int] | None = None
+) -> tuple[float, float, list[int]]:
     """(ttft_s, decode_tok_s, tokens) of a bare greedy loop in the bare context; `marks`, when
     given (an empty list), receives the perf_counter_ns() moment each token was sampled."""
     import llama_cpp as lib
@@ -126,19 +127,38 @@ def main(argv: list[str] | None = None) -> int:
         c1 = process_time_ns()
         b = bare_run(bare, ids, args.max_tokens)
         c2 = process_time_ns()
-        rows.append({
-            "pair": i, "engine_ttft_s": a[0], "bare_ttft_s": b[0], "engine_decode_tok_s": a[1],
-            "bare_decode_tok_s": b[1], "ttft_ratio": a[0] / b[0], "decode_ratio": a[1] / b[1],
-            "engine_cpu_s": (c1 - c0) * 1e-9, "bare_cpu_s": (c2 - c1) * 1e-9, "cpu_ratio": (c1 - c0) / max(1, c2 - c1),
-            "same_tokens": a[2] == b[2],
-        })
+        rows.append(
+            {
+                "pair": i,
+                "engine_ttft_s": a[0],
+                "bare_ttft_s": b[0],
+                "engine_decode_tok_s": a[1],
+                "bare_decode_tok_s": b[1],
+                "ttft_ratio": a[0] / b[0],
+                "decode_ratio": a[1] / b[1],
+                "engine_cpu_s": (c1 - c0) * 1e-9,
+                "bare_cpu_s": (c2 - c1) * 1e-9,
+                "cpu_ratio": (c1 - c0) / max(1, c2 - c1),
+                "same_tokens": a[2] == b[2],
+            }
+        )
     summary = {
-        "model": eng.info.spec.name, "backend": eng.info.backend, "n_threads": eng.info.n_threads,
-        "n_batch": eng.info.n_batch, "n_ctx": eng.info.n_ctx, "prompt_tokens": len(ids),
-        "engine_settings": {"n_batch": eng.info.n_batch, "n_ubatch": eng.info.n_ubatch, "flash_attn": eng.info.flash_attn_used},
+        "model": eng.info.spec.name,
+        "backend": eng.info.backend,
+        "n_threads": eng.info.n_threads,
+        "n_batch": eng.info.n_batch,
+        "n_ctx": eng.info.n_ctx,
+        "prompt_tokens": len(ids),
+        "engine_settings": {
+            "n_batch": eng.info.n_batch,
+            "n_ubatch": eng.info.n_ubatch,
+            "flash_attn": eng.info.flash_attn_used,
+        },
         "bare_settings": {"n_batch": bare.n_batch, "n_ubatch": bare.n_ubatch, "flash_attn": bare.flash_attn},
         "cpu_buffers": eng.info.cpu_buffers,
-        "output_tokens": args.max_tokens, "pairs": args.pairs, "predictor": eng.predictor is not None,
+        "output_tokens": args.max_tokens,
+        "pairs": args.pairs,
+        "predictor": eng.predictor is not None,
         "median_decode_ratio": statistics.median(r["decode_ratio"] for r in rows),
         "median_ttft_ratio": statistics.median(r["ttft_ratio"] for r in rows),
         "all_same_tokens": all(r["same_tokens"] for r in rows),

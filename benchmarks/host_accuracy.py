@@ -38,7 +38,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 C_READ = r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,8 +102,9 @@ class CReadKernel:
         subprocess.run([gcc, "-O2", "-fopenmp", str(src), "-o", str(exe)], check=True)
         # passive: its idle threads sleep while the probe runs, instead of spinning on the same cores
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "false", "OMP_WAIT_POLICY": "passive"}
-        self._proc = subprocess.Popen([str(exe), str(array_bytes)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True, env=env)
+        self._proc = subprocess.Popen(
+            [str(exe), str(array_bytes)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
         if self._proc.stdout.readline().strip() != "ready":
             self.close()
             raise RuntimeError("the C read kernel did not start")
@@ -118,7 +118,7 @@ class CReadKernel:
         self._proc.stdin.close()
         self._proc.wait(timeout=30)
 
-    def __enter__(self) -> "CReadKernel":
+    def __enter__(self) -> CReadKernel:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -144,7 +144,7 @@ def paired_ratio(taken: list[dict]) -> float:
     return statistics.median(ratios) if ratios else float("nan")
 
 
-def read_check(kernel: "CReadKernel", rounds: int, threads: int, size: int) -> dict:
+def read_check(kernel: CReadKernel, rounds: int, threads: int, size: int) -> dict:
     """Check 1: every round the probe's arrays filled afresh, then PAIRS_PER_ROUND interleaved passes."""
     from ondevice.probing.host import MemoryPasses
 
@@ -152,20 +152,28 @@ def read_check(kernel: "CReadKernel", rounds: int, threads: int, size: int) -> d
     for r in range(rounds):
         with MemoryPasses(threads, size) as arrays:
             kernel_name = arrays.read_kernel
-            taken = interleaved(lambda: kernel.read_gbs(1), lambda: arrays.array_bytes / arrays.read_s(1) / 1e9,
-                                PAIRS_PER_ROUND)
+            taken = interleaved(
+                lambda: kernel.read_gbs(1), lambda: arrays.array_bytes / arrays.read_s(1) / 1e9, PAIRS_PER_ROUND
+            )
         passes += taken
         per_round.append(paired_ratio(taken))
-        say(f"read passes, round {r + 1}/{rounds}: probe/C {per_round[-1]:.3f}; best pass C "
-            f"{max(t['c_before_gbs'] for t in taken):.1f}, probe {max(t['probe_gbs'] for t in taken):.1f} GB/s")
+        say(
+            f"read passes, round {r + 1}/{rounds}: probe/C {per_round[-1]:.3f}; best pass C "
+            f"{max(t['c_before_gbs'] for t in taken):.1f}, probe {max(t['probe_gbs'] for t in taken):.1f} GB/s"
+        )
     ratio = paired_ratio(passes)
-    return {"passes": passes, "round_ratios": per_round, "ratio": ratio, "within": abs(ratio - 1) <= TOLERANCE,
-            "read_kernel": kernel_name,
-            "probe_median_gbs": statistics.median(t["probe_gbs"] for t in passes),
-            "c_median_gbs": statistics.median(t["c_before_gbs"] for t in passes)}
+    return {
+        "passes": passes,
+        "round_ratios": per_round,
+        "ratio": ratio,
+        "within": abs(ratio - 1) <= TOLERANCE,
+        "read_kernel": kernel_name,
+        "probe_median_gbs": statistics.median(t["probe_gbs"] for t in passes),
+        "c_median_gbs": statistics.median(t["c_before_gbs"] for t in passes),
+    }
 
 
-def first_contact_check(kernel: "CReadKernel", rounds: int) -> dict:
+def first_contact_check(kernel: CReadKernel, rounds: int) -> dict:
     """Check 2: C's best of FIRST_CONTACT_PASSES passes, then the first-contact probe, timed whole."""
     from ondevice.api import FIRST_CONTACT_PASSES, first_contact
     from ondevice.probing import default_backend
@@ -176,13 +184,19 @@ def first_contact_check(kernel: "CReadKernel", rounds: int) -> dict:
         t0 = time.perf_counter()
         result = first_contact(default_backend(), refresh=True, save=False)  # what a first run measures, not cached
         taken.append({"c_gbs": c, "probe_gbs": result.memory.read_gbs, "elapsed_s": time.perf_counter() - t0})
-        say(f"first contact, round {r + 1}/{rounds}: {taken[-1]['elapsed_s']:.2f} s, read {result.memory.read_gbs:.1f} "
-            f"GB/s (C just before: {c:.1f})")
+        say(
+            f"first contact, round {r + 1}/{rounds}: {taken[-1]['elapsed_s']:.2f} s, read {result.memory.read_gbs:.1f} "
+            f"GB/s (C just before: {c:.1f})"
+        )
         time.sleep(REST_S)
     elapsed = [t["elapsed_s"] for t in taken]
-    return {"rounds": taken, "median_elapsed_s": statistics.median(elapsed), "max_elapsed_s": max(elapsed),
-            "within_3s": max(elapsed) <= MAX_FIRST_CONTACT_S,
-            "best_of_ratio": statistics.median(t["probe_gbs"] / t["c_gbs"] for t in taken)}
+    return {
+        "rounds": taken,
+        "median_elapsed_s": statistics.median(elapsed),
+        "max_elapsed_s": max(elapsed),
+        "within_3s": max(elapsed) <= MAX_FIRST_CONTACT_S,
+        "best_of_ratio": statistics.median(t["probe_gbs"] / t["c_gbs"] for t in taken),
+    }
 
 
 def host_check(rounds: int, threads: int | None) -> dict:
@@ -221,21 +235,25 @@ def render(h: dict) -> list[str]:
     if "skipped" in h:
         return [f"host read: skipped ({h['skipped']})"]
     fc = h["first_contact"]
-    return [f"host read passes, {h['threads']} threads, {h['array_bytes'] >> 20} MiB: probe ({h.get('read_kernel') or '?'}) "
-            f"{h['probe_median_gbs']:.2f} GB/s "
-            f"vs C {h['c_median_gbs']:.2f} GB/s (medians of {len(h['passes'])} passes each); "
-            f"paired ratio {h['ratio']:.3f} ({'within' if h['within'] else 'OUTSIDE'} +-{TOLERANCE:.0%}); per round "
-            + " ".join(f"{x:.3f}" for x in h["round_ratios"]),
-            f"first-contact probe (host only): took {fc['median_elapsed_s']:.2f} s median, {fc['max_elapsed_s']:.2f} s at "
-            f"most ({'within' if fc['within_3s'] else 'OVER'} {MAX_FIRST_CONTACT_S:.0f} s); its read figure against C's "
-            f"best of as many passes just before: {fc['best_of_ratio']:.3f} (median; not checked: best-of figures "
-            f"catch this VM's speed bursts by chance)"]
+    return [
+        f"host read passes, {h['threads']} threads, {h['array_bytes'] >> 20} MiB: probe ({h.get('read_kernel') or '?'}) "
+        f"{h['probe_median_gbs']:.2f} GB/s "
+        f"vs C {h['c_median_gbs']:.2f} GB/s (medians of {len(h['passes'])} passes each); "
+        f"paired ratio {h['ratio']:.3f} ({'within' if h['within'] else 'OUTSIDE'} +-{TOLERANCE:.0%}); per round "
+        + " ".join(f"{x:.3f}" for x in h["round_ratios"]),
+        f"first-contact probe (host only): took {fc['median_elapsed_s']:.2f} s median, {fc['max_elapsed_s']:.2f} s at "
+        f"most ({'within' if fc['within_3s'] else 'OVER'} {MAX_FIRST_CONTACT_S:.0f} s); its read figure against C's "
+        f"best of as many passes just before: {fc['best_of_ratio']:.3f} (median; not checked: best-of figures "
+        f"catch this VM's speed bursts by chance)",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=9, help="rounds of each check (default 9)")
-    ap.add_argument("--threads", type=int, help="threads for both kernels (default: the engine's, one per physical core)")
+    ap.add_argument(
+        "--threads", type=int, help="threads for both kernels (default: the engine's, one per physical core)"
+    )
     ap.add_argument("--json", type=Path, help="write all figures here")
     args = ap.parse_args(argv)
     if args.rounds < 1:

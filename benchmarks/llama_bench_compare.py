@@ -32,14 +32,34 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 DEC_TARGET = 0.98
 
 
-def llama_bench(binary: str, model: Path, *, threads: int, repack: bool, n_prompt: int, n_gen: int, depth: int) -> float:
+def llama_bench(
+    binary: str, model: Path, *, threads: int, repack: bool, n_prompt: int, n_gen: int, depth: int
+) -> float:
     """tokens/s llama-bench reports for one test (-r 1)."""
-    cmd = [binary, "-m", str(model), "-t", str(threads), "-fa", "1", "--repack", "1" if repack else "0", "-r", "1",
-           "-p", str(n_prompt), "-n", str(n_gen), "-d", str(depth), "-o", "json"]
+    cmd = [
+        binary,
+        "-m",
+        str(model),
+        "-t",
+        str(threads),
+        "-fa",
+        "1",
+        "--repack",
+        "1" if repack else "0",
+        "-r",
+        "1",
+        "-p",
+        str(n_prompt),
+        "-n",
+        str(n_gen),
+        "-d",
+        str(depth),
+        "-o",
+        "json",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"llama-bench exited {out.returncode}: {out.stderr.strip()[-300:]}")
@@ -70,15 +90,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     binary = os.environ.get("LLAMA_BENCH")
     if not binary or not Path(binary).is_file():
-        print("LLAMA_BENCH is not set to a llama-bench binary: nothing to compare (see this script's docstring)", file=sys.stderr)
+        print(
+            "LLAMA_BENCH is not set to a llama-bench binary: nothing to compare (see this script's docstring)",
+            file=sys.stderr,
+        )
         return 2
     os.environ["ONDEVICE_CPU_BUFFERS"] = args.buffers
     from ondevice.engine import load
     from ondevice.models.materialize import resolve_model
 
     model = resolve_model(args.model)
-    eng = load(model, n_ctx=args.depth + args.gen_tokens + args.prompt_tokens + 16, n_threads=args.threads,
-               flash_attn=True)
+    eng = load(
+        model, n_ctx=args.depth + args.gen_tokens + args.prompt_tokens + 16, n_threads=args.threads, flash_attn=True
+    )
     text = "The history of the printing press begins in the fifteenth century, when " * 200
     all_ids = eng.tokenize(text)
     pp_ids, tg_ids = all_ids[: args.prompt_tokens], all_ids[: args.depth]
@@ -99,8 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         eng.close()
     summary = {
-        "model": model.name, "threads": eng.info.n_threads, "buffers": args.buffers, "n_ubatch": eng.info.n_ubatch,
-        "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens, "depth": args.depth, "rounds": args.rounds,
+        "model": model.name,
+        "threads": eng.info.n_threads,
+        "buffers": args.buffers,
+        "n_ubatch": eng.info.n_ubatch,
+        "prompt_tokens": args.prompt_tokens,
+        "gen_tokens": args.gen_tokens,
+        "depth": args.depth,
+        "rounds": args.rounds,
         "median_prefill_ratio": statistics.median(r["engine_pp"] / r["bench_pp"] for r in rows),
         "median_decode_ratio": statistics.median(r["engine_tg"] / r["bench_tg"] for r in rows),
     }
@@ -108,13 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"summary": summary, "rounds": rows}, indent=2))
     else:
-        print(f"engine vs llama-bench: {summary['model']}, {summary['threads']} threads, flash attention on, "
-              f"CPU buffers {args.buffers}, pp{args.prompt_tokens}, tg{args.gen_tokens} at depth {args.depth}")
+        print(
+            f"engine vs llama-bench: {summary['model']}, {summary['threads']} threads, flash attention on, "
+            f"CPU buffers {args.buffers}, pp{args.prompt_tokens}, tg{args.gen_tokens} at depth {args.depth}"
+        )
         for r in rows:
-            print(f"  round {r['round']}: prefill {r['engine_pp']:.1f} vs {r['bench_pp']:.1f} tok/s, "
-                  f"decode {r['engine_tg']:.2f} vs {r['bench_tg']:.2f} tok/s")
-        print(f"median prefill ratio {summary['median_prefill_ratio']:.3f}; median decode ratio "
-              f"{summary['median_decode_ratio']:.3f} (target >= {DEC_TARGET}: {'met' if ok else 'NOT met'})")
+            print(
+                f"  round {r['round']}: prefill {r['engine_pp']:.1f} vs {r['bench_pp']:.1f} tok/s, "
+                f"decode {r['engine_tg']:.2f} vs {r['bench_tg']:.2f} tok/s"
+            )
+        print(
+            f"median prefill ratio {summary['median_prefill_ratio']:.3f}; median decode ratio "
+            f"{summary['median_decode_ratio']:.3f} (target >= {DEC_TARGET}: {'met' if ok else 'NOT met'})"
+        )
     return 0 if ok else 1
 
 

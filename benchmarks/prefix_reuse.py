@@ -22,7 +22,6 @@ import argparse
 import statistics
 import sys
 
-
 TARGET = 1.0
 SYSTEM = (
     "You are a geography tutor. You answer questions about countries, their capital cities, rivers, "
@@ -30,9 +29,11 @@ SYSTEM = (
     "and do not add lists, jokes or follow-up questions. When a question is ambiguous, answer the most "
     "common reading of it. Use the English names of places. "
 ) * 3
-TURNS = [("What is the capital of France?", "And the capital of Italy?"),
-         ("Which river flows through Vienna?", "And through Budapest?"),
-         ("Where is Mount Fuji?", "How high is it?")]
+TURNS = [
+    ("What is the capital of France?", "And the capital of Italy?"),
+    ("Which river flows through Vienna?", "And through Budapest?"),
+    ("Where is Mount Fuji?", "How high is it?"),
+]
 
 
 def one_pair(engine, first: str, second: str) -> dict:
@@ -42,12 +43,18 @@ def one_pair(engine, first: str, second: str) -> dict:
     ids = chat.prompt_tokens(second)  # what turn two prefills, rendered the same way
     warm = chat.send(second)
     cold = engine.generate(ids, max_tokens=1, temperature=0, reuse_prefix=False)
-    return {"prompt_tokens": len(ids), "warm_cached": warm.cached_prompt_tokens,
-            "warm_computed": warm.timings.prompt_tokens_computed, "cold_computed": cold.timings.prompt_tokens_computed,
-            "warm_prefill_s": warm.timings.prefill_s, "cold_prefill_s": cold.timings.prefill_s,
-            "ratio": warm.timings.prefill_s / cold.timings.prefill_s,
-            "counts_ok": warm.cached_prompt_tokens == cached and warm.timings.prompt_tokens_computed == len(ids) - cached
-            and cold.timings.prompt_tokens_computed == len(ids)}
+    return {
+        "prompt_tokens": len(ids),
+        "warm_cached": warm.cached_prompt_tokens,
+        "warm_computed": warm.timings.prompt_tokens_computed,
+        "cold_computed": cold.timings.prompt_tokens_computed,
+        "warm_prefill_s": warm.timings.prefill_s,
+        "cold_prefill_s": cold.timings.prefill_s,
+        "ratio": warm.timings.prefill_s / cold.timings.prefill_s,
+        "counts_ok": warm.cached_prompt_tokens == cached
+        and warm.timings.prompt_tokens_computed == len(ids) - cached
+        and cold.timings.prompt_tokens_computed == len(ids),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,16 +74,22 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         eng.close()
     print(f"prefix reuse: {eng.info.spec.name} on {eng.info.backend}, {eng.info.n_threads} threads, {args.pairs} pairs")
-    print(f"{'pair':>4}  {'prompt':>6}  {'warm computed':>13}  {'cold computed':>13}  {'warm ms':>8}  {'cold ms':>8}  {'ratio':>6}")
+    print(
+        f"{'pair':>4}  {'prompt':>6}  {'warm computed':>13}  {'cold computed':>13}  {'warm ms':>8}  {'cold ms':>8}  {'ratio':>6}"
+    )
     for i, r in enumerate(rows):
-        print(f"{i:>4}  {r['prompt_tokens']:>6}  {r['warm_computed']:>13}  {r['cold_computed']:>13}  "
-              f"{r['warm_prefill_s'] * 1e3:>8.1f}  {r['cold_prefill_s'] * 1e3:>8.1f}  {r['ratio']:>6.3f}"
-              + ("" if r["counts_ok"] else "  token counts WRONG"))
+        print(
+            f"{i:>4}  {r['prompt_tokens']:>6}  {r['warm_computed']:>13}  {r['cold_computed']:>13}  "
+            f"{r['warm_prefill_s'] * 1e3:>8.1f}  {r['cold_prefill_s'] * 1e3:>8.1f}  {r['ratio']:>6.3f}"
+            + ("" if r["counts_ok"] else "  token counts WRONG")
+        )
     median = statistics.median(r["ratio"] for r in rows)
     counts_ok = all(r["counts_ok"] for r in rows)
     ok = median < TARGET and counts_ok
-    print(f"median warm/cold prefill time {median:.3f} (target < {TARGET}); warm turns computed only the uncached "
-          f"tokens: {'yes' if counts_ok else 'NO'} -> {'met' if ok else 'NOT met'}")
+    print(
+        f"median warm/cold prefill time {median:.3f} (target < {TARGET}); warm turns computed only the uncached "
+        f"tokens: {'yes' if counts_ok else 'NO'} -> {'met' if ok else 'NOT met'}"
+    )
     return 0 if ok else 1
 
 

@@ -60,11 +60,13 @@ TTFT_MODELS = ("default", "synth-Q4_0-50MB")  # the models whose TTFT is checked
 
 # ---------- 2. decode: prediction against measurement ----------
 
+
 def build_models(root: Path, only: list[str] | None = None) -> list[tuple[str, Path]]:
     """The default model and the synthetic ones (built once, kept in `root`) whose label has one of `only`."""
-    from ondevice.models.materialize import resolve_model
     from ondevice.quant.quantize import quantize
     from ondevice.quant.synth import SynthConfig, build_synthetic_model
+
+    from ondevice.models.materialize import resolve_model
 
     def wanted(label: str) -> bool:
         return not only or any(k in label for k in only)
@@ -97,8 +99,9 @@ def predicted(pred, prompt: int, n_out: int) -> tuple[float, float]:
     return (len(steps) / sum(s[0] for s in steps), len(steps) / sum(s[1] for s in steps))
 
 
-def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS, threads: int | None = None,
-                 prompts=PROMPTS) -> dict:
+def decode_check(
+    probe_result, models, reps: int, tokens: int, contexts=CONTEXTS, threads: int | None = None, prompts=PROMPTS
+) -> dict:
     """Round-robin: every round re-runs the kernel probe's runs, every (model, context) decode row and
     every (model, prompt) TTFT row; each round's fit predicts that round's rows (paired); the
     standalone probe is reported beside it."""
@@ -110,22 +113,39 @@ def decode_check(probe_result, models, reps: int, tokens: int, contexts=CONTEXTS
     plan = kernel.plan_for(probe_result.host.llc_bytes)
     probe_runs = kernel.probe_models(plan, paths.cache_dir() / "probe" / "models", say)
     rows = _decode_rows(models, contexts, tokens, threads)
-    ttft_rows = _ttft_rows([(label, path) for label, path in models if any(k in label for k in TTFT_MODELS)],
-                                prompts, threads)
-    probe_steps, probe_prefills, probe_specs, memory = _rounds(probe_result, plan, probe_runs, rows, ttft_rows, reps,
-                                                                tokens, threads)
+    ttft_rows = _ttft_rows(
+        [(label, path) for label, path in models if any(k in label for k in TTFT_MODELS)], prompts, threads
+    )
+    probe_steps, probe_prefills, probe_specs, memory = _rounds(
+        probe_result, plan, probe_runs, rows, ttft_rows, reps, tokens, threads
+    )
     standalone = probe_result.calibration()
-    kernel_best = max((kernel.fit_point(run, spec, min(steps), plan).step_bytes / min(steps) / 1e9
-                       for run, spec, steps in zip(probe_runs, probe_specs, probe_steps) if run.role == "sized"), default=0.0)
+    kernel_best = max(
+        (
+            kernel.fit_point(run, spec, min(steps), plan).step_bytes / min(steps) / 1e9
+            for run, spec, steps in zip(probe_runs, probe_specs, probe_steps)
+            if run.role == "sized"
+        ),
+        default=0.0,
+    )
     ceiling_gbs = max(replace(probe_result, memory=memory).ceiling_gbs, standalone.ceiling_gbs, kernel_best)
-    fits, cals = _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefills, reps, standalone,
-                                     ceiling_gbs)
+    fits, cals = _round_calibrations(
+        plan, probe_runs, probe_specs, probe_steps, probe_prefills, reps, standalone, ceiling_gbs
+    )
     out = [_row_result(row, cals, standalone, tokens) for row in rows]
     ttft_out = [_ttft_result(row, cals, standalone) for row in ttft_rows]
-    runs = [{"model": r.path.name, "role": r.role, "n_prompt": r.n_prompt, "step_s": st, "prefill_s": pf}
-            for r, st, pf in zip(probe_runs, probe_steps, probe_prefills)]
-    return {"rows": out, "ttft_rows": ttft_out, "round_fits": fits, "probe_runs": runs, "ceiling_gbs": ceiling_gbs,
-            "memory_best": memory.to_dict()}
+    runs = [
+        {"model": r.path.name, "role": r.role, "n_prompt": r.n_prompt, "step_s": st, "prefill_s": pf}
+        for r, st, pf in zip(probe_runs, probe_steps, probe_prefills)
+    ]
+    return {
+        "rows": out,
+        "ttft_rows": ttft_out,
+        "round_fits": fits,
+        "probe_runs": runs,
+        "ceiling_gbs": ceiling_gbs,
+        "memory_best": memory.to_dict(),
+    }
 
 
 def _decode_rows(models, contexts, tokens: int, threads: int | None) -> list[dict]:
@@ -133,8 +153,18 @@ def _decode_rows(models, contexts, tokens: int, threads: int | None) -> list[dic
     rows = []
     for label, path in models:
         for ctx in contexts:
-            rows.append({"label": label, "path": path, "ctx": ctx, "tokens": tokens, "threads": threads, "spec": None,
-                         "tok_s": [], "median_itl_s": []})
+            rows.append(
+                {
+                    "label": label,
+                    "path": path,
+                    "ctx": ctx,
+                    "tokens": tokens,
+                    "threads": threads,
+                    "spec": None,
+                    "tok_s": [],
+                    "median_itl_s": [],
+                }
+            )
     return rows
 
 
@@ -150,8 +180,17 @@ def _ttft_rows(models, prompts, threads: int | None) -> list[dict]:
             if trained and n + 16 > trained:
                 say(f"TTFT at {n} prompt tokens: skipped for {label} (trained context {trained})")
                 continue
-            rows.append({"label": label, "path": path, "prompt": n, "threads": threads, "spec": None, "chunk": None,
-                         "ttft_s": []})
+            rows.append(
+                {
+                    "label": label,
+                    "path": path,
+                    "prompt": n,
+                    "threads": threads,
+                    "spec": None,
+                    "chunk": None,
+                    "ttft_s": [],
+                }
+            )
     return rows
 
 
@@ -209,8 +248,14 @@ def _rounds(probe_result, plan, probe_runs, rows, ttft_rows, reps: int, tokens: 
         memory = best_of(memory, probe_memory(memory.n_threads, memory.array_bytes, passes=10))  # a pass is ~10 ms
         for k in range(max(len(probe_runs), len(rows), len(ttft_rows))):
             if k < len(probe_runs):
-                measured, _, _, spec = kernel.measure_run(probe_runs, k, pairs, plan, n_threads=threads,
-                                                          n_gpu_layers=0 if probe_result.backend == "CPU" else -1)
+                measured, _, _, spec = kernel.measure_run(
+                    probe_runs,
+                    k,
+                    pairs,
+                    plan,
+                    n_threads=threads,
+                    n_gpu_layers=0 if probe_result.backend == "CPU" else -1,
+                )
                 for i, step, prefill in measured:
                     probe_specs[i] = spec
                     probe_steps[i].append(step)
@@ -223,8 +268,9 @@ def _rounds(probe_result, plan, probe_runs, rows, ttft_rows, reps: int, tokens: 
     return probe_steps, probe_prefills, probe_specs, memory
 
 
-def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefills, reps: int, standalone,
-                        ceiling_gbs: float):
+def _round_calibrations(
+    plan, probe_runs, probe_specs, probe_steps, probe_prefills, reps: int, standalone, ceiling_gbs: float
+):
     """Paired: each round's probe runs calibrate a prediction for that round's rows (the same
     minute of a shared machine whose memory bandwidth drifts by +-10% or more): the decode fit,
     then the prefill rates on top of it."""
@@ -244,14 +290,29 @@ def _round_calibrations(plan, probe_runs, probe_specs, probe_steps, probe_prefil
             continue
         observed = kernel.prefill_observations(probe_runs, probe_specs, [p[k] for p in probe_prefills], plan)
         fit["step_ratios"] = {t: dict(r) for t, r in standalone.step_ratios.items()}  # measured once, by the probe
-        fits.append({**fit, **kernel.fit_prefill(observed, fit, backend=standalone.backend, row_width=plan.row_width())})
-    cals = [None if f is None else Calibration(
-        backend=standalone.backend, ceiling_gbs=ceiling_gbs, type_gbs=f["type_gbs"], kv_gbs=f["type_gbs"]["F16"],
-        type_gflops=f["type_gflops"], attn_gflops=f["attn_gflops"], batch_row_s=f["batch_row_s"],
-        batch_row_width=plan.row_width(), repacked_types=standalone.repacked_types,
-        type_cached_gbs=f["type_cached_gbs"], read_curve=standalone.read_curve,
-        step_ratios=standalone.step_ratios,
-        **{name: f[name] for name in kernel.SMALL_TERMS}) for f in fits]
+        fits.append(
+            {**fit, **kernel.fit_prefill(observed, fit, backend=standalone.backend, row_width=plan.row_width())}
+        )
+    cals = [
+        None
+        if f is None
+        else Calibration(
+            backend=standalone.backend,
+            ceiling_gbs=ceiling_gbs,
+            type_gbs=f["type_gbs"],
+            kv_gbs=f["type_gbs"]["F16"],
+            type_gflops=f["type_gflops"],
+            attn_gflops=f["attn_gflops"],
+            batch_row_s=f["batch_row_s"],
+            batch_row_width=plan.row_width(),
+            repacked_types=standalone.repacked_types,
+            type_cached_gbs=f["type_cached_gbs"],
+            read_curve=standalone.read_curve,
+            step_ratios=standalone.step_ratios,
+            **{name: f[name] for name in kernel.SMALL_TERMS},
+        )
+        for f in fits
+    ]
     return fits, cals
 
 
@@ -269,21 +330,35 @@ def _row_result(row: dict, cals, standalone, tokens: int) -> dict:
 
     spec = row["spec"]
     ceiling, _ = predicted(Predictor(spec, standalone if cals[0] is None else cals[0]), row["ctx"], tokens)
-    rounds = [(pred, tok_s, itl) for pred, tok_s, itl in
-              zip(round_predictions(spec, cals, row["ctx"], tokens), row["tok_s"], row["median_itl_s"]) if pred]
+    rounds = [
+        (pred, tok_s, itl)
+        for pred, tok_s, itl in zip(
+            round_predictions(spec, cals, row["ctx"], tokens), row["tok_s"], row["median_itl_s"]
+        )
+        if pred
+    ]
     per_round = [pred / tok_s - 1 for pred, tok_s, _itl in rounds]
     # the same, against 1 / the round's median ITL (what the probe's own runs count): a machine whose
     # steps stall now and then lowers the mean-based rate, not this one (reported, not checked)
     per_round_p50 = [pred * itl - 1 for pred, _tok_s, itl in rounds]
     _, alone = predicted(Predictor(spec, standalone), row["ctx"], tokens)
     typical, best = statistics.median(row["tok_s"]), max(row["tok_s"])
-    return {"model": row["label"], "types": "+".join(spec.decode_bytes_by_type),
-            "decode_mb": spec.decode_weight_bytes / 1e6, "ctx": row["ctx"], "measured_tok_s": typical,
-            "best_tok_s": best, "all_tok_s": row["tok_s"], "round_errors": per_round,
-            "error": statistics.median(per_round) if per_round else float("nan"),
-            "median_itl_error": statistics.median(per_round_p50) if per_round_p50 else float("nan"),
-            "standalone_tok_s": alone, "standalone_error": alone / typical - 1,
-            "ceiling_tok_s": ceiling, "ceiling_ok": ceiling >= best}
+    return {
+        "model": row["label"],
+        "types": "+".join(spec.decode_bytes_by_type),
+        "decode_mb": spec.decode_weight_bytes / 1e6,
+        "ctx": row["ctx"],
+        "measured_tok_s": typical,
+        "best_tok_s": best,
+        "all_tok_s": row["tok_s"],
+        "round_errors": per_round,
+        "error": statistics.median(per_round) if per_round else float("nan"),
+        "median_itl_error": statistics.median(per_round_p50) if per_round_p50 else float("nan"),
+        "standalone_tok_s": alone,
+        "standalone_error": alone / typical - 1,
+        "ceiling_tok_s": ceiling,
+        "ceiling_ok": ceiling >= best,
+    }
 
 
 def ttft_errors(spec, cals, prompt: int, chunk: int, ttft_s: list[float]) -> list[float]:
@@ -309,10 +384,17 @@ def _ttft_result(row: dict, cals, standalone) -> dict:
     per_round = ttft_errors(spec, cals, row["prompt"], chunk, row["ttft_s"])
     alone = Predictor(spec, standalone).ttft_s(row["prompt"], 0, chunk)
     typical = statistics.median(row["ttft_s"])
-    return {"model": row["label"], "prompt": row["prompt"], "chunk": chunk, "measured_ttft_s": typical,
-            "all_ttft_s": row["ttft_s"], "round_errors": per_round,
-            "error": statistics.median(per_round) if per_round else float("nan"),
-            "standalone_ttft_s": alone, "standalone_error": alone / typical - 1}
+    return {
+        "model": row["label"],
+        "prompt": row["prompt"],
+        "chunk": chunk,
+        "measured_ttft_s": typical,
+        "all_ttft_s": row["ttft_s"],
+        "round_errors": per_round,
+        "error": statistics.median(per_round) if per_round else float("nan"),
+        "standalone_ttft_s": alone,
+        "standalone_error": alone / typical - 1,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,8 +411,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--contexts", default="128,2048", help="context lengths (default 128,2048)")
     ap.add_argument("--prompts", default="128,1024,4096", help="TTFT prompt lengths (default 128,1024,4096)")
     ap.add_argument("--only", help="comma-separated substrings: decode only models whose label has one")
-    ap.add_argument("--threads", type=int, help="threads for the probe, the engines and both read kernels "
-                    "(default: the engine's, one per physical core)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        help="threads for the probe, the engines and both read kernels (default: the engine's, one per physical core)",
+    )
     ap.add_argument("--json", type=Path, help="write all figures here")
     args = ap.parse_args(argv)
     if args.reps < 1 or args.tokens < 2:
@@ -371,14 +456,18 @@ def misses(report: dict) -> list[str]:
     outside = [r for r in rows if not abs(r["error"]) <= DECODE_TOLERANCE]  # NaN (no round fitted) is outside too
     if len(rows) - len(outside) < DECODE_SHARE * len(rows):
         out += [f"{r['model']} at {r['ctx']}: paired error {100 * r['error']:+.1f}% outside +-10%" for r in outside]
-        out.append(f"decode: {len(rows) - len(outside)} of {len(rows)} rows within +-10% (the target is {DECODE_SHARE:.0%})")
+        out.append(
+            f"decode: {len(rows) - len(outside)} of {len(rows)} rows within +-10% (the target is {DECODE_SHARE:.0%})"
+        )
     for r in rows:
         name = f"{r['model']} at {r['ctx']}"
         if not r["ceiling_ok"]:
             out.append(f"{name}: ceiling {r['ceiling_tok_s']:.2f} tok/s below the fastest round {r['best_tok_s']:.2f}")
     for r in report.get("decode", {}).get("ttft_rows", []):
         if not abs(r["error"]) <= TTFT_TOLERANCE:
-            out.append(f"TTFT {r['model']} at {r['prompt']} prompt tokens: paired error {100 * r['error']:+.1f}% outside +-15%")
+            out.append(
+                f"TTFT {r['model']} at {r['prompt']} prompt tokens: paired error {100 * r['error']:+.1f}% outside +-15%"
+            )
     return out
 
 
@@ -391,40 +480,55 @@ def render(report: dict) -> str:
     if "probe" in report:
         p = report["probe"]
         k = p["kernel"]
-        lines.append(f"probe: {p['elapsed_s']:.1f} s ({'first run, models built' if p['cold'] else 'models cached'}); "
-                     f"read {p['memory']['read_gbs']:.1f} GB/s, ceiling {p['ceiling_gbs']:.1f} GB/s; kernels "
-                     + ", ".join(f"{t} {g:.1f}" for t, g in k["type_gbs"].items())
-                     + f" GB/s; t0 {1e3 * k['t0_s']:.3f} ms, layer {1e6 * k['layer_s']:.1f} us, "
-                     f"vocab {1e9 * k['vocab_s']:.2f} ns, row {1e9 * k['row_s']:.2f} ns, attention per score "
-                     f"{score_table(k['attn_score_s'])}; "
-                     f"fit rms {100 * k['fit_rms_rel']:.1f}%")
+        lines.append(
+            f"probe: {p['elapsed_s']:.1f} s ({'first run, models built' if p['cold'] else 'models cached'}); "
+            f"read {p['memory']['read_gbs']:.1f} GB/s, ceiling {p['ceiling_gbs']:.1f} GB/s; kernels "
+            + ", ".join(f"{t} {g:.1f}" for t, g in k["type_gbs"].items())
+            + f" GB/s; t0 {1e3 * k['t0_s']:.3f} ms, layer {1e6 * k['layer_s']:.1f} us, "
+            f"vocab {1e9 * k['vocab_s']:.2f} ns, row {1e9 * k['row_s']:.2f} ns, attention per score "
+            f"{score_table(k['attn_score_s'])}; "
+            f"fit rms {100 * k['fit_rms_rel']:.1f}%"
+        )
     if "decode" in report:
         fits = [f for f in report["decode"]["round_fits"] if f]
         med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
-        lines.append(f"per-round calibration ({len(fits)} rounds fitted), medians: "
-                     + ", ".join(f"{t} {med([f['type_gbs'][t] for f in fits]):.1f}" for t in (fits[0]["type_gbs"] if fits else ()))
-                     + f" GB/s; t0 {1e3 * med([f['t0_s'] for f in fits]):.3f} ms, layer {1e6 * med([f['layer_s'] for f in fits]):.1f} us, "
-                     f"vocab {1e9 * med([f['vocab_s'] for f in fits]):.2f} ns, row {1e9 * med([f['row_s'] for f in fits]):.2f} ns, "
-                     f"attention per score "
-                     f"{score_table(_median_table([f['attn_score_s'] for f in fits]))}; "
-                     f"ceiling {report['decode']['ceiling_gbs']:.1f} GB/s (best host or sized-model figure of all rounds)")
+        lines.append(
+            f"per-round calibration ({len(fits)} rounds fitted), medians: "
+            + ", ".join(
+                f"{t} {med([f['type_gbs'][t] for f in fits]):.1f}" for t in (fits[0]["type_gbs"] if fits else ())
+            )
+            + f" GB/s; t0 {1e3 * med([f['t0_s'] for f in fits]):.3f} ms, layer {1e6 * med([f['layer_s'] for f in fits]):.1f} us, "
+            f"vocab {1e9 * med([f['vocab_s'] for f in fits]):.2f} ns, row {1e9 * med([f['row_s'] for f in fits]):.2f} ns, "
+            f"attention per score "
+            f"{score_table(_median_table([f['attn_score_s'] for f in fits]))}; "
+            f"ceiling {report['decode']['ceiling_gbs']:.1f} GB/s (best host or sized-model figure of all rounds)"
+        )
         lines.append("")
-        lines.append("| model | weight types | MB/token | ctx | measured tok/s (median; best) | paired error, median "
-                     "| per round | standalone probe tok/s | error | ceiling tok/s | ceiling >= best |")
+        lines.append(
+            "| model | weight types | MB/token | ctx | measured tok/s (median; best) | paired error, median "
+            "| per round | standalone probe tok/s | error | ceiling tok/s | ceiling >= best |"
+        )
         lines.append("|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
         rows = report["decode"]["rows"]
         for r in rows:
-            lines.append(f"| {r['model']} | {r['types']} | {r['decode_mb']:.0f} | {r['ctx']} | "
-                         f"{r['measured_tok_s']:.2f}; {r['best_tok_s']:.2f} | {100 * r['error']:+.1f}% | "
-                         + " ".join(f"{100 * e:+.0f}" for e in r["round_errors"]) + " | "
-                         f"{r['standalone_tok_s']:.2f} | {100 * r['standalone_error']:+.1f}% | {r['ceiling_tok_s']:.2f} | "
-                         f"{'yes' if r['ceiling_ok'] else 'NO'} |")
+            lines.append(
+                f"| {r['model']} | {r['types']} | {r['decode_mb']:.0f} | {r['ctx']} | "
+                f"{r['measured_tok_s']:.2f}; {r['best_tok_s']:.2f} | {100 * r['error']:+.1f}% | "
+                + " ".join(f"{100 * e:+.0f}" for e in r["round_errors"])
+                + " | "
+                f"{r['standalone_tok_s']:.2f} | {100 * r['standalone_error']:+.1f}% | {r['ceiling_tok_s']:.2f} | "
+                f"{'yes' if r['ceiling_ok'] else 'NO'} |"
+            )
         lines.append("")
-        lines.append(f"within +-10%: paired {sum(abs(r['error']) <= DECODE_TOLERANCE for r in rows)}/{len(rows)}, "
-                     f"standalone {sum(abs(r['standalone_error']) <= DECODE_TOLERANCE for r in rows)}/{len(rows)}; "
-                     f"ceiling never below measured: {all(r['ceiling_ok'] for r in rows)}")
-        lines.append("paired error against 1 / median ITL (not checked): "
-                     + ", ".join(f"{r['model'].split(' ')[0]}@{r['ctx']} {100 * r['median_itl_error']:+.1f}%" for r in rows))
+        lines.append(
+            f"within +-10%: paired {sum(abs(r['error']) <= DECODE_TOLERANCE for r in rows)}/{len(rows)}, "
+            f"standalone {sum(abs(r['standalone_error']) <= DECODE_TOLERANCE for r in rows)}/{len(rows)}; "
+            f"ceiling never below measured: {all(r['ceiling_ok'] for r in rows)}"
+        )
+        lines.append(
+            "paired error against 1 / median ITL (not checked): "
+            + ", ".join(f"{r['model'].split(' ')[0]}@{r['ctx']} {100 * r['median_itl_error']:+.1f}%" for r in rows)
+        )
         lines += _ttft_lines(report["decode"].get("ttft_rows", []), fits)
     lines += [f"target NOT met: {m}" for m in report.get("misses", [])] or ["targets met"]
     return "\n".join(lines)
@@ -441,18 +545,29 @@ def _ttft_lines(rows: list[dict], fits: list[dict]) -> list[str]:
     if not rows:
         return []
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
-    rates = ", ".join(f"{t} {med([f['type_gflops'][t] for f in fits if t in f['type_gflops']]):.0f}"
-                      for t in (fits[0]["type_gflops"] if fits else ()))
+    rates = ", ".join(
+        f"{t} {med([f['type_gflops'][t] for f in fits if t in f['type_gflops']]):.0f}"
+        for t in (fits[0]["type_gflops"] if fits else ())
+    )
     attn = med([f["attn_gflops"] for f in fits if f.get("attn_gflops")])
-    out = ["", f"prefill rates per round, medians: {rates} GFLOP/s; attention {attn:.0f} GFLOP/s", "",
-           "| model | prompt tokens | measured TTFT ms (median) | paired error, median | per round | standalone ms | error |",
-           "|---|---:|---:|---:|---|---:|---:|"]
+    out = [
+        "",
+        f"prefill rates per round, medians: {rates} GFLOP/s; attention {attn:.0f} GFLOP/s",
+        "",
+        "| model | prompt tokens | measured TTFT ms (median) | paired error, median | per round | standalone ms | error |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
     for r in rows:
-        out.append(f"| {r['model']} | {r['prompt']} | {1e3 * r['measured_ttft_s']:.1f} | {100 * r['error']:+.1f}% | "
-                   + " ".join(f"{100 * e:+.0f}" for e in r["round_errors"]) + f" | {1e3 * r['standalone_ttft_s']:.1f} | "
-                   f"{100 * r['standalone_error']:+.1f}% |")
-    out.append(f"TTFT within +-15%: paired {sum(abs(r['error']) <= TTFT_TOLERANCE for r in rows)}/{len(rows)}, "
-               f"standalone {sum(abs(r['standalone_error']) <= TTFT_TOLERANCE for r in rows)}/{len(rows)}")
+        out.append(
+            f"| {r['model']} | {r['prompt']} | {1e3 * r['measured_ttft_s']:.1f} | {100 * r['error']:+.1f}% | "
+            + " ".join(f"{100 * e:+.0f}" for e in r["round_errors"])
+            + f" | {1e3 * r['standalone_ttft_s']:.1f} | "
+            f"{100 * r['standalone_error']:+.1f}% |"
+        )
+    out.append(
+        f"TTFT within +-15%: paired {sum(abs(r['error']) <= TTFT_TOLERANCE for r in rows)}/{len(rows)}, "
+        f"standalone {sum(abs(r['standalone_error']) <= TTFT_TOLERANCE for r in rows)}/{len(rows)}"
+    )
     return out
 
 

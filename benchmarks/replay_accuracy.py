@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import probe_accuracy  # noqa: E402 - its pairing, its predictions, its target
 
+
 def load_report(path: Path) -> dict:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
@@ -49,33 +50,60 @@ def replay(report: dict, model_dir: Path, accuracy_dir: Path, tokens: int = 32) 
     stored = report["decode"]["probe_runs"]
     if [r.path.name for r in runs] != [s["model"] for s in stored]:
         raise SystemExit("replay: this tree's probe runs differ from the report's (another plan): nothing to pair")
-    runs = [replace(r, n_prompt=s["n_prompt"]) for r, s in zip(runs, stored)]  # the prompts it ran (older: 256-token prefills)
+    runs = [
+        replace(r, n_prompt=s["n_prompt"]) for r, s in zip(runs, stored)
+    ]  # the prompts it ran (older: 256-token prefills)
     specs = [inspect(r.path) for r in runs]
     reps = len(stored[0]["step_s"])
     standalone = probe.calibration()
     if "repacked_types" not in (report["probe"].get("kernel") or {}):  # older reports: what this code finds here
-        standalone = replace(standalone, repacked_types=kernel.repacked_types(runs, probe.backend,
-                                                                                 probe.kernel.cpu_buffers))
-    _fits, cals = probe_accuracy._round_calibrations(plan, runs, specs, [s["step_s"] for s in stored],
-                                                     [s["prefill_s"] for s in stored], reps, standalone,
-                                                     report["decode"]["ceiling_gbs"])
+        standalone = replace(
+            standalone, repacked_types=kernel.repacked_types(runs, probe.backend, probe.kernel.cpu_buffers)
+        )
+    _fits, cals = probe_accuracy._round_calibrations(
+        plan,
+        runs,
+        specs,
+        [s["step_s"] for s in stored],
+        [s["prefill_s"] for s in stored],
+        reps,
+        standalone,
+        report["decode"]["ceiling_gbs"],
+    )
     rows, ttft_rows = report["decode"]["rows"], report["decode"].get("ttft_rows", [])
     tokens = report.get("tokens") or tokens
     models = dict(probe_accuracy.build_models(accuracy_dir, sorted({r["model"] for r in rows + ttft_rows})))
     out = []
     for row in rows:
         spec = inspect(models[row["model"]])
-        errors = [pred / tok_s - 1 for pred, tok_s in
-                  zip(probe_accuracy.round_predictions(spec, cals, row["ctx"], tokens), row["all_tok_s"]) if pred]
-        out.append({"row": f"{row['model']} at {row['ctx']}", "stored": row["error"], "round_errors": errors,
-                    "replayed": statistics.median(errors) if errors else float("nan"),
-                    "tolerance": probe_accuracy.DECODE_TOLERANCE})
+        errors = [
+            pred / tok_s - 1
+            for pred, tok_s in zip(probe_accuracy.round_predictions(spec, cals, row["ctx"], tokens), row["all_tok_s"])
+            if pred
+        ]
+        out.append(
+            {
+                "row": f"{row['model']} at {row['ctx']}",
+                "stored": row["error"],
+                "round_errors": errors,
+                "replayed": statistics.median(errors) if errors else float("nan"),
+                "tolerance": probe_accuracy.DECODE_TOLERANCE,
+            }
+        )
     for row in ttft_rows:
         chunk = row.get("chunk") or probe_accuracy.ttft_chunk(row["prompt"])  # older reports: as the engine set it
-        errors = probe_accuracy.ttft_errors(inspect(models[row["model"]]), cals, row["prompt"], chunk, row["all_ttft_s"])
-        out.append({"row": f"TTFT {row['model']} at {row['prompt']}", "stored": row["error"], "round_errors": errors,
-                    "replayed": statistics.median(errors) if errors else float("nan"),
-                    "tolerance": probe_accuracy.TTFT_TOLERANCE})
+        errors = probe_accuracy.ttft_errors(
+            inspect(models[row["model"]]), cals, row["prompt"], chunk, row["all_ttft_s"]
+        )
+        out.append(
+            {
+                "row": f"TTFT {row['model']} at {row['prompt']}",
+                "stored": row["error"],
+                "round_errors": errors,
+                "replayed": statistics.median(errors) if errors else float("nan"),
+                "tolerance": probe_accuracy.TTFT_TOLERANCE,
+            }
+        )
     return out
 
 
@@ -84,24 +112,34 @@ def render(name: str, rows: list[dict]) -> str:
     within = {k: sum(abs(r[k]) <= r["tolerance"] for r in decode) for k in ("stored", "replayed")}
     ttft_within = {k: sum(abs(r[k]) <= r["tolerance"] for r in ttft) for k in ("stored", "replayed")}
     same = all(abs(r["stored"] - r["replayed"]) < 1e-9 for r in rows)
-    lines = [f"{name}: decode rows within +-10%: stored {within['stored']}/{len(decode)}, "
-             f"replayed {within['replayed']}/{len(decode)}; TTFT rows within +-15%: stored {ttft_within['stored']}/"
-             f"{len(ttft)}, replayed {ttft_within['replayed']}/{len(ttft)}" + (" (as stored)" if same else "")]
-    lines += [f"  {r['row']:50s} stored {100 * r['stored']:+6.1f}%  replayed {100 * r['replayed']:+6.1f}%" for r in rows]
+    lines = [
+        f"{name}: decode rows within +-10%: stored {within['stored']}/{len(decode)}, "
+        f"replayed {within['replayed']}/{len(decode)}; TTFT rows within +-15%: stored {ttft_within['stored']}/"
+        f"{len(ttft)}, replayed {ttft_within['replayed']}/{len(ttft)}" + (" (as stored)" if same else "")
+    ]
+    lines += [
+        f"  {r['row']:50s} stored {100 * r['stored']:+6.1f}%  replayed {100 * r['replayed']:+6.1f}%" for r in rows
+    ]
     return "\n".join(lines)
 
 
 def _split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     """(decode rows, TTFT rows) of one replayed report."""
-    return ([r for r in rows if r["tolerance"] == probe_accuracy.DECODE_TOLERANCE],
-            [r for r in rows if r["tolerance"] == probe_accuracy.TTFT_TOLERANCE])
+    return (
+        [r for r in rows if r["tolerance"] == probe_accuracy.DECODE_TOLERANCE],
+        [r for r in rows if r["tolerance"] == probe_accuracy.TTFT_TOLERANCE],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("reports", nargs="+", type=Path, help="probe_accuracy --json reports (.json or .json.gz)")
-    ap.add_argument("--tokens", type=int, default=32, help="output tokens per round, for reports that do not say "
-                    "(probe_accuracy's --tokens; default 32)")
+    ap.add_argument(
+        "--tokens",
+        type=int,
+        default=32,
+        help="output tokens per round, for reports that do not say (probe_accuracy's --tokens; default 32)",
+    )
     args = ap.parse_args(argv)
     from ondevice.core import paths
 
@@ -116,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         ttft_met += all(abs(r["replayed"]) <= r["tolerance"] for r in ttft)
         for r in rows:
             per_row.setdefault(r["row"], []).append(r["replayed"])
-    print(f"replayed: {met} of {len(args.reports)} runs meet the decode target (9 in 10 rows within +-10%), "
-          f"{ttft_met} the TTFT target (every row within +-15%)")
+    print(
+        f"replayed: {met} of {len(args.reports)} runs meet the decode target (9 in 10 rows within +-10%), "
+        f"{ttft_met} the TTFT target (every row within +-15%)"
+    )
     if len(args.reports) > 1:
         for row, errors in per_row.items():
             print(f"  {row:45s} mean {100 * statistics.mean(errors):+5.1f}%  sd {100 * statistics.stdev(errors):4.1f}%")

@@ -27,7 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-
 PROMPTS = Path(__file__).resolve().parent / "data" / "speculative_prompts.json"
 GROUNDED_MIN, OPEN_MIN, PREDICTION_TOL = 2.0, 0.95, 0.15
 
@@ -64,7 +63,7 @@ def one_prompt(engine, prompt: str, repeats: int, max_tokens: int) -> dict:
     pairs, lossless = [], True
     for r in range(repeats):
         out = {}
-        for mode in (("plain", "lookup") if r % 2 == 0 else ("lookup", "plain")):
+        for mode in ("plain", "lookup") if r % 2 == 0 else ("lookup", "plain"):
             kw = {"speculative": "lookup"} if mode == "lookup" else {}
             out[mode] = engine.generate(prompt, max_tokens=max_tokens, temperature=0, reuse_prefix=False, **kw)
         plain, spec = out["plain"], out["lookup"]
@@ -77,9 +76,14 @@ def one_prompt(engine, prompt: str, repeats: int, max_tokens: int) -> dict:
         "predicted": statistics.median(x.predicted_speedup for x in s if x.predicted_speedup),
         "plain_tok_s": statistics.median(p[1].timings.decode_tok_s for p in pairs),
         "spec_tok_s": statistics.median(p[2].timings.decode_tok_s for p in pairs),
-        "drafted": sum(x.drafted for x in s), "accepted": sum(x.accepted for x in s),
-        "steps": sum(x.steps for x in s), "plain_steps": sum(x.plain_steps for x in s), "k_cap": s[0].k_cap,
-        "itl": [v for p in pairs for v in p[2].timings.itl_s], "tokens": len(pairs[0][2].token_ids), "lossless": lossless,
+        "drafted": sum(x.drafted for x in s),
+        "accepted": sum(x.accepted for x in s),
+        "steps": sum(x.steps for x in s),
+        "plain_steps": sum(x.plain_steps for x in s),
+        "k_cap": s[0].k_cap,
+        "itl": [v for p in pairs for v in p[2].timings.itl_s],
+        "tokens": len(pairs[0][2].token_ids),
+        "lossless": lossless,
     }
 
 
@@ -91,22 +95,28 @@ def _pct(xs: list[float], q: float) -> float:
 
 def report_set(name: str, rows: list[dict]) -> dict:
     print(f"\n{name} prompts")
-    print(f"{'#':>2}  {'tokens':>6}  {'plain tok/s':>11}  {'spec tok/s':>10}  {'speedup':>7}  {'predicted':>9}  {'accept':>6}  "
-          f"{'acc/step':>8}  {'drafts/step':>11}  {'verify/plain steps':>18}  lossless")
+    print(
+        f"{'#':>2}  {'tokens':>6}  {'plain tok/s':>11}  {'spec tok/s':>10}  {'speedup':>7}  {'predicted':>9}  {'accept':>6}  "
+        f"{'acc/step':>8}  {'drafts/step':>11}  {'verify/plain steps':>18}  lossless"
+    )
     for i, r in enumerate(rows):
         acc = f"{100 * r['accepted'] / r['drafted']:.0f}%" if r["drafted"] else "-"
         per = f"{r['accepted'] / r['steps']:.2f}" if r["steps"] else "-"
         dps = f"{r['drafted'] / r['steps']:.2f}" if r["steps"] else "-"
-        print(f"{i:>2}  {r['tokens']:>6}  {r['plain_tok_s']:>11.1f}  {r['spec_tok_s']:>10.1f}  {r['speedup']:>6.2f}x  "
-              f"{r['predicted']:>8.2f}x  {acc:>6}  {per:>8}  {dps:>11}  {r['steps']:>8}/{r['plain_steps']:<9}  "
-              f"{'yes' if r['lossless'] else 'NO'}")
+        print(
+            f"{i:>2}  {r['tokens']:>6}  {r['plain_tok_s']:>11.1f}  {r['spec_tok_s']:>10.1f}  {r['speedup']:>6.2f}x  "
+            f"{r['predicted']:>8.2f}x  {acc:>6}  {per:>8}  {dps:>11}  {r['steps']:>8}/{r['plain_steps']:<9}  "
+            f"{'yes' if r['lossless'] else 'NO'}"
+        )
     measured = statistics.median(r["speedup"] for r in rows)
     predicted = statistics.median(r["predicted"] for r in rows)
     drafted, accepted = sum(r["drafted"] for r in rows), sum(r["accepted"] for r in rows)
     itl = [v for r in rows for v in r["itl"]]
-    print(f"{name}: median speedup {measured:.2f}x, predicted {predicted:.2f}x (predicted/measured {predicted / measured:.2f}); "
-          f"acceptance {100 * accepted / drafted if drafted else 0:.0f}% of {drafted} drafted; k cap {rows[0]['k_cap']}; "
-          f"speculative ITL p50 {1e3 * _pct(itl, 50):.1f} ms, p95 {1e3 * _pct(itl, 95):.1f} ms")
+    print(
+        f"{name}: median speedup {measured:.2f}x, predicted {predicted:.2f}x (predicted/measured {predicted / measured:.2f}); "
+        f"acceptance {100 * accepted / drafted if drafted else 0:.0f}% of {drafted} drafted; k cap {rows[0]['k_cap']}; "
+        f"speculative ITL p50 {1e3 * _pct(itl, 50):.1f} ms, p95 {1e3 * _pct(itl, 95):.1f} ms"
+    )
     return {"measured": measured, "predicted": predicted, "lossless": all(r["lossless"] for r in rows)}
 
 
@@ -128,24 +138,41 @@ def main(argv: list[str] | None = None) -> int:
         tss = getattr(eng.predictor, "tokens_step_s", None)
         predicted_costs = {n: tss(256, n) / tss(256, 1) for n in costs} if tss else {}
         eng.generate(prompts["open"][0], max_tokens=8, temperature=0, speculative="lookup")  # warm-up, batch check
-        rows = {name: [one_prompt(eng, p, args.repeats, args.max_tokens) for p in prompts[name]] for name in ("grounded", "open")}
+        rows = {
+            name: [one_prompt(eng, p, args.repeats, args.max_tokens) for p in prompts[name]]
+            for name in ("grounded", "open")
+        }
     finally:
         eng.close()
     i = eng.info
-    print(f"speculative decoding (prompt lookup): {i.spec.name} on {i.backend}, {i.n_threads} threads, CPU buffers "
-          f"{i.cpu_buffers}, greedy, {args.repeats} interleaved pairs per prompt, up to {args.max_tokens} tokens")
-    print("verify cost measured, one decode of n tokens (logits at every position) / one of 1 token: " + ", ".join(
-        f"n={n}: {every:.2f} (logits at the last only {last:.2f})" for n, (every, last) in costs.items()))
+    print(
+        f"speculative decoding (prompt lookup): {i.spec.name} on {i.backend}, {i.n_threads} threads, CPU buffers "
+        f"{i.cpu_buffers}, greedy, {args.repeats} interleaved pairs per prompt, up to {args.max_tokens} tokens"
+    )
+    print(
+        "verify cost measured, one decode of n tokens (logits at every position) / one of 1 token: "
+        + ", ".join(f"n={n}: {every:.2f} (logits at the last only {last:.2f})" for n, (every, last) in costs.items())
+    )
     if predicted_costs:
-        print("verify cost predicted (Predictor.tokens_step_s at 256 tokens of context): " + ", ".join(
-            f"n={n}: {r:.2f}" for n, r in predicted_costs.items()))
+        print(
+            "verify cost predicted (Predictor.tokens_step_s at 256 tokens of context): "
+            + ", ".join(f"n={n}: {r:.2f}" for n, r in predicted_costs.items())
+        )
     res = {name: report_set(name, r) for name, r in rows.items()}
-    checks = [
-        (f"grounded median >= {GROUNDED_MIN}x", res["grounded"]["measured"] >= GROUNDED_MIN),
-        (f"open median >= {OPEN_MIN}x", res["open"]["measured"] >= OPEN_MIN),
-    ] + [(f"{name}: predicted within {PREDICTION_TOL:.0%} of measured",
-          abs(r["predicted"] / r["measured"] - 1) <= PREDICTION_TOL) for name, r in res.items()] + [
-        ("output identical to plain decoding", all(r["lossless"] for r in res.values()))]
+    checks = (
+        [
+            (f"grounded median >= {GROUNDED_MIN}x", res["grounded"]["measured"] >= GROUNDED_MIN),
+            (f"open median >= {OPEN_MIN}x", res["open"]["measured"] >= OPEN_MIN),
+        ]
+        + [
+            (
+                f"{name}: predicted within {PREDICTION_TOL:.0%} of measured",
+                abs(r["predicted"] / r["measured"] - 1) <= PREDICTION_TOL,
+            )
+            for name, r in res.items()
+        ]
+        + [("output identical to plain decoding", all(r["lossless"] for r in res.values()))]
+    )
     print()
     for label, ok in checks:
         print(f"{'met    ' if ok else 'NOT met'}  {label}")

@@ -28,10 +28,11 @@ import sys
 import threading
 import time
 
-import ondevice
-from ondevice.engine.chat import ChatTemplate
 from ondevice.tui.app import ChatApp
 from ondevice.tui.session import ChatSettings
+
+import ondevice
+from ondevice.engine.chat import ChatTemplate
 
 MESSAGE = "Write a long, detailed story about a lighthouse keeper and a storm."
 TARGET = 0.97
@@ -63,7 +64,9 @@ def _engine_alone(engine, tokens: int) -> dict:
 async def _run_tui(engine, tokens: int) -> dict:
     engine.reset()
     settings = ChatSettings(temperature=0.0, top_p=1.0, max_tokens=tokens)
-    app = ChatApp(lambda: engine, settings=settings, store=None, model_label="bench", extra_sampling={"ignore_eos": True})
+    app = ChatApp(
+        lambda: engine, settings=settings, store=None, model_label="bench", extra_sampling={"ignore_eos": True}
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         while app.controller.session is None:
             if app.controller.load_error:
@@ -75,7 +78,9 @@ async def _run_tui(engine, tokens: int) -> dict:
         # What Enter does. Pilot.press would go on to poll the screen every 20 ms until it
         # is idle (about 2 s here): a cost of the test harness, which a user never pays.
         await prompt.action_submit()
-        while not app.controller.turns or app.controller.generating:  # rare plain sleeps: Pilot.pause() would force screen updates
+        while (
+            not app.controller.turns or app.controller.generating
+        ):  # rare plain sleeps: Pilot.pause() would force screen updates
             await asyncio.sleep(0.5)
         ui_share = (time.thread_time() - cpu0) / (time.perf_counter() - wall0)
         await pilot.pause(0.05)
@@ -107,8 +112,15 @@ def median_interval(ratios: list[float], level: float = 0.9, draws: int = 2000) 
 
 def _row(g) -> dict:
     t = g.timings
-    return {"decode_tok_s": t.decode_tok_s, "ttft_s": t.ttft_s, "tokens": t.output_tokens, "finish": g.finish_reason,
-            "prompt_tokens": g.prompt_tokens, "cached": g.cached_prompt_tokens, "chars": len(g.text)}
+    return {
+        "decode_tok_s": t.decode_tok_s,
+        "ttft_s": t.ttft_s,
+        "tokens": t.output_tokens,
+        "finish": g.finish_reason,
+        "prompt_tokens": g.prompt_tokens,
+        "cached": g.cached_prompt_tokens,
+        "chars": len(g.text),
+    }
 
 
 def summarize_runs(engine, args, pairs: list, engine_runs: list) -> dict:
@@ -139,19 +151,29 @@ def summarize_runs(engine, args, pairs: list, engine_runs: list) -> dict:
 
 
 def render(summary: dict, args) -> None:
-    print(f"model {summary['model']} · {summary['backend']} · {summary['threads']} threads · {args.tokens} tokens, greedy")
-    print(f"{'pair':>4}  {'engine tok/s':>12}  {'TUI tok/s':>10}  {'ratio':>6}  {'tokens A/B':>10}  {'TTFT A/B ms':>13}")
+    print(
+        f"model {summary['model']} · {summary['backend']} · {summary['threads']} threads · {args.tokens} tokens, greedy"
+    )
+    print(
+        f"{'pair':>4}  {'engine tok/s':>12}  {'TUI tok/s':>10}  {'ratio':>6}  {'tokens A/B':>10}  {'TTFT A/B ms':>13}"
+    )
     for n, run in enumerate(summary["runs"], 1):
         a, b, r = run["engine"], run["tui"], run["ratio"]
-        print(f"{n:>4}  {a['decode_tok_s']:>12.1f}  {b['decode_tok_s']:>10.1f}  {r:>6.3f}  "
-              f"{a['tokens']:>4}/{b['tokens']:<5}  {a['ttft_s'] * 1e3:>6.1f}/{b['ttft_s'] * 1e3:<6.1f}")
+        print(
+            f"{n:>4}  {a['decode_tok_s']:>12.1f}  {b['decode_tok_s']:>10.1f}  {r:>6.3f}  "
+            f"{a['tokens']:>4}/{b['tokens']:<5}  {a['ttft_s'] * 1e3:>6.1f}/{b['ttft_s'] * 1e3:<6.1f}"
+        )
     verdict = "PASS" if summary["pass"] else "FAIL"
     lo, hi = summary["ratio_median_90pct"]
-    print(f"median ratio TUI/engine {summary['ratio_median']:.3f} (90% bootstrap interval {lo:.3f}-{hi:.3f}; "
-          f"min {summary['ratio_min']:.3f}); target >= {TARGET}; every run decoded {args.tokens} tokens: "
-          f"{'yes' if summary['same_tokens'] else 'NO, ' + str(summary['token_counts'])} -> {verdict}")
-    print(f"median decode tok/s: engine {summary['engine_decode_tok_s_median']:.1f}, TUI {summary['tui_decode_tok_s_median']:.1f}; "
-          f"UI thread CPU {summary['ui_cpu_share_median'] * 100:.1f}% of a core while streaming")
+    print(
+        f"median ratio TUI/engine {summary['ratio_median']:.3f} (90% bootstrap interval {lo:.3f}-{hi:.3f}; "
+        f"min {summary['ratio_min']:.3f}); target >= {TARGET}; every run decoded {args.tokens} tokens: "
+        f"{'yes' if summary['same_tokens'] else 'NO, ' + str(summary['token_counts'])} -> {verdict}"
+    )
+    print(
+        f"median decode tok/s: engine {summary['engine_decode_tok_s_median']:.1f}, TUI {summary['tui_decode_tok_s_median']:.1f}; "
+        f"UI thread CPU {summary['ui_cpu_share_median'] * 100:.1f}% of a core while streaming"
+    )
 
 
 def main() -> int:

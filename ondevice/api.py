@@ -9,13 +9,13 @@ a predictor and never looks one up; the roofline takes a probe and never reads a
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ondevice.core.errors import InvalidParameterError, ProbeError
 from ondevice.engine import Engine
 from ondevice.engine import load as load_engine
-from ondevice.core.errors import InvalidParameterError, ProbeError
 from ondevice.gguf.spec import ModelSpec
 from ondevice.probing import cached_probe
 from ondevice.roofline import Calibration, Prediction, Predictor
@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 
-def load(model: str | Path | None = None, *, predictor: Any = "auto", progress: Progress | None = None,
-         **engine_args: Any) -> Engine:
+def load(
+    model: str | Path | None = None, *, predictor: Any = "auto", progress: Progress | None = None, **engine_args: Any
+) -> Engine:
     """Load a model into an Engine (ondevice.engine.load's arguments), with a roofline predictor.
 
     predictor "auto": from this machine's cached probe for the engine's backend; on first contact
@@ -38,7 +39,9 @@ def load(model: str | Path | None = None, *, predictor: Any = "auto", progress: 
     slow step runs (the first-contact probe).
     """
     if isinstance(predictor, str) and predictor != "auto":
-        raise InvalidParameterError(f"predictor must be 'auto', None or an object with step_s(n_ctx), not {predictor!r}")
+        raise InvalidParameterError(
+            f"predictor must be 'auto', None or an object with step_s(n_ctx), not {predictor!r}"
+        )
     given = None if isinstance(predictor, str) else predictor
     engine = load_engine(model, predictor=given, **engine_args)
     if predictor == "auto":
@@ -86,8 +89,9 @@ def first_contact(backend: str, progress: Progress | None = None, *, refresh: bo
     log.info(FIRST_CONTACT)
     if progress is not None:
         progress(FIRST_CONTACT)
-    return probe(kernel=False, backend=backend, memory_passes=FIRST_CONTACT_PASSES, disk=False, refresh=refresh,
-                 save=save)
+    return probe(
+        kernel=False, backend=backend, memory_passes=FIRST_CONTACT_PASSES, disk=False, refresh=refresh, save=save
+    )
 
 
 def estimated_calibration(result, spec: ModelSpec) -> Calibration:
@@ -98,9 +102,18 @@ def estimated_calibration(result, spec: ModelSpec) -> Calibration:
     return estimate_from(result.host_calibration(), spec)
 
 
-def predict(model_or_spec: ModelSpec | str | Path | None = None, *, ctx=(128, 2048), probe=None,
-            bandwidth_gbs: float | None = None, prompt_tokens: int | str | None = "default", n_batch: int = 512,
-            available_bytes: int | None = None, output_tokens: int | None = None, target=None) -> Prediction:
+def predict(
+    model_or_spec: ModelSpec | str | Path | None = None,
+    *,
+    ctx=(128, 2048),
+    probe=None,
+    bandwidth_gbs: float | None = None,
+    prompt_tokens: int | str | None = "default",
+    n_batch: int = 512,
+    available_bytes: int | None = None,
+    output_tokens: int | None = None,
+    target=None,
+) -> Prediction:
     """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model on this machine.
 
     model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
@@ -113,6 +126,14 @@ def predict(model_or_spec: ModelSpec | str | Path | None = None, *, ctx=(128, 20
         probe = cached_probe()
         if probe is None:
             raise ProbeError("no probe results for this machine: run `ondevice probe` first, or give a bandwidth")
-    return roofline_predict(model_or_spec, ctx=ctx, probe=probe, bandwidth_gbs=bandwidth_gbs,
-                            prompt_tokens=prompt_tokens, n_batch=n_batch, available_bytes=available_bytes,
-                            output_tokens=output_tokens, target=target)
+    return roofline_predict(
+        model_or_spec,
+        ctx=ctx,
+        probe=probe,
+        bandwidth_gbs=bandwidth_gbs,
+        prompt_tokens=prompt_tokens,
+        n_batch=n_batch,
+        available_bytes=available_bytes,
+        output_tokens=output_tokens,
+        target=target,
+    )

@@ -6,18 +6,18 @@ dequantized with the numpy reference for Q8_0/Q4_0 and gguf.quants for the other
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 from gguf import GGMLQuantizationType
 from gguf import quants as gguf_quants
+from ondevice.quant import reference
+from ondevice.quant.formats import block_format
 
 from ondevice.core.errors import QuantError
 from ondevice.gguf.reader import GGUFFile, TensorInfo, read_gguf
-from ondevice.quant import reference
-from ondevice.quant.formats import block_format
 
 __all__ = ["TensorError", "tensor_errors", "read_tensor", "iter_tensor_rows"]
 
@@ -120,7 +120,9 @@ def tensor_errors(
     by_name = {t.name: t for t in gs.tensors}
     missing = [t.name for t in gm.tensors if t.name not in by_name]
     if missing:
-        raise QuantError(f"{source} is not the source of {model}: it has no tensor {missing[0]!r} ({len(missing)} missing)")
+        raise QuantError(
+            f"{source} is not the source of {model}: it has no tensor {missing[0]!r} ({len(missing)} missing)"
+        )
     out: list[TensorError] = []
     for i, tm in enumerate(gm.tensors):
         ts = by_name[tm.name]

@@ -8,8 +8,9 @@ the two formats the numpy reference implements (Q8_0, Q4_0), the layout of one b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -39,7 +40,9 @@ class BlockFormat:
     def row_bytes(self, n_elements: int) -> int:
         """Bytes of one row of `n_elements` weights; the row must be whole blocks."""
         if n_elements % self.block_elements:
-            raise QuantError(f"{self.name}: a row of {n_elements} weights is not a whole number of {self.block_elements}-weight blocks")
+            raise QuantError(
+                f"{self.name}: a row of {n_elements} weights is not a whole number of {self.block_elements}-weight blocks"
+            )
         return n_elements // self.block_elements * self.block_bytes
 
     def tensor_bytes(self, shape_ggml: Sequence[int]) -> int:

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+
+from ondevice.quant import quality
+from ondevice.quant.quantize import file_type, is_quantized, quantize
 
 from ondevice.core import paths
 from ondevice.core.errors import GGUFFormatError, InvalidParameterError, QuantError
 from ondevice.gguf.reader import read_gguf
 from ondevice.gguf.spec import ModelSpec, inspect
-from ondevice.quant import quality
-from ondevice.quant.quantize import file_type, is_quantized, quantize
 
 __all__ = ["Rung", "Ladder", "BenchPlan", "run_ladder", "rung_path", "parse_types"]
 
@@ -91,7 +93,7 @@ class Ladder:
 
 
 def parse_types(types: str | Sequence[str]) -> list[str]:
-    """"Q4_0,Q8_0" or a list -> canonical names, duplicates dropped; QuantError for unknown ones."""
+    """ "Q4_0,Q8_0" or a list -> canonical names, duplicates dropped; QuantError for unknown ones."""
     items = types.split(",") if isinstance(types, str) else list(types)
     out: list[str] = []
     for item in (t.strip() for t in items):
@@ -118,7 +120,9 @@ def rung_path(source: Path, qtype: str, cache_root: Path | None = None) -> Path:
     return root / f"{source.stem}-{key}" / f"{qtype}.gguf"
 
 
-def _obtain(source: Path, qtype: str, cache_root: Path | None, allow_requantize: bool, threads: int | None) -> tuple[Path, bool]:
+def _obtain(
+    source: Path, qtype: str, cache_root: Path | None, allow_requantize: bool, threads: int | None
+) -> tuple[Path, bool]:
     dst = rung_path(source, qtype, cache_root)
     if dst.exists():
         try:
@@ -156,7 +160,9 @@ def _predict(spec: ModelSpec, plan: BenchPlan, bandwidth_gbs: float | None, prob
     from ondevice.core.errors import ProbeError
 
     try:
-        pred = predict(spec, ctx=(plan.mean_ctx,), prompt_tokens=plan.prompt_tokens, bandwidth_gbs=bandwidth_gbs, probe=probe)
+        pred = predict(
+            spec, ctx=(plan.mean_ctx,), prompt_tokens=plan.prompt_tokens, bandwidth_gbs=bandwidth_gbs, probe=probe
+        )
     except ProbeError as exc:
         return None, str(exc)
     if pred.bandwidth_source == "given":
@@ -189,7 +195,9 @@ def run_ladder(
     g = read_gguf(src)
     names = parse_types(types)
     if is_quantized(g) and not allow_requantize:
-        raise QuantError(f"{src} is already quantized ({', '.join(is_quantized(g))}); pass --allow-requantize to build a ladder from it")
+        raise QuantError(
+            f"{src} is already quantized ({', '.join(is_quantized(g))}); pass --allow-requantize to build a ladder from it"
+        )
     if bench is not None:
         bench.validate()
     say = progress or (lambda stage, detail: None)
@@ -206,9 +214,15 @@ def run_ladder(
     rungs = tuple(_rung(f, spec, sp, cmp, i == base_i) for i, (f, spec, sp, cmp) in enumerate(rows))
     first = comparisons[0]
     return Ladder(
-        source=str(src), source_quant=inspect(src).quant, base_type=names[base_i], rungs=rungs,
-        bench=bench, backend=speeds[-1]["backend"], prediction_note=speeds[-1]["note"],
-        quality_text=first.base.text_name if first else None, quality_n_ctx=first.base.n_ctx if first else None,
+        source=str(src),
+        source_quant=inspect(src).quant,
+        base_type=names[base_i],
+        rungs=rungs,
+        bench=bench,
+        backend=speeds[-1]["backend"],
+        prediction_note=speeds[-1]["note"],
+        quality_text=first.base.text_name if first else None,
+        quality_n_ctx=first.base.n_ctx if first else None,
         quality_scored_tokens=first.base.n_scored if first else None,
     )
 
@@ -230,14 +244,22 @@ def _rung(file: tuple[str, Path, bool], spec: ModelSpec, speed: dict[str, Any], 
     name, path, cached = file
     pred = speed["pred"]
     return Rung(
-        qtype=name, path=str(path), cached=cached, file_bytes=spec.file_bytes, weight_bytes=spec.weight_bytes,
-        decode_weight_bytes=spec.decode_weight_bytes, bits_per_weight=spec.bits_per_weight,
+        qtype=name,
+        path=str(path),
+        cached=cached,
+        file_bytes=spec.file_bytes,
+        weight_bytes=spec.weight_bytes,
+        decode_weight_bytes=spec.decode_weight_bytes,
+        bits_per_weight=spec.bits_per_weight,
         ceiling_tok_s=pred.contexts[0].ceiling_tok_s if pred else None,
         predicted_tok_s=pred.contexts[0].predicted_tok_s if pred else None,
         ttft_floor_s=pred.ttft.floor_s if pred and pred.ttft else None,
-        decode_tok_s=speed["tok_s"], ttft_s=speed["ttft_s"],
-        ppl=cmp.other.ppl if cmp else None, kl_mean=cmp.kl_mean if cmp else None,
-        top1_agreement=cmp.top1_agreement if cmp else None, is_base=is_base,
+        decode_tok_s=speed["tok_s"],
+        ttft_s=speed["ttft_s"],
+        ppl=cmp.other.ppl if cmp else None,
+        kl_mean=cmp.kl_mean if cmp else None,
+        top1_agreement=cmp.top1_agreement if cmp else None,
+        is_base=is_base,
     )
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from gguf import Keys
@@ -25,7 +25,17 @@ from ondevice.core.errors import InvalidParameterError, QuantError
 from ondevice.gguf.reader import ArrayRef, GGUFFile, read_gguf
 from ondevice.llama.logits import LogitsModel
 
-__all__ = ["Perplexity", "Comparison", "default_text", "perplexity", "compare", "compare_many", "check_same_vocabulary", "DEFAULT_TEXT", "DEFAULT_N_CTX"]
+__all__ = [
+    "Perplexity",
+    "Comparison",
+    "default_text",
+    "perplexity",
+    "compare",
+    "compare_many",
+    "check_same_vocabulary",
+    "DEFAULT_TEXT",
+    "DEFAULT_N_CTX",
+]
 
 DEFAULT_TEXT = ("alice_ch1.txt", "pride_ch1.txt")  # quant/data, joined in this order
 DEFAULT_N_CTX = 512  # window length, tokens (capped at the model's trained context)
@@ -134,21 +144,32 @@ class _Scorer:
         self.nll.append(lse - logits[np.arange(len(targets)), targets].astype(np.float64))
         self.n += len(targets)
 
-    def add_kl(self, base: np.ndarray, base_e: np.ndarray, base_total: np.ndarray, base_lse: np.ndarray,
-               logits: np.ndarray, lse: np.ndarray) -> None:
+    def add_kl(
+        self,
+        base: np.ndarray,
+        base_e: np.ndarray,
+        base_total: np.ndarray,
+        base_lse: np.ndarray,
+        logits: np.ndarray,
+        lse: np.ndarray,
+    ) -> None:
         # KL(b||o) = sum_v p_b(v) (x_b(v) - x_o(v)) - (lse_b - lse_o); x_b - x_o is exact in float32
         # where the two logits are within a factor of 2 (near-identical models), so float32 is enough.
         cross = np.einsum("ij,ij->i", base_e, base - logits, dtype=np.float64) / base_total
         self.kl.append(np.maximum(cross - (base_lse - lse), 0.0))
         self.agree += int((base.argmax(axis=1) == logits.argmax(axis=1)).sum())
 
-    def perplexity(self, path: Path, text_name: str, n_ctx: int, n_windows: int, n_text: int, eval_s: float) -> Perplexity:
+    def perplexity(
+        self, path: Path, text_name: str, n_ctx: int, n_windows: int, n_text: int, eval_s: float
+    ) -> Perplexity:
         nll = np.concatenate(self.nll) if self.nll else np.zeros(0)
         if not nll.size:
             raise QuantError("the text is too short to score: no window has tokens past its first half")
         mean = float(nll.mean())
         stderr = float(nll.std(ddof=1) / math.sqrt(nll.size)) if nll.size > 1 else 0.0
-        return Perplexity(str(path), text_name, n_ctx, n_windows, n_text, int(nll.size), mean, stderr, math.exp(mean), eval_s)
+        return Perplexity(
+            str(path), text_name, n_ctx, n_windows, n_text, int(nll.size), mean, stderr, math.exp(mean), eval_s
+        )
 
 
 def _score_window(targets: np.ndarray, logits: list[np.ndarray], scorers: list[_Scorer]) -> None:
@@ -236,7 +257,9 @@ def compare_many(
         for p in paths[1:]:
             models.append(LogitsModel(p, n_ctx=n, n_threads=n_threads or os.cpu_count(), n_gpu_layers=n_gpu_layers))
             if models[-1].n_vocab != models[0].n_vocab:
-                raise QuantError(f"different vocabularies: {models[0].n_vocab} tokens in {paths[0]}, {models[-1].n_vocab} in {p}")
+                raise QuantError(
+                    f"different vocabularies: {models[0].n_vocab} tokens in {paths[0]}, {models[-1].n_vocab} in {p}"
+                )
         scorers = [_Scorer() for _ in paths]
         seconds = [0.0] * len(paths)
         for i, (window, first) in enumerate(windows):

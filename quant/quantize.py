@@ -14,15 +14,15 @@ import logging
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from gguf import GGMLQuantizationType, LlamaFileType
+from ondevice.quant.formats import block_format
 
 from ondevice.core import paths
 from ondevice.core.errors import DestinationError, GGUFFormatError, InvalidParameterError, QuantError
 from ondevice.gguf.reader import GGUFFile, read_gguf
-from ondevice.quant.formats import block_format
 
 __all__ = ["quantize", "file_types", "file_type", "main_tensor_type", "is_quantized", "estimate_bytes", "Progress"]
 
@@ -111,11 +111,15 @@ def quantize(
             "it lost: pass --allow-requantize to do it anyway"
         )
     if already:
-        _log.info("requantizing %s (%s): quality lost in the first quantization cannot come back", src, ", ".join(already))
+        _log.info(
+            "requantizing %s (%s): quality lost in the first quantization cannot come back", src, ", ".join(already)
+        )
     _check_destination(src, dst, force)
     _check_space(dst, estimate_bytes(source, ftype))
     with paths.atomic_path(dst) as tmp:
-        _run_llama_quantize(src, tmp, dst, ftype, threads=threads, allow_requantize=allow_requantize, progress=progress, pure=pure)
+        _run_llama_quantize(
+            src, tmp, dst, ftype, threads=threads, allow_requantize=allow_requantize, progress=progress, pure=pure
+        )
         _verify_output(tmp, dst, len(source.tensors))
     return dst
 
@@ -136,10 +140,14 @@ def _check_space(dst: Path, need_bytes: int) -> None:
     except OSError:
         return
     if free < need_bytes:
-        raise QuantError(f"not enough disk space in {dst.parent}: about {need_bytes / 1e6:.1f} MB needed, {free / 1e6:.1f} MB free")
+        raise QuantError(
+            f"not enough disk space in {dst.parent}: about {need_bytes / 1e6:.1f} MB needed, {free / 1e6:.1f} MB free"
+        )
 
 
-def _run_llama_quantize(src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *, threads, allow_requantize, progress, pure) -> None:
+def _run_llama_quantize(
+    src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *, threads, allow_requantize, progress, pure
+) -> None:
     from ondevice.llama.log import log_listener
     from ondevice.llama.quantize import quantize_file, supports_file_type
 
@@ -156,8 +164,14 @@ def _run_llama_quantize(src: Path, tmp: Path, dst: Path, ftype: LlamaFileType, *
 
     def work() -> None:
         try:
-            state["rc"] = quantize_file(src, tmp, ftype.value, threads=int(threads or 0),
-                                        allow_requantize=bool(allow_requantize), pure=bool(pure))
+            state["rc"] = quantize_file(
+                src,
+                tmp,
+                ftype.value,
+                threads=int(threads or 0),
+                allow_requantize=bool(allow_requantize),
+                pure=bool(pure),
+            )
         except BaseException as exc:  # noqa: BLE001 - reported to the caller below
             state["error"] = exc
 

@@ -10,12 +10,12 @@ uint8 of shape (..., n / block_elements * block_bytes) and back.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
+from ondevice.quant.formats import BlockFormat, Q4_0Format, Q8_0Format, block_format
 
 from ondevice.core.errors import QuantError
-from ondevice.quant.formats import BlockFormat, Q4_0Format, Q8_0Format, block_format
 
 __all__ = [
     "quantize",
@@ -44,7 +44,9 @@ def _to_blocks(x: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, tuple[int, 
     """float32 view of shape (n_blocks, block_elements), and the shape of the packed output."""
     x = np.asarray(x)
     if x.ndim == 0 or x.shape[-1] % fmt.block_elements:
-        raise QuantError(f"{fmt.name}: row length {x.shape[-1] if x.ndim else 0} is not a multiple of {fmt.block_elements}")
+        raise QuantError(
+            f"{fmt.name}: row length {x.shape[-1] if x.ndim else 0} is not a multiple of {fmt.block_elements}"
+        )
     blocks = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, fmt.block_elements)
     out_shape = (*x.shape[:-1], x.shape[-1] // fmt.block_elements * fmt.block_bytes)
     return blocks, out_shape
@@ -56,7 +58,9 @@ def _to_packed(data: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, tuple[in
     if data.dtype != np.uint8:
         data = data.view(np.uint8)
     if data.ndim == 0 or data.shape[-1] % fmt.block_bytes:
-        raise QuantError(f"{fmt.name}: {data.shape[-1] if data.ndim else 0} bytes per row is not a multiple of {fmt.block_bytes}")
+        raise QuantError(
+            f"{fmt.name}: {data.shape[-1] if data.ndim else 0} bytes per row is not a multiple of {fmt.block_bytes}"
+        )
     packed = np.ascontiguousarray(data).reshape(-1, fmt.block_bytes)
     out_shape = (*data.shape[:-1], data.shape[-1] // fmt.block_bytes * fmt.block_elements)
     return packed, out_shape

@@ -64,7 +64,9 @@ def synthetic_vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
     pieces: list[str] = []
     seen = set(tokens)
-    singles = [_SPACE] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + list(".,!?:'\n") + [str(d) for d in range(10)]
+    singles = (
+        [_SPACE] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + list(".,!?:'\n") + [str(d) for d in range(10)]
+    )
     candidates = singles + [_SPACE + w[: i + 1] for w in _WORDS for i in range(len(w))]
     candidates += [w[: i + 1] for w in _WORDS for i in range(1, len(w))]
     for piece in candidates:
@@ -127,7 +129,7 @@ def build_synthetic_model(cfg: SynthConfig, path: str | Path) -> Path:
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         rng = np.random.default_rng(cfg.seed)
-        for name, shape in shapes:
+        for _name, shape in shapes:
             if len(shape) == 1:
                 data = np.ones(shape, dtype=np.float32)
             else:
@@ -137,7 +139,13 @@ def build_synthetic_model(cfg: SynthConfig, path: str | Path) -> Path:
     return path
 
 
-_SPECIAL_IDS = ("bos", "eos", "unknown", "padding", "seperator")  # tokenizer.ggml.<name>_token_id keys (gguf's spelling)
+_SPECIAL_IDS = (
+    "bos",
+    "eos",
+    "unknown",
+    "padding",
+    "seperator",
+)  # tokenizer.ggml.<name>_token_id keys (gguf's spelling)
 _FLAGS = ("add_bos_token", "add_eos_token", "add_sep_token", "add_space_prefix")
 
 

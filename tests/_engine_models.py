@@ -9,11 +9,11 @@ greedy decoding follows the chains exactly; a token that is in no chain predicts
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from gguf import GGUFReader
-
 from ondevice.quant.synth import SynthConfig, build_synthetic_model, synthetic_vocab
 
 __all__ = ["build_successor_model", "token_id", "byte_ids", "chain_text", "BOS", "EOS"]

@@ -8,9 +8,10 @@ Hooks make a request hang until cancelled, or raise KeyboardInterrupt mid-stream
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ondevice.core.errors import ContextOverflowError, ModelLoadError
 from ondevice.core.metrics import timings_from_marks
@@ -20,7 +21,7 @@ _NS = 1_000_000_000
 
 
 class FakeStream:
-    def __init__(self, engine: "FakeEngine", ids: list[int], max_tokens: int, cancel, reuse_prefix: bool):
+    def __init__(self, engine: FakeEngine, ids: list[int], max_tokens: int, cancel, reuse_prefix: bool):
         self._e, self._ids, self._max, self._cancel, self._reuse = engine, ids, max_tokens, cancel, reuse_prefix
         self.generation: Generation | None = None
         self._closed = False
@@ -50,7 +51,9 @@ class FakeStream:
             yield TokenEvent(index=i, token_id=tok, text=f"w{tok} ", t_s=t / _NS)
         e.cache = list(self._ids) + out[:-1]
         timings = timings_from_marks(0, 0, 0, prefill_end, marks, computed)
-        self.generation = Generation("".join(f"w{t} " for t in out), tuple(out), finish, len(self._ids), cached, timings)
+        self.generation = Generation(
+            "".join(f"w{t} " for t in out), tuple(out), finish, len(self._ids), cached, timings
+        )
 
     def close(self) -> None:
         self._closed = True
@@ -64,15 +67,24 @@ class FakeEngine:
     first_sample_s: float = 0.002
     step_s: float = 0.01
     n_ctx: int = 4096
-    on_token: Callable[["FakeEngine", int, Any], None] | None = None
+    on_token: Callable[[FakeEngine, int, Any], None] | None = None
     predictor: Any = None
 
     def __post_init__(self):
         self.cache: list[int] = []
         self.calls: list[SimpleNamespace] = []
         self.closed = False
-        self.info = SimpleNamespace(load_s=self.load_s, backend="CPU", n_gpu_layers=0, n_threads=2, n_batch=512,
-                                    n_ctx=self.n_ctx, flash_attn=False, llama_cpp_version="fake", seed=0)
+        self.info = SimpleNamespace(
+            load_s=self.load_s,
+            backend="CPU",
+            n_gpu_layers=0,
+            n_threads=2,
+            n_batch=512,
+            n_ctx=self.n_ctx,
+            flash_attn=False,
+            llama_cpp_version="fake",
+            seed=0,
+        )
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
         ids = [100 + (sum(map(ord, w)) % 400) for w in text.split()]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 

@@ -37,14 +37,16 @@ class Parts:
     kvs: list[bytes]  # raw metadata entries (key, type, value), in file order
     tensors: list[Tensor] = field(default_factory=list)  # in file order
 
-    def copy(self) -> "Parts":
+    def copy(self) -> Parts:
         return Parts(self.version, list(self.kvs), [replace(t, dims=list(t.dims)) for t in self.tensors])
 
 
 def split(path: str | Path) -> Parts:
     r = GGUFReader(path)
     kvs = [b"".join(p.tobytes() for p in f.parts) for f in r.fields.values() if f.offset >= 24]
-    tensors = [Tensor(t.name.encode(), [int(d) for d in t.shape], int(t.tensor_type), t.data.tobytes()) for t in r.tensors]
+    tensors = [
+        Tensor(t.name.encode(), [int(d) for d in t.shape], int(t.tensor_type), t.data.tobytes()) for t in r.tensors
+    ]
     return Parts(int(r.fields["GGUF.version"].parts[0][0]), kvs, tensors)
 
 
@@ -64,9 +66,15 @@ def offsets(parts: Parts, layout_alignment: int = 32) -> list[int]:
 def join(parts: Parts, layout_alignment: int = 32, n_kv: int | None = None, n_tensors: int | None = None) -> bytes:
     """The file's bytes: the data section starts at the header end padded to `layout_alignment`, each
     tensor's data padded to it too (gguf.cpp's layout). n_kv / n_tensors override the counts."""
-    out = bytearray(struct.pack("<IIQQ", GGUF_MAGIC, parts.version,
-                                len(parts.tensors) if n_tensors is None else n_tensors,
-                                len(parts.kvs) if n_kv is None else n_kv))
+    out = bytearray(
+        struct.pack(
+            "<IIQQ",
+            GGUF_MAGIC,
+            parts.version,
+            len(parts.tensors) if n_tensors is None else n_tensors,
+            len(parts.kvs) if n_kv is None else n_kv,
+        )
+    )
     for entry in parts.kvs:
         out += entry
     *placed, rel = offsets(parts, layout_alignment)

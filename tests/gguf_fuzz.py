@@ -12,8 +12,8 @@ import os
 import struct
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 from gguf import GGUFValueType as VT
@@ -113,8 +113,18 @@ def _tensor(rng, data: bytes, parts: Parts, header_end: int) -> bytes:
         t.type_id = _pick(rng, [int(rng.integers(0, 48)), 4, 5, 2**31, 2**32 - 1])
     elif what == 3:  # name
         other = _pick(rng, parts.tensors).name
-        t.name = _pick(rng, [other, b"", b"x" * int(rng.integers(60, 70)), b"\xff\xfe.weight",
-                             b"blk.9.attn_q.weight", b"blk.0.nonsense.weight", t.name + b"\x00x"])
+        t.name = _pick(
+            rng,
+            [
+                other,
+                b"",
+                b"x" * int(rng.integers(60, 70)),
+                b"\xff\xfe.weight",
+                b"blk.9.attn_q.weight",
+                b"blk.0.nonsense.weight",
+                t.name + b"\x00x",
+            ],
+        )
     elif what == 4:  # offset
         at = offsets(parts)[parts.tensors.index(t)]
         t.offset = max(0, at + _pick(rng, [-32, -16, -8, -1, 1, 8, 16, 32, 64, 4096, 2**40]))
@@ -155,7 +165,10 @@ def _metadata(rng, data: bytes, parts: Parts, header_end: int) -> bytes:
         parts.kvs[i] = kv(key, VT.ARRAY, array(VT.INT32, [scalar(VT.INT32, int(v)) for v in vals]))
     elif what == 3:  # an array of strings (vocabulary, merges)
         n = _pick(rng, [0, 1, 259, 511, 512, 513])
-        toks = [_pick(rng, [b"a", b"", b"<s>", b"\xff", b"ab"]) + str(j).encode() * int(rng.random() < 0.9) for j in range(n)]
+        toks = [
+            _pick(rng, [b"a", b"", b"<s>", b"\xff", b"ab"]) + str(j).encode() * int(rng.random() < 0.9)
+            for j in range(n)
+        ]
         parts.kvs[i] = kv(key, VT.ARRAY, array(VT.STRING, [string(t) for t in toks]))
     elif what == 4:  # drop it
         del parts.kvs[i]
@@ -165,11 +178,24 @@ def _metadata(rng, data: bytes, parts: Parts, header_end: int) -> bytes:
 
 
 # hyperparameters llama.cpp reads for every architecture (some only asserted, not checked)
-_HPARAMS = [Keys.LLM.BLOCK_COUNT, Keys.LLM.NEXTN_PREDICT_LAYERS, Keys.LLM.EXPERT_COUNT, Keys.LLM.EXPERT_USED_COUNT,
-            Keys.LLM.EXPERT_GROUP_COUNT, Keys.LLM.EXPERT_GROUP_USED_COUNT, Keys.LLM.CONTEXT_LENGTH,
-            Keys.LLM.EMBEDDING_LENGTH, Keys.LLM.FEED_FORWARD_LENGTH, Keys.Attention.HEAD_COUNT,
-            Keys.Attention.HEAD_COUNT_KV, Keys.Attention.KEY_LENGTH, Keys.Attention.VALUE_LENGTH,
-            Keys.Attention.SLIDING_WINDOW, Keys.Rope.DIMENSION_COUNT, Keys.Rope.SCALING_TYPE]
+_HPARAMS = [
+    Keys.LLM.BLOCK_COUNT,
+    Keys.LLM.NEXTN_PREDICT_LAYERS,
+    Keys.LLM.EXPERT_COUNT,
+    Keys.LLM.EXPERT_USED_COUNT,
+    Keys.LLM.EXPERT_GROUP_COUNT,
+    Keys.LLM.EXPERT_GROUP_USED_COUNT,
+    Keys.LLM.CONTEXT_LENGTH,
+    Keys.LLM.EMBEDDING_LENGTH,
+    Keys.LLM.FEED_FORWARD_LENGTH,
+    Keys.Attention.HEAD_COUNT,
+    Keys.Attention.HEAD_COUNT_KV,
+    Keys.Attention.KEY_LENGTH,
+    Keys.Attention.VALUE_LENGTH,
+    Keys.Attention.SLIDING_WINDOW,
+    Keys.Rope.DIMENSION_COUNT,
+    Keys.Rope.SCALING_TYPE,
+]
 
 
 def _hparams(rng, data: bytes, parts: Parts, header_end: int) -> bytes:
@@ -181,7 +207,11 @@ def _hparams(rng, data: bytes, parts: Parts, header_end: int) -> bytes:
             vals = [_pick(rng, [0, 1, 2, 4, 8]) for _ in range(_pick(rng, [1, 2, 2, 3]))]
             entry = kv(key, VT.ARRAY, array(VT.UINT32, [scalar(VT.UINT32, v) for v in vals]))
         else:
-            entry = kv(key, VT.UINT32, scalar(VT.UINT32, _pick(rng, [0, 1, 2, 3, 4, 8, 16, 64, 511, 512, 513, 1024, 1025, 2**31])))
+            entry = kv(
+                key,
+                VT.UINT32,
+                scalar(VT.UINT32, _pick(rng, [0, 1, 2, 3, 4, 8, 16, 64, 511, 512, 513, 1024, 1025, 2**31])),
+            )
         at = next((i for i, e in enumerate(parts.kvs) if _key(e) == key.encode()), None)
         if at is None:
             parts.kvs.append(entry)
@@ -191,8 +221,14 @@ def _hparams(rng, data: bytes, parts: Parts, header_end: int) -> bytes:
 
 
 _MUTATORS: dict[str, Callable[..., bytes]] = {
-    "flip": _flip, "extreme": _extreme, "truncate": _truncate, "alignment": _alignment,
-    "nested": _nested, "tensor": _tensor, "metadata": _metadata, "hparams": _hparams,
+    "flip": _flip,
+    "extreme": _extreme,
+    "truncate": _truncate,
+    "alignment": _alignment,
+    "nested": _nested,
+    "tensor": _tensor,
+    "metadata": _metadata,
+    "hparams": _hparams,
 }
 KINDS = tuple(_MUTATORS)
 
@@ -227,8 +263,9 @@ def load_in_child(paths: list[Path], timeout_s: float = 600) -> dict[int, tuple[
     pending = list(range(len(paths)))
     while pending:
         feed = "".join(f"{i} {paths[i]}\n" for i in pending)
-        out = subprocess.run([sys.executable, "-c", _LOADER], input=feed, capture_output=True, text=True,
-                             timeout=timeout_s, env=env)
+        out = subprocess.run(
+            [sys.executable, "-c", _LOADER], input=feed, capture_output=True, text=True, timeout=timeout_s, env=env
+        )
         begun = None
         for line in out.stdout.splitlines():
             word, index = line.split()

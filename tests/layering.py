@@ -28,14 +28,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER_LAYERS: dict[str, int] = {
-    "cli": 7, "tui": 7, "__main__": 7,
+    "cli": 7,
+    "tui": 7,
+    "__main__": 7,
     "bench": 6,
     "api": 5,
     "probing": 4,
     "engine": 3,
     "roofline": 2,
-    "gguf": 1, "models": 1, "llama": 1, "quant": 1,
-    "core": 0, "__init__": 0,
+    "gguf": 1,
+    "models": 1,
+    "llama": 1,
+    "quant": 1,
+    "core": 0,
+    "__init__": 0,
 }
 # modules whose layer is not their folder's: the quality scorer and its statistics use the engine, the
 # ladder sweeps quant types through the bench's measurements

@@ -20,8 +20,9 @@ def _chunk(text: str = "", finish: str | None = None, **extra: Any) -> dict:
     return {"object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": finish}], **extra}
 
 
-def _chat(content: str | None = None, reasoning: str | None = None, key: str = "reasoning_content",
-          finish: str | None = None) -> dict:
+def _chat(
+    content: str | None = None, reasoning: str | None = None, key: str = "reasoning_content", finish: str | None = None
+) -> dict:
     delta: dict[str, Any] = {}
     if content is not None:
         delta["content"] = content
@@ -35,16 +36,29 @@ def script(case: str, body: dict) -> list[Any]:
     n = int(body.get("max_tokens") or 4)
     if case == "multi":  # two or three tokens a chunk, usage only at the end
         out = [_chunk(" a b"), _chunk(" c d e"), _chunk(" f")]
-        return [{"object": "text_completion", "choices": [{"index": 0, "text": "", "role": "assistant"}]}] + out + [
-            _chunk("", "length"), {"object": "text_completion", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 6}}]
+        return (
+            [{"object": "text_completion", "choices": [{"index": 0, "text": "", "role": "assistant"}]}]
+            + out
+            + [
+                _chunk("", "length"),
+                {"object": "text_completion", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 6}},
+            ]
+        )
     if case == "one":  # one token a chunk, no usage
         return [_chunk(f" w{i}") for i in range(n)] + [_chunk("", "length")]
     if case == "timings":  # llama-server's own timings in the last chunk
-        return [_chunk(" x y"), _chunk(" z", "length", timings={"prompt_n": 5, "prompt_ms": 20.0, "predicted_n": 3,
-                                                                   "predicted_ms": 30.0})]
+        return [
+            _chunk(" x y"),
+            _chunk(" z", "length", timings={"prompt_n": 5, "prompt_ms": 20.0, "predicted_n": 3, "predicted_ms": 30.0}),
+        ]
     if case == "reasoning":  # a server that splits reasoning out (chat)
-        return [_chat(reasoning="Let me"), _chat(reasoning=" think.", key="reasoning"), _chat(content="\n\n"),
-                _chat(content="Paris"), _chat(content=".", finish="stop")]
+        return [
+            _chat(reasoning="Let me"),
+            _chat(reasoning=" think.", key="reasoning"),
+            _chat(content="\n\n"),
+            _chat(content="Paris"),
+            _chat(content=".", finish="stop"),
+        ]
     if case == "think":  # reasoning inline, the block opened by the template (no <think> in the output)
         return [_chunk("hmm"), _chunk(" ok</think>"), _chunk("\n\n"), _chunk("Paris"), _chunk(".", "length")]
     if case == "error_mid":
@@ -81,7 +95,9 @@ class _Handler(BaseHTTPRequestHandler):
         if case == "auth":
             return self._json(401, {"error": {"message": f"bad key in {self.headers.get('Authorization')}"}})
         if case == "notsse":
-            return self._json(200, {"object": "text_completion", "choices": [{"text": "hello", "finish_reason": "stop"}]})
+            return self._json(
+                200, {"object": "text_completion", "choices": [{"text": "hello", "finish_reason": "stop"}]}
+            )
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -116,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeServer:
     """`with FakeServer() as s: s.url("multi")` -> http://127.0.0.1:PORT/multi/v1"""
 
-    def __enter__(self) -> "FakeServer":
+    def __enter__(self) -> FakeServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.bodies = []

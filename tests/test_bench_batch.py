@@ -15,16 +15,18 @@ from ondevice.bench.batch_report import render_sweep, sweep_document, write_swee
 from ondevice.bench.slo import parse_slo
 from ondevice.bench.suites import Workload
 from ondevice.cli.main import main
-from ondevice.engine.batch import BatchGeneration
 from ondevice.core.errors import BenchError
 from ondevice.core.metrics import timings_from_marks
 from ondevice.core.results import Generation
+from ondevice.engine.batch import BatchGeneration
 
 W = Workload("p8_n5", 8, 5)
 _NS = 1_000_000_000
 
 
-def fake_batch(b: int, step_s: float, prefill_s: float = 0.1, n: int = 5, predicted_step_s: float | None = None) -> BatchGeneration:
+def fake_batch(
+    b: int, step_s: float, prefill_s: float = 0.1, n: int = 5, predicted_step_s: float | None = None
+) -> BatchGeneration:
     """A batch generation with exact timings: prompt i's first token after (i + 1) prefill shares,
     then one token per step for every sequence."""
     gens = []
@@ -34,8 +36,15 @@ def fake_batch(b: int, step_s: float, prefill_s: float = 0.1, n: int = 5, predic
         marks = [round(first * _NS)] + [round((steps_start + k * step_s) * _NS) for k in range(1, n)]
         t = timings_from_marks(0, 0, 0, round(first * _NS), marks, W.prompt_tokens)
         gens.append(Generation("x" * n, (7,) * n, "length", W.prompt_tokens, 0, t))
-    return BatchGeneration(tuple(gens), steps_start + (n - 1) * step_s, prefill_s, (step_s,) * (n - 1), (b,) * (n - 1),
-                           predicted_step_s, None)
+    return BatchGeneration(
+        tuple(gens),
+        steps_start + (n - 1) * step_s,
+        prefill_s,
+        (step_s,) * (n - 1),
+        (b,) * (n - 1),
+        predicted_step_s,
+        None,
+    )
 
 
 def runs_for(step_s_by_b: dict[int, float], repeats: int = 2, **kw) -> list[SweepRun]:
@@ -72,7 +81,13 @@ def test_knee_is_the_last_level_before_scaling_falls_below_half():
     # aggregate decode: 50, 95 (0.9 of proportional), 170 (0.79), 200 (0.18), 390 (0.95 again: past the knee)
     steps = {1: 1 / 50, 2: 2 / 95, 4: 4 / 170, 8: 8 / 200, 16: 16 / 390}
     result = summarize_sweep(config(steps), runs_for(steps))
-    assert [round(lv.scaling, 2) if lv.scaling is not None else None for lv in result.levels] == [None, 0.9, 0.79, 0.18, 0.95]
+    assert [round(lv.scaling, 2) if lv.scaling is not None else None for lv in result.levels] == [
+        None,
+        0.9,
+        0.79,
+        0.18,
+        0.95,
+    ]
     assert result.knee == 4
 
 
@@ -159,7 +174,17 @@ def test_warmup_then_repeats_interleaved_in_rotating_order():
     outcome = run_sweep(eng, cfg, progress=events.append)
     order = [c[0] for c in eng.calls]
     assert order == [1, 2, 4] + [1, 2, 4] + [2, 4, 1] + [4, 1, 2]
-    assert [(r.n_seqs, r.repeat) for r in outcome.runs] == [(1, 0), (2, 0), (4, 0), (2, 1), (4, 1), (1, 1), (4, 2), (1, 2), (2, 2)]
+    assert [(r.n_seqs, r.repeat) for r in outcome.runs] == [
+        (1, 0),
+        (2, 0),
+        (4, 0),
+        (2, 1),
+        (4, 1),
+        (1, 1),
+        (4, 2),
+        (1, 2),
+        (2, 2),
+    ]
     assert all(c[2] == 5 and c[4] is True and c[5] == {"temperature": 0.0} for c in eng.calls)
     assert [c[3] for c in eng.calls[3:6]] == [7, 7, 7] and eng.calls[6][3] == 8  # seed + repeat
     prompts = [p for c in eng.calls for p in c[1]]
@@ -203,17 +228,23 @@ def test_document_csv_and_table(tmp_path):
 
 
 # ---- the CLI ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("argv, msg", [
-    (["--batch", "0"], "--batch 0: must be greater than 0"),
-    (["--batch", "1,300"], "from 1 to 256"),
-    (["--batch", "2,2"], "named twice"),
-    (["--batch", "1,x"], "comma-separated whole numbers"),
-    (["--batch", "1,64", "-p", "200", "-n", "56", "--n-ctx", "4096"], "need 16384 tokens of context; --n-ctx is 4096"),
-    (["--batch", "1", "-p", "64,128"], "one -p and one -n"),
-    (["--batch", "1", "--url", "http://127.0.0.1:9/v1"], "--url does not go with --batch"),
-    (["--batch", "1", "--scenarios", "resident"], "--scenarios does not go with --batch"),
-    (["--batch", "1", "--concurrency", "2"], "--concurrency applies to server benchmarks"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--batch", "0"], "--batch 0: must be greater than 0"),
+        (["--batch", "1,300"], "from 1 to 256"),
+        (["--batch", "2,2"], "named twice"),
+        (["--batch", "1,x"], "comma-separated whole numbers"),
+        (
+            ["--batch", "1,64", "-p", "200", "-n", "56", "--n-ctx", "4096"],
+            "need 16384 tokens of context; --n-ctx is 4096",
+        ),
+        (["--batch", "1", "-p", "64,128"], "one -p and one -n"),
+        (["--batch", "1", "--url", "http://127.0.0.1:9/v1"], "--url does not go with --batch"),
+        (["--batch", "1", "--scenarios", "resident"], "--scenarios does not go with --batch"),
+        (["--batch", "1", "--concurrency", "2"], "--concurrency applies to server benchmarks"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2_before_loading(argv, msg, capsys, monkeypatch, tiny_model):
     import ondevice.bench.runner as runner
 
@@ -230,13 +261,38 @@ def test_two_models_refused(capsys, tiny_model):
 
 def test_sweep_end_to_end_on_the_tiny_model(tmp_path, capsys, tiny_model):
     files = {k: tmp_path / f"b.{k}" for k in ("json", "csv", "md")}
-    rc = main(["bench", str(tiny_model), "--batch", "1,2", "-p", "16", "-n", "6", "-r", "2", "--no-progress",
-               "--slo", "itl_p95=30", "--temperature", "0", "--json", str(files["json"]), "--csv", str(files["csv"]),
-               "--md", str(files["md"])])
+    rc = main(
+        [
+            "bench",
+            str(tiny_model),
+            "--batch",
+            "1,2",
+            "-p",
+            "16",
+            "-n",
+            "6",
+            "-r",
+            "2",
+            "--no-progress",
+            "--slo",
+            "itl_p95=30",
+            "--temperature",
+            "0",
+            "--json",
+            str(files["json"]),
+            "--csv",
+            str(files["csv"]),
+            "--md",
+            str(files["md"]),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     doc = json.loads(files["json"].read_text())
-    assert doc["record"]["settings"]["batch"] == {"levels": [1, 2], "n_ctx": None} and doc["record"]["models"][0]["engine"]["backend"]
+    assert (
+        doc["record"]["settings"]["batch"] == {"levels": [1, 2], "n_ctx": None}
+        and doc["record"]["models"][0]["engine"]["backend"]
+    )
     levels = doc["batch"]["levels"]
     assert [lv["n_seqs"] for lv in levels] == [1, 2] and all(lv["ok_runs"] == 2 for lv in levels)
     assert levels[1]["itl_s"]["n"] == 2 * 2 * 5 and doc["batch"]["slo_max_seqs"] == 2

@@ -10,13 +10,29 @@ import os
 from pathlib import Path
 
 import pytest
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 from ondevice.cli.main import main
-from ondevice.quant.synth import SynthConfig, build_synthetic_model
 from tests.file_fakes import SPECIAL_KINDS, file_kind, special_file
 
-LAYOUT = {"model", "scenario", "prompt_tokens", "output_tokens", "repeats", "ttft_s", "itl_s", "tpot_s", "e2e_s",
-          "prefill_tok_s", "decode_tok_s", "ceiling_tok_s", "predicted_tok_s", "efficiency", "failures", "runs"}
+LAYOUT = {
+    "model",
+    "scenario",
+    "prompt_tokens",
+    "output_tokens",
+    "repeats",
+    "ttft_s",
+    "itl_s",
+    "tpot_s",
+    "e2e_s",
+    "prefill_tok_s",
+    "decode_tok_s",
+    "ceiling_tok_s",
+    "predicted_tok_s",
+    "efficiency",
+    "failures",
+    "runs",
+}
 STATS = ("p50", "p95", "p99", "mean", "std", "min", "max")
 
 
@@ -24,9 +40,24 @@ STATS = ("p50", "p95", "p99", "mean", "std", "min", "max")
 def quick_run(tmp_path_factory, tiny_model):
     d = tmp_path_factory.mktemp("bench_quick")
     files = {k: d / f"run.{k}" for k in ("json", "csv", "md")}
-    rc = main(["bench", str(tiny_model), "--suite", "quick", "--no-kv-cache", "--no-progress",
-               "--slo", "ttft_p95=30,tpot_p95=5", "--json", str(files["json"]), "--csv", str(files["csv"]),
-               "--md", str(files["md"])])
+    rc = main(
+        [
+            "bench",
+            str(tiny_model),
+            "--suite",
+            "quick",
+            "--no-kv-cache",
+            "--no-progress",
+            "--slo",
+            "ttft_p95=30,tpot_p95=5",
+            "--json",
+            str(files["json"]),
+            "--csv",
+            str(files["csv"]),
+            "--md",
+            str(files["md"]),
+        ]
+    )
     return rc, files, json.loads(files["json"].read_text())
 
 
@@ -63,13 +94,19 @@ def test_quick_suite_json_results(quick_run):
     assert all(run["cached_prompt_tokens"] >= 100 for run in hit["runs"])  # 128 - 16 shared
     assert all(run["baseline_ttft_s"] is not None for run in hit["runs"])
     assert by["resident"]["slo"]["requests"] == 3 and 0 <= by["resident"]["slo"]["good_share"] <= 1
-    assert by["resident"]["slo"]["goodput_rps"] == pytest.approx(by["resident"]["slo"]["good"] / by["resident"]["slo"]["time_s"])
+    assert by["resident"]["slo"]["goodput_rps"] == pytest.approx(
+        by["resident"]["slo"]["good"] / by["resident"]["slo"]["time_s"]
+    )
     assert by["no_kv_cache"]["kv_cache_speedup"] is not None
     cold = by["cold_start"]  # page cache dropped -> load -> first token, and its parts
-    assert "slo" not in cold and cold["cold_start_predicted"]["load_overhead_s"] == by["warm_load"]["load_call_s"]["p50"]
+    assert (
+        "slo" not in cold and cold["cold_start_predicted"]["load_overhead_s"] == by["warm_load"]["load_call_s"]["p50"]
+    )
     for run in cold["runs"]:
         assert run["cold_start_s"] > run["load_s"] > 0 and run["output_tokens"] == 1
-        assert run["load_s"] + run["tokenize_s"] + run["prefill_s"] + run["cold_start_rest_s"] == pytest.approx(run["cold_start_s"])
+        assert run["load_s"] + run["tokenize_s"] + run["prefill_s"] + run["cold_start_rest_s"] == pytest.approx(
+            run["cold_start_s"]
+        )
 
 
 def test_quick_suite_per_run_identities(quick_run):
@@ -96,7 +133,9 @@ def test_quick_suite_csv_and_markdown(quick_run):
     rows = list(csv.DictReader(files["csv"].open()))
     assert len(rows) == len(doc["results"])
     resident = next(r for r in rows if r["scenario"] == "resident")
-    assert math.isclose(float(resident["itl_s_p50"]), next(r for r in doc["results"] if r["scenario"] == "resident")["itl_s"]["p50"])
+    assert math.isclose(
+        float(resident["itl_s_p50"]), next(r for r in doc["results"] if r["scenario"] == "resident")["itl_s"]["p50"]
+    )
     md = files["md"].read_text()
     assert "| model | scenario |" in md and "resident" in md and "sha256" in md
 
@@ -128,8 +167,25 @@ def _verdict_lines(capsys, argv) -> list[str]:
 
 def _bench_compare(tmp_path, capsys, models, name):
     out = tmp_path / f"{name}.json"
-    rc = main(["bench", *map(str, models), "-p", "32", "-n", "48", "-r", "5", "-t", "1", "--scenarios", "resident",
-               "--no-progress", "--json", str(out)])
+    rc = main(
+        [
+            "bench",
+            *map(str, models),
+            "-p",
+            "32",
+            "-n",
+            "48",
+            "-r",
+            "5",
+            "-t",
+            "1",
+            "--scenarios",
+            "resident",
+            "--no-progress",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     capsys.readouterr()
     verdicts = _verdict_lines(capsys, ["bench", "compare", str(out), "--threshold", LIVE_THRESHOLD])
@@ -156,7 +212,9 @@ def test_compare_recorded_same_configuration_is_noise(capsys):
 
 
 def test_compare_recorded_slowed_side_is_slower(capsys):
-    verdicts = _verdict_lines(capsys, ["bench", "compare", str(RECORDED / "slowed.json"), "--threshold", LIVE_THRESHOLD])
+    verdicts = _verdict_lines(
+        capsys, ["bench", "compare", str(RECORDED / "slowed.json"), "--threshold", LIVE_THRESHOLD]
+    )
     assert verdicts and all(line.endswith("slower") for line in verdicts), verdicts
 
 
@@ -173,19 +231,22 @@ def _bad(capsys, argv):
     return rc, err
 
 
-@pytest.mark.parametrize("extra,msg", [
-    (["--suite", "huge"], "unknown suite"),
-    (["-p", "0"], "-p 0"),
-    (["-n", "0"], "-n 0"),
-    (["-p", "600"], "exceeds the context"),
-    (["-n", "abc"], "-n 'abc'"),
-    (["--suite", "quick", "-p", "8"], "either --suite or -p/-n"),
-    (["--slo", "latency_p95=1"], "unknown metric"),
-    (["--scenarios", "hot_load"], "unknown scenario"),
-    (["--timeout", "0"], "--timeout"),
-    (["-r", "0"], "--repeat"),
-    (["--n-ctx", "99999"], "trained context"),
-])
+@pytest.mark.parametrize(
+    "extra,msg",
+    [
+        (["--suite", "huge"], "unknown suite"),
+        (["-p", "0"], "-p 0"),
+        (["-n", "0"], "-n 0"),
+        (["-p", "600"], "exceeds the context"),
+        (["-n", "abc"], "-n 'abc'"),
+        (["--suite", "quick", "-p", "8"], "either --suite or -p/-n"),
+        (["--slo", "latency_p95=1"], "unknown metric"),
+        (["--scenarios", "hot_load"], "unknown scenario"),
+        (["--timeout", "0"], "--timeout"),
+        (["-r", "0"], "--repeat"),
+        (["--n-ctx", "99999"], "trained context"),
+    ],
+)
 def test_bad_input_one_line_exit_2(capsys, tiny_model, extra, msg):
     rc, err = _bad(capsys, ["bench", str(tiny_model), *extra])
     assert rc == 2 and len(err) == 1 and err[0].startswith("ondevice: error:") and msg in err[0], err
@@ -212,8 +273,24 @@ def test_failing_model_does_not_stop_the_others(tmp_path, capsys, tiny_model):
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF" + b"\x00" * 64)
     out = tmp_path / "r.json"
-    rc = main(["bench", str(junk), str(tiny_model), "-p", "16", "-n", "4", "-r", "1", "--scenarios", "resident",
-               "--no-progress", "--json", str(out)])
+    rc = main(
+        [
+            "bench",
+            str(junk),
+            str(tiny_model),
+            "-p",
+            "16",
+            "-n",
+            "4",
+            "-r",
+            "1",
+            "--scenarios",
+            "resident",
+            "--no-progress",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 1
     doc = json.loads(out.read_text())
     failed = [r for r in doc["results"] if r["model"] == "junk.gguf"]
@@ -225,8 +302,25 @@ def test_failing_model_does_not_stop_the_others(tmp_path, capsys, tiny_model):
 @pytest.mark.parametrize("slo, rc", [("ttft_p95=1e-9", 1), ("itl_max=1e-9", 1), ("ttft_p95=60,tpot_p95=60", 0)])
 def test_slo_verdict_sets_the_exit_status(tmp_path, capsys, tiny_model, slo, rc):
     out = tmp_path / "slo.json"
-    got = main(["bench", str(tiny_model), "-p", "16", "-n", "4", "-r", "2", "--scenarios", "resident", "--no-progress",
-                "--slo", slo, "--json", str(out)])
+    got = main(
+        [
+            "bench",
+            str(tiny_model),
+            "-p",
+            "16",
+            "-n",
+            "4",
+            "-r",
+            "2",
+            "--scenarios",
+            "resident",
+            "--no-progress",
+            "--slo",
+            slo,
+            "--json",
+            str(out),
+        ]
+    )
     assert got == rc
     (r,) = json.loads(out.read_text())["results"]
     assert r["ok_runs"] == 2 and r["failures"] == []  # every run was ok: the SLO alone decides the status
@@ -247,8 +341,23 @@ def test_ctrl_c_writes_what_was_gathered(tmp_path, capsys, tiny_model, monkeypat
 
     monkeypatch.setattr(scenarios, "request", interrupting)
     out = tmp_path / "partial.json"
-    rc = main(["bench", str(tiny_model), "-p", "16", "-n", "4", "-r", "5", "--scenarios", "resident",
-               "--no-progress", "--json", str(out)])
+    rc = main(
+        [
+            "bench",
+            str(tiny_model),
+            "-p",
+            "16",
+            "-n",
+            "4",
+            "-r",
+            "5",
+            "--scenarios",
+            "resident",
+            "--no-progress",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 130
     doc = json.loads(out.read_text())
     assert doc["record"]["incomplete"] is True
@@ -274,7 +383,9 @@ def _no_bench(monkeypatch):
 
 @pytest.mark.parametrize("flag", ["--json", "--csv", "--md"])
 @pytest.mark.parametrize("kind", SPECIAL_KINDS)
-def test_output_that_is_not_a_regular_file_is_refused_before_the_run(tmp_path, capsys, tiny_model, monkeypatch, flag, kind):
+def test_output_that_is_not_a_regular_file_is_refused_before_the_run(
+    tmp_path, capsys, tiny_model, monkeypatch, flag, kind
+):
     _no_bench(monkeypatch)
     target = special_file(tmp_path, kind)
     before = file_kind(target)
@@ -301,8 +412,12 @@ def test_bad_output_is_refused_before_the_run(tmp_path, capsys, tiny_model, monk
         extra = ["--md", str(out)]
     rc, err = _bad(capsys, ["bench", str(tiny_model), *SMALL, "--json", str(out), *extra])
     assert rc == 2 and len(err) == 1 and err[0].startswith("ondevice: error:"), err
-    assert {"missing_folder": "does not exist", "read_only": "not writable", "exists": "already exists; pass --force",
-            "same_file": "same file"}[case] in err[0]
+    assert {
+        "missing_folder": "does not exist",
+        "read_only": "not writable",
+        "exists": "already exists; pass --force",
+        "same_file": "same file",
+    }[case] in err[0]
     assert out.read_text() == "keep me" if case == "exists" else not out.exists()
 
 

@@ -85,11 +85,18 @@ def test_cold_start_without_eviction_is_skipped_and_a_failed_load_kept(tmp_path,
 
     f = tmp_path / "m.gguf"
     f.write_bytes(b"\1" * 4096)
-    monkeypatch.setattr(pagecache, "evict_page_cache", lambda p: pagecache.Eviction(
-        False, "none", None, None, "page-cache eviction is not available on darwin; cold load not measured"))
+    monkeypatch.setattr(
+        pagecache,
+        "evict_page_cache",
+        lambda p: pagecache.Eviction(
+            False, "none", None, None, "page-cache eviction is not available on darwin; cold load not measured"
+        ),
+    )
     rec, engine = sc.cold_start_run(_ctx(), "w", f, lambda: pytest.fail("no load without eviction"), [1, 2], 2, 0)
     assert engine is None and rec.status == "skipped" and "not available" in rec.reason
-    monkeypatch.setattr(pagecache, "evict_page_cache", lambda p: pagecache.Eviction(True, "posix_fadvise", 1.0, 0.0, ""))
+    monkeypatch.setattr(
+        pagecache, "evict_page_cache", lambda p: pagecache.Eviction(True, "posix_fadvise", 1.0, 0.0, "")
+    )
 
     def oom():
         raise MemoryError("cannot map 4 GB")
@@ -113,8 +120,11 @@ def test_prediction_worked_example():
     assert p.read_s == pytest.approx(0.5) and p.total_s == pytest.approx(0.85) and p.notes == ()
     missing = predict_cold_start(file_bytes=GB, disk_read_gbs=None, load_overhead_s=None, ttft_s=None)
     assert missing.read_s is None and missing.total_s is None
-    assert [n.split(" (")[0] for n in missing.notes] == ["no disk read figure", "no warm load in this bench",
-                                                         "no TTFT prediction"]
+    assert [n.split(" (")[0] for n in missing.notes] == [
+        "no disk read figure",
+        "no warm load in this bench",
+        "no TTFT prediction",
+    ]
 
 
 class TtftPredictor:
@@ -131,13 +141,33 @@ def _outcome(predictor, disk_gbs, call=False):
     warm loads (0.20, 0.21, 0.22 s; with call: the whole load calls 0.30, 0.31, 0.32 s) of a 1 GB model."""
     suite = custom_suite((64,), (8,))
     w = suite.workloads[0].name
-    cold = [RunRecord("m.gguf", COLD_START, w, i, "ok", prompt_tokens=64, output_tokens_requested=1, load_s=0.3,
-                      cold_start_s=0.5 + 0.1 * i, timings=Timings(0.001, 0.06, 0.08, (), 0.08, 64, 1))
-            for i in range(3)]
-    warm = [RunRecord("m.gguf", WARM_LOAD, "", i, "ok", load_s=0.2 + 0.01 * i, load_call_s=0.3 + 0.01 * i if call else None)
-            for i in range(3)]
-    plan = SimpleNamespace(label="m.gguf", spec=SimpleNamespace(file_bytes=GB, kv_bytes_per_token_by_layer=()),
-                           predictor=predictor, disk_read_gbs=disk_gbs, disk_note="", suite=suite)
+    cold = [
+        RunRecord(
+            "m.gguf",
+            COLD_START,
+            w,
+            i,
+            "ok",
+            prompt_tokens=64,
+            output_tokens_requested=1,
+            load_s=0.3,
+            cold_start_s=0.5 + 0.1 * i,
+            timings=Timings(0.001, 0.06, 0.08, (), 0.08, 64, 1),
+        )
+        for i in range(3)
+    ]
+    warm = [
+        RunRecord("m.gguf", WARM_LOAD, "", i, "ok", load_s=0.2 + 0.01 * i, load_call_s=0.3 + 0.01 * i if call else None)
+        for i in range(3)
+    ]
+    plan = SimpleNamespace(
+        label="m.gguf",
+        spec=SimpleNamespace(file_bytes=GB, kv_bytes_per_token_by_layer=()),
+        predictor=predictor,
+        disk_read_gbs=disk_gbs,
+        disk_note="",
+        suite=suite,
+    )
     return SimpleNamespace(models=[plan], runs=warm + cold)
 
 
@@ -165,14 +195,20 @@ def test_scenario_results_carry_the_prediction():
 
 
 def test_slo_leaves_the_cold_start_out():
-    r = RunRecord("m", COLD_START, "w", 0, "ok", timings=Timings(0, 0.1, 0.1, (), 0.1, 8, 1), cold_start_s=1.0, load_s=0.8)
+    r = RunRecord(
+        "m", COLD_START, "w", 0, "ok", timings=Timings(0, 0.1, 0.1, (), 0.1, 8, 1), cold_start_s=1.0, load_s=0.8
+    )
     assert evaluate([r], parse_slo("ttft_p95=1")) is None
 
 
 def test_runner_measures_the_cold_start_last_with_the_engine_closed(tiny_model):
     loader = FakeLoader()
-    cfg = BenchConfig(models=(str(tiny_model),), suite=custom_suite((64,), (8,), repeats=2, warmup=1),
-                      scenarios=(WARM_LOAD, RESIDENT, COLD_START), cap_to_context=False)
+    cfg = BenchConfig(
+        models=(str(tiny_model),),
+        suite=custom_suite((64,), (8,), repeats=2, warmup=1),
+        scenarios=(WARM_LOAD, RESIDENT, COLD_START),
+        cap_to_context=False,
+    )
     out = run_bench(cfg, load_fn=loader)
     assert [r.scenario for r in out.runs] == [WARM_LOAD, RESIDENT, COLD_START] * 2
     cold = [r for r in out.runs if r.scenario == COLD_START]
@@ -197,8 +233,12 @@ def test_runner_gives_a_round_tripping_prompt_as_text(tiny_model):
         engines.append(TextEngine(n_ctx=kw.get("n_ctx", 4096)))
         return engines[-1]
 
-    cfg = BenchConfig(models=(str(tiny_model),), suite=custom_suite((32,), (4,), repeats=2, warmup=0),
-                      scenarios=(COLD_START,), cap_to_context=False)
+    cfg = BenchConfig(
+        models=(str(tiny_model),),
+        suite=custom_suite((32,), (4,), repeats=2, warmup=0),
+        scenarios=(COLD_START,),
+        cap_to_context=False,
+    )
     out = run_bench(cfg, load_fn=load)
     cold = [r for r in out.runs if r.scenario == COLD_START]
     assert [r.status for r in cold] == ["ok", "ok"] and [r.prompt_tokens for r in cold] == [32, 32]
@@ -212,8 +252,27 @@ def test_cli_cold_start_end_to_end(tmp_path, capsys, tiny_model):
     from ondevice.cli.main import main
 
     out = tmp_path / "cold.json"
-    rc = main(["bench", str(tiny_model), "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--scenarios",
-               "warm_load,cold-start", "--no-progress", "--json", str(out), "--csv", str(tmp_path / "c.csv")])
+    rc = main(
+        [
+            "bench",
+            str(tiny_model),
+            "-p",
+            "16",
+            "-n",
+            "4",
+            "-r",
+            "2",
+            "-t",
+            "1",
+            "--scenarios",
+            "warm_load,cold-start",
+            "--no-progress",
+            "--json",
+            str(out),
+            "--csv",
+            str(tmp_path / "c.csv"),
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "cold start: page cache dropped -> load -> first token" in text

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ondevice.bench.compare import SAME, SLOWER, FASTER, bootstrap_ratio, compare_docs, load_results, mann_whitney
+from ondevice.bench.compare import FASTER, SAME, SLOWER, bootstrap_ratio, compare_docs, load_results, mann_whitney
 from ondevice.bench.record import SCHEMA
 from ondevice.core.errors import BenchError
 
@@ -62,9 +62,26 @@ def _doc(model, itl_scale, ttfts, seed, scenario="resident"):
     for i, t in enumerate(ttfts):
         itl = list(rng.gamma(30, itl_scale / 30, 63))
         runs.append({"scenario": scenario, "workload": "w", "repeat": i, "status": "ok", "ttft_s": t, "itl_s": itl})
-    runs.append({"scenario": scenario, "workload": "w", "repeat": len(ttfts), "status": "timeout", "ttft_s": 99.0, "itl_s": [9.0]})
-    res = {"model": model, "scenario": scenario, "workload": "w", "prompt_tokens": 64, "output_tokens": 64, "runs": runs,
-           "ttft_s": {"p50": float(np.median(ttfts))}, "itl_s": {"p50": itl_scale}}
+    runs.append(
+        {
+            "scenario": scenario,
+            "workload": "w",
+            "repeat": len(ttfts),
+            "status": "timeout",
+            "ttft_s": 99.0,
+            "itl_s": [9.0],
+        }
+    )
+    res = {
+        "model": model,
+        "scenario": scenario,
+        "workload": "w",
+        "prompt_tokens": 64,
+        "output_tokens": 64,
+        "runs": runs,
+        "ttft_s": {"p50": float(np.median(ttfts))},
+        "itl_s": {"p50": itl_scale},
+    }
     return {"record": {"schema": SCHEMA}, "results": [res]}
 
 
@@ -176,9 +193,25 @@ def _recorded(doc, *, sha="a" * 64, llama="0.3.36", threads=2, fa=True, ctk="f16
         versions={"llama_cpp_python": llama, "llama_cpp_build": f"{llama}.abc"},
         settings={"sampling": {"temperature": temp, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "repeat_penalty": 1.0}},
         host={"cpu_model": cpu, "gpus": [], "machine_id": mid},
-        models=[{"label": label, "sha256": sha, "n_ctx": 512,
-                 "engine": {"backend": "CPU", "n_threads": threads, "n_batch": 512, "n_ubatch": 512, "n_ctx": 512,
-                            "flash_attn": "auto", "flash_attn_used": fa, "cache_type_k": ctk, "cache_type_v": "f16"}}])
+        models=[
+            {
+                "label": label,
+                "sha256": sha,
+                "n_ctx": 512,
+                "engine": {
+                    "backend": "CPU",
+                    "n_threads": threads,
+                    "n_batch": 512,
+                    "n_ubatch": 512,
+                    "n_ctx": 512,
+                    "flash_attn": "auto",
+                    "flash_attn_used": fa,
+                    "cache_type_k": ctk,
+                    "cache_type_v": "f16",
+                },
+            }
+        ],
+    )
     return doc
 
 
@@ -187,15 +220,33 @@ def test_differences_name_what_a_comparison_must_hold_equal():
 
     base = _recorded(_doc("m.gguf", 0.01, A_TTFTS, 1))
     assert differences(base, _recorded(_doc("m.gguf", 0.01, A_TTFTS, 2))) == []
-    other = _recorded(_doc("m.gguf", 0.01, A_TTFTS, 2), sha="b" * 64, llama="0.3.37", threads=1, fa=False, ctk="q8_0",
-                      temp=0.0, cpu="Intel Xeon", mid="m2")
+    other = _recorded(
+        _doc("m.gguf", 0.01, A_TTFTS, 2),
+        sha="b" * 64,
+        llama="0.3.37",
+        threads=1,
+        fa=False,
+        ctk="q8_0",
+        temp=0.0,
+        cpu="Intel Xeon",
+        mid="m2",
+    )
     assert differences(base, other) == [
-        "model sha256 (aaaaaaaaaaaa… vs bbbbbbbbbbbb…)", "llama-cpp-python (0.3.36 vs 0.3.37)", "threads (2 vs 1)",
-        "flash attention (True vs False)", "K cache (f16 vs q8_0)", "temperature (0.8 vs 0.0)",
-        "CPU (AMD EPYC vs Intel Xeon)", "machine (m1 vs m2)"]
+        "model sha256 (aaaaaaaaaaaa… vs bbbbbbbbbbbb…)",
+        "llama-cpp-python (0.3.36 vs 0.3.37)",
+        "threads (2 vs 1)",
+        "flash attention (True vs False)",
+        "K cache (f16 vs q8_0)",
+        "temperature (0.8 vs 0.0)",
+        "CPU (AMD EPYC vs Intel Xeon)",
+        "machine (m1 vs m2)",
+    ]
     # one file of two models: the models differ on purpose, the record is shared
-    assert differences(base, other, same_file=True) == ["threads (2 vs 1)", "flash attention (True vs False)",
-                                                        "K cache (f16 vs q8_0)"]
+    assert differences(base, other, same_file=True) == [
+        "threads (2 vs 1)",
+        "flash attention (True vs False)",
+        "K cache (f16 vs q8_0)",
+    ]
 
 
 def test_differences_ignore_what_one_side_does_not_state():
@@ -218,8 +269,10 @@ def test_cli_compare_says_not_comparable_and_still_compares(tmp_path, capsys):
     assert main(["bench", "compare", str(fa), str(fb), "--json", str(out)]) == 0  # exit status: documented 0
     text = capsys.readouterr().out
     lines = text.splitlines()
-    assert lines[1] == ("not comparable: threads (2 vs 1); machine (m1 vs m2) differ; the verdicts below measure all "
-                        "of it, not one change")
+    assert lines[1] == (
+        "not comparable: threads (2 vs 1); machine (m1 vs m2) differ; the verdicts below measure all "
+        "of it, not one change"
+    )
     assert [line for line in lines if "=> verdict" in line][0].rstrip().endswith(SLOWER)  # the numbers are still there
     doc = json.loads(out.read_text())
     assert doc["comparable"] is False and doc["differences"] == {"m.gguf": ["threads (2 vs 1)", "machine (m1 vs m2)"]}

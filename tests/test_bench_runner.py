@@ -16,16 +16,27 @@ from tests.bench_fakes import FakeLoader
 
 
 def config(models, scenarios=(RESIDENT,), p=(64,), n=(8,), repeats=2, **kw):
-    return BenchConfig(models=tuple(str(m) for m in models), suite=custom_suite(p, n, repeats=repeats, warmup=1),
-                       scenarios=scenarios, cap_to_context=False, **kw)
+    return BenchConfig(
+        models=tuple(str(m) for m in models),
+        suite=custom_suite(p, n, repeats=repeats, warmup=1),
+        scenarios=scenarios,
+        cap_to_context=False,
+        **kw,
+    )
 
 
 def test_models_interleaved_by_repeat(tiny_model, tiny_model_f32):
     loader = FakeLoader()
     out = run_bench(config([tiny_model, tiny_model_f32], repeats=3), load_fn=loader)
     order = [(r.model, r.repeat) for r in out.runs]
-    assert order == [("tiny-f16.gguf", 0), ("tiny-f32.gguf", 0), ("tiny-f32.gguf", 1), ("tiny-f16.gguf", 1),
-                     ("tiny-f16.gguf", 2), ("tiny-f32.gguf", 2)]
+    assert order == [
+        ("tiny-f16.gguf", 0),
+        ("tiny-f32.gguf", 0),
+        ("tiny-f32.gguf", 1),
+        ("tiny-f16.gguf", 1),
+        ("tiny-f16.gguf", 2),
+        ("tiny-f32.gguf", 2),
+    ]
     assert all(e.closed for e in loader.engines)
     assert not out.incomplete
 
@@ -54,7 +65,9 @@ def test_prefix_hit_reports_cached_tokens_and_ttft_saved(tiny_model):
 
 def test_no_kv_cache_recomputes_the_context_every_token(tiny_model):
     loader = FakeLoader()
-    out = run_bench(config([tiny_model], scenarios=(RESIDENT, NO_KV_CACHE), p=(32,), n=(40,), repeats=1), load_fn=loader)
+    out = run_bench(
+        config([tiny_model], scenarios=(RESIDENT, NO_KV_CACHE), p=(32,), n=(40,), repeats=1), load_fn=loader
+    )
     ablation = [r for r in out.runs if r.scenario == NO_KV_CACHE]
     assert len(ablation) == 1 and ablation[0].ok
     n = ablation[0].output_tokens_requested
@@ -166,7 +179,10 @@ def test_engine_error_mid_run_is_a_failed_run(tiny_model):
 
 def test_progress_events(tiny_model):
     events = []
-    run_bench(config([tiny_model], scenarios=(WARM_LOAD, RESIDENT, PREFIX_HIT), repeats=2), load_fn=FakeLoader(),
-              progress=events.append)
+    run_bench(
+        config([tiny_model], scenarios=(WARM_LOAD, RESIDENT, PREFIX_HIT), repeats=2),
+        load_fn=FakeLoader(),
+        progress=events.append,
+    )
     assert events[-1].done == events[-1].total == 6
     assert [e.done for e in events[:-1]] == list(range(6))

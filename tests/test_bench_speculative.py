@@ -14,8 +14,14 @@ from ondevice.engine import load
 
 
 def test_speculative_scenario_pairs_plain_and_lookup_runs(tiny_model, tmp_path):
-    cfg = BenchConfig(models=(str(tiny_model),), suite=custom_suite((48,), (16,), repeats=2, warmup=1),
-                      scenarios=(RESIDENT, SPECULATIVE), cap_to_context=False, n_threads=1, n_ctx=256)
+    cfg = BenchConfig(
+        models=(str(tiny_model),),
+        suite=custom_suite((48,), (16,), repeats=2, warmup=1),
+        scenarios=(RESIDENT, SPECULATIVE),
+        cap_to_context=False,
+        n_threads=1,
+        n_ctx=256,
+    )
     out = run_bench(cfg, load_fn=load)
     spec_runs = [r for r in out.runs if r.scenario == SPECULATIVE]
     assert [r.status for r in spec_runs] == ["ok", "ok"]

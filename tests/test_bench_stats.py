@@ -19,9 +19,20 @@ from ondevice.core.results import Timings
 def run(repeat, ttft, itl, *, status="ok", scenario=RESIDENT, baseline=None, cached=0, prompt=100, rss=None):
     e2e = ttft + sum(itl)
     t = Timings(0.0, ttft * 0.9, ttft, tuple(itl), e2e, prompt - cached, len(itl) + 1)
-    return RunRecord("m", scenario, "w", repeat, status, reason="" if status == "ok" else "boom", prompt_tokens=prompt,
-                     output_tokens_requested=len(itl) + 1, cached_prompt_tokens=cached, timings=t,
-                     baseline_ttft_s=baseline, peak_rss_bytes=rss)
+    return RunRecord(
+        "m",
+        scenario,
+        "w",
+        repeat,
+        status,
+        reason="" if status == "ok" else "boom",
+        prompt_tokens=prompt,
+        output_tokens_requested=len(itl) + 1,
+        cached_prompt_tokens=cached,
+        timings=t,
+        baseline_ttft_s=baseline,
+        peak_rss_bytes=rss,
+    )
 
 
 class StepPredictor:
@@ -75,8 +86,9 @@ def test_scenario_percentiles_match_numpy_on_pooled_itls():
     rng = np.random.default_rng(42)
     itls = [rng.gamma(20, 0.01 / 20, 63) for _ in range(7)]
     ttfts = rng.gamma(10, 0.1 / 10, 7)
-    r = build_result([run(i, float(t), x.tolist()) for i, (t, x) in enumerate(zip(ttfts, itls))],
-                     prompt_tokens=100, output_tokens=64)
+    r = build_result(
+        [run(i, float(t), x.tolist()) for i, (t, x) in enumerate(zip(ttfts, itls))], prompt_tokens=100, output_tokens=64
+    )
     pooled = np.concatenate(itls)
     for metric, xs in (("itl_s", pooled), ("ttft_s", ttfts)):
         s = r.summary(metric)
@@ -115,7 +127,9 @@ def test_peak_rss_and_kv_bytes(tiny_model):
     from ondevice.gguf.spec import inspect
 
     spec = inspect(tiny_model)
-    r = build_result([run(0, 0.1, [0.01], rss=5), run(1, 0.1, [0.01], rss=9)], spec=spec, prompt_tokens=100, output_tokens=2)
+    r = build_result(
+        [run(0, 0.1, [0.01], rss=5), run(1, 0.1, [0.01], rss=9)], spec=spec, prompt_tokens=100, output_tokens=2
+    )
     assert r.peak_rss_bytes == 9
     assert r.kv_bytes == spec.kv_read_bytes(102) == 102 * spec.kv_bytes_per_token
 
@@ -129,24 +143,36 @@ def test_all_failed_gives_empty_summaries_and_valid_json():
 
 def test_parse_slo():
     b = parse_slo("ttft_p95=1.0, tpot_s_p99=0.04,itl_max=0.5")
-    assert [(x.metric, x.stat, x.limit_s) for x in b] == [("ttft", "p95", 1.0), ("tpot", "p99", 0.04), ("itl", "max", 0.5)]
+    assert [(x.metric, x.stat, x.limit_s) for x in b] == [
+        ("ttft", "p95", 1.0),
+        ("tpot", "p99", 0.04),
+        ("itl", "max", 0.5),
+    ]
 
 
-@pytest.mark.parametrize("text,msg", [
-    ("decode_p95=1", "unknown metric 'decode'"),
-    ("ttft=1", "METRIC_STAT=SECONDS"),
-    ("ttft_p95", "METRIC_STAT=SECONDS"),
-    ("ttft_p95=abc", "not a number"),
-    ("ttft_p95=-1", "positive"),
-    ("", "no bounds"),
-])
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("decode_p95=1", "unknown metric 'decode'"),
+        ("ttft=1", "METRIC_STAT=SECONDS"),
+        ("ttft_p95", "METRIC_STAT=SECONDS"),
+        ("ttft_p95=abc", "not a number"),
+        ("ttft_p95=-1", "positive"),
+        ("", "no bounds"),
+    ],
+)
 def test_parse_slo_rejects(text, msg):
     with pytest.raises(BenchError, match=msg):
         parse_slo(text)
 
 
 def test_slo_goodput_and_pass():
-    runs = [run(0, 0.5, [0.01, 0.01]), run(1, 1.5, [0.01, 0.01]), run(2, 0.2, [0.05, 0.05]), run(3, 0.1, [0.01], status="failed")]
+    runs = [
+        run(0, 0.5, [0.01, 0.01]),
+        run(1, 1.5, [0.01, 0.01]),
+        run(2, 0.2, [0.05, 0.05]),
+        run(3, 0.1, [0.01], status="failed"),
+    ]
     s = evaluate(runs, parse_slo("ttft_p50=1.0,tpot_p50=0.03"))
     assert s.requests == 4 and s.good == 1  # run 1 misses TTFT, run 2 misses TPOT, run 3 failed
     assert s.good_share == pytest.approx(0.25)
@@ -162,12 +188,18 @@ def test_goodput_worked_example():
     """Goodput as the second source article defines it: requests meeting the SLO per unit of time.
     Five requests one after another, E2E 0.5, 0.5, 1.0, 2.0 s and one that failed before timing
     anything; SLO e2e_max = 1 s: three meet it, in 4.0 s of requests -> 0.75 req/s, 60% of them."""
+
     def e2e_run(i, e2e, status="ok"):
         t = Timings(0.0, e2e / 4, e2e / 2, (e2e / 2,), e2e, 10, 2)
         return RunRecord("m", RESIDENT, "w", i, status, reason="boom" if status != "ok" else "", timings=t)
 
-    runs = [e2e_run(0, 0.5), e2e_run(1, 0.5), e2e_run(2, 1.0), e2e_run(3, 2.0),
-            RunRecord("m", RESIDENT, "w", 4, "failed", reason="boom")]
+    runs = [
+        e2e_run(0, 0.5),
+        e2e_run(1, 0.5),
+        e2e_run(2, 1.0),
+        e2e_run(3, 2.0),
+        RunRecord("m", RESIDENT, "w", 4, "failed", reason="boom"),
+    ]
     s = evaluate(runs, parse_slo("e2e_max=1.0"))
     assert (s.requests, s.good, s.time_s) == (5, 3, pytest.approx(4.0))
     assert s.goodput_rps == pytest.approx(0.75) and s.good_share == pytest.approx(0.6)
@@ -182,10 +214,18 @@ def test_goodput_worked_example():
 def test_terminal_and_markdown_tables():
     from ondevice.bench.report import markdown, render_table
 
-    ok = build_result([run(i, 0.1, [0.01] * 3) for i in range(2)], predictor=StepPredictor(), prompt_tokens=100, output_tokens=4)
+    ok = build_result(
+        [run(i, 0.1, [0.01] * 3) for i in range(2)], predictor=StepPredictor(), prompt_tokens=100, output_tokens=4
+    )
     bad = build_result([run(0, 0.1, [0.01], status="failed", scenario=PREFIX_HIT)], prompt_tokens=100, output_tokens=4)
     slo = {("m", RESIDENT, "w"): evaluate(list(ok.runs), parse_slo("ttft_p95=0.05"))}
-    record = {"settings": {"suite": "custom"}, "incomplete": True, "models": [], "host": {}, "probe": {"note": "no probe"}}
+    record = {
+        "settings": {"suite": "custom"},
+        "incomplete": True,
+        "models": [],
+        "host": {},
+        "probe": {"note": "no probe"},
+    }
     text = render_table(record, [ok, bad], slo, width=240)
     assert "INCOMPLETE" in text and "resident" in text and "prefix_hit" in text
     assert "100.0" in text  # decode tok/s p50 of 10 ms steps
@@ -210,7 +250,10 @@ def test_predicted_ttft_and_e2e_beside_the_measured():
     r = build_result(runs, predictor=RequestPredictor(), prompt_tokens=100, output_tokens=4)
     assert r.predicted_ttft_s == pytest.approx(0.1) and r.ttft_efficiency == pytest.approx(0.1 / 0.225)
     assert r.predicted_e2e_s == pytest.approx(0.1 + 3 * 0.008)
-    hits = [run(0, 0.05, [0.01] * 3, scenario=PREFIX_HIT, cached=80), run(1, 0.05, [0.01] * 3, scenario=PREFIX_HIT, cached=80)]
+    hits = [
+        run(0, 0.05, [0.01] * 3, scenario=PREFIX_HIT, cached=80),
+        run(1, 0.05, [0.01] * 3, scenario=PREFIX_HIT, cached=80),
+    ]
     h = build_result(hits, predictor=RequestPredictor(), prompt_tokens=100, output_tokens=4)
     assert h.predicted_ttft_s == pytest.approx(0.02)  # only the 20 tokens the cache lacked
     plain = build_result(runs, predictor=StepPredictor(), prompt_tokens=100, output_tokens=4)

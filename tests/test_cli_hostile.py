@@ -21,7 +21,9 @@ def unknown_arch(tiny_model, tmp_path_factory):
 
 
 def _ondevice(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ondevice.cli.main", *argv], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ondevice.cli.main", *argv], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_llama_cpp_error_lines_go_to_the_log_only(unknown_arch):

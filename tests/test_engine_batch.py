@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from ondevice.engine import load
 from ondevice.core.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
-from tests._engine_models import BOS, EOS, successor_engine, chain_text, token_id
+from ondevice.engine import load
+from tests._engine_models import BOS, EOS, chain_text, successor_engine, token_id
 
 SP = "\u2581"
 
@@ -114,7 +114,9 @@ def test_prediction_from_the_batched_step_model(engine, chains):
     pred = BatchedPredictor()
     engine.predictor = pred
     try:
-        bg = engine.batched(4, 64).generate([[BOS, 10, 11, 12], [BOS, 10]] + prompts(chains, "loop"), 8, ignore_eos=True)
+        bg = engine.batched(4, 64).generate(
+            [[BOS, 10, 11, 12], [BOS, 10]] + prompts(chains, "loop"), 8, ignore_eos=True
+        )
     finally:
         engine.predictor = None
     assert pred.calls == [(3 + 4, 1, 3)]  # mean prompt 3 tokens + half of 8 outputs; 3 sequences, 1 token each

@@ -39,8 +39,12 @@ def templated(tmp_path_factory):
 
 
 def test_render_plain():
-    msgs = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
+    msgs = [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Bye"},
+    ]
     assert render_plain(msgs) == "Be terse.\n\nUser: Hi\nAssistant: Hello.\nUser: Bye\nAssistant:"
     assert FALLBACK_STOPS == ("\nUser:", "\nAssistant:")
 

@@ -25,7 +25,16 @@ def test_run_streams_text_then_timings(model, capsys, command, offload_backend):
     lines = err.strip().splitlines()
     assert len(lines) == 1
     line = lines[0]
-    for field in ("TTFT", "TPOT", "decode", "tok/s", "prefill", "tokens 2 prompt + 4 output", "finish stop", f"on {offload_backend}"):
+    for field in (
+        "TTFT",
+        "TPOT",
+        "decode",
+        "tok/s",
+        "prefill",
+        "tokens 2 prompt + 4 output",
+        "finish stop",
+        f"on {offload_backend}",
+    ):
         assert field in line
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from ondevice.engine import load
-from ondevice.engine.sampling import make_params
 from ondevice.core.errors import (
     ContextOverflowError,
     EngineError,
@@ -13,6 +11,8 @@ from ondevice.core.errors import (
     InvalidParameterError,
     ModelNotFoundError,
 )
+from ondevice.engine import load
+from ondevice.engine.sampling import make_params
 
 
 def test_context_overflow_refused_before_any_work(engine):

@@ -73,6 +73,9 @@ def test_the_check_finds_a_drifted_fake():
             pass
 
     assert mismatches(Drifted(), StreamingEngine) == [
-        "stream: missing", "tokenize: no parameter 'add_bos'", "tokenize: no parameter 'special'"]
+        "stream: missing",
+        "tokenize: no parameter 'add_bos'",
+        "tokenize: no parameter 'special'",
+    ]
     with pytest.raises(AssertionError):
         assert isinstance(Drifted(), StreamingEngine)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ondevice.llama import devices
 from ondevice.core.errors import InvalidParameterError
+from ondevice.llama import devices
 
 
 class FakeLib:
@@ -43,8 +43,15 @@ def test_this_build_reports_its_cpu_device():
 
 @pytest.mark.parametrize(
     "requested, gpu, expected",
-    [("auto", True, (-1, 19)), ("auto", False, (0, 0)), (5, True, (5, 5)), (100, True, (100, 19)),
-     (-1, True, (-1, 19)), (0, True, (0, 0)), (7, False, (0, 0))],
+    [
+        ("auto", True, (-1, 19)),
+        ("auto", False, (0, 0)),
+        (5, True, (5, 5)),
+        (100, True, (100, 19)),
+        (-1, True, (-1, 19)),
+        (0, True, (0, 0)),
+        (7, False, (0, 0)),
+    ],
 )
 def test_gpu_layer_counts(requested, gpu, expected):
     assert devices.gpu_layers(FakeLib(gpu), requested, Spec.n_layer) == expected

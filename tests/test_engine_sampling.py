@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-
 PROMPT = "the people of the world are in the city of paris and"
 FREE = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}  # every filter off
 

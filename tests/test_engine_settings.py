@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ondevice.cli.main import main
-from ondevice.engine import load
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.kvtypes import kv_bytes_per_element, kv_is_quantized
+from ondevice.engine import load
 from ondevice.gguf.spec import inspect
 
 
@@ -16,8 +16,9 @@ def head32_model(synth_dir):
     """Heads of 32 dimensions: a multiple of the quantized cache types' block of 32."""
     from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
-    return build_synthetic_model(SynthConfig(d_model=128, n_head=4, n_head_kv=2, n_ctx_train=4096, seed=5),
-                                 synth_dir / "head32.gguf")
+    return build_synthetic_model(
+        SynthConfig(d_model=128, n_head=4, n_head_kv=2, n_ctx_train=4096, seed=5), synth_dir / "head32.gguf"
+    )
 
 
 def test_defaults_are_llama_cpps(head32_model, offload_backend):
@@ -79,16 +80,56 @@ def test_memory_verdict_follows_the_cache_type(default_model):
 
 
 def test_run_line_names_the_settings(head32_model, capsys):
-    rc = main(["run", str(head32_model), "hello", "-n", "3", "-t", "0", "--threads", "1", "--no-predict", "-c", "256",
-               "-ctk", "q8_0", "-ctv", "Q8_0", "-fa", "on", "-b", "128", "-ub", "64"])
+    rc = main(
+        [
+            "run",
+            str(head32_model),
+            "hello",
+            "-n",
+            "3",
+            "-t",
+            "0",
+            "--threads",
+            "1",
+            "--no-predict",
+            "-c",
+            "256",
+            "-ctk",
+            "q8_0",
+            "-ctv",
+            "Q8_0",
+            "-fa",
+            "on",
+            "-b",
+            "128",
+            "-ub",
+            "64",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 0 and len(err) == 1
     assert "batch 128/64, flash attn on, KV q8_0/q8_0, CPU buffers" in err[0]
 
 
 def test_predict_takes_kv_cache_types(default_model, capsys):
-    assert main(["predict", str(default_model), "--bandwidth", "100", "--ctx", "4096", "-ctk", "q4_0", "-ctv", "q4_0",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                str(default_model),
+                "--bandwidth",
+                "100",
+                "--ctx",
+                "4096",
+                "-ctk",
+                "q4_0",
+                "-ctv",
+                "q4_0",
+                "--json",
+            ]
+        )
+        == 0
+    )
     import json
 
     out = json.loads(capsys.readouterr().out)
@@ -96,10 +137,13 @@ def test_predict_takes_kv_cache_types(default_model, capsys):
     assert out["contexts"][0]["kv_bytes"] == pytest.approx(f16 * 18 / 64, rel=1e-3)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["-ctv", "q8_0", "-fa", "off"], "needs flash attention"),
-    (["-b", "0"], "--n-batch must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-ctv", "q8_0", "-fa", "off"], "needs flash attention"),
+        (["-b", "0"], "--n-batch must be at least 1"),
+    ],
+)
 def test_bad_settings_are_one_line(tiny_model, capsys, argv, message):
     rc = main(["run", str(tiny_model), "hello", "-n", "2", "--no-predict", *argv])
     err = capsys.readouterr().err.strip().splitlines()

@@ -9,13 +9,13 @@ import math
 from types import SimpleNamespace
 
 import pytest
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 from ondevice.cli.main import main
+from ondevice.core.errors import InvalidParameterError, ModelNotFoundError
 from ondevice.engine import load
 from ondevice.engine.drafters import PromptLookup, check_same_vocab
 from ondevice.engine.speculative import KPlanner, StepCost, expected_committed, spec_settings
-from ondevice.core.errors import InvalidParameterError, ModelNotFoundError
-from ondevice.quant.synth import SynthConfig, build_synthetic_model
 from tests._engine_models import BOS, EOS, build_successor_model, successor_engine, token_id
 
 SP = "\u2581"
@@ -26,6 +26,7 @@ CHAIN = [token_id(SP + w) for w in WORDS] + [EOS]
 @pytest.fixture
 def always_draft(monkeypatch):
     """Every step drafts as many tokens as allowed: the verify path runs on every step, deterministically."""
+
     def choose(self, kind, k_cap, n_ctx):
         k = min(k_cap, self.k_max) if kind is not None else 0
         return (k, 1.0, 1.0)
@@ -35,16 +36,20 @@ def always_draft(monkeypatch):
 
 # ---- pure parts ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, needle", [
-    ({"speculative": "lookup", "draft": None, "spec_k": -1}, "spec_k"),
-    ({"speculative": "lookup", "draft": None, "spec_k": 65}, "spec_k"),
-    ({"speculative": "lookup", "draft": None, "spec_k": True}, "spec_k"),
-    ({"speculative": "lookup", "draft": None, "spec_k": 2.0}, "spec_k"),
-    ({"speculative": "medusa", "draft": None, "spec_k": None}, "speculative"),
-    ({"speculative": "draft", "draft": None, "spec_k": None}, "draft model"),
-    ({"speculative": "lookup", "draft": "d.gguf", "spec_k": None}, "no draft model"),
-    ({"speculative": None, "draft": None, "spec_k": 4}, "spec_k needs"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"speculative": "lookup", "draft": None, "spec_k": -1}, "spec_k"),
+        ({"speculative": "lookup", "draft": None, "spec_k": 65}, "spec_k"),
+        ({"speculative": "lookup", "draft": None, "spec_k": True}, "spec_k"),
+        ({"speculative": "lookup", "draft": None, "spec_k": 2.0}, "spec_k"),
+        ({"speculative": "medusa", "draft": None, "spec_k": None}, "speculative"),
+        ({"speculative": "draft", "draft": None, "spec_k": None}, "draft model"),
+        ({"speculative": "lookup", "draft": "d.gguf", "spec_k": None}, "no draft model"),
+        ({"speculative": None, "draft": None, "spec_k": 4}, "spec_k needs"),
+    ],
+)
 def test_bad_settings_are_refused_by_name(kwargs, needle):
     with pytest.raises(InvalidParameterError, match=needle):
         spec_settings(**kwargs)
@@ -62,7 +67,7 @@ def test_expected_committed_is_the_geometric_sum():
     assert expected_committed(0.0, 5) == 1.0
     assert expected_committed(1.0, 4) == 5.0
     assert math.isclose(expected_committed(0.5, 2), 1 + 0.5 + 0.25)
-    assert math.isclose(expected_committed(0.9, 16), sum(0.9 ** i for i in range(17)))
+    assert math.isclose(expected_committed(0.9, 16), sum(0.9**i for i in range(17)))
 
 
 def test_prompt_lookup_drafts_what_followed_the_longest_latest_match():
@@ -133,7 +138,9 @@ def test_step_cost_uses_measured_sizes_and_a_line_between():
 
 
 def test_step_cost_prefers_the_predictor_for_unmeasured_sizes():
-    pred = SimpleNamespace(step_s=lambda n: (1.0, 1.0), tokens_step_s=lambda n_ctx, n, n_seqs=1: 0.01 * (1 + 0.1 * (n - 1)))
+    pred = SimpleNamespace(
+        step_s=lambda n: (1.0, 1.0), tokens_step_s=lambda n_ctx, n, n_seqs=1: 0.01 * (1 + 0.1 * (n - 1))
+    )
     c = StepCost(pred)
     assert c.decode_ratio(100, 9) == pytest.approx(1.8)
 
@@ -170,6 +177,7 @@ def test_same_size_vocabularies_with_other_texts_are_refused():
 
 
 # ---- a synthetic model whose greedy output is known: drafts that land, stops inside them ---------
+
 
 @pytest.fixture(scope="module")
 def succ(tmp_path_factory):
@@ -239,8 +247,17 @@ def test_timing_identities_hold_with_bursts(succ, always_draft):
     assert [b.t_s - a.t_s for a, b in zip(events, events[1:])] == pytest.approx(list(t.itl_s))
     a = g.attribution  # the parts add up to E2E in the speculative loop too
     assert a.decode_s > 0 and a.sample_s > 0 and a.overhead_s > -1e-3
-    assert a.tokenize_s + a.prefill_s + a.first_sample_s + a.decode_s + a.sample_s + a.detokenize_s + a.consumer_s \
-        + a.overhead_s == pytest.approx(t.e2e_s)
+    assert (
+        a.tokenize_s
+        + a.prefill_s
+        + a.first_sample_s
+        + a.decode_s
+        + a.sample_s
+        + a.detokenize_s
+        + a.consumer_s
+        + a.overhead_s
+        == pytest.approx(t.e2e_s)
+    )
     d = g.to_dict()["speculative"]
     assert d["acceptance_rate"] == pytest.approx(g.speculative.accepted / g.speculative.drafted)
 
@@ -252,16 +269,36 @@ def test_adaptive_choice_still_gives_plain_output(succ):
 
 
 def test_cli_run_shows_acceptance_and_refuses_bad_k(tmp_path, capsys):
-    path = build_successor_model(tmp_path / "cli.gguf", [[token_id(SP + "of"), token_id(SP + "hello"), token_id(SP + "world"), EOS]])
-    rc = main(["run", str(path), " of hello world of", "-t", "0", "-n", "8", "-c", "256", "--threads", "1", "--no-predict",
-               "--speculative", "lookup"])
+    path = build_successor_model(
+        tmp_path / "cli.gguf", [[token_id(SP + "of"), token_id(SP + "hello"), token_id(SP + "world"), EOS]]
+    )
+    rc = main(
+        [
+            "run",
+            str(path),
+            " of hello world of",
+            "-t",
+            "0",
+            "-n",
+            "8",
+            "-c",
+            "256",
+            "--threads",
+            "1",
+            "--no-predict",
+            "--speculative",
+            "lookup",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 0 and out == " hello world\n"
     assert "speculative lookup:" in err and "committed" in err
-    for argv, needle in ((["--speculative", "lookup", "--spec-k", "65"], "spec_k"),
-                         (["--speculative", "lookup", "--spec-k", "-1"], "spec_k"),
-                         (["--draft", str(tmp_path / "missing.gguf")], "no such file"),
-                         (["--speculative", "draft"], "draft model")):
+    for argv, needle in (
+        (["--speculative", "lookup", "--spec-k", "65"], "spec_k"),
+        (["--speculative", "lookup", "--spec-k", "-1"], "spec_k"),
+        (["--draft", str(tmp_path / "missing.gguf")], "no such file"),
+        (["--speculative", "draft"], "draft model"),
+    ):
         rc = main(["run", str(path), "x", "-c", "256", "--threads", "1", "--no-predict"] + argv)
         out, err = capsys.readouterr()
         lines = err.strip().splitlines()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests._engine_models import BOS, EOS, successor_engine, byte_ids, chain_text, token_id
+from tests._engine_models import BOS, EOS, byte_ids, chain_text, successor_engine, token_id
 
 SP = "\u2581"
 

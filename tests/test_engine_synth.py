@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from ondevice.engine import EngineInfo, load
 from ondevice.core.errors import EngineBusyError
+from ondevice.engine import EngineInfo, load
 from ondevice.gguf.spec import ModelSpec
 
 PROMPT = "the people of the world are in the city of paris and"
@@ -267,7 +267,7 @@ def test_consumer_exception_releases_the_engine(engine):
     import gc
 
     def consume():
-        for ev in engine.stream(PROMPT, max_tokens=20, temperature=0):
+        for _ev in engine.stream(PROMPT, max_tokens=20, temperature=0):
             raise RuntimeError("consumer failed")
 
     with pytest.raises(RuntimeError):
@@ -279,7 +279,7 @@ def test_consumer_exception_releases_the_engine(engine):
 
 def test_leaving_a_for_loop_early_frees_the_engine(engine):
     stream = engine.stream(PROMPT, max_tokens=20, temperature=0, ignore_eos=True)
-    for ev in stream:  # the caller still holds the stream: only leaving the loop says it is done
+    for ev in stream:  # noqa: B007 - the caller still holds the stream: only leaving the loop says it is done
         break
     assert not engine.busy
     assert greedy(engine, max_tokens=3).finish_reason == "length"  # the next request right away

@@ -80,8 +80,15 @@ def test_no_stop_strings_releases_everything_at_once():
     assert out == ["a", "b"] and t.held == ""
 
 
-@pytest.mark.parametrize("pieces", [[b"ab", b"c\xe2\x82", b"\xac d", b"\nUs", b"er: z"], [b"\nUser:"], [b"\n", b"U", b"ser:"],
-                                    [b"no stop", b" in \xc3", b"\xa9 here"]])
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [b"ab", b"c\xe2\x82", b"\xac d", b"\nUs", b"er: z"],
+        [b"\nUser:"],
+        [b"\n", b"U", b"ser:"],
+        [b"no stop", b" in \xc3", b"\xa9 here"],
+    ],
+)
 def test_concatenation_equals_whole_decode_up_to_stop(pieces):
     t, out = feed(pieces, stop=("\nUser:",))
     whole = b"".join(pieces).decode("utf-8", "replace")

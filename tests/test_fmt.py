@@ -18,7 +18,12 @@ def test_millis_places_by_size_and_seconds_past_the_last_step():
     chat = ((100, 1), (10_000, 0))
     assert [millis(s, places=chat) for s in (0.0123, 0.5, 12.0)] == ["12.3 ms", "500 ms", "12.0 s"]
     table = ((10, 2), (1000, 1), (math.inf, 0))
-    assert [millis(s, places=table, unit=False) for s in (0.00123, 0.0123, 1.5, -0.05)] == ["1.23", "12.3", "1500", "-50.00"]
+    assert [millis(s, places=table, unit=False) for s in (0.00123, 0.0123, 1.5, -0.05)] == [
+        "1.23",
+        "12.3",
+        "1500",
+        "-50.00",
+    ]
     assert millis(None, missing="–") == "–"
 
 
@@ -28,8 +33,17 @@ def test_rate_and_zero_as_missing():
     assert rate(0.0, zero_is_missing=True, missing="–") == "–" and rate(None) == "-"
 
 
-@pytest.mark.parametrize("v, spec, out", [(1.25, ".1f", "1.2"), (3, ".0f", "3"), (0.000123, ".3g", "0.000123"),
-                                          (None, ".1f", "-"), (math.nan, ".2f", "-"), (-math.inf, ".2f", "-")])
+@pytest.mark.parametrize(
+    "v, spec, out",
+    [
+        (1.25, ".1f", "1.2"),
+        (3, ".0f", "3"),
+        (0.000123, ".3g", "0.000123"),
+        (None, ".1f", "-"),
+        (math.nan, ".2f", "-"),
+        (-math.inf, ".2f", "-"),
+    ],
+)
 def test_number(v, spec, out):
     assert number(v, spec) == out
 
@@ -42,8 +56,10 @@ def test_decimal_and_binary_bytes():
 
 
 HEADERS = ["name", "size", "state", "notes"]
-ROWS = [["alpha", "1.5 GB", "no significant difference", "the first note runs on for a while, " * 3],
-        ["b", "12.0 MB", "faster", "short"]]
+ROWS = [
+    ["alpha", "1.5 GB", "no significant difference", "the first note runs on for a while, " * 3],
+    ["b", "12.0 MB", "faster", "short"],
+]
 
 
 def _lines(text: str) -> list[str]:
@@ -52,7 +68,11 @@ def _lines(text: str) -> list[str]:
 
 def test_table_within_its_width_is_the_plain_table():
     plain = table(HEADERS, ROWS, "lrll")
-    assert table(HEADERS, ROWS, "lrll", width=200) == plain == table(HEADERS, ROWS, "lrll", width=max(map(len, _lines(plain))))
+    assert (
+        table(HEADERS, ROWS, "lrll", width=200)
+        == plain
+        == table(HEADERS, ROWS, "lrll", width=max(map(len, _lines(plain))))
+    )
     assert len(_lines(plain)) == 2 + len(ROWS) and "---" in _lines(plain)[1]
 
 
@@ -70,8 +90,9 @@ def test_table_leaves_out_the_named_columns_first_and_says_where_the_full_table_
     assert "no significant difference" in text  # a whole column keeps each cell on one line
     assert "the first note" not in text and "1.5 GB" in text  # notes could go and did; size was not needed
     assert " ".join(_lines(text)[-2:]) == "(1 column left out to fit 42: notes; --json has the full table)"
-    assert "(2 columns left out to fit 40: size, notes;" in " ".join(_lines(
-        table(HEADERS, ROWS, "lrll", width=40, drop=("notes", "size"), whole=("state",), full="--json")))
+    assert "(2 columns left out to fit 40: size, notes;" in " ".join(
+        _lines(table(HEADERS, ROWS, "lrll", width=40, drop=("notes", "size"), whole=("state",), full="--json"))
+    )
     narrow = table(HEADERS, ROWS, "lrll", width=30, whole=("state",))
     assert "state" not in _lines(narrow)[0] and "notes" not in narrow.splitlines()[0]  # from the right otherwise
     assert "2 columns left out to fit 30: state, notes" in " ".join(_lines(narrow)[-2:])

@@ -64,8 +64,12 @@ def test_array_count_the_rest_of_the_file_cannot_hold_is_refused_at_once(tmp_pat
 
 
 def test_nested_arrays_within_the_limits_are_read_lazily(tmp_path):
-    inner = [array(VT.ARRAY, [array(VT.UINT32, [scalar(VT.UINT32, i), scalar(VT.UINT32, 7)]), array(VT.STRING, [string("ab")])])
-             for i in range(3)]
+    inner = [
+        array(
+            VT.ARRAY, [array(VT.UINT32, [scalar(VT.UINT32, i), scalar(VT.UINT32, 7)]), array(VT.STRING, [string("ab")])]
+        )
+        for i in range(3)
+    ]
     kvs = [kv("general.architecture", VT.STRING, string("llama")), kv("x.nested", VT.ARRAY, array(VT.ARRAY, inner))]
     path = tmp_path / "ok.gguf"
     path.write_bytes(join(Parts(3, kvs)))
@@ -83,8 +87,13 @@ def test_nested_arrays_within_the_limits_are_read_lazily(tmp_path):
 
 
 def run_info(path: str, timeout_s: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ondevice.cli.main", "info", path], capture_output=True, text=True,
-                          timeout=timeout_s, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "ondevice.cli.main", "info", path],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def assert_one_line_not_regular(out: subprocess.CompletedProcess) -> None:

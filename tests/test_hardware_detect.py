@@ -8,7 +8,13 @@ import pytest
 
 from ondevice.probing import hardware
 from ondevice.probing.hardware import (
-    detect, parse_cache_size, parse_cpuinfo, parse_nvidia_smi, parse_rocm_smi, parse_sysctl, parse_system_info,
+    detect,
+    parse_cache_size,
+    parse_cpuinfo,
+    parse_nvidia_smi,
+    parse_rocm_smi,
+    parse_sysctl,
+    parse_system_info,
 )
 from ondevice.probing.nameplate import NAMEPLATE_GBS, lookup
 
@@ -45,7 +51,12 @@ def test_sysctl_ignores_error_lines():
 def test_nvidia_smi_one_and_two_gpus():
     (g,) = parse_nvidia_smi(rec("nvidia_smi_rtx4090.csv"))
     assert (g.vendor, g.name, g.vram_total_bytes, g.vram_free_bytes, g.driver) == (
-        "NVIDIA", "NVIDIA GeForce RTX 4090", 24564 * MIB, 23817 * MIB, "550.54.15")
+        "NVIDIA",
+        "NVIDIA GeForce RTX 4090",
+        24564 * MIB,
+        23817 * MIB,
+        "550.54.15",
+    )
     two = parse_nvidia_smi(rec("nvidia_smi_two.csv"))
     assert [x.name for x in two] == ["NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3060"]
     assert two[1].vram_total_bytes == 12288 * MIB
@@ -56,7 +67,11 @@ def test_recorded_h200_with_a_cuda_13_build():
     with -DGGML_CUDA=on for sm_90, CUDA 13.0: its nvidia-smi line and llama_print_system_info()."""
     (g,) = parse_nvidia_smi(rec("nvidia_smi_h200.csv"))
     assert (g.name, g.vram_total_bytes, g.vram_free_bytes, g.driver) == (
-        "NVIDIA H200", 143771 * MIB, 143156 * MIB, "580.159.04")
+        "NVIDIA H200",
+        143771 * MIB,
+        143156 * MIB,
+        "580.159.04",
+    )
     backends, f = parse_system_info(rec("sysinfo_cuda13_h200.txt"))
     assert backends == ("CUDA", "CPU")
     assert f["CUDA.ARCHS"] == "900" and f["CUDA.FA_QUANTS"] == "q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16"
@@ -78,13 +93,16 @@ def test_rocm_smi_not_json():
     assert parse_rocm_smi("[1, 2]") == ()
 
 
-@pytest.mark.parametrize("name, backends", [
-    ("sysinfo_cuda.txt", ("CUDA", "CPU")),
-    ("sysinfo_metal.txt", ("Metal", "CPU")),
-    ("sysinfo_vulkan.txt", ("Vulkan", "CPU")),
-    ("sysinfo_cpu.txt", ("CPU",)),
-    ("sysinfo_blas.txt", ("BLAS", "CPU")),
-])
+@pytest.mark.parametrize(
+    "name, backends",
+    [
+        ("sysinfo_cuda.txt", ("CUDA", "CPU")),
+        ("sysinfo_metal.txt", ("Metal", "CPU")),
+        ("sysinfo_vulkan.txt", ("Vulkan", "CPU")),
+        ("sysinfo_cpu.txt", ("CPU",)),
+        ("sysinfo_blas.txt", ("BLAS", "CPU")),
+    ],
+)
 def test_system_info_backends(name, backends):
     got, features = parse_system_info(rec(name))
     assert got == backends
@@ -111,7 +129,9 @@ def test_detect_macos_apple_silicon(monkeypatch):
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(12)), raising=False)  # all 12 cores usable
-    info = detect(run=runner({"sysctl": rec("sysctl_m2_pro.txt")}), system_info=rec("sysinfo_metal.txt"), system="Darwin")
+    info = detect(
+        run=runner({"sysctl": rec("sysctl_m2_pro.txt")}), system_info=rec("sysinfo_metal.txt"), system="Darwin"
+    )
     assert info.apple_chip == "Apple M2 Pro" and info.unified_memory
     assert info.ram_total_bytes == 32 << 30 and info.physical_cores == 12 and info.perf_cores == 8
     assert info.llc_bytes == 16 * MIB
@@ -121,7 +141,9 @@ def test_detect_macos_apple_silicon(monkeypatch):
 
 
 def test_detect_intel_mac():
-    info = detect(run=runner({"sysctl": rec("sysctl_intel_mac.txt")}), system_info=rec("sysinfo_cpu.txt"), system="Darwin")
+    info = detect(
+        run=runner({"sysctl": rec("sysctl_intel_mac.txt")}), system_info=rec("sysinfo_cpu.txt"), system="Darwin"
+    )
     assert info.apple_chip is None and not info.unified_memory and info.gpus == ()
     assert info.cpu_model.startswith("Intel(R) Core(TM) i9") and info.llc_bytes == 16 * MIB
 
@@ -145,8 +167,12 @@ def test_detect_linux_nvidia_and_rocm(tmp_path):
 
 def test_detect_the_recorded_h200(tmp_path):
     fake_sys(tmp_path)
-    info = detect(run=runner({"nvidia-smi": rec("nvidia_smi_h200.csv")}), system_info=rec("sysinfo_cuda13_h200.txt"),
-                  system="Linux", sys_root=tmp_path)
+    info = detect(
+        run=runner({"nvidia-smi": rec("nvidia_smi_h200.csv")}),
+        system_info=rec("sysinfo_cuda13_h200.txt"),
+        system="Linux",
+        sys_root=tmp_path,
+    )
     assert info.accelerator_backend == "CUDA" and info.chip_name == "NVIDIA H200"
     assert info.gpus[0].vram_total_bytes == 143771 * MIB and not info.unified_memory
 
@@ -181,18 +207,26 @@ def fake_sys(root: Path) -> None:
         (d / "size").write_text(f"{size}\n")
 
 
-@pytest.mark.parametrize("name, gbs", [
-    ("Apple M1", 68.25), ("Apple M4 Max", 546.0), ("Apple M3 Pro", 150.0),
-    ("NVIDIA GeForce RTX 4090", 1008.0), ("NVIDIA GeForce RTX 4070 Ti", 504.0),
-    ("Radeon RX 7900 XTX", 960.0), ("AMD Radeon RX 7900 XT", 800.0),
-])
+@pytest.mark.parametrize(
+    "name, gbs",
+    [
+        ("Apple M1", 68.25),
+        ("Apple M4 Max", 546.0),
+        ("Apple M3 Pro", 150.0),
+        ("NVIDIA GeForce RTX 4090", 1008.0),
+        ("NVIDIA GeForce RTX 4070 Ti", 504.0),
+        ("Radeon RX 7900 XTX", 960.0),
+        ("AMD Radeon RX 7900 XT", 800.0),
+    ],
+)
 def test_nameplate_lookup(name, gbs):
     n = lookup(name)
     assert n.bandwidth_gbs == gbs and n.source == "nameplate"
 
 
-@pytest.mark.parametrize("name", [None, "", "NVIDIA GeForce RTX 4090 Laptop GPU", "AMD EPYC",
-                                  "Navi 21 [Radeon RX 6800/6800 XT / 6900 XT]"])
+@pytest.mark.parametrize(
+    "name", [None, "", "NVIDIA GeForce RTX 4090 Laptop GPU", "AMD EPYC", "Navi 21 [Radeon RX 6800/6800 XT / 6900 XT]"]
+)
 def test_nameplate_unknown_or_ambiguous(name):
     assert lookup(name) is None
 
@@ -213,9 +247,12 @@ def test_llama_devices_through_a_fake_ggml():
         ctypes.cast(total, ctypes.POINTER(ctypes.c_size_t))[0] = devs[dev][4]
 
     lib = SimpleNamespace(
-        ggml_backend_dev_count=lambda: 2, ggml_backend_dev_get=lambda i: i + 1,
-        ggml_backend_dev_name=lambda d: devs[d][0], ggml_backend_dev_description=lambda d: devs[d][1],
-        ggml_backend_dev_type=lambda d: devs[d][2], ggml_backend_dev_memory=memory,
+        ggml_backend_dev_count=lambda: 2,
+        ggml_backend_dev_get=lambda i: i + 1,
+        ggml_backend_dev_name=lambda d: devs[d][0],
+        ggml_backend_dev_description=lambda d: devs[d][1],
+        ggml_backend_dev_type=lambda d: devs[d][2],
+        ggml_backend_dev_memory=memory,
     )
     gpu, cpu = hardware.llama_devices(lib)
     assert (gpu.name, gpu.kind, gpu.memory_total_bytes, gpu.memory_free_bytes) == ("CUDA0", "GPU", 24 << 30, 20 << 30)

@@ -58,7 +58,9 @@ def test_stdin_prompt_with_invalid_utf8(tiny_model, engine, capsys, monkeypatch,
 def test_random_bytes_on_stdin_in_a_real_process(tiny_model):
     proc = subprocess.run(
         [sys.executable, "-m", "ondevice.cli.main", "run", str(tiny_model), "-", *RUN],
-        input=random.Random(0).randbytes(60), capture_output=True, timeout=120,
+        input=random.Random(0).randbytes(60),
+        capture_output=True,
+        timeout=120,
     )
     err = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 0, err

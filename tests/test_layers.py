@@ -38,24 +38,29 @@ def _tree(root: Path, files: dict[str, str]) -> dict[str, Path]:
 
 
 def test_the_checker_catches_a_planted_cycle_and_an_upward_import(tmp_path):
-    mods = _tree(tmp_path, {
-        "ondevice/__init__.py": "",
-        "ondevice/core/__init__.py": "",
-        "ondevice/core/errors.py": "",
-        "ondevice/core/paths.py": "from ondevice.core import errors\n",
-        "ondevice/engine/__init__.py": "",
-        "ondevice/engine/a.py": "def f():\n    from ondevice.engine import b  # inside a function: still an edge\n",
-        "ondevice/engine/b.py": "from ondevice.engine.a import f\n",
-        "ondevice/core/fmt.py": "from ondevice.bench import report\n",  # core reaching up to bench
-        "ondevice/bench/__init__.py": "",
-        "ondevice/bench/report.py": "from ..core import fmt\n",  # relative import, resolved
-    })
+    mods = _tree(
+        tmp_path,
+        {
+            "ondevice/__init__.py": "",
+            "ondevice/core/__init__.py": "",
+            "ondevice/core/errors.py": "",
+            "ondevice/core/paths.py": "from ondevice.core import errors\n",
+            "ondevice/engine/__init__.py": "",
+            "ondevice/engine/a.py": "def f():\n    from ondevice.engine import b  # inside a function: still an edge\n",
+            "ondevice/engine/b.py": "from ondevice.engine.a import f\n",
+            "ondevice/core/fmt.py": "from ondevice.bench import report\n",  # core reaching up to bench
+            "ondevice/bench/__init__.py": "",
+            "ondevice/bench/report.py": "from ..core import fmt\n",  # relative import, resolved
+        },
+    )
     edges = import_edges(mods)
     assert ["ondevice.engine.a", "ondevice.engine.b"] in cycles(edges)
     assert ["ondevice.bench.report", "ondevice.core.fmt"] in cycles(edges)
     up = upward_edges(edges)
-    assert sorted(str(e) for e in up) == ["ondevice.core.fmt -> ondevice.bench (line 1)",  # the package's __init__ runs too
-                                          "ondevice.core.fmt -> ondevice.bench.report (line 1)"]
+    assert sorted(str(e) for e in up) == [
+        "ondevice.core.fmt -> ondevice.bench (line 1)",  # the package's __init__ runs too
+        "ondevice.core.fmt -> ondevice.bench.report (line 1)",
+    ]
 
 
 def test_a_module_outside_every_layer_is_named():

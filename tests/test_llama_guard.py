@@ -86,7 +86,11 @@ def test_the_real_self_test_runs_with_plain_buffers(tmp_path):
     """The self-test itself works here (models built, loaded, decoded) with no extra buffer types."""
     assert run_check("none", tmp_path) == OK
     assert sorted(p.name for p in tmp_path.glob("*.gguf")) == [
-        "selftest-f16.gguf", "selftest-q4_0.gguf", "selftest-q4_k_m.gguf", "selftest-q8_0.gguf"]
+        "selftest-f16.gguf",
+        "selftest-q4_0.gguf",
+        "selftest-q4_k_m.gguf",
+        "selftest-q8_0.gguf",
+    ]
 
 
 def test_the_real_self_test_with_every_buffer_type_either_runs_or_crashes(tmp_path):
@@ -147,8 +151,16 @@ def test_a_stored_verdict_is_used_without_checking(monkeypatch):
     assert (v.mode, v.source, v.note) == ("repack", "cache", None)
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"schema": 1, "mode": "turbo", "reason": "x"}',
-                                     '{"schema": 999, "mode": "all", "reason": "x"}', "[]", ""])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        '{"schema": 1, "mode": "turbo", "reason": "x"}',
+        '{"schema": 999, "mode": "all", "reason": "x"}',
+        "[]",
+        "",
+    ],
+)
 def test_a_corrupt_or_foreign_verdict_file_means_checking_again(content):
     path = guard.verdict_path()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -259,9 +271,9 @@ def test_fallback_loads_generate_the_same_text(q4_0_model, monkeypatch, mode):
 
 
 def test_repack_mode_places_the_matrices_by_name(q4_0_model, monkeypatch):
-    from ondevice.llama.model import load_model
-
     import llama_cpp
+
+    from ondevice.llama.model import load_model
 
     monkeypatch.setenv(guard.ENV_VAR, "repack")
     model, placement = load_model(q4_0_model, n_gpu_layers=0)
@@ -323,8 +335,10 @@ def test_no_other_code_builds_model_params():
     offenders = [
         f"{path.relative_to(root)}: {needle}"
         for path in root.rglob("*.py")
-        if ".venv" not in path.parts and path != Path(__file__).resolve()
+        if ".venv" not in path.parts
+        and path != Path(__file__).resolve()
         and path.relative_to(root).as_posix() not in _VERDICT_APPLIERS
-        for needle in needles if needle in path.read_text(errors="replace")
+        for needle in needles
+        if needle in path.read_text(errors="replace")
     ]
     assert offenders == []

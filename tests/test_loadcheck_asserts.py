@@ -9,12 +9,12 @@ import struct
 import pytest
 from gguf import GGUFValueType as VT
 from gguf import Keys
+from ondevice.quant.synth import SynthConfig, build_synthetic_model, synthetic_vocab
 
 from ondevice.core.errors import GGUFFormatError
-from ondevice.gguf.reader import read_gguf
 from ondevice.gguf.loadcheck import inspect_for_load
+from ondevice.gguf.reader import read_gguf
 from ondevice.gguf.spec import inspect
-from ondevice.quant.synth import SynthConfig, build_synthetic_model, synthetic_vocab
 from tests.gguf_craft import Parts, array, join, kv, scalar, split, string
 from tests.gguf_fuzz import load_in_child
 
@@ -26,7 +26,10 @@ def with_alignment(parts: Parts, alignment: int, data_mod_32: int | None) -> byt
     `data_mod_32` bytes past a 32-byte boundary (None: any)."""
     for pad in range(64):
         p = parts.copy()
-        p.kvs += [kv("general.alignment", VT.UINT32, scalar(VT.UINT32, alignment)), kv("x.pad", VT.STRING, string("p" * pad))]
+        p.kvs += [
+            kv("general.alignment", VT.UINT32, scalar(VT.UINT32, alignment)),
+            kv("x.pad", VT.STRING, string("p" * pad)),
+        ]
         data = join(p, layout_alignment=alignment)
         start = len(data) - sum(-(-len(t.data) // alignment) * alignment for t in p.tensors)
         if data_mod_32 is None or start % MMAP_ALIGNMENT_BYTES == data_mod_32:
@@ -89,7 +92,11 @@ ASSERTED = {
     "more used than experts": [u32(Keys.LLM.EXPERT_COUNT, 2), u32(Keys.LLM.EXPERT_USED_COUNT, 4)],
     "experts, none used": [u32(Keys.LLM.EXPERT_COUNT, 4)],
     "too many experts": [u32(Keys.LLM.EXPERT_COUNT, 1025), u32(Keys.LLM.EXPERT_USED_COUNT, 2)],
-    "expert groups >= experts": [u32(Keys.LLM.EXPERT_COUNT, 4), u32(Keys.LLM.EXPERT_USED_COUNT, 2), u32(Keys.LLM.EXPERT_GROUP_COUNT, 4)],
+    "expert groups >= experts": [
+        u32(Keys.LLM.EXPERT_COUNT, 4),
+        u32(Keys.LLM.EXPERT_USED_COUNT, 2),
+        u32(Keys.LLM.EXPERT_GROUP_COUNT, 4),
+    ],
     "expert groups, no experts": [u32(Keys.LLM.EXPERT_GROUP_COUNT, 2)],
     "unknown RoPE scaling": [kv(Keys.Rope.SCALING_TYPE.format(arch="llama"), VT.STRING, string("bogus"))],
     "two equal tokens": [with_tokens(_TOKENS[:300] + [_TOKENS[299]] + _TOKENS[301:])],

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ondevice.models import materialize
 from ondevice.core.errors import DefaultModelError
 from ondevice.core.hashing import sha256_file
+from ondevice.models import materialize
 from ondevice.models.registry import ModelEntry, load_registry
 from tests.file_fakes import age, stale_temp
 
@@ -40,7 +40,15 @@ def chunk_package(tmp_path, monkeypatch):
 
 
 def entry(sha: str) -> ModelEntry:
-    return ModelEntry(name="fake", file="m.gguf", quant="Q4_0", licence="x", source_kind="pypi", source_value="fake-model-pkg", sha256=sha)
+    return ModelEntry(
+        name="fake",
+        file="m.gguf",
+        quant="Q4_0",
+        licence="x",
+        source_kind="pypi",
+        source_value="fake-model-pkg",
+        sha256=sha,
+    )
 
 
 def test_assembles_verifies_and_records(cache, chunk_package):
@@ -93,7 +101,9 @@ def test_interrupted_assembly_leaves_no_file_that_looks_complete(cache, chunk_pa
 
 
 def test_missing_package_says_how_to_install(cache):
-    bad = ModelEntry(name="x", file="x.gguf", quant="Q4_0", licence="x", source_kind="pypi", source_value="no-such-model-package-xyz")
+    bad = ModelEntry(
+        name="x", file="x.gguf", quant="Q4_0", licence="x", source_kind="pypi", source_value="no-such-model-package-xyz"
+    )
     with pytest.raises(DefaultModelError, match="pip install no-such-model-package-xyz"):
         materialize.materialize(bad)
 
@@ -122,8 +132,10 @@ def fake_registry(tmp_path, monkeypatch, cache, chunk_package):
     """The user registry holds 'fake' (the chunk package); the HF cache is empty."""
     sha, data = chunk_package
     user = tmp_path / "models.toml"
-    user.write_text(f'[models.fake]\nfile = "m.gguf"\nsha256 = "{sha}"\nquant = "Q4_0"\nlicence = "x"\n'
-                    f'size_bytes = {len(data)}\nsource = {{ pypi = "fake-model-pkg" }}\n')
+    user.write_text(
+        f'[models.fake]\nfile = "m.gguf"\nsha256 = "{sha}"\nquant = "Q4_0"\nlicence = "x"\n'
+        f'size_bytes = {len(data)}\nsource = {{ pypi = "fake-model-pkg" }}\n'
+    )
     monkeypatch.setenv("ONDEVICE_MODELS", str(user))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
     return entry(sha), data
@@ -185,7 +197,14 @@ def test_corrupt_file_of_another_source_is_left_alone(tmp_path, chunk_package):
     sha, data = chunk_package
     local = tmp_path / "mine.gguf"
     local.write_bytes(data[:-1] + b"?")
-    mine = ModelEntry(name="mine", file="mine.gguf", quant="Q4_0", licence="x", source_kind="path",
-                      source_value=str(local), sha256=sha)
+    mine = ModelEntry(
+        name="mine",
+        file="mine.gguf",
+        quant="Q4_0",
+        licence="x",
+        source_kind="path",
+        source_value=str(local),
+        sha256=sha,
+    )
     check = materialize.repair_model(mine)
     assert check.status == "corrupt" and "replace the file" in check.detail and local.is_file()

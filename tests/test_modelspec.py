@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGUFWriter, Keys
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 from ondevice.core.errors import GGUFFormatError, ModelNotFoundError
 from ondevice.gguf.reader import read_gguf
 from ondevice.gguf.spec import inspect
-from ondevice.quant.synth import SynthConfig, build_synthetic_model
 from tests.gguf_fuzz import load_in_child
 
 
@@ -46,7 +46,12 @@ def test_byte_arithmetic_is_exact_for_known_shapes(tmp_path, cfg):
     assert sum(spec.bytes_by_type.values()) == spec.weight_bytes
     assert spec.header_bytes + spec.weight_bytes + spec.padding_bytes == spec.file_bytes
     assert spec.tied_output == cfg.tied_output
-    assert (spec.n_layer, spec.d_model, spec.n_head, spec.n_head_kv) == (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.n_head_kv)
+    assert (spec.n_layer, spec.d_model, spec.n_head, spec.n_head_kv) == (
+        cfg.n_layer,
+        cfg.d_model,
+        cfg.n_head,
+        cfg.n_head_kv,
+    )
     assert spec.head_dim_k == spec.head_dim_v == cfg.d_model // cfg.n_head
     assert spec.n_vocab == cfg.n_vocab and spec.n_ctx_train == cfg.n_ctx_train
     w = 2 if cfg.dtype == "F16" else 4
@@ -82,7 +87,9 @@ def test_default_model_is_gemma3_as_documented(default_model):
     assert s.kv_read_bytes(4096) == 15 * 512 * 1024 + 3 * 4096 * 1024
 
 
-def write_gguf(path: Path, arch: str, tensors: dict[str, np.ndarray], kv: dict | None = None, vocab: list[str] | None = None) -> Path:
+def write_gguf(
+    path: Path, arch: str, tensors: dict[str, np.ndarray], kv: dict | None = None, vocab: list[str] | None = None
+) -> Path:
     w = GGUFWriter(path, arch)
     for key, value in (kv or {}).items():
         if isinstance(value, int):
@@ -109,8 +116,13 @@ def test_moe_counts_only_the_experts_used(tmp_path):
         "blk.0.attn_q.weight": np.zeros((d, d), np.float32),
         "output.weight": np.zeros((100, d), np.float32),
     }
-    keys = {Keys.LLM.BLOCK_COUNT: 1, Keys.LLM.EXPERT_COUNT: n_expert, Keys.LLM.EXPERT_USED_COUNT: used,
-            Keys.LLM.EMBEDDING_LENGTH: d, Keys.Attention.HEAD_COUNT: 4}
+    keys = {
+        Keys.LLM.BLOCK_COUNT: 1,
+        Keys.LLM.EXPERT_COUNT: n_expert,
+        Keys.LLM.EXPERT_USED_COUNT: used,
+        Keys.LLM.EMBEDDING_LENGTH: d,
+        Keys.Attention.HEAD_COUNT: 4,
+    }
     kv = {key.format(arch="qwen3moe"): value for key, value in keys.items()}
     s = inspect(write_gguf(tmp_path / "moe.gguf", "qwen3moe", t, kv))
     exp_bytes = n_expert * f * d * 4
@@ -137,8 +149,15 @@ def test_unknown_architecture_reports_what_it_can(tmp_path):
     assert out.returncode == 0 and json.loads(out.stdout)["arch"] == "martian"
 
 
-@pytest.mark.parametrize("name, key", [("bos", Keys.Tokenizer.BOS_ID), ("unknown", Keys.Tokenizer.UNK_ID),
-                                       ("sep", Keys.Tokenizer.SEP_ID), ("padding", Keys.Tokenizer.PAD_ID)])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("bos", Keys.Tokenizer.BOS_ID),
+        ("unknown", Keys.Tokenizer.UNK_ID),
+        ("sep", Keys.Tokenizer.SEP_ID),
+        ("padding", Keys.Tokenizer.PAD_ID),
+    ],
+)
 def test_load_check_refuses_a_special_token_outside_the_vocabulary(tiny_model, name, key):
     """The keys llama.cpp reads (gguf.Keys: 'tokenizer.ggml.seperator_token_id', as spelt there)."""
     from dataclasses import replace
@@ -154,15 +173,19 @@ def test_load_check_refuses_a_special_token_outside_the_vocabulary(tiny_model, n
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ondevice.cli.main", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ondevice.cli.main", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_info_json_has_the_documented_keys(tiny_model):
     out = run_cli("info", str(tiny_model), "--json")
     data = json.loads(out.stdout)
-    for key in ("path arch n_params n_params_active n_layer d_model n_head n_head_kv head_dim_k head_dim_v n_ctx_train "
-                "n_vocab sliding_window n_expert n_expert_used tied_output file_bytes weight_bytes decode_weight_bytes "
-                "kv_bytes_per_token bits_per_weight bytes_by_type").split():
+    for key in (
+        "path arch n_params n_params_active n_layer d_model n_head n_head_kv head_dim_k head_dim_v n_ctx_train "
+        "n_vocab sliding_window n_expert n_expert_used tied_output file_bytes weight_bytes decode_weight_bytes "
+        "kv_bytes_per_token bits_per_weight bytes_by_type"
+    ).split():
         assert key in data, key
 
 

@@ -26,7 +26,7 @@ def _import_name(folder: Path, package_dir: dict[str, str]) -> str:
     rel = folder.relative_to(ROOT)
     for name, src in package_dir.items():
         if src != "." and rel.parts[: len(Path(src).parts)] == Path(src).parts:
-            return ".".join([name, *rel.parts[len(Path(src).parts):]])
+            return ".".join([name, *rel.parts[len(Path(src).parts) :]])
     return ".".join(rel.parts)
 
 
@@ -76,8 +76,9 @@ print(json.dumps([after_import, after_light_names, heavy()]))
 
 def test_import_ondevice_loads_neither_numpy_nor_llama_cpp():
     """The package docstring's promise, in a fresh interpreter (this one has both loaded)."""
-    proc = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}" + PROBE], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"HEAVY = {HEAVY!r}" + PROBE], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr
     after_import, after_light_names, control = json.loads(proc.stdout)
     assert after_import == [] and after_light_names == []

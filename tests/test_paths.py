@@ -49,10 +49,12 @@ def test_atomic_write_replaces_a_regular_file_and_a_link_to_one(tmp_path):
 
 def _killed_writer(target: Path) -> tuple[Path, int]:
     """atomic_path in a child process that dies mid-write: (the temp file it left, its pid)."""
-    code = ("import os, sys; from pathlib import Path; from ondevice.core import paths\n"
-            f"with paths.atomic_path(Path({str(target)!r})) as tmp:\n"
-            "    tmp.write_bytes(b'GGUF' + bytes(4096))\n"
-            "    os._exit(9)\n")
+    code = (
+        "import os, sys; from pathlib import Path; from ondevice.core import paths\n"
+        f"with paths.atomic_path(Path({str(target)!r})) as tmp:\n"
+        "    tmp.write_bytes(b'GGUF' + bytes(4096))\n"
+        "    os._exit(9)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code])
     assert proc.wait() == 9
     left = [p for p in target.parent.iterdir() if p.name.startswith(f".{target.name}.")]
@@ -103,6 +105,7 @@ def test_cleanup_of_an_owned_cache_folder_takes_old_style_temps_too(tmp_path):
 
 
 # ---------- the destination check ----------
+
 
 @pytest.mark.parametrize("kind", SPECIAL_KINDS)
 def test_destination_that_is_not_a_regular_file_is_refused_even_with_force(tmp_path, kind):

@@ -22,8 +22,10 @@ def accuracy():
 
 
 def _report(decode_errors, ttft_errors=(0.05,), ceiling_ok=True):
-    rows = [{"model": f"m{i}", "ctx": 128, "error": e, "ceiling_ok": ceiling_ok, "ceiling_tok_s": 100.0,
-             "best_tok_s": 90.0} for i, e in enumerate(decode_errors)]
+    rows = [
+        {"model": f"m{i}", "ctx": 128, "error": e, "ceiling_ok": ceiling_ok, "ceiling_tok_s": 100.0, "best_tok_s": 90.0}
+        for i, e in enumerate(decode_errors)
+    ]
     ttft = [{"model": "m", "prompt": 128, "error": e} for e in ttft_errors]
     return {"decode": {"rows": rows, "ttft_rows": ttft}}
 
@@ -91,20 +93,35 @@ def test_each_probe_pass_sits_between_two_c_passes_and_the_ratio_is_the_median_o
 
     taken = host.interleaved(c_read, probe_read, 6)
     assert calls == ["C", "probe"] * 6 + ["C"]
-    assert [(t["c_before_gbs"], t["probe_gbs"], t["c_after_gbs"]) for t in taken][1:3] == [(36.0, 35.0, 72.0),
-                                                                                          (72.0, 35.0, 36.0)]
+    assert [(t["c_before_gbs"], t["probe_gbs"], t["c_after_gbs"]) for t in taken][1:3] == [
+        (36.0, 35.0, 72.0),
+        (72.0, 35.0, 36.0),
+    ]
     assert host.paired_ratio(taken) == pytest.approx(35 / 36)  # 8 of the 12 pairs are 35/36
     assert host.paired_ratio([]) != host.paired_ratio([])  # NaN: nothing to pair
 
 
 def _host_report(host, ratio=0.97, max_elapsed_s=1.0):
     passes = [{"probe_gbs": 36.0 * ratio, "c_before_gbs": 36.0, "c_after_gbs": 36.0}] * 4
-    fc = {"rounds": [], "median_elapsed_s": 0.8, "max_elapsed_s": max_elapsed_s,
-          "within_3s": max_elapsed_s <= host.MAX_FIRST_CONTACT_S, "best_of_ratio": 0.99}
+    fc = {
+        "rounds": [],
+        "median_elapsed_s": 0.8,
+        "max_elapsed_s": max_elapsed_s,
+        "within_3s": max_elapsed_s <= host.MAX_FIRST_CONTACT_S,
+        "best_of_ratio": 0.99,
+    }
     ratio_seen = host.paired_ratio(passes)
-    return {"threads": 2, "array_bytes": 256 << 20, "passes": passes, "round_ratios": [ratio_seen], "ratio": ratio_seen,
-            "within": abs(ratio_seen - 1) <= host.TOLERANCE, "probe_median_gbs": 35.0, "c_median_gbs": 36.0,
-            "first_contact": fc}
+    return {
+        "threads": 2,
+        "array_bytes": 256 << 20,
+        "passes": passes,
+        "round_ratios": [ratio_seen],
+        "ratio": ratio_seen,
+        "within": abs(ratio_seen - 1) <= host.TOLERANCE,
+        "probe_median_gbs": 35.0,
+        "c_median_gbs": 36.0,
+        "first_contact": fc,
+    }
 
 
 def test_host_targets(accuracy):
@@ -141,10 +158,13 @@ def test_replay_reads_its_recorded_runs_and_counts_rows_within_the_target():
         assert all(run["n_prompt"] > 0 for run in report["decode"]["probe_runs"])
         assert all(len(row["all_tok_s"]) == len(steps[0]) for row in report["decode"]["rows"])
         assert all(len(row["all_ttft_s"]) == len(steps[0]) for row in report["decode"]["ttft_rows"])
-    rows = [{"row": "a at 128", "stored": -0.12, "replayed": -0.02, "tolerance": 0.10},
-            {"row": "b at 128", "stored": 0.05, "replayed": 0.11, "tolerance": 0.10},
-            {"row": "TTFT a at 128", "stored": -0.16, "replayed": -0.12, "tolerance": 0.15}]
+    rows = [
+        {"row": "a at 128", "stored": -0.12, "replayed": -0.02, "tolerance": 0.10},
+        {"row": "b at 128", "stored": 0.05, "replayed": 0.11, "tolerance": 0.10},
+        {"row": "TTFT a at 128", "stored": -0.16, "replayed": -0.12, "tolerance": 0.15},
+    ]
     text = replay.render("run.json", rows)
-    assert text.splitlines()[0] == ("run.json: decode rows within +-10%: stored 1/2, replayed 1/2; "
-                                    "TTFT rows within +-15%: stored 0/1, replayed 1/1")
+    assert text.splitlines()[0] == (
+        "run.json: decode rows within +-10%: stored 1/2, replayed 1/2; TTFT rows within +-15%: stored 0/1, replayed 1/1"
+    )
     assert "(as stored)" in replay.render("run.json", [dict(r, replayed=r["stored"]) for r in rows])

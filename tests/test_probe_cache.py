@@ -16,7 +16,7 @@ from ondevice.probing import cache, kernel
 from ondevice.probing import probe as run_probe
 from ondevice.probing.result import ProbeResult
 from tests.file_fakes import stale_temp
-from tests.probe_fakes import fake_measure_pair, fake_measure_steps, TINY, fake_measure, fake_result, nvidia_host
+from tests.probe_fakes import TINY, fake_measure, fake_measure_pair, fake_measure_steps, fake_result, nvidia_host
 
 
 def test_round_trip_through_json(tmp_path):
@@ -39,12 +39,15 @@ def test_key_is_backend_and_build(tmp_path):
     assert cache.load_cached("Metal", build="A", root=tmp_path) is None
 
 
-@pytest.mark.parametrize("part, other", [
-    ("node", lambda mp: mp.setattr(cache.platform, "node", lambda: "another-host")),
-    ("cpu", lambda mp: mp.setattr(cache.platform, "processor", lambda: "another CPU")),
-    ("cores", lambda mp: mp.setattr(cache.psutil, "cpu_count", lambda logical=True: 1000)),
-    ("ram", lambda mp: mp.setattr(cache.psutil, "virtual_memory", lambda: SimpleNamespace(total=12345))),
-])
+@pytest.mark.parametrize(
+    "part, other",
+    [
+        ("node", lambda mp: mp.setattr(cache.platform, "node", lambda: "another-host")),
+        ("cpu", lambda mp: mp.setattr(cache.platform, "processor", lambda: "another CPU")),
+        ("cores", lambda mp: mp.setattr(cache.psutil, "cpu_count", lambda logical=True: 1000)),
+        ("ram", lambda mp: mp.setattr(cache.psutil, "virtual_memory", lambda: SimpleNamespace(total=12345))),
+    ],
+)
 def test_key_is_the_machine(tmp_path, monkeypatch, part, other):
     here = cache.machine_id()
     assert here == cache.machine_id() and len(here) == 12  # stable on one machine
@@ -195,6 +198,7 @@ def test_probe_measures_memory_before_and_after_the_kernels(tmp_path, fast_probe
 
 # ---------- shared state (issue 13) ----------
 
+
 def test_a_second_probe_waits_for_the_first(tmp_path, fast_probe):
     """Two probes at once would measure each other: the second waits, saying so, then measures."""
     first_inside, second_waits = threading.Event(), threading.Event()
@@ -212,8 +216,9 @@ def test_a_second_probe_waits_for_the_first(tmp_path, fast_probe):
 
     def run(name, progress):
         try:
-            results[name] = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1, refresh=True,
-                                      progress=progress)
+            results[name] = run_probe(
+                cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1, refresh=True, progress=progress
+            )
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 

@@ -49,6 +49,7 @@ def test_read_kernel_is_libc_memchr_on_glibc_and_macos_else_numpy(monkeypatch):
             if isinstance(value, Exception):
                 raise value
             return value
+
         return confstr
 
     monkeypatch.setattr(host.sys, "platform", "linux")
@@ -181,8 +182,13 @@ def test_disk_probe_without_eviction_gives_no_figure(tmp_path, monkeypatch):
     from ondevice.core import pagecache
 
     monkeypatch.setattr(host.sys, "platform", "linux")
-    monkeypatch.setattr(pagecache, "evict_page_cache", lambda path: pagecache.Eviction(
-        False, "none", 1.0, 1.0, "page-cache eviction is not available on plan9; cold load not measured"))
+    monkeypatch.setattr(
+        pagecache,
+        "evict_page_cache",
+        lambda path: pagecache.Eviction(
+            False, "none", 1.0, 1.0, "page-cache eviction is not available on plan9; cold load not measured"
+        ),
+    )
     d = host.probe_disk(tmp_path, **SMALL)
     assert d.read_gbs is None and d.passes == 0 and "cannot be bypassed" in d.note and d.method == "none"
     assert list(tmp_path.iterdir()) == []
@@ -206,8 +212,16 @@ def test_disk_probe_in_the_probe_result_and_older_caches():
     from ondevice.probing.result import ProbeResult
     from tests.probe_fakes import fake_result
 
-    disk = DiskProbe(read_gbs=2.5, file_bytes=256 * MIB, folder="/c/probe", device=7, method="posix_fadvise",
-                     resident_at_read=0.0, passes=2, elapsed_s=1.1)
+    disk = DiskProbe(
+        read_gbs=2.5,
+        file_bytes=256 * MIB,
+        folder="/c/probe",
+        device=7,
+        method="posix_fadvise",
+        resident_at_read=0.0,
+        passes=2,
+        elapsed_s=1.1,
+    )
     r = replace(fake_result(build="A"), disk=disk)
     assert ProbeResult.from_dict(json.loads(json.dumps(r.to_dict()))).disk == disk
     old = r.to_dict()

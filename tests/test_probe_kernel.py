@@ -11,19 +11,42 @@ from ondevice.gguf.spec import inspect
 from ondevice.probing import kernel
 from ondevice.probing.kernel import FitPoint, fit_points, plan_for, probe_kernels
 from ondevice.roofline import score_s
-from tests.probe_fakes import fake_measure_pair, fake_measure_steps, TINY, TRUE, fake_measure, model_time
+from tests.probe_fakes import TINY, TRUE, fake_measure, fake_measure_pair, fake_measure_steps, model_time
+
 
 def points(p=TRUE) -> list[FitPoint]:
-    spec = [("sized", "Q4_0", 150e6, 5, 512, 0, 0), ("sized", "Q8_0", 280e6, 5, 512, 0, 0),
-            ("sized", "F16", 520e6, 5, 512, 0, 0), ("tiny", "Q4_0", 1e5, 2, 512, 0, 0), ("tiny", "Q8_0", 2e5, 2, 512, 0, 0),
-            ("tiny", "F16", 3e5, 2, 512, 0, 0), ("tiny", "F16", 2e6, 16, 512, 0, 0), ("tiny", "F16", 4e6, 2, 32000, 0, 0),
-            ("attn", "F16", 1e7, 4, 512, 2200, 128), ("attn", "F16", 1.4e7, 4, 512, 132000, 128),
-            ("attn", "F16", 1e7, 4, 512, 1100, 256), ("attn", "F16", 1.4e7, 4, 512, 66000, 256),
-            ("attn", "F16", 1e7, 4, 512, 550, 512), ("attn", "F16", 1.4e7, 4, 512, 33000, 512),
-            ("narrow", "Q8_0", 150e6, 30, 512, 0, 0)]
+    spec = [
+        ("sized", "Q4_0", 150e6, 5, 512, 0, 0),
+        ("sized", "Q8_0", 280e6, 5, 512, 0, 0),
+        ("sized", "F16", 520e6, 5, 512, 0, 0),
+        ("tiny", "Q4_0", 1e5, 2, 512, 0, 0),
+        ("tiny", "Q8_0", 2e5, 2, 512, 0, 0),
+        ("tiny", "F16", 3e5, 2, 512, 0, 0),
+        ("tiny", "F16", 2e6, 16, 512, 0, 0),
+        ("tiny", "F16", 4e6, 2, 32000, 0, 0),
+        ("attn", "F16", 1e7, 4, 512, 2200, 128),
+        ("attn", "F16", 1.4e7, 4, 512, 132000, 128),
+        ("attn", "F16", 1e7, 4, 512, 1100, 256),
+        ("attn", "F16", 1.4e7, 4, 512, 66000, 256),
+        ("attn", "F16", 1e7, 4, 512, 550, 512),
+        ("attn", "F16", 1.4e7, 4, 512, 33000, 512),
+        ("narrow", "Q8_0", 150e6, 30, 512, 0, 0),
+    ]
     rows = {"sized": 110_000, "narrow": 190_000, "tiny": 1_500, "attn": 40_000}  # matrix rows per step
-    return [FitPoint(r, t, int(b), n, v, m, h, model_time(t, int(b), n, v, m, h, p, rows[r] + (v if r == "tiny" else 0)),
-                     rows[r] + (v if r == "tiny" else 0)) for r, t, b, n, v, m, h in spec]
+    return [
+        FitPoint(
+            r,
+            t,
+            int(b),
+            n,
+            v,
+            m,
+            h,
+            model_time(t, int(b), n, v, m, h, p, rows[r] + (v if r == "tiny" else 0)),
+            rows[r] + (v if r == "tiny" else 0),
+        )
+        for r, t, b, n, v, m, h in spec
+    ]
 
 
 def test_fit_recovers_known_parameters_exactly():
@@ -47,7 +70,8 @@ def test_without_a_narrow_model_the_row_cost_stays_in_the_bandwidths():
     q8 = next(q for q in pts if q.role == "sized" and q.weight_type == "Q8_0")
     assert fit["type_gbs"]["Q8_0"] < TRUE["type_gbs"]["Q8_0"]
     assert fit["type_gbs"]["Q8_0"] == pytest.approx(
-        q8.step_bytes / (q8.step_s - TRUE["t0_s"] - 5 * TRUE["layer_s"] - 512 * TRUE["vocab_s"]) / 1e9, rel=0.02)
+        q8.step_bytes / (q8.step_s - TRUE["t0_s"] - 5 * TRUE["layer_s"] - 512 * TRUE["vocab_s"]) / 1e9, rel=0.02
+    )
 
 
 def test_one_attention_model_prices_every_head_alike():
@@ -63,6 +87,7 @@ def test_score_s_interpolates_between_the_measured_heads_and_clamps_past_them():
     assert score_s(table, 192) == pytest.approx(2.35e-8)
     assert score_s(table, 384) == pytest.approx(2.5e-8)
     assert score_s(table, 64) == 1.2e-8 and score_s(table, 1024) == 1.5e-8 and score_s((), 128) == 0.0
+
 
 def test_fit_keeps_small_terms_non_negative():
     p = {**TRUE, "layer_s": 0.0, "vocab_s": 0.0}
@@ -119,10 +144,12 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel, "measure_pair", fake_measure_pair)
     said: list[str] = []
     k = probe_kernels(TINY, tmp_path / "models", progress=said.append)
-    n = 16 + 2 * len(TINY.attn_shapes)  # sized x3, narrow, cached x3, tiny x5, prefill x3 + narrow, each attention model
+    n = 16 + 2 * len(
+        TINY.attn_shapes
+    )  # sized x3, narrow, cached x3, tiny x5, prefill x3 + narrow, each attention model
     n_long = len(TINY.attn_shapes)  # the attention models' long prompts are prefill points too
     assert len(calls) == n * TINY.passes and len(k.points) == n + n_long
-    assert all(calls[n * i:n * (i + 1)] == calls[:n] for i in range(TINY.passes))  # round-robin passes
+    assert all(calls[n * i : n * (i + 1)] == calls[:n] for i in range(TINY.passes))  # round-robin passes
     assert [c[1] for c in calls[12:16]] == [TINY.n_prefill] * 4 and calls[3][0] == calls[15][0]
     assert calls[3][0].startswith("narrow-") and all(c[0].startswith("cached-") for c in calls[4:7])
     assert calls[-1][1] == TINY.n_long and calls[-2][0] == calls[-1][0]  # an attention model, short then long
@@ -138,7 +165,9 @@ def test_probe_kernels_pipeline_with_known_step_times(tmp_path, monkeypatch):
     for t, gflops in TRUE["type_gflops"].items():  # the prefill rates come back too
         assert k.type_gflops[t] == pytest.approx(gflops, rel=1e-6)
     assert k.attn_gflops == pytest.approx(TRUE["attn_gflops"], rel=1e-6)
-    assert k.batch_row_s == pytest.approx(TRUE["batch_row_s"], rel=1e-6) and k.row_s == pytest.approx(TRUE["row_s"], rel=1e-6)
+    assert k.batch_row_s == pytest.approx(TRUE["batch_row_s"], rel=1e-6) and k.row_s == pytest.approx(
+        TRUE["row_s"], rel=1e-6
+    )
     assert k.batch_row_width == TINY.row_width()  # the sized rows that batch_row_s is counted against
     assert k.type_cached_gbs == pytest.approx(TRUE["type_cached_gbs"], rel=1e-6)  # each kernel from the caches
     assert k.step_ratios == TRUE["step_ratios"]  # the multi-token step ratios, per type
@@ -166,8 +195,10 @@ def test_an_attention_models_two_contexts_are_measured_together(tmp_path, monkey
     runs = kernel.probe_models(TINY, tmp_path, lambda _m: None)
     pairs = kernel.attention_pairs(runs)
     assert len(pairs) == len(TINY.attn_shapes)
-    assert all(runs[i].path == runs[j].path and (runs[i].n_prompt, runs[j].n_prompt) == (TINY.n_prompt, TINY.n_long)
-               for i, j in pairs.items())
+    assert all(
+        runs[i].path == runs[j].path and (runs[i].n_prompt, runs[j].n_prompt) == (TINY.n_prompt, TINY.n_long)
+        for i, j in pairs.items()
+    )
     first, second = next(iter(pairs.items()))
     streams = []
     real_load = engine_pkg.load
@@ -187,8 +218,13 @@ def test_an_attention_models_two_contexts_are_measured_together(tmp_path, monkey
     assert [ts.generation.timings.output_tokens for ts in streams] == [steps, steps]
     assert kernel.measure_run(runs, second, pairs, TINY, n_threads=1, n_gpu_layers=0)[0] == []  # done with its partner
     streams.clear()
-    kernel.measure_pair(runs[first].path, replace(TINY, n_tokens=64, run_budget_s=0.0), (TINY.n_prompt, TINY.n_long),
-                        n_threads=1, n_gpu_layers=0)
+    kernel.measure_pair(
+        runs[first].path,
+        replace(TINY, n_tokens=64, run_budget_s=0.0),
+        (TINY.n_prompt, TINY.n_long),
+        n_threads=1,
+        n_gpu_layers=0,
+    )
     assert [ts.generation.timings.output_tokens for ts in streams] == [TINY.n_warmup + 1 + 2 * kernel.PAIR_BURST] * 2
 
 
@@ -215,7 +251,7 @@ def test_a_run_stops_at_its_time_budget(tmp_path, monkeypatch):
     plan = replace(TINY, n_tokens=1000, run_budget_s=0.0)
     run = kernel.probe_models(TINY, tmp_path, lambda _m: None)[0]
     kernel.measure(run.path, plan, n_prompt=8, n_threads=1, n_gpu_layers=0)
-    (max_tokens, ts), = streams
+    ((max_tokens, ts),) = streams
     assert max_tokens == plan.n_warmup + 1001
     assert ts.generation.finish_reason == "cancelled"
     assert ts.generation.timings.output_tokens == plan.n_warmup + 6

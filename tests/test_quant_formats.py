@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
-
-from ondevice.core.errors import QuantError
 from ondevice.quant import reference
 from ondevice.quant.formats import Q4_0Format, Q8_0Format, all_formats, block_format, tensor_bytes
+
+from ondevice.core.errors import QuantError
 
 
 def test_every_format_comes_from_gguf_table():

@@ -7,12 +7,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from ondevice.quant.ladder import BenchPlan, parse_types, run_ladder, rung_path
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 from ondevice.cli.main import main
 from ondevice.core.errors import QuantError
 from ondevice.gguf.spec import inspect
-from ondevice.quant.ladder import BenchPlan, parse_types, rung_path, run_ladder
-from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 WIDE = SynthConfig(d_model=256, n_head=4, n_head_kv=2, d_ff=512, n_layer=2, n_vocab=512, seed=5)
 TYPES = "Q4_0,Q4_K_M,Q8_0,F16"
@@ -27,10 +27,17 @@ def _stub_probe(gbs: float, t0_s: float):
     """The parts of a ProbeResult that roofline.predict reads: one effective bandwidth for every type."""
     from ondevice.roofline import Calibration
 
-    cal = Calibration(backend="CPU", ceiling_gbs=gbs, type_gbs={"F16": gbs / 2, "Q8_0": gbs / 2, "Q4_0": gbs / 2},
-                      kv_gbs=gbs / 2, t0_s=t0_s, compute_gflops=50.0)
-    return SimpleNamespace(backend="CPU", ceiling_gbs=gbs, calibration=lambda: cal,
-                           compute=SimpleNamespace(f32_gflops=50.0), host=None)
+    cal = Calibration(
+        backend="CPU",
+        ceiling_gbs=gbs,
+        type_gbs={"F16": gbs / 2, "Q8_0": gbs / 2, "Q4_0": gbs / 2},
+        kv_gbs=gbs / 2,
+        t0_s=t0_s,
+        compute_gflops=50.0,
+    )
+    return SimpleNamespace(
+        backend="CPU", ceiling_gbs=gbs, calibration=lambda: cal, compute=SimpleNamespace(f32_gflops=50.0), host=None
+    )
 
 
 def test_parse_types():
@@ -58,7 +65,9 @@ def test_predicted_speeds_order_as_the_bytes_do(wide, tmp_path):
     bpw = {r.qtype: r.bits_per_weight for r in rungs}
     assert bpw["Q4_0"] < bpw["Q8_0"] < bpw["F16"] and 4.5 <= bpw["Q4_K_M"] < bpw["Q8_0"]
 
-    calibrated = run_ladder(wide, TYPES, cache_root=tmp_path, bench=None, with_quality=False, probe=_stub_probe(20.0, 1e-4))
+    calibrated = run_ladder(
+        wide, TYPES, cache_root=tmp_path, bench=None, with_quality=False, probe=_stub_probe(20.0, 1e-4)
+    )
     assert all(r.cached for r in calibrated.rungs)
     ordered = sorted(calibrated.rungs, key=lambda r: r.decode_weight_bytes)
     predicted = [r.predicted_tok_s for r in ordered]
@@ -79,8 +88,14 @@ def test_cache_is_reused_and_repaired(wide, tmp_path):
 
 
 def test_full_ladder_measures_speed_and_quality(tiny_model, tmp_path):
-    ladder = run_ladder(tiny_model, "Q4_0,Q8_0,F16", cache_root=tmp_path, bench=BenchPlan(16, 8, 1, 2),
-                        quality_opts={"max_tokens": 1100, "n_threads": 2}, bandwidth_gbs=10.0)
+    ladder = run_ladder(
+        tiny_model,
+        "Q4_0,Q8_0,F16",
+        cache_root=tmp_path,
+        bench=BenchPlan(16, 8, 1, 2),
+        quality_opts={"max_tokens": 1100, "n_threads": 2},
+        bandwidth_gbs=10.0,
+    )
     q4, q8, f16 = ladder.rungs
     for r in ladder.rungs:
         assert r.decode_tok_s and r.decode_tok_s > 0 and r.ttft_s and r.ttft_s > 0
@@ -93,8 +108,18 @@ def test_full_ladder_measures_speed_and_quality(tiny_model, tmp_path):
 
 def test_cli_ladder(tiny_model, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ONDEVICE_CACHE_DIR", str(tmp_path / "cache"))
-    args = ["ladder", str(tiny_model), "--types", "Q4_0,F16", "--no-bench", "--max-tokens", "600",
-            "--bandwidth", "10", "--no-progress"]
+    args = [
+        "ladder",
+        str(tiny_model),
+        "--types",
+        "Q4_0,F16",
+        "--no-bench",
+        "--max-tokens",
+        "600",
+        "--bandwidth",
+        "10",
+        "--no-progress",
+    ]
     assert main(args + ["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [r["qtype"] for r in data["rungs"]] == ["Q4_0", "F16"] and data["base_type"] == "F16"
@@ -115,8 +140,9 @@ def test_ladder_from_a_quantized_source_needs_permission(tiny_model, tmp_path, c
     q8 = quantize(tiny_model, tmp_path / "q8.gguf", "Q8_0")
     with pytest.raises(QuantError, match="allow-requantize"):
         run_ladder(q8, "Q4_0", cache_root=tmp_path, bench=None, with_quality=False)
-    ladder = run_ladder(q8, "Q4_0", cache_root=tmp_path, bench=None, with_quality=False, allow_requantize=True,
-                        bandwidth_gbs=5.0)
+    ladder = run_ladder(
+        q8, "Q4_0", cache_root=tmp_path, bench=None, with_quality=False, allow_requantize=True, bandwidth_gbs=5.0
+    )
     assert ladder.source_quant == "Q8_0" and ladder.rungs[0].qtype == "Q4_0"
     assert main(["ladder", str(q8), "--types", "Q4_0", "--no-bench", "--no-quality"]) == 2
     assert "already quantized" in capsys.readouterr().err

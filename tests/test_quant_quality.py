@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ondevice.quant import quality
+from ondevice.quant.quantize import quantize
+from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 from ondevice.cli.main import main
 from ondevice.core.errors import InvalidParameterError, QuantError
-from ondevice.quant import quality
 from ondevice.llama.logits import LogitsModel
-from ondevice.quant.quantize import quantize
-from ondevice.quant.synth import SynthConfig, build_synthetic_model
 
 TOKENS = 1600  # of the shipped text: three full windows of 512 (BOS + 511), the short rest dropped
 
@@ -54,15 +54,20 @@ def test_perplexity_matches_a_direct_computation(models):
         nll = []
         for window, first in quality._windows(tokens, 512, lm.bos):
             logits = lm.window_logits(window, first).astype(np.float64)
-            logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
+            logp = (
+                logits
+                - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True))
+                - logits.max(1, keepdims=True)
+            )
             nll += list(-logp[np.arange(len(logits)), window[first:]])
     assert len(nll) == p.n_scored
     assert p.nll == pytest.approx(float(np.mean(nll)), rel=1e-6)
 
 
 def test_kl_orders_the_quant_levels(models):
-    q8, q4, same = quality.compare_many(models["F16"], [models["Q8_0"], models["Q4_0"], models["F16"]],
-                                        max_tokens=TOKENS, n_threads=2)
+    q8, q4, same = quality.compare_many(
+        models["F16"], [models["Q8_0"], models["Q4_0"], models["F16"]], max_tokens=TOKENS, n_threads=2
+    )
     assert same.kl_mean == 0.0 and same.top1_agreement == 1.0 and same.kl_max == 0.0
     assert 0 < q8.kl_mean < q4.kl_mean
     assert q8.top1_agreement > q4.top1_agreement

@@ -13,16 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import quants as gq
-
-from ondevice.cli.main import main
-from ondevice.core.errors import GGUFFormatError, InvalidParameterError, QuantError
-from ondevice.gguf.reader import read_gguf
-from ondevice.gguf.spec import inspect
 from ondevice.quant import reference
 from ondevice.quant.errstats import read_tensor, tensor_errors
 from ondevice.quant.formats import block_format
 from ondevice.quant.quantize import estimate_bytes, file_type, file_types, main_tensor_type, quantize
 from ondevice.quant.synth import SynthConfig, build_synthetic_model, tensor_shapes
+
+from ondevice.cli.main import main
+from ondevice.core.errors import GGUFFormatError, InvalidParameterError, QuantError
+from ondevice.gguf.reader import read_gguf
+from ondevice.gguf.spec import inspect
 from tests.file_fakes import SPECIAL_KINDS, file_kind, special_file, stale_temp
 
 # Rows of 256 so the K-quant types apply without fallbacks.
@@ -110,7 +110,9 @@ def test_llama_cpp_bytes_equal_the_numpy_reference(wide, quantized):
         for t in g.tensors:
             if t.type_name != name:
                 continue
-            raw = np.fromfile(g.path, dtype=np.uint8, count=t.n_bytes, offset=t.offset).reshape(-1, t.n_bytes // t.shape[1])
+            raw = np.fromfile(g.path, dtype=np.uint8, count=t.n_bytes, offset=t.offset).reshape(
+                -1, t.n_bytes // t.shape[1]
+            )
             assert np.array_equal(reference.dequantize(raw, name), gq.dequantize(raw, t.ggml_type)), t.name
             source = read_tensor(src.path, t.name)
             assert np.array_equal(reference.quantize(source, name), raw), t.name
@@ -129,7 +131,9 @@ def test_tensor_errors_against_the_source(wide, quantized):
     same = tensor_errors(wide, wide)
     assert all(e.rmse == 0.0 and e.max_abs_error == 0.0 for e in same)
     with pytest.raises(QuantError, match="is not the source"):
-        tensor_errors(quantized["Q8_0"], build_synthetic_model(SynthConfig(tied_output=True), wide.parent / "tied.gguf"))
+        tensor_errors(
+            quantized["Q8_0"], build_synthetic_model(SynthConfig(tied_output=True), wide.parent / "tied.gguf")
+        )
 
 
 def test_quantized_models_load_and_generate(quantized):

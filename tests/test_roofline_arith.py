@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from ondevice.core.errors import InvalidParameterError, ProbeError, SpecError
-from ondevice.gguf.spec import inspect
 from ondevice.api import cached_predictor as default_predictor
 from ondevice.api import predict
+from ondevice.core.errors import InvalidParameterError, ProbeError, SpecError
+from ondevice.gguf.spec import inspect
 from ondevice.roofline import Calibration, Predictor, bits_per_weight, effective_gbs
 from ondevice.roofline.prediction import memory_verdict, prefill_flops
 from ondevice.roofline.spec import QUANT_MIXES, mix_bits_per_weight, mix_for, spec_from_flags
@@ -69,16 +69,19 @@ def test_design_worked_check_bf16_16gb_on_3tbs():
     assert ceiling_s == pytest.approx(16e9 / 3000e9)
 
 
-@pytest.mark.parametrize("kw, msg", [
-    (dict(params=None), "--params"),
-    (dict(layers=None, head_dim=None), "--layers, --head-dim"),
-    (dict(quant="Q7"), "unknown quant"),
-    (dict(params=-1), "--params must be positive"),
-    (dict(params="lots"), "--params must be a number"),
-    (dict(layers=0), "--layers must be a positive integer"),
-    (dict(active_params=9e9), "exceeds --params"),
-    (dict(vocab=10**6, d_model=8192), "leaves no block weights"),
-])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        (dict(params=None), "--params"),
+        (dict(layers=None, head_dim=None), "--layers, --head-dim"),
+        (dict(quant="Q7"), "unknown quant"),
+        (dict(params=-1), "--params must be positive"),
+        (dict(params="lots"), "--params must be a number"),
+        (dict(layers=0), "--layers must be a positive integer"),
+        (dict(active_params=9e9), "exceeds --params"),
+        (dict(vocab=10**6, d_model=8192), "leaves no block weights"),
+    ],
+)
 def test_flag_spec_errors(kw, msg):
     with pytest.raises(SpecError, match=msg):
         llama8b(**kw)
@@ -97,16 +100,23 @@ def test_effective_bandwidth_interpolates_in_bits_per_weight():
 
 def test_predictor_exact_on_a_synthetic_file(tiny_model):
     spec = inspect(tiny_model)
-    cal = Calibration("CPU", ceiling_gbs=20, type_gbs={"F16": 8.0, "F32": 4.0}, kv_gbs=5.0,
-                      t0_s=1e-4, layer_s=1e-5, vocab_s=1e-9)
+    cal = Calibration(
+        "CPU", ceiling_gbs=20, type_gbs={"F16": 8.0, "F32": 4.0}, kv_gbs=5.0, t0_s=1e-4, layer_s=1e-5, vocab_s=1e-9
+    )
     pred = Predictor(spec, cal)
     for n in (0, 1, 100, 511):
         ceiling, calibrated = pred.step_s(n)
         kv = spec.kv_read_bytes(n)
         assert pred.kv_read_bytes(n) == kv
         assert ceiling == pytest.approx((spec.decode_weight_bytes + kv) / 20e9, rel=1e-12)
-        want = (spec.decode_bytes_by_type["F16"] / 8e9 + spec.decode_bytes_by_type["F32"] / 4e9 + kv / 5e9
-                + 1e-4 + 2 * 1e-5 + 512 * 1e-9)
+        want = (
+            spec.decode_bytes_by_type["F16"] / 8e9
+            + spec.decode_bytes_by_type["F32"] / 4e9
+            + kv / 5e9
+            + 1e-4
+            + 2 * 1e-5
+            + 512 * 1e-9
+        )
         assert calibrated == pytest.approx(want, rel=1e-12)
     with pytest.raises(ValueError):
         Predictor(spec, Calibration("CPU", ceiling_gbs=0))
@@ -133,8 +143,9 @@ def test_prefill_flops_exact():
     attn = 32 * 4.0 * (32 * 128) * p * (p + 1) / 2
     assert prefill_flops(s, p) == pytest.approx(2.0 * s.n_params_matmul * p + attn)
     windowed = replace(s, sliding_window=16, swa_layers=tuple(range(32)))
-    assert prefill_flops(windowed, p) == pytest.approx(2.0 * s.n_params_matmul * p
-                                                       + 32 * 4.0 * 4096 * (16 * 17 / 2 + (p - 16) * 16))
+    assert prefill_flops(windowed, p) == pytest.approx(
+        2.0 * s.n_params_matmul * p + 32 * 4.0 * 4096 * (16 * 17 / 2 + (p - 16) * 16)
+    )
     headed = llama8b(heads=32, vocab=128256, d_model=4096, tied=True)
     head = 128256 * 4096
     assert prefill_flops(headed, p) == pytest.approx(2.0 * (headed.n_params_matmul - head) * p + 2.0 * head + attn)
@@ -185,15 +196,18 @@ def test_given_bandwidth_says_what_stays_this_machines(tiny_model):
     assert alone.ttft is None and not any("for this machine" in n for n in alone.notes)
 
 
-@pytest.mark.parametrize("kw, err, msg", [
-    (dict(bandwidth_gbs=0), InvalidParameterError, "bandwidth must be positive"),
-    (dict(bandwidth_gbs=-5), InvalidParameterError, "bandwidth must be positive"),
-    (dict(bandwidth_gbs="fast"), InvalidParameterError, "bandwidth must be a number"),
-    (dict(ctx=(128, 4096), bandwidth_gbs=10), InvalidParameterError, "beyond the model's trained context of 512"),
-    (dict(ctx=(0,), bandwidth_gbs=10), InvalidParameterError, "context must be a positive integer"),
-    (dict(ctx=(), bandwidth_gbs=10), InvalidParameterError, "at least one context"),
-    (dict(prompt_tokens=-1, bandwidth_gbs=10), InvalidParameterError, "prompt tokens"),
-])
+@pytest.mark.parametrize(
+    "kw, err, msg",
+    [
+        (dict(bandwidth_gbs=0), InvalidParameterError, "bandwidth must be positive"),
+        (dict(bandwidth_gbs=-5), InvalidParameterError, "bandwidth must be positive"),
+        (dict(bandwidth_gbs="fast"), InvalidParameterError, "bandwidth must be a number"),
+        (dict(ctx=(128, 4096), bandwidth_gbs=10), InvalidParameterError, "beyond the model's trained context of 512"),
+        (dict(ctx=(0,), bandwidth_gbs=10), InvalidParameterError, "context must be a positive integer"),
+        (dict(ctx=(), bandwidth_gbs=10), InvalidParameterError, "at least one context"),
+        (dict(prompt_tokens=-1, bandwidth_gbs=10), InvalidParameterError, "prompt tokens"),
+    ],
+)
 def test_predict_bad_input(tiny_model, kw, err, msg):
     with pytest.raises(err, match=msg):
         predict(tiny_model, **{"ctx": (16,), **kw})
@@ -271,11 +285,16 @@ def test_sliding_windows_count_the_window_unless_the_runtime_reads_every_cell(de
     masked, windowed = Predictor(spec, replace(cal, swa_full=True)), Predictor(spec, cal)
     base = masked.step_s(0)[1]
     assert masked.step_s(n)[1] - base == pytest.approx(
-        n * spec.kv_bytes_per_token / 4e9 + attention_scores(spec, n, windowed=False) * 1e-10, rel=1e-9)
+        n * spec.kv_bytes_per_token / 4e9 + attention_scores(spec, n, windowed=False) * 1e-10, rel=1e-9
+    )
     assert windowed.step_s(n)[1] - base == pytest.approx(
-        spec.kv_read_bytes(n) / 4e9 + attention_scores(spec, n) * 1e-10, rel=1e-9)
-    assert masked.step_s(n)[0] == windowed.step_s(n)[0] == pytest.approx(
-        (spec.decode_weight_bytes + spec.kv_read_bytes(n)) / 10e9)
+        spec.kv_read_bytes(n) / 4e9 + attention_scores(spec, n) * 1e-10, rel=1e-9
+    )
+    assert (
+        masked.step_s(n)[0]
+        == windowed.step_s(n)[0]
+        == pytest.approx((spec.decode_weight_bytes + spec.kv_read_bytes(n)) / 10e9)
+    )
 
 
 def test_each_matrix_row_costs_its_set_up(default_model):
@@ -297,20 +316,28 @@ def test_rows_narrower_than_the_probes_pay_the_batched_row_cost_per_row_and_toke
     from ondevice.roofline import bits_per_weight
 
     spec = inspect(default_model)
-    base = Calibration("CPU", ceiling_gbs=40, type_gbs={"Q8_0": 30.0}, type_gflops={"Q8_0": 100.0},
-                       step_ratios={"Q8_0": ((2, 1.5), (16, 3.0))}, batch_row_width=2446.0)
+    base = Calibration(
+        "CPU",
+        ceiling_gbs=40,
+        type_gbs={"Q8_0": 30.0},
+        type_gflops={"Q8_0": 100.0},
+        step_ratios={"Q8_0": ((2, 1.5), (16, 3.0))},
+        batch_row_width=2446.0,
+    )
     rowed = replace(base, batch_row_s=2e-9)
     body_rows = sum(spec.decode_rows_by_type.values()) - spec.n_vocab
-    body_weights = sum(b * 8 / bits_per_weight(t) for t, b in spec.decode_bytes_by_type.items()
-                       if spec.decode_rows_by_type.get(t)) - spec.head_bytes * 8 / bits_per_weight(spec.head_type)
+    body_weights = sum(
+        b * 8 / bits_per_weight(t) for t, b in spec.decode_bytes_by_type.items() if spec.decode_rows_by_type.get(t)
+    ) - spec.head_bytes * 8 / bits_per_weight(spec.head_type)
     excess = body_rows - body_weights / 2446.0
     assert 0 < excess < body_rows  # Gemma 3 270M's rows (640 wide) are shorter than the probe's
     for n in (1, 16, 512):
         extra = Predictor(spec, rowed).prefill_s(n) - Predictor(spec, base).prefill_s(n)
         assert extra == pytest.approx((n - 1) * 2e-9 * excess, rel=1e-9, abs=1e-15)
     every_row = replace(rowed, batch_row_width=0.0)  # no width: every row pays
-    assert Predictor(spec, every_row).prefill_s(16) - Predictor(spec, replace(base, batch_row_width=0.0)).prefill_s(16) \
-        == pytest.approx(15 * 2e-9 * body_rows, rel=1e-9)
+    assert Predictor(spec, every_row).prefill_s(16) - Predictor(spec, replace(base, batch_row_width=0.0)).prefill_s(
+        16
+    ) == pytest.approx(15 * 2e-9 * body_rows, rel=1e-9)
     wide = replace(rowed, batch_row_width=body_weights / body_rows)  # rows as long as the sized ones: nothing more
     assert Predictor(spec, wide).prefill_s(512) == pytest.approx(Predictor(spec, base).prefill_s(512), rel=1e-12)
 
@@ -319,8 +346,14 @@ def test_repacked_types_pay_no_batched_row_cost(default_model):
     """A weight type the probe saw llama.cpp repack (CPU_REPACK's tiled kernels) is not charged the
     per-row cost the narrow Q8_0 model measured on the plain kernels; the other types still are."""
     spec = inspect(default_model)  # Q8_0, Q5_0, Q4_K and Q6_K matrices of 640-wide rows
-    base = Calibration("CPU", ceiling_gbs=40, type_gbs={"Q8_0": 30.0}, type_gflops={"Q8_0": 100.0},
-                       step_ratios={"Q8_0": ((2, 1.5), (16, 3.0))}, batch_row_width=2446.0)
+    base = Calibration(
+        "CPU",
+        ceiling_gbs=40,
+        type_gbs={"Q8_0": 30.0},
+        type_gflops={"Q8_0": 100.0},
+        step_ratios={"Q8_0": ((2, 1.5), (16, 3.0))},
+        batch_row_width=2446.0,
+    )
     rowed = replace(base, batch_row_s=2e-9)
     extra = Predictor(spec, rowed).prefill_s(16) - Predictor(spec, base).prefill_s(16)
     spared = replace(rowed, repacked_types=("Q4_K",))

@@ -40,17 +40,26 @@ def test_predict_spec_json(empty_cache, capsys):
     assert 63 < d["contexts"][0]["ceiling_tok_s"] < 64.5
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["predict", *SPEC, "--bandwidth", "0"], "bandwidth must be positive"),
-    (["predict", *SPEC, "--bandwidth", "-3"], "bandwidth must be positive"),
-    (["predict", "--params", "8e9", "--quant", "Q4_K_M", "--bandwidth", "100"], "a spec needs --layers, --kv-heads, --head-dim"),
-    (["predict", *SPEC[:2], "--quant", "Q7_Z", *SPEC[4:], "--bandwidth", "100"], "unknown quant 'Q7_Z'"),
-    (["predict", *SPEC, "--ctx-train", "4096", "--ctx", "8192", "--bandwidth", "100"], "beyond the model's trained context of 4096"),
-    (["predict", *SPEC, "--ctx", "12,abc", "--bandwidth", "100"], "--ctx takes positive integers"),
-    (["predict", *SPEC, "--prompt", "0", "--bandwidth", "100"], "--prompt must be a positive"),
-    (["predict", "some-model", *SPEC, "--bandwidth", "100"], "either MODEL or a spec"),
-    (["probe", "--threads", "0"], "--threads must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["predict", *SPEC, "--bandwidth", "0"], "bandwidth must be positive"),
+        (["predict", *SPEC, "--bandwidth", "-3"], "bandwidth must be positive"),
+        (
+            ["predict", "--params", "8e9", "--quant", "Q4_K_M", "--bandwidth", "100"],
+            "a spec needs --layers, --kv-heads, --head-dim",
+        ),
+        (["predict", *SPEC[:2], "--quant", "Q7_Z", *SPEC[4:], "--bandwidth", "100"], "unknown quant 'Q7_Z'"),
+        (
+            ["predict", *SPEC, "--ctx-train", "4096", "--ctx", "8192", "--bandwidth", "100"],
+            "beyond the model's trained context of 4096",
+        ),
+        (["predict", *SPEC, "--ctx", "12,abc", "--bandwidth", "100"], "--ctx takes positive integers"),
+        (["predict", *SPEC, "--prompt", "0", "--bandwidth", "100"], "--prompt must be a positive"),
+        (["predict", "some-model", *SPEC, "--bandwidth", "100"], "either MODEL or a spec"),
+        (["probe", "--threads", "0"], "--threads must be at least 1"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(empty_cache, capsys, argv, msg):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -77,7 +86,9 @@ def test_probe_shows_the_cached_result(seeded_cache, capsys):
     out = capsys.readouterr().out
     assert "cached; --refresh to measure again" in out and "read 20.0 GB/s" in out
     assert "Q8_0" in out and "fixed cost per token 0.100 ms" in out and "nameplate" in out
-    assert "per attention score (query head x cached token x layer), heads of 64: 0.1 ns, 256: 0.1 ns" in " ".join(out.split())
+    assert "per attention score (query head x cached token x layer), heads of 64: 0.1 ns, 256: 0.1 ns" in " ".join(
+        out.split()
+    )
     assert "passes differed" not in out  # a steady machine: no warning
 
 

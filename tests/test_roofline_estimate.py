@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from ondevice.probing import nameplate
 from ondevice.cli.main import main
 from ondevice.core.errors import EstimateDataError, InvalidParameterError, SpecError
+from ondevice.probing import nameplate
 from ondevice.roofline import estimate as est
 from ondevice.roofline.prediction import predict
 from ondevice.roofline.spec import parameter_count, spec_from_flags
@@ -22,8 +22,24 @@ from tests.probe_fakes import fake_result, nvidia_host
 
 LOO_BOUND = 0.15  # the aim: leave-one-out median error of 15% or better (the shipped fit: ~5.8%)
 CTX = {"tg64": 32, "tg128": 64, "tg512": 256, "main1024": 494 + 512}  # mean context of the generated tokens
-SPEC = ["--params", "8.03B", "--quant", "Q4_K_M", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
-        "--d-model", "4096", "--vocab", "128256", "--heads", "32"]
+SPEC = [
+    "--params",
+    "8.03B",
+    "--quant",
+    "Q4_K_M",
+    "--layers",
+    "32",
+    "--kv-heads",
+    "8",
+    "--head-dim",
+    "128",
+    "--d-model",
+    "4096",
+    "--vocab",
+    "128256",
+    "--heads",
+    "32",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +72,15 @@ def test_table_bandwidths_are_the_nameplate_tables(rows):
 def test_table_bytes_are_the_products_spec_arithmetic(rows):
     for m in rows:
         s = m.shape
-        spec = spec_from_flags(params=float(s["params"]), quant=m.quant, layers=int(s["layers"]),
-                               kv_heads=int(s["kv_heads"]), head_dim=int(s["head_dim"]), d_model=int(s["d_model"]),
-                               vocab=int(s["vocab"]))
+        spec = spec_from_flags(
+            params=float(s["params"]),
+            quant=m.quant,
+            layers=int(s["layers"]),
+            kv_heads=int(s["kv_heads"]),
+            head_dim=int(s["head_dim"]),
+            d_model=int(s["d_model"]),
+            vocab=int(s["vocab"]),
+        )
         assert m.ctx_mean == CTX[m.test]
         assert m.bytes_per_token == spec.decode_weight_bytes + m.ctx_mean * spec.kv_bytes_per_token, m
 
@@ -73,8 +95,15 @@ def test_refit_reproduces_the_shipped_fit(refit):
     for name in ("eta", "t0_s", "pooled_eta"):
         got, want = getattr(refit, name), getattr(shipped, name)
         assert set(got) == set(want) and all(math.isclose(got[k], want[k], rel_tol=1e-9) for k in want), name
-    for name in ("pooled_t0_s", "ratio_low", "ratio_high", "pooled_ratio_low", "pooled_ratio_high",
-                 "loo_median_abs_error", "pooled_loo_median_abs_error"):
+    for name in (
+        "pooled_t0_s",
+        "ratio_low",
+        "ratio_high",
+        "pooled_ratio_low",
+        "pooled_ratio_high",
+        "loo_median_abs_error",
+        "pooled_loo_median_abs_error",
+    ):
         assert math.isclose(getattr(refit, name), getattr(shipped, name), rel_tol=1e-9), name
 
 
@@ -100,8 +129,12 @@ def test_estimate_for_a_published_row_is_within_its_range(rows):
     assert e.low_tok_s <= m.tok_s <= e.high_tok_s
     assert e.low_tok_s < e.tok_s < e.high_tok_s <= e.ceiling_tok_s
     assert e.efficiency == pytest.approx(e.tok_s / e.ceiling_tok_s) and "CUDA fit" in e.basis
-    inside = sum(est.estimate(r.backend, r.quant, r.bytes_per_token, r.nameplate_gbs).low_tok_s <= r.tok_s
-                 <= est.estimate(r.backend, r.quant, r.bytes_per_token, r.nameplate_gbs).high_tok_s for r in rows)
+    inside = sum(
+        est.estimate(r.backend, r.quant, r.bytes_per_token, r.nameplate_gbs).low_tok_s
+        <= r.tok_s
+        <= est.estimate(r.backend, r.quant, r.bytes_per_token, r.nameplate_gbs).high_tok_s
+        for r in rows
+    )
     assert inside >= 0.75 * len(rows)
 
 
@@ -111,8 +144,10 @@ def test_estimate_for_rtx_4070_is_below_the_bound_as_published_runs_are():
     assert 60 < e.tok_s < 85 and e.ceiling_tok_s == pytest.approx(504e9 / 4.65e9)
 
 
-@pytest.mark.parametrize("backend, why", [(None, "backend not given"), ("OpenCL", "no published OpenCL runs"),
-                                          ("cpu", "no published CPU runs")])
+@pytest.mark.parametrize(
+    "backend, why",
+    [(None, "backend not given"), ("OpenCL", "no published OpenCL runs"), ("cpu", "no published CPU runs")],
+)
 def test_unknown_backend_gets_the_pooled_fit_and_says_so(backend, why):
     e = est.estimate(backend, "Q8_0", 7e9, 400)
     assert why in e.basis and "pooled fit" in e.basis
@@ -126,15 +161,32 @@ def test_estimate_never_exceeds_the_bound_even_for_huge_reads():
 
 
 def test_weight_families_and_backend_names():
-    assert [est.weight_family(t) for t in ("BF16", "q8_0", "Q4_1", "Q6_K", "IQ4_XS", "MXFP4")] == \
-        ["float", "q8_0", "legacy", "k-quant", "k-quant", "k-quant"]
-    assert [est.canonical_backend(b) for b in ("cuda", "HIP", "metal", "Vulkan", "tpu", None)] == \
-        ["CUDA", "ROCm", "Metal", "Vulkan", None, None]
+    assert [est.weight_family(t) for t in ("BF16", "q8_0", "Q4_1", "Q6_K", "IQ4_XS", "MXFP4")] == [
+        "float",
+        "q8_0",
+        "legacy",
+        "k-quant",
+        "k-quant",
+        "k-quant",
+    ]
+    assert [est.canonical_backend(b) for b in ("cuda", "HIP", "metal", "Vulkan", "tpu", None)] == [
+        "CUDA",
+        "ROCm",
+        "Metal",
+        "Vulkan",
+        None,
+        None,
+    ]
 
 
-@pytest.mark.parametrize("kw, msg", [(dict(bytes_per_token=0), "bytes per token must be positive"),
-                                     (dict(bandwidth_gbs=-1), "bandwidth must be positive"),
-                                     (dict(bandwidth_gbs="fast"), "bandwidth must be a number")])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        (dict(bytes_per_token=0), "bytes per token must be positive"),
+        (dict(bandwidth_gbs=-1), "bandwidth must be positive"),
+        (dict(bandwidth_gbs="fast"), "bandwidth must be a number"),
+    ],
+)
 def test_estimate_bad_input(kw, msg):
     args = {"backend": "CUDA", "weight_type": "Q4_0", "bytes_per_token": 4e9, "bandwidth_gbs": 500, **kw}
     with pytest.raises(InvalidParameterError, match=msg):
@@ -150,13 +202,16 @@ def _table(tmp_path, rows_text: str):
 HEADER = "device,backend,model,quant,test,ctx_mean,tok_s,nameplate_gbs,bytes_per_token,source\n"
 
 
-@pytest.mark.parametrize("text, msg", [
-    ("\x00\x01garbage", "not a decode measurement table"),
-    ("a,b\n1,2\n", "not a decode measurement table"),
-    (HEADER + "X,CUDA,m,Q4_0,tg128,64,fast,500,4000000000,src\n", "line 2"),
-    (HEADER + "X,CUDA,m,Q4_0,tg128,64,-5,500,4000000000,src\n", "must be positive"),
-    (HEADER + "X,CUDA,m,Q4_0,tg128,64,50,500,4000000000,\n", "needs a source"),
-])
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ("\x00\x01garbage", "not a decode measurement table"),
+        ("a,b\n1,2\n", "not a decode measurement table"),
+        (HEADER + "X,CUDA,m,Q4_0,tg128,64,fast,500,4000000000,src\n", "line 2"),
+        (HEADER + "X,CUDA,m,Q4_0,tg128,64,-5,500,4000000000,src\n", "must be positive"),
+        (HEADER + "X,CUDA,m,Q4_0,tg128,64,50,500,4000000000,\n", "needs a source"),
+    ],
+)
 def test_corrupt_table_is_a_typed_error(tmp_path, text, msg):
     with pytest.raises(EstimateDataError, match=msg):
         est.load_measurements(_table(tmp_path, text))
@@ -172,9 +227,12 @@ def test_missing_table_and_a_family_short_table_are_typed_errors(tmp_path):
 
 def test_corrupt_fit_is_a_typed_error(tmp_path):
     good = est.load_fit().to_dict()
-    cases = {"bad.json": "{not json", "schema.json": json.dumps({**good, "schema": 99}),
-             "missing.json": json.dumps({k: v for k, v in good.items() if k != "t0_s"}),
-             "negative.json": json.dumps({**good, "eta": {**good["eta"], "float": -0.5}})}
+    cases = {
+        "bad.json": "{not json",
+        "schema.json": json.dumps({**good, "schema": 99}),
+        "missing.json": json.dumps({k: v for k, v in good.items() if k != "t0_s"}),
+        "negative.json": json.dumps({**good, "eta": {**good["eta"], "float": -0.5}}),
+    }
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
         with pytest.raises(EstimateDataError):
@@ -190,15 +248,25 @@ def test_device_compute_table():
     assert nameplate.compute_lookup("RTX 4070 Laptop GPU") is None and nameplate.compute_lookup(None) is None
     assert all(k in nameplate.NAMEPLATE_GBS for k in nameplate.NAMEPLATE_FP16_TFLOPS)
     assert all(src in nameplate.COMPUTE_SOURCES for _, src in nameplate.NAMEPLATE_FP16_TFLOPS.values())
-    assert [nameplate.unified_memory(n) for n in ("Apple M2 Max", "Radeon 8060S Graphics", "RTX 4090", "Foo")] == \
-        [True, True, False, None]
-    assert [nameplate.default_backend(n) for n in ("Apple M4", "RTX 3090", "Radeon RX 7900 XTX", "Foo")] == \
-        ["Metal", "CUDA", "ROCm", None]
+    assert [nameplate.unified_memory(n) for n in ("Apple M2 Max", "Radeon 8060S Graphics", "RTX 4090", "Foo")] == [
+        True,
+        True,
+        False,
+        None,
+    ]
+    assert [nameplate.default_backend(n) for n in ("Apple M4", "RTX 3090", "Radeon RX 7900 XTX", "Foo")] == [
+        "Metal",
+        "CUDA",
+        "ROCm",
+        None,
+    ]
 
 
 def test_ttft_floor_on_a_gpu_backend_uses_the_devices_compute(tiny_model):
-    gpu = dataclasses.replace(fake_result(build="b", backend="CUDA", host=nvidia_host()),
-                              nameplate=nameplate.lookup("NVIDIA GeForce RTX 4090"))
+    gpu = dataclasses.replace(
+        fake_result(build="b", backend="CUDA", host=nvidia_host()),
+        nameplate=nameplate.lookup("NVIDIA GeForce RTX 4090"),
+    )
     assert gpu.device_fp16_tflops == 330.3
     p = predict(tiny_model, ctx=(16,), probe=gpu, prompt_tokens=8)
     assert p.ttft.compute_gflops == 330.3e3 and any("330.3 TFLOPS FP16" in n for n in p.notes)
@@ -217,15 +285,23 @@ def test_this_machine_without_kernel_probe_shows_the_estimate(tiny_model):
 
 
 def test_target_memory_and_compute():
-    t = make_target(device="M2 Max", memory_gb=32, device_compute=nameplate.compute_lookup("M2 Max"),
-                    device_unified=True, device_backend="Metal")
+    t = make_target(
+        device="M2 Max",
+        memory_gb=32,
+        device_compute=nameplate.compute_lookup("M2 Max"),
+        device_unified=True,
+        device_backend="Metal",
+    )
     assert t.backend == "Metal" and t.memory_where == "unified memory" and t.compute_tflops == 13.6
     assert t.memory_bytes == int(32 * 2**30 * UNIFIED_GPU_SHARE) and t.memory_total_bytes == 32 * 2**30
     assert make_target(backend="vulkan", memory_gb=12).memory_where == "VRAM"
     assert make_target(backend="cpu", memory_gb=12).memory_where == "RAM"
     assert make_target(memory_gb=16, unified=True).memory_where == "unified memory"
-    for kw, msg in ((dict(compute_tflops=0), "--compute must be positive"), (dict(memory_gb=-1), "--memory must be"),
-                    (dict(backend="tpu"), "--backend must be one of")):
+    for kw, msg in (
+        (dict(compute_tflops=0), "--compute must be positive"),
+        (dict(memory_gb=-1), "--memory must be"),
+        (dict(backend="tpu"), "--backend must be one of"),
+    ):
         with pytest.raises(InvalidParameterError, match=msg):
             make_target(**kw)
     spec = spec_from_flags(params=8e9, quant="Q4_0", layers=32, kv_heads=8, head_dim=128)
@@ -264,13 +340,16 @@ def test_cli_device_alone_fills_bandwidth_and_unified_memory(empty_cache, capsys
     assert d["ttft"]["compute_gflops"] == 13600.0
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--bandwidth", "504", "--compute", "0"], "--compute must be positive"),
-    (["--bandwidth", "504", "--memory", "-1"], "--memory must be positive"),
-    (["--memory", "12"], "give its --bandwidth GB/s or a known --device"),
-    (["--device", "RTX 9999"], "is not in the nameplate table"),
-    (["--bandwidth", "504", "--backend", "tpu"], "--backend must be one of"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--bandwidth", "504", "--compute", "0"], "--compute must be positive"),
+        (["--bandwidth", "504", "--memory", "-1"], "--memory must be positive"),
+        (["--memory", "12"], "give its --bandwidth GB/s or a known --device"),
+        (["--device", "RTX 9999"], "is not in the nameplate table"),
+        (["--bandwidth", "504", "--backend", "tpu"], "--backend must be one of"),
+    ],
+)
 def test_cli_bad_target_input_is_one_line_and_exit_2(empty_cache, capsys, argv, msg):
     assert main(["predict", *SPEC, *argv]) == 2
     err = capsys.readouterr().err

@@ -31,8 +31,15 @@ class _Timeline:
 def test_seed_timeline_measured_side():
     """Seed 3: first token at 0.8 s, the 101st and last at 2.8 s: TPOT 20 ms (50 tok/s decode),
     output throughput 101 / 2.8 = 36.1 tok/s: two different numbers."""
-    t = Timings(tokenize_s=0.0, prefill_s=0.8, ttft_s=0.8, itl_s=(0.02,) * 100, e2e_s=2.8,
-                prompt_tokens_computed=10, output_tokens=101)
+    t = Timings(
+        tokenize_s=0.0,
+        prefill_s=0.8,
+        ttft_s=0.8,
+        itl_s=(0.02,) * 100,
+        e2e_s=2.8,
+        prompt_tokens_computed=10,
+        output_tokens=101,
+    )
     assert t.tpot_s == pytest.approx(0.02) and t.decode_tok_s == pytest.approx(50.0)
     assert t.output_throughput_tok_s == pytest.approx(36.07, abs=0.01)
 
@@ -51,16 +58,33 @@ def test_seed_scenarios_prefill_share():
 
 
 def _cal(**kw) -> Calibration:
-    base = dict(backend="CPU", ceiling_gbs=100.0, type_gbs={"Q4_K": 50.0, "Q6_K": 60.0, "F16": 80.0}, kv_gbs=80.0,
-                t0_s=1e-4, layer_s=1e-5, vocab_s=1e-9, type_gflops={"Q4_K": 200.0, "Q6_K": 150.0, "F16": 100.0},
-                attn_gflops=50.0)
+    base = dict(
+        backend="CPU",
+        ceiling_gbs=100.0,
+        type_gbs={"Q4_K": 50.0, "Q6_K": 60.0, "F16": 80.0},
+        kv_gbs=80.0,
+        t0_s=1e-4,
+        layer_s=1e-5,
+        vocab_s=1e-9,
+        type_gflops={"Q4_K": 200.0, "Q6_K": 150.0, "F16": 100.0},
+        attn_gflops=50.0,
+    )
     base.update(kw)
     return Calibration(**base)
 
 
 def _spec():
-    return spec_from_flags(params=8.03e9, quant="Q4_K_M", layers=32, kv_heads=8, head_dim=128, heads=32,
-                           d_model=4096, vocab=128256, ctx_train=8192)
+    return spec_from_flags(
+        params=8.03e9,
+        quant="Q4_K_M",
+        layers=32,
+        kv_heads=8,
+        head_dim=128,
+        heads=32,
+        d_model=4096,
+        vocab=128256,
+        ctx_train=8192,
+    )
 
 
 def test_causal_spans():
@@ -87,10 +111,14 @@ def test_more_tokens_per_step_cost_their_compute():
     assert two == pytest.approx(token_s + attn + spec.n_vocab * cal.vocab_s, rel=1e-9)
     # a batch of B sequences reads every sequence's KV: B - 1 more reads than one sequence
     b4 = pred.tokens_step_s(1000, 1, 4) - pred.tokens_step_s(1000, 1, 1)
-    assert b4 == pytest.approx(3 * (token_s + attn - 2 * 32 * 256 * 32 / (50.0 * GB) + spec.n_vocab * cal.vocab_s)
-                               + 3 * pred.kv_read_bytes(1000) / (80 * GB), rel=1e-3)
+    assert b4 == pytest.approx(
+        3 * (token_s + attn - 2 * 32 * 256 * 32 / (50.0 * GB) + spec.n_vocab * cal.vocab_s)
+        + 3 * pred.kv_read_bytes(1000) / (80 * GB),
+        rel=1e-3,
+    )
     assert pred.ceiling_tokens_step_s(1000, 1, 4) == pytest.approx(
-        (spec.decode_weight_bytes + 4 * pred.kv_read_bytes(1000)) / (100 * GB))
+        (spec.decode_weight_bytes + 4 * pred.kv_read_bytes(1000)) / (100 * GB)
+    )
     fast = Predictor(spec, _cal(type_gflops={"Q4_K": 20000.0}, attn_gflops=5000.0))  # a GPU's compute
     assert fast.tokens_step_s(1000, 8) < 1.2 * fast.tokens_step_s(1000, 1)  # the weights are read once
 
@@ -107,8 +135,13 @@ def test_prefill_by_hand_in_chunks():
     weights_s = sum(b / (effective_gbs(t, cal) * GB) for t, b in spec.decode_bytes_by_type.items())
     fixed_s = cal.t0_s + 32 * cal.layer_s
     head_read_s = spec.head_bytes / (effective_gbs(spec.head_type, cal) * GB)  # the first chunk keeps no logits
-    expected = (2 * (weights_s + fixed_s) - head_read_s + 1022 * (token_s - head_s)
-                + pred.kv_read_bytes(512) / (80 * GB) + 128256 * cal.vocab_s)
+    expected = (
+        2 * (weights_s + fixed_s)
+        - head_read_s
+        + 1022 * (token_s - head_s)
+        + pred.kv_read_bytes(512) / (80 * GB)
+        + 128256 * cal.vocab_s
+    )
     assert pred.prefill_s(1024, n_batch=512) == pytest.approx(expected, rel=1e-9)
     one_chunk = weights_s + fixed_s + 1023 * (token_s - head_s) + 128256 * cal.vocab_s
     assert pred.prefill_s(1024, n_batch=1024) == pytest.approx(one_chunk, rel=1e-9)
@@ -148,6 +181,7 @@ def test_gflops_interpolate_in_time_per_flop():
 
 
 # ---- a real request: predicted TTFT/E2E beside measured, the attribution adds up ----
+
 
 def test_generation_carries_predictions_and_an_attribution(tiny_model):
     from ondevice.engine import load
@@ -210,7 +244,7 @@ def test_monotone_curve_and_best_of_two():
     assert best_curve(((1, 10.0), (2, 5.0)), ((1, 8.0), (2, 6.0))) == ((1, 10.0), (2, 6.0))
     sizes = curve_sizes(10 << 20)
     assert sizes[::2] == [2 << 20, 4 << 20, 8 << 20] and sizes[-1] == 10 << 20  # sqrt(2) steps, then DRAM's size
-    assert sizes[1] == int((2 << 20) * 2 ** 0.5) // 65536 * 65536 and len(sizes) == 6
+    assert sizes[1] == int((2 << 20) * 2**0.5) // 65536 * 65536 and len(sizes) == 6
     assert all(b / a < 1.43 for a, b in zip(sizes, sizes[1:-1]))
 
 
@@ -229,8 +263,11 @@ def test_a_cache_resident_model_is_predicted_faster_and_so_is_its_ceiling():
 def test_measured_step_ratios_price_several_tokens_per_decode():
     """With the probe's step ratios, n tokens in one decode cost each weight type's ratio at n
     columns (the head too when every token keeps its logits; one column in a prefill)."""
-    ratios = {"Q4_K": ((2, 2.0), (4, 2.5), (16, 4.0)), "Q6_K": ((2, 1.5), (4, 2.0), (16, 3.0)),
-              "F16": ((2, 1.2), (4, 1.4), (16, 2.0))}
+    ratios = {
+        "Q4_K": ((2, 2.0), (4, 2.5), (16, 4.0)),
+        "Q6_K": ((2, 1.5), (4, 2.0), (16, 3.0)),
+        "F16": ((2, 1.2), (4, 1.4), (16, 2.0)),
+    }
     spec = _spec()
     cal = _cal(step_ratios=ratios, attn_gflops=1e30)
     pred = Predictor(spec, cal)
@@ -240,13 +277,15 @@ def test_measured_step_ratios_price_several_tokens_per_decode():
     assert pred.tokens_step_s(100, 2) - pred.step_s(100)[1] == pytest.approx(two + 128256 * cal.vocab_s, rel=1e-9)
     three = {"Q4_K": 2.25, "Q6_K": 1.75, "F32": 1.3}  # linear between 2 and 4
     assert pred.tokens_step_s(100, 3) - pred.step_s(100)[1] == pytest.approx(
-        sum(r * three[t] for t, r in read.items()) - sum(read.values()) + 2 * 128256 * cal.vocab_s, rel=1e-9)
+        sum(r * three[t] for t, r in read.items()) - sum(read.values()) + 2 * 128256 * cal.vocab_s, rel=1e-9
+    )
     head_s = spec.head_bytes / (effective_gbs("Q6_K", cal) * GB)
     # a one-chunk prefill of 4 tokens: the body over 4 columns, the head over one
     four = {"Q4_K": 2.5, "Q6_K": 2.0, "F32": 1.4}
     body = sum(r * four[t] for t, r in read.items()) - head_s * 2.0
-    assert pred.prefill_s(4) == pytest.approx(body + head_s + cal.t0_s + 32 * cal.layer_s + 128256 * cal.vocab_s,
-                                              rel=1e-9)
+    assert pred.prefill_s(4) == pytest.approx(
+        body + head_s + cal.t0_s + 32 * cal.layer_s + 128256 * cal.vocab_s, rel=1e-9
+    )
     assert pred.prefill_s(64) > pred.prefill_s(16)  # past the table: the batched rate's compute
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
+from ondevice.tui.session import ChatSettings
+
 from ondevice.bench.runner import DEFAULT_SAMPLING, BenchConfig
 from ondevice.cli.main import build_parser
 from ondevice.engine.engine import Engine
 from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS, make_params
-from ondevice.tui.session import ChatSettings
 
 FIELDS = [f.name for f in dataclasses.fields(DEFAULTS)]
 

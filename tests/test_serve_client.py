@@ -34,8 +34,13 @@ def test_several_tokens_per_chunk_usage_at_the_end(fake):
     assert [c.text for c in lg.chunks] == [" a b", " c d e", " f"]  # the role-only chunk carries no text
     assert lg.usage == {"prompt_tokens": 7, "completion_tokens": 6}
     assert all(b.t_ns > a.t_ns for a, b in zip(lg.chunks, lg.chunks[1:])) and lg.chunks[0].t_ns > lg.start_ns
-    r = to_record(lg, RequestSpec("m", "closed_c1", "w", 0, 7, 6, 0), counter=None, markers=DEFAULT_MARKERS,
-                  level_start_ns=lg.start_ns)
+    r = to_record(
+        lg,
+        RequestSpec("m", "closed_c1", "w", 0, 7, 6, 0),
+        counter=None,
+        markers=DEFAULT_MARKERS,
+        level_start_ns=lg.start_ns,
+    )
     t = r.timings
     assert r.ok and t.output_tokens == 6 and len(t.itl_s) == 5 and r.prompt_tokens == 7
     assert t.ttft_s <= t.e2e_s <= r.serve["done_s"] and sum(t.itl_s) == pytest.approx(t.e2e_s - t.ttft_s, abs=1e-6)
@@ -45,11 +50,15 @@ def test_several_tokens_per_chunk_usage_at_the_end(fake):
 def test_reasoning_deltas_and_inline_think(fake):
     lg = _req(fake.url("reasoning"), chat=True)
     assert lg.status == "ok" and [c.reasoning for c in lg.chunks[:2]] == ["Let me", " think."]
-    r = to_record(lg, RequestSpec("m", "closed_c1", "w", 0, 1, 5, 0), counter=None, markers=DEFAULT_MARKERS, level_start_ns=0)
+    r = to_record(
+        lg, RequestSpec("m", "closed_c1", "w", 0, 1, 5, 0), counter=None, markers=DEFAULT_MARKERS, level_start_ns=0
+    )
     visible = (lg.chunks[3].t_ns - lg.start_ns) / 1e9
     assert r.timings.ttft_visible_s == pytest.approx(visible) and r.timings.ttft_visible_s > r.timings.ttft_s
     lg = _req(fake.url("think"))
-    r = to_record(lg, RequestSpec("m", "closed_c1", "w", 0, 1, 5, 0), counter=None, markers=DEFAULT_MARKERS, level_start_ns=0)
+    r = to_record(
+        lg, RequestSpec("m", "closed_c1", "w", 0, 1, 5, 0), counter=None, markers=DEFAULT_MARKERS, level_start_ns=0
+    )
     assert r.timings.ttft_visible_s == pytest.approx((lg.chunks[3].t_ns - lg.start_ns) / 1e9)
 
 
@@ -58,13 +67,16 @@ def test_server_timings_kept(fake):
     assert lg.server_timings["output_tokens"] == 3 and lg.server_timings["prompt_s"] == pytest.approx(0.02)
 
 
-@pytest.mark.parametrize("case, status, words", [
-    ("error_mid", "failed", "the model crashed"),
-    ("malformed", "failed", "malformed"),
-    ("http500", "failed", "HTTP 500"),
-    ("notsse", "failed", "not an SSE stream"),
-    ("cut", "failed", "without a finish_reason"),
-])
+@pytest.mark.parametrize(
+    "case, status, words",
+    [
+        ("error_mid", "failed", "the model crashed"),
+        ("malformed", "failed", "malformed"),
+        ("http500", "failed", "HTTP 500"),
+        ("notsse", "failed", "not an SSE stream"),
+        ("cut", "failed", "without a finish_reason"),
+    ],
+)
 def test_bad_streams_are_failures_with_reasons(fake, case, status, words):
     lg = _req(fake.url(case))
     assert lg.status == status and words in lg.reason
@@ -90,21 +102,51 @@ def test_refused_connection_and_key_scrubbed(fake):
 
 def _bench(tmp_path, *extra, name="r"):
     out = tmp_path / f"{name}.json"
-    rc = main(["bench", *extra, "--no-progress", "--json", str(out), "--csv", str(tmp_path / f"{name}.csv"),
-               "--md", str(tmp_path / f"{name}.md")])
+    rc = main(
+        [
+            "bench",
+            *extra,
+            "--no-progress",
+            "--json",
+            str(out),
+            "--csv",
+            str(tmp_path / f"{name}.csv"),
+            "--md",
+            str(tmp_path / f"{name}.md"),
+        ]
+    )
     return rc, (json.loads(out.read_text()) if out.exists() else None)
 
 
 def test_cli_levels_end_to_end(fake, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_KEY", "sk-never-written")
-    rc, doc = _bench(tmp_path, "--url", fake.url("one"), "--api-key-env", "FAKE_KEY", "-p", "16", "-n", "5",
-                     "--concurrency", "1,2", "--rate", "20", "--requests", "4", "--warmup", "0",
-                     "--slo", "ttft_p95=5,tpot_p95=5")
+    rc, doc = _bench(
+        tmp_path,
+        "--url",
+        fake.url("one"),
+        "--api-key-env",
+        "FAKE_KEY",
+        "-p",
+        "16",
+        "-n",
+        "5",
+        "--concurrency",
+        "1,2",
+        "--rate",
+        "20",
+        "--requests",
+        "4",
+        "--warmup",
+        "0",
+        "--slo",
+        "ttft_p95=5,tpot_p95=5",
+    )
     out = capsys.readouterr().out
     assert rc == 0, out
     assert [r["scenario"] for r in doc["results"]] == ["closed_c1", "closed_c2", "open_r20"]
     for r in doc["results"]:
-        assert r["ok_runs"] == 4 and r["model"] == "fake-one.gguf @ 127.0.0.1:%d" % int(fake.url("one").split(":")[2].split("/")[0])
+        port = int(fake.url("one").split(":")[2].split("/")[0])
+        assert r["ok_runs"] == 4 and r["model"] == f"fake-one.gguf @ 127.0.0.1:{port}"
         assert r["load"]["sent"] == 4 and r["load"]["mean_in_flight"] > 0 and r["load"]["little_lw"] > 0
         assert r["slo"]["good"] == 4 and r["load"]["goodput_rps"] > 0
         assert r["itl_chunk_s"]["n"] == 16 and r["ttft_visible_s"]["n"] == 4
@@ -126,8 +168,21 @@ def test_cli_levels_end_to_end(fake, tmp_path, monkeypatch, capsys):
 
 
 def test_cli_failures_are_kept_and_exit_1(fake, tmp_path):
-    rc, doc = _bench(tmp_path, "--url", fake.url("error_mid"), "--concurrency", "2", "--requests", "2", "--warmup", "0",
-                     "-p", "8", "-n", "4")
+    rc, doc = _bench(
+        tmp_path,
+        "--url",
+        fake.url("error_mid"),
+        "--concurrency",
+        "2",
+        "--requests",
+        "2",
+        "--warmup",
+        "0",
+        "-p",
+        "8",
+        "-n",
+        "4",
+    )
     assert rc == 1
     r = doc["results"][0]
     assert r["ok_runs"] == 0 and len(r["failures"]) == 2 and "the model crashed" in r["failures"][0]["reason"]
@@ -138,24 +193,29 @@ def test_cli_unreachable_server_never_hangs(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.monotonic()
-    rc, doc = _bench(tmp_path, "--url", f"http://127.0.0.1:{port}/v1", "--requests", "2", "--warmup", "1", "-p", "8", "-n", "2")
+    rc, doc = _bench(
+        tmp_path, "--url", f"http://127.0.0.1:{port}/v1", "--requests", "2", "--warmup", "1", "-p", "8", "-n", "2"
+    )
     assert rc == 1 and time.monotonic() - t0 < 30
     assert all(f["status"] == "failed" for f in doc["results"][0]["failures"])
     assert "GET /models failed" in doc["record"]["target"]["notes"][0]
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--url", "http://127.0.0.1:1/v1", "--concurrency", "0"], "--concurrency 0: must be greater than 0"),
-    (["--url", "http://127.0.0.1:1/v1", "--rate", "-1"], "--rate -1: must be greater than 0"),
-    (["--url", "http://127.0.0.1:1/v1", "--rate", "x"], "expected comma-separated numbers"),
-    (["--url", "localhost:8000"], "expected http://HOST:PORT/v1"),
-    (["--concurrency", "2"], "--concurrency applies to server benchmarks"),
-    (["--url", "http://127.0.0.1:1/v1", "some.gguf"], "name the served model with --model"),
-    (["--url", "http://127.0.0.1:1/v1", "--no-kv-cache"], "--no-kv-cache applies to local benchmarks"),
-    (["--url", "http://127.0.0.1:1/v1", "--api-key-env", "ONDEVICE_NO_SUCH_VAR"], "is not set"),
-    (["--url", "http://127.0.0.1:1/v1", "--requests", "0"], "--requests 0: must be greater than 0"),
-    (["--url", "http://127.0.0.1:1/v1", "--local", "x.gguf", "--concurrency", "2"], "include 1 in --concurrency"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--url", "http://127.0.0.1:1/v1", "--concurrency", "0"], "--concurrency 0: must be greater than 0"),
+        (["--url", "http://127.0.0.1:1/v1", "--rate", "-1"], "--rate -1: must be greater than 0"),
+        (["--url", "http://127.0.0.1:1/v1", "--rate", "x"], "expected comma-separated numbers"),
+        (["--url", "localhost:8000"], "expected http://HOST:PORT/v1"),
+        (["--concurrency", "2"], "--concurrency applies to server benchmarks"),
+        (["--url", "http://127.0.0.1:1/v1", "some.gguf"], "name the served model with --model"),
+        (["--url", "http://127.0.0.1:1/v1", "--no-kv-cache"], "--no-kv-cache applies to local benchmarks"),
+        (["--url", "http://127.0.0.1:1/v1", "--api-key-env", "ONDEVICE_NO_SUCH_VAR"], "is not set"),
+        (["--url", "http://127.0.0.1:1/v1", "--requests", "0"], "--requests 0: must be greater than 0"),
+        (["--url", "http://127.0.0.1:1/v1", "--local", "x.gguf", "--concurrency", "2"], "include 1 in --concurrency"),
+    ],
+)
 def test_cli_bad_flags_one_line_exit_2(argv, words, capsys):
     assert main(["bench", *argv, "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -14,7 +14,9 @@ import urllib.request
 import pytest
 
 pytestmark = pytest.mark.default_model
-pytest.importorskip("llama_cpp.server", reason="llama-cpp-python's server extra is not installed (pip install -e '.[test]')")
+pytest.importorskip(
+    "llama_cpp.server", reason="llama-cpp-python's server extra is not installed (pip install -e '.[test]')"
+)
 
 START_S = 180  # model load on a busy 2-core machine
 
@@ -33,10 +35,30 @@ def server(default_model, tmp_path_factory):
         # One thread: on a busy shared machine llama.cpp's threads wait for each other at every op.
         # interrupt_requests False: concurrent requests queue instead of cutting each other off.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ondevice.llama.server", "--model", str(default_model), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "512", "--n_threads", "1", "--n_threads_batch", "1",
-             "--interrupt_requests", "False", "--verbose", "False"],
-            stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "ondevice.llama.server",
+                "--model",
+                str(default_model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                "512",
+                "--n_threads",
+                "1",
+                "--n_threads_batch",
+                "1",
+                "--interrupt_requests",
+                "False",
+                "--verbose",
+                "False",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + START_S
@@ -75,8 +97,26 @@ def test_launcher_applies_the_crash_guard(server):
 
 def test_levels_against_llama_cpp_server(server, default_model, tmp_path):
     url, _ = server
-    rc, doc = _bench(tmp_path, "levels", "--url", url, "--tokenizer", str(default_model), "-p", "32", "-n", "8",
-                     "--concurrency", "1,2", "--rate", "2", "--requests", "3", "--warmup", "1")
+    rc, doc = _bench(
+        tmp_path,
+        "levels",
+        "--url",
+        url,
+        "--tokenizer",
+        str(default_model),
+        "-p",
+        "32",
+        "-n",
+        "8",
+        "--concurrency",
+        "1,2",
+        "--rate",
+        "2",
+        "--requests",
+        "3",
+        "--warmup",
+        "1",
+    )
     assert rc == 0, [f for r in doc["results"] for f in r["failures"]]
     assert [r["scenario"] for r in doc["results"]] == ["closed_c1", "closed_c2", "open_r2"]
     assert doc["record"]["target"]["tokenizer"] == default_model.name
@@ -94,8 +134,24 @@ def test_local_and_server_interleaved_then_compared(server, default_model, tmp_p
     from ondevice.cli.main import main
 
     url, _ = server
-    rc, doc = _bench(tmp_path, "vs", "--url", url, "--local", str(default_model), "-t", "1", "-p", "32", "-n", "8",
-                     "--requests", "3", "--warmup", "1")
+    rc, doc = _bench(
+        tmp_path,
+        "vs",
+        "--url",
+        url,
+        "--local",
+        str(default_model),
+        "-t",
+        "1",
+        "-p",
+        "32",
+        "-n",
+        "8",
+        "--requests",
+        "3",
+        "--warmup",
+        "1",
+    )
     assert rc == 0
     by = {r["model"]: r for r in doc["results"]}
     local, remote = by[default_model.name], next(r for m, r in by.items() if m != default_model.name)

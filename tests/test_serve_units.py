@@ -33,7 +33,7 @@ def _events(text: bytes) -> list[Event]:
 
 # ---- SSE ------------------------------------------------------------------------------------
 def test_sse_events_comments_multiline_and_crlf():
-    evs = _events(b": ping\r\n\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\nevent: error\ndata:x\n\nid: 3\ndata: [DONE]")
+    evs = _events(b': ping\r\n\r\ndata: {"a":\r\ndata: 1}\r\n\r\nevent: error\ndata:x\n\nid: 3\ndata: [DONE]')
     assert [(e.type, e.data) for e in evs] == [("message", '{"a":\n1}'), ("error", "x"), ("message", "[DONE]")]
     assert evs[0].t_ns < evs[1].t_ns  # stamped at the first data line of each event
 
@@ -55,21 +55,36 @@ def test_parse_chunk_completion_chat_reasoning_usage_timings():
     assert parse_chunk(_chunk({"choices": [{"delta": {"reasoning": "r"}}]})).reasoning == "r"
     d = parse_chunk(_chunk({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}))
     assert d.usage["completion_tokens"] == 9 and d.text == ""
-    d = parse_chunk(_chunk({"choices": [{"text": "", "finish_reason": "length"}],
-                            "timings": {"prompt_n": 4, "prompt_ms": 8.0, "predicted_n": 9, "predicted_ms": 90.0}}))
+    d = parse_chunk(
+        _chunk(
+            {
+                "choices": [{"text": "", "finish_reason": "length"}],
+                "timings": {"prompt_n": 4, "prompt_ms": 8.0, "predicted_n": 9, "predicted_ms": 90.0},
+            }
+        )
+    )
     assert d.finish_reason == "length"
-    assert d.timings == {"source": "llama-server timings", "output_tokens": 9, "decode_s": 0.09, "prompt_tokens": 4, "prompt_s": 0.008}
+    assert d.timings == {
+        "source": "llama-server timings",
+        "output_tokens": 9,
+        "decode_s": 0.09,
+        "prompt_tokens": 4,
+        "prompt_s": 0.008,
+    }
     d = parse_chunk(_chunk({"choices": [], "eval_count": 5, "eval_duration": 5e8, "prompt_eval_count": 2}))
     assert d.timings["source"] == "ollama eval counts" and d.timings["decode_s"] == pytest.approx(0.5)
     assert parse_chunk(Event(1, "message", "[DONE]")).done
 
 
-@pytest.mark.parametrize("data, kind", [
-    ('{"error": {"message": "boom"}}', "server_error"),
-    ("{not json", "malformed"),
-    ('{"hello": 1}', "not_openai"),
-    ("[1, 2]", "not_openai"),
-])
+@pytest.mark.parametrize(
+    "data, kind",
+    [
+        ('{"error": {"message": "boom"}}', "server_error"),
+        ("{not json", "malformed"),
+        ('{"hello": 1}', "not_openai"),
+        ("[1, 2]", "not_openai"),
+    ],
+)
 def test_parse_chunk_errors(data, kind):
     with pytest.raises(StreamError) as e:
         parse_chunk(Event(1, "message", data))
@@ -100,7 +115,9 @@ def test_shares_and_marks():
 
 
 def _log(chunks, **kw) -> StreamLog:
-    lg = StreamLog(start_ns=0, end_ns=chunks[-1][0] + 5 * MS if chunks else 1, chunks=[Chunk(t, s, r) for t, s, r in chunks])
+    lg = StreamLog(
+        start_ns=0, end_ns=chunks[-1][0] + 5 * MS if chunks else 1, chunks=[Chunk(t, s, r) for t, s, r in chunks]
+    )
     lg.finish_reason = kw.pop("finish", "length")
     for k, v in kw.items():
         setattr(lg, k, v)
@@ -135,8 +152,10 @@ def test_token_count_sources():
 
 
 def test_server_prompt_time_fills_prefill():
-    lg = _log([(50 * MS, " a", ""), (60 * MS, " b", "")],
-              server_timings={"source": "llama-server timings", "output_tokens": 2, "prompt_tokens": 40, "prompt_s": 0.04})
+    lg = _log(
+        [(50 * MS, " a", ""), (60 * MS, " b", "")],
+        server_timings={"source": "llama-server timings", "output_tokens": 2, "prompt_tokens": 40, "prompt_s": 0.04},
+    )
     t = to_record(lg, SPEC, counter=None, markers=None, level_start_ns=0).timings
     assert t.prefill_s == pytest.approx(0.04) and t.prefill_tok_s == pytest.approx(1000) and t.tokenize_s == 0
 
@@ -145,8 +164,13 @@ def test_failed_stream_keeps_what_arrived_and_short_output_is_noted():
     lg = _log([(MS, " a", "")], status="failed", reason="server error: boom")
     r = to_record(lg, SPEC, counter=None, markers=None, level_start_ns=0)
     assert r.status == "failed" and r.reason == "server error: boom" and r.timings.output_tokens == 1
-    r = to_record(_log([(MS, " a", "")], finish="stop", usage={"completion_tokens": 1}), SPEC, counter=None,
-                  markers=None, level_start_ns=0)
+    r = to_record(
+        _log([(MS, " a", "")], finish="stop", usage={"completion_tokens": 1}),
+        SPEC,
+        counter=None,
+        markers=None,
+        level_start_ns=0,
+    )
     assert r.ok and "stopped after 1 of 6 tokens" in r.notes[0]
     r = to_record(_log([], finish="length"), SPEC, counter=None, markers=None, level_start_ns=0)
     assert r.status == "failed" and r.timings is None
@@ -165,8 +189,10 @@ def test_first_visible():
 
 
 def test_detect_markers_and_opening_templates():
-    qwen_like = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content.split('</think>')[-1] }}<|im_end|>\n"
-                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+    qwen_like = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content.split('</think>')[-1] }}<|im_end|>\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+    )
     m = detect_markers(qwen_like)
     assert m == DEFAULT_MARKERS
     assert opens_block("<|im_start|>assistant\n<think>\n", m)
@@ -208,7 +234,11 @@ def test_littles_law_and_goodput():
     runs = [_run(i, s, s + 2.0, 2.0) for i, s in enumerate((0.0, 2.5, 5.0, 8.0))]
     st = level_stats(runs, mode="open", offered=0.5, requests=4, good=3)
     assert st.window_s == pytest.approx(10.0) and st.achieved_rps == pytest.approx(0.4)
-    assert st.mean_in_flight == pytest.approx(0.8) and st.little_lw == pytest.approx(0.8) and st.little_ratio == pytest.approx(1.0)
+    assert (
+        st.mean_in_flight == pytest.approx(0.8)
+        and st.little_lw == pytest.approx(0.8)
+        and st.little_ratio == pytest.approx(1.0)
+    )
     assert st.goodput_rps == pytest.approx(0.3) and st.output_tok_s == pytest.approx(1.6)
     assert st.arrival_rps == pytest.approx(3 / 8.0)
     # a stream held open 1 s after its last token: L exceeds λW by that much
@@ -223,7 +253,9 @@ def test_goodput_counts_failures_as_misses():
     assert s is not None and s.requests == 3 and s.good == 1
     # overlapping server requests: the window from the first send to the last end (3 s), as LevelStats
     assert s.time_s == pytest.approx(3.0) and s.goodput_rps == pytest.approx(1 / 3)
-    assert level_stats(runs, mode="closed", offered=3, requests=3, good=s.good).goodput_rps == pytest.approx(s.goodput_rps)
+    assert level_stats(runs, mode="closed", offered=3, requests=3, good=s.good).goodput_rps == pytest.approx(
+        s.goodput_rps
+    )
     assert parse_slo("ttft_visible_p95=1")[0].metric == "ttft_visible"
 
 

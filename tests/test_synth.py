@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from ondevice.quant.synth import SynthConfig, build_synthetic_model, synthetic_vocab
+
 
 @pytest.fixture(scope="module")
 def llm(tiny_model):

@@ -7,6 +7,7 @@ from ondevice.tui.screens.settings import SettingsScreen
 from ondevice.tui.session import ChatSettings
 from ondevice.tui.widgets.stats import StatsPanel
 from ondevice.tui.widgets.transcript import AssistantMessage
+
 from tests.tui_fakes import SCRIPT, FakeEngine, aio
 from tests.tui_pilot import make_app, notes, send, send_until_held, settle, stats_text, text_of, until
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from ondevice.core.errors import ModelLoadError
 from ondevice.tui.app import ChatApp
 from ondevice.tui.screens.help import HelpScreen
 from ondevice.tui.screens.history import HistoryScreen
@@ -15,6 +13,8 @@ from ondevice.tui.session import ChatSettings
 from ondevice.tui.store import HistoryStore
 from ondevice.tui.widgets.stats import StatsPanel
 from ondevice.tui.widgets.transcript import AssistantMessage, UserMessage
+
+from ondevice.core.errors import ModelLoadError
 from tests.tui_fakes import FakeEngine, aio
 from tests.tui_pilot import FIXED_MEMORY, make_app, notes, send, send_until_held, settle, text_of, until
 

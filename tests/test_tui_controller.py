@@ -7,12 +7,12 @@ import sys
 import threading
 
 import pytest
-
-from ondevice.core.errors import ModelLoadError
 from ondevice.tui.controller import ChatController, LoadResult
 from ondevice.tui.pacing import MAX_FRAME_S, TICK_S, Frames
 from ondevice.tui.session import ChatSettings
 from ondevice.tui.store import HistoryError, HistoryStore
+
+from ondevice.core.errors import ModelLoadError
 from tests.tui_fakes import SCRIPT, FakeEngine
 
 
@@ -52,7 +52,10 @@ def test_load_then_ready():
     assert c.status_line() == "ready · loaded in 0.42 s · CPU · ctx 4096"
 
 
-@pytest.mark.parametrize("exc, text", [(ModelLoadError("cannot open x.gguf"), "cannot open x.gguf"), (RuntimeError("boom"), "RuntimeError: boom")])
+@pytest.mark.parametrize(
+    "exc, text",
+    [(ModelLoadError("cannot open x.gguf"), "cannot open x.gguf"), (RuntimeError("boom"), "RuntimeError: boom")],
+)
 def test_load_failure_fails_the_queue(exc, text):
     def broken():
         raise exc
@@ -249,5 +252,11 @@ def test_screens_and_widgets_never_import_the_app():
     assert len(paths) > 8 and (root / "screens" / "chat.py") in paths
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not any(n.endswith("tui.app") for n in names), f"{path.name} imports the app"

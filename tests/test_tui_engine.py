@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-import ondevice
-from ondevice.roofline import Calibration, Predictor
-from tests.tui_pilot import FIXED_MEMORY, notes, send, settle, stats_text
-from tests.tui_fakes import Gated, aio
 from ondevice.tui.app import ChatApp
 from ondevice.tui.session import ChatSettings
 from ondevice.tui.store import HistoryStore
 from ondevice.tui.widgets.transcript import AssistantMessage
+
+import ondevice
+from ondevice.roofline import Calibration, Predictor
+from tests.tui_fakes import Gated, aio
+from tests.tui_pilot import FIXED_MEMORY, notes, send, settle, stats_text
 
 GREEDY = ChatSettings(system="You are a test.", temperature=0.0, top_p=1.0, max_tokens=32)
 
@@ -163,7 +163,9 @@ async def test_default_model_answers_in_the_tui(default_model, tmp_path):
     eng = ondevice.load(default_model, n_ctx=1024)
     try:
         settings = ChatSettings(temperature=0.0, top_p=1.0, max_tokens=24)
-        app = ChatApp(lambda: eng, settings=settings, store=HistoryStore(tmp_path / "h.sqlite3"), memory_reader=FIXED_MEMORY)
+        app = ChatApp(
+            lambda: eng, settings=settings, store=HistoryStore(tmp_path / "h.sqlite3"), memory_reader=FIXED_MEMORY
+        )
         async with app.run_test(size=(80, 24)) as pilot:
             await settle(pilot, app, timeout_s=60)
             await send(pilot, app, "What is the capital of France?", timeout_s=300)  # a busy 2-core box is slow

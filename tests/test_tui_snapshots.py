@@ -6,10 +6,11 @@ Update after an intended change: pytest tests/test_tui_snapshots.py --snapshot-u
 
 from __future__ import annotations
 
-from tests.tui_pilot import FIXED_MEMORY, settle
-from tests.tui_fakes import FakeEngine
 from ondevice.tui.app import ChatApp
 from ondevice.tui.session import ChatSettings
+
+from tests.tui_fakes import FakeEngine
+from tests.tui_pilot import FIXED_MEMORY, settle
 
 
 def scripted_app() -> ChatApp:

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from ondevice.tui.store import HistoryError, HistoryStore, to_markdown
 
 from ondevice.core.fmt import stats_footer
-from ondevice.tui.store import HistoryError, HistoryStore, to_markdown
 
 STATS = {
     "finish_reason": "stop",

@@ -7,17 +7,17 @@ import threading
 import time
 
 import pytest
-
-from ondevice.cli.main import main
-from ondevice.core.errors import ContextOverflowError, InvalidParameterError
-from ondevice.core.results import Generation, Timings, TokenEvent
-from tests.tui_fakes import FakeEngine
 from ondevice.tui.app import terminal_theme
 from ondevice.tui.live import LiveFeed, LiveTracker, context_level
 from ondevice.tui.session import ChatSession, ChatSettings
 from ondevice.tui.store import HistoryStore
 from ondevice.tui.widgets.charts import column_cells, hbar
 from ondevice.tui.widgets.stats import fmt_bytes, fmt_ms, fmt_rate
+
+from ondevice.cli.main import main
+from ondevice.core.errors import ContextOverflowError, InvalidParameterError
+from ondevice.core.results import Generation, Timings, TokenEvent
+from tests.tui_fakes import FakeEngine
 
 
 class StepModel:
@@ -71,7 +71,9 @@ def test_tracker_prefers_the_final_generation():
     tracker = LiveTracker(None)
     tracker.add(events([0.1, 0.3]))
     t = Timings(0.01, 0.05, 0.1, (0.2,), 0.3, 8, 2)
-    g = Generation("w0 w1 ", (100, 101), "cancelled", 12, 4, t, ceiling_tok_s=9.0, predicted_tok_s=6.0, predicted_step_s=(0.2, 0.2))
+    g = Generation(
+        "w0 w1 ", (100, 101), "cancelled", 12, 4, t, ceiling_tok_s=9.0, predicted_tok_s=6.0, predicted_step_s=(0.2, 0.2)
+    )
     tracker.finish(g)
     s = tracker.stats()
     assert (s.prefill_tok_s, s.cached_prompt_tokens, s.prompt_tokens) == (8 / 0.05, 4, 12)
@@ -251,7 +253,13 @@ def test_cli_resume_ids(tmp_path):
 def test_wrap_cells():
     from ondevice.tui.widgets.stream import wrap_cells
 
-    assert wrap_cells("hello world this is a test of wrapping", 10) == ["hello", "world this", "is a test", "of", "wrapping"]
+    assert wrap_cells("hello world this is a test of wrapping", 10) == [
+        "hello",
+        "world this",
+        "is a test",
+        "of",
+        "wrapping",
+    ]
     assert wrap_cells("abcdefghijklmnopqrstuvwxyz", 10) == ["abcdefghij", "klmnopqrst", "uvwxyz"]
     assert wrap_cells("日本語のテキストを折り返す", 10) == ["日本語のテ", "キストを折", "り返す"]  # 2 cells each
     assert wrap_cells("", 10) == [""] and wrap_cells("short", 0) == ["short"]
@@ -320,8 +328,9 @@ def test_tracker_shows_the_predicted_ttft_before_the_first_token():
 
 
 def test_controller_predicts_the_ttft_of_the_next_message():
-    from tests.tui_fakes import FakeEngine
     from ondevice.tui.controller import ChatController
+
+    from tests.tui_fakes import FakeEngine
 
     engine = FakeEngine()
     ctl = ChatController.__new__(ChatController)

@@ -12,15 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ondevice.core.errors import ContextOverflowError, EngineBusyError
+from ondevice.core.results import Generation, Timings, TokenEvent
 from ondevice.gguf.spec import ModelSpec
-from ondevice.core.results import Generation, TokenEvent, Timings
 from ondevice.roofline import Calibration, Predictor
 
-SCRIPT = (
-    "Here is a **short** answer.\n\n"
-    "- first point\n- second point\n\n"
-    "The end of the scripted reply."
-)
+SCRIPT = "Here is a **short** answer.\n\n- first point\n- second point\n\nThe end of the scripted reply."
 
 
 def fake_spec() -> ModelSpec:
@@ -78,7 +74,7 @@ def count_tokens(text: str) -> int:
 
 
 class FakeStream:
-    def __init__(self, engine: "FakeEngine", prompt_tokens: int, max_tokens: int, cancel: threading.Event | None):
+    def __init__(self, engine: FakeEngine, prompt_tokens: int, max_tokens: int, cancel: threading.Event | None):
         self.engine, self.prompt_tokens, self.max_tokens = engine, prompt_tokens, max_tokens
         self.cancel = cancel
         self.generation: Generation | None = None
@@ -144,12 +140,14 @@ class FakeStream:
             ceiling_tok_s=1 / step[0] if step[0] else None,
             predicted_tok_s=1 / step[1] if step[1] else None,
             predicted_ttft_s=e.predictor.ttft_s(self.prompt_tokens, cached) if e.predictor else None,
-            predicted_e2e_s=e.predictor.e2e_s(self.prompt_tokens, len(times), cached) if e.predictor and times else None,
+            predicted_e2e_s=e.predictor.e2e_s(self.prompt_tokens, len(times), cached)
+            if e.predictor and times
+            else None,
         )
 
 
 class FakeChat:
-    def __init__(self, engine: "FakeEngine", system: str | None, **defaults: Any):
+    def __init__(self, engine: FakeEngine, system: str | None, **defaults: Any):
         self.engine = engine
         self.defaults = defaults
         self.messages: list[dict] = [{"role": "system", "content": system}] if system else []

@@ -8,6 +8,7 @@ from ondevice.tui.app import ChatApp
 from ondevice.tui.store import HistoryStore
 from ondevice.tui.widgets.stats import StatsPanel
 from ondevice.tui.widgets.transcript import AssistantMessage, Note
+
 from tests.tui_fakes import FakeEngine
 
 FIXED_MEMORY = lambda: (123 << 20, 4 << 30, 16 << 30)  # noqa: E731

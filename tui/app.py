@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from textual.app import App
-from textual.binding import Binding
-
-from ondevice.core.errors import OndeviceError
 from ondevice.tui.controller import ChatController, EngineFactory, process_memory
 from ondevice.tui.screens.chat import ChatScreen
 from ondevice.tui.screens.help import HelpScreen
 from ondevice.tui.screens.history import HistoryScreen
 from ondevice.tui.screens.messages import ModelNamed
 from ondevice.tui.screens.settings import SettingsScreen
+from textual.app import App
+from textual.binding import Binding
+
+from ondevice.core.errors import OndeviceError
 
 __all__ = ["ChatApp", "EngineFactory", "terminal_theme", "process_memory"]
 

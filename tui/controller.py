@@ -17,19 +17,29 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import psutil
-
-from ondevice.core import paths
-from ondevice.core.errors import OndeviceError
 from ondevice.tui.live import LiveFeed, LiveTracker, context_level
 from ondevice.tui.session import ChatSession, ChatSettings, TurnResult
 from ondevice.tui.store import Conversation, HistoryStore
 
-__all__ = ["ChatController", "ContextUse", "EngineFactory", "LoadResult", "MemoryReader", "Queued", "Turn", "process_memory"]
+from ondevice.core import paths
+from ondevice.core.errors import OndeviceError
+
+__all__ = [
+    "ChatController",
+    "ContextUse",
+    "EngineFactory",
+    "LoadResult",
+    "MemoryReader",
+    "Queued",
+    "Turn",
+    "process_memory",
+]
 
 log = logging.getLogger(__name__)
 EngineFactory = Callable[[], Any]

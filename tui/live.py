@@ -8,12 +8,21 @@ the stats from running sums: the cost per token on the decoding side is one dequ
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 from ondevice.core.results import Generation, TokenEvent
 
-__all__ = ["LiveFeed", "LiveTracker", "LiveStats", "StepPredictor", "context_level", "generation_stats", "WARN_FRACTION"]
+__all__ = [
+    "LiveFeed",
+    "LiveTracker",
+    "LiveStats",
+    "StepPredictor",
+    "context_level",
+    "generation_stats",
+    "WARN_FRACTION",
+]
 
 ITL_HISTORY = 512  # inter-token gaps kept for the sparkline
 WARN_FRACTION = 0.8  # the context bar turns when this share of n_ctx is used
@@ -76,8 +85,9 @@ class LiveStats:
 class LiveTracker:
     """Running sums over the events of one message (UI thread only)."""
 
-    def __init__(self, predictor: StepPredictor | None = None, n_ctx_start: int = 0,
-                 predicted_ttft_s: float | None = None):
+    def __init__(
+        self, predictor: StepPredictor | None = None, n_ctx_start: int = 0, predicted_ttft_s: float | None = None
+    ):
         self.predictor = predictor
         self.predicted_ttft_s = predicted_ttft_s  # known before the first token
         self.itl_s: deque[float] = deque(maxlen=ITL_HISTORY)  # recent gaps, seconds

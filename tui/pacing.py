@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Frames", "MAX_FRAME_S", "TICK_S", "UI_CPU_BUDGET", "UI_CPU_BUDGET_NO_SPARE_CORE", "no_spare_core", "ui_cpu_budget"]
+__all__ = [
+    "Frames",
+    "MAX_FRAME_S",
+    "TICK_S",
+    "UI_CPU_BUDGET",
+    "UI_CPU_BUDGET_NO_SPARE_CORE",
+    "no_spare_core",
+    "ui_cpu_budget",
+]
 
 TICK_S = 1 / 10  # timer period while tokens stream: at most 10 frames a second (cap ~20 Hz)
 MAX_FRAME_S = 0.5  # ... and at least 2 frames a second, however slow the machine

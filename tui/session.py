@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
-from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
+from ondevice.tui.live import generation_stats
+from ondevice.tui.store import Conversation, HistoryError, HistoryStore
+
 from ondevice.core.errors import ContextOverflowError, InvalidParameterError
 from ondevice.core.results import Generation, TokenEvent
 from ondevice.core.textclean import clean_text
-from ondevice.tui.live import generation_stats
-from ondevice.tui.store import Conversation, HistoryError, HistoryStore
+from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
 
 __all__ = ["ChatSettings", "ChatSession", "TurnResult", "dropped_note"]
 
@@ -32,9 +34,11 @@ class ChatSettings:
     temperature: float = DEFAULTS.temperature  # sampling temperature, >= 0 (0 = greedy)
     top_p: float = DEFAULTS.top_p  # nucleus sampling, in (0, 1]
     max_tokens: int = CHAT_MAX_TOKENS  # most tokens in one answer, >= 1
-    speculative: str | None = None  # "lookup": speculative decoding by prompt lookup (`chat --speculative lookup`); None = off
+    speculative: str | None = (
+        None  # "lookup": speculative decoding by prompt lookup (`chat --speculative lookup`); None = off
+    )
 
-    def validated(self) -> "ChatSettings":
+    def validated(self) -> ChatSettings:
         """The same settings, checked; raises InvalidParameterError naming the bad one."""
         if not (self.temperature >= 0) or self.temperature > 100:
             raise InvalidParameterError(f"temperature must be between 0 and 100, got {self.temperature}")
@@ -45,7 +49,9 @@ class ChatSettings:
         if self.speculative not in (None, "lookup"):
             raise InvalidParameterError(f"speculative must be 'lookup' or none, got {self.speculative!r}")
         system = clean_text(self.system).strip() if self.system else None  # storable and tokenizable
-        return ChatSettings(system or None, float(self.temperature), float(self.top_p), int(self.max_tokens), self.speculative)
+        return ChatSettings(
+            system or None, float(self.temperature), float(self.top_p), int(self.max_tokens), self.speculative
+        )
 
     def sampling(self) -> dict[str, Any]:
         spec = {"speculative": self.speculative} if self.speculative else {}
@@ -98,8 +104,12 @@ class ChatSession:
             for event in events:
                 on_event(event)
             generation = events.generation
-            self._record("assistant", self._reply_text(generation), finish_reason=generation.finish_reason,
-                         stats=generation_stats(generation))
+            self._record(
+                "assistant",
+                self._reply_text(generation),
+                finish_reason=generation.finish_reason,
+                stats=generation_stats(generation),
+            )
             return TurnResult(generation, dropped)
 
     def _reply_text(self, generation: Generation) -> str:
@@ -109,7 +119,7 @@ class ChatSession:
             return str(last.get("content", generation.text))
         return generation.text
 
-    def _open(self, text: str, cancel: threading.Event) -> tuple["_Primed", int]:
+    def _open(self, text: str, cancel: threading.Event) -> tuple[_Primed, int]:
         """Open the stream, dropping the oldest turns while the engine says it cannot fit."""
         dropped = 0
         kwargs = {**self.settings.sampling(), **self.extra_sampling, "cancel": cancel}
@@ -139,8 +149,9 @@ class ChatSession:
         """Continue a saved conversation: its messages become the chat's (notes left out)."""
         with self.lock:
             self.engine.reset()
-            self.settings = ChatSettings(conversation.system, *self._sampling_of(conversation),
-                                         speculative=self.settings.speculative).validated()
+            self.settings = ChatSettings(
+                conversation.system, *self._sampling_of(conversation), speculative=self.settings.speculative
+            ).validated()
             self.chat = self.engine.chat(system=self.settings.system)
             for m in conversation.messages:
                 if m.role in ("user", "assistant"):
@@ -174,7 +185,9 @@ class ChatSession:
         if self.store is None:
             return
         if self.conversation_id is None:
-            cid = self._safe(self.store.create_conversation, self.model_label, self.settings.system, self.settings.sampling())
+            cid = self._safe(
+                self.store.create_conversation, self.model_label, self.settings.system, self.settings.sampling()
+            )
             if cid is None:
                 return
             self.conversation_id = cid

@@ -11,16 +11,22 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ondevice.core import paths
 from ondevice.core.errors import OndeviceError
 from ondevice.core.fmt import stats_footer  # the export shows it under each answer
 
 __all__ = [
-    "HistoryStore", "StoredMessage", "Conversation", "ConversationSummary", "HistoryError", "default_db_path",
+    "HistoryStore",
+    "StoredMessage",
+    "Conversation",
+    "ConversationSummary",
+    "HistoryError",
+    "default_db_path",
     "to_markdown",
 ]
 
@@ -147,7 +153,9 @@ class HistoryStore:
 
     # -- writes -------------------------------------------------------------------------
 
-    def create_conversation(self, model: str, system: str | None = None, settings: Mapping[str, Any] | None = None) -> int:
+    def create_conversation(
+        self, model: str, system: str | None = None, settings: Mapping[str, Any] | None = None
+    ) -> int:
         now = time.time()
         with self._tx() as db:
             cur = db.execute(

@@ -19,20 +19,31 @@ with SLO bounds (bench.slo), the largest B whose sequences meet them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import median
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ondevice.bench.runner import Progress
 from ondevice.bench.runs import RunRecord, RunStatus
 from ondevice.bench.slo import Bound, SloResult, evaluate
 from ondevice.bench.suites import PromptBuilder, Workload
-from ondevice.engine.batch import MAX_SEQS
 from ondevice.core.errors import BenchError
 from ondevice.core.metrics import Summary, summarize
+from ondevice.engine.batch import MAX_SEQS
 
-__all__ = ["SweepConfig", "SweepRun", "SweepOutcome", "LevelSummary", "SweepResult", "check_levels", "run_sweep",
-           "summarize_sweep", "KNEE_SHARE", "SCENARIO"]
+__all__ = [
+    "SweepConfig",
+    "SweepRun",
+    "SweepOutcome",
+    "LevelSummary",
+    "SweepResult",
+    "check_levels",
+    "run_sweep",
+    "summarize_sweep",
+    "KNEE_SHARE",
+    "SCENARIO",
+]
 
 KNEE_SHARE = 0.5  # a level still scales when its marginal gain is at least this share of proportional
 SCENARIO = "batch"  # the scenario name of the per-sequence records the SLO check reads
@@ -63,8 +74,13 @@ class SweepRun:
         return self.status == "ok" and self.result is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n_seqs": self.n_seqs, "repeat": self.repeat, "status": self.status, "reason": self.reason,
-                **({"result": self.result.to_dict()} if self.result is not None else {})}
+        return {
+            "n_seqs": self.n_seqs,
+            "repeat": self.repeat,
+            "status": self.status,
+            "reason": self.reason,
+            **({"result": self.result.to_dict()} if self.result is not None else {}),
+        }
 
 
 @dataclass
@@ -76,8 +92,9 @@ class SweepOutcome:
     incomplete: bool = False  # interrupted (Ctrl-C): only part of the plan ran
 
 
-def check_levels(levels: Sequence[int], workload: Workload, *, n_ctx: int | None = None,
-                 n_ctx_train: int | None = None) -> tuple[int, ...]:
+def check_levels(
+    levels: Sequence[int], workload: Workload, *, n_ctx: int | None = None, n_ctx_train: int | None = None
+) -> tuple[int, ...]:
     """The batch sizes, ascending; BenchError (before any work) for a level below 1 or above
     llama.cpp's 256 sequences, one named twice, a sequence (P + N) past the trained context,
     or, with n_ctx (the context the batch may use), B sequences of P + N (each rounded up to 256,
@@ -86,17 +103,23 @@ def check_levels(levels: Sequence[int], workload: Workload, *, n_ctx: int | None
         raise BenchError("--batch: name at least one batch size")
     for b in levels:
         if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_SEQS:
-            raise BenchError(f"--batch {b}: a batch size must be a whole number from 1 to {MAX_SEQS} (llama.cpp's limit)")
+            raise BenchError(
+                f"--batch {b}: a batch size must be a whole number from 1 to {MAX_SEQS} (llama.cpp's limit)"
+            )
     if len(set(levels)) != len(levels):
         raise BenchError(f"--batch: a batch size is named twice ({', '.join(map(str, levels))})")
     seq = workload.prompt_tokens + workload.output_tokens
     if n_ctx_train and seq > n_ctx_train:
-        raise BenchError(f"--batch: a sequence of {workload.prompt_tokens} + {workload.output_tokens} tokens runs past "
-                         f"the model's trained context of {n_ctx_train} tokens")
+        raise BenchError(
+            f"--batch: a sequence of {workload.prompt_tokens} + {workload.output_tokens} tokens runs past "
+            f"the model's trained context of {n_ctx_train} tokens"
+        )
     per = -(-seq // 256) * 256
     if n_ctx is not None and max(levels) * per > n_ctx:
-        raise BenchError(f"--batch {max(levels)}: {max(levels)} sequences of {seq} tokens ({per} each, as llama.cpp "
-                         f"allots them) need {max(levels) * per} tokens of context; --n-ctx is {n_ctx}")
+        raise BenchError(
+            f"--batch {max(levels)}: {max(levels)} sequences of {seq} tokens ({per} each, as llama.cpp "
+            f"allots them) need {max(levels) * per} tokens of context; --n-ctx is {n_ctx}"
+        )
     return tuple(sorted(levels))
 
 
@@ -135,8 +158,15 @@ def run_sweep(engine: Any, config: SweepConfig, *, progress: Callable[[Progress]
             shift = r % len(config.levels)
             for b in config.levels[shift:] + config.levels[:shift]:
                 tick(f"B={b} #{r + 1}")
-                outcome.runs.append(_measure(contexts.get(b), b, r, broken.get(b), lambda: generate(
-                    contexts[b], b, f"batch:{b}:{r}", config.seed + r)))
+                outcome.runs.append(
+                    _measure(
+                        contexts.get(b),
+                        b,
+                        r,
+                        broken.get(b),
+                        lambda: generate(contexts[b], b, f"batch:{b}:{r}", config.seed + r),
+                    )
+                )
     except KeyboardInterrupt:
         outcome.incomplete = True
     finally:
@@ -186,12 +216,20 @@ class LevelSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "n_seqs": self.n_seqs, "runs": self.runs, "ok_runs": self.ok_runs, "output_tok_s": self.output_tok_s,
-            "decode_tok_s": self.decode_tok_s, "seq_decode_tok_s": self.seq_decode_tok_s,
-            "itl_s": self.itl_s.to_dict(), "ttft_s": self.ttft_s.to_dict(),
-            "predicted_decode_tok_s": self.predicted_decode_tok_s, "ceiling_decode_tok_s": self.ceiling_decode_tok_s,
-            "efficiency": self.efficiency, "scaling": self.scaling,
-            "slo": self.slo.to_dict() if self.slo is not None else None, "failures": list(self.failures),
+            "n_seqs": self.n_seqs,
+            "runs": self.runs,
+            "ok_runs": self.ok_runs,
+            "output_tok_s": self.output_tok_s,
+            "decode_tok_s": self.decode_tok_s,
+            "seq_decode_tok_s": self.seq_decode_tok_s,
+            "itl_s": self.itl_s.to_dict(),
+            "ttft_s": self.ttft_s.to_dict(),
+            "predicted_decode_tok_s": self.predicted_decode_tok_s,
+            "ceiling_decode_tok_s": self.ceiling_decode_tok_s,
+            "efficiency": self.efficiency,
+            "scaling": self.scaling,
+            "slo": self.slo.to_dict() if self.slo is not None else None,
+            "failures": list(self.failures),
         }
 
 
@@ -202,8 +240,12 @@ class SweepResult:
     slo_max_seqs: int | None  # largest B whose sequences meet the SLO (None: no bounds, or none meets them)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"levels": [lv.to_dict() for lv in self.levels], "knee": self.knee, "slo_max_seqs": self.slo_max_seqs,
-                "knee_share": KNEE_SHARE}
+        return {
+            "levels": [lv.to_dict() for lv in self.levels],
+            "knee": self.knee,
+            "slo_max_seqs": self.slo_max_seqs,
+            "knee_share": KNEE_SHARE,
+        }
 
 
 def _med(values: Sequence[float | None]) -> float | None:
@@ -213,11 +255,19 @@ def _med(values: Sequence[float | None]) -> float | None:
 
 def _records(run: SweepRun, label: str, workload: Workload) -> list[RunRecord]:
     """One RunRecord per sequence (a failed run: one failed record per sequence), for bench.slo."""
-    base = dict(model=label, scenario=SCENARIO, workload=workload.name, repeat=run.repeat,
-                prompt_tokens=workload.prompt_tokens, output_tokens_requested=workload.output_tokens)
+    base = dict(
+        model=label,
+        scenario=SCENARIO,
+        workload=workload.name,
+        repeat=run.repeat,
+        prompt_tokens=workload.prompt_tokens,
+        output_tokens_requested=workload.output_tokens,
+    )
     if not run.ok:
         return [RunRecord(status=run.status, reason=run.reason, **base) for _ in range(run.n_seqs)]
-    return [RunRecord(status="ok", timings=g.timings, finish_reason=g.finish_reason, **base) for g in run.result.generations]
+    return [
+        RunRecord(status="ok", timings=g.timings, finish_reason=g.finish_reason, **base) for g in run.result.generations
+    ]
 
 
 def _level(b: int, runs: list[SweepRun], bounds: Sequence[Bound] | None, workload: Workload) -> LevelSummary:
@@ -227,7 +277,9 @@ def _level(b: int, runs: list[SweepRun], bounds: Sequence[Bound] | None, workloa
     if bounds:
         slo = evaluate([rec for r in runs for rec in _records(r, f"B={b}", workload)], bounds)
     return LevelSummary(
-        n_seqs=b, runs=len(runs), ok_runs=len(ok),
+        n_seqs=b,
+        runs=len(runs),
+        ok_runs=len(ok),
         output_tok_s=_med([res.output_tok_s for res in ok]),
         decode_tok_s=_med([res.decode_tok_s for res in ok]),
         seq_decode_tok_s=_med([g.timings.decode_tok_s for g in gens]),
@@ -235,12 +287,15 @@ def _level(b: int, runs: list[SweepRun], bounds: Sequence[Bound] | None, workloa
         ttft_s=summarize([g.timings.ttft_s for g in gens]),
         predicted_decode_tok_s=_med([res.predicted_decode_tok_s for res in ok]),
         ceiling_decode_tok_s=_med([res.ceiling_decode_tok_s for res in ok]),
-        scaling=None, slo=slo,
+        scaling=None,
+        slo=slo,
         failures=tuple(f"#{r.repeat + 1} {r.status}: {r.reason}" for r in runs if not r.ok),
     )
 
 
-def summarize_sweep(config: SweepConfig, runs: Sequence[SweepRun], bounds: Sequence[Bound] | None = None) -> SweepResult:
+def summarize_sweep(
+    config: SweepConfig, runs: Sequence[SweepRun], bounds: Sequence[Bound] | None = None
+) -> SweepResult:
     """Per-level figures, each level's scaling over the one before, the knee and the SLO's largest B."""
     levels = [_level(b, [r for r in runs if r.n_seqs == b], bounds, config.workload) for b in config.levels]
     out: list[LevelSummary] = []
@@ -262,4 +317,3 @@ def summarize_sweep(config: SweepConfig, runs: Sequence[SweepRun], bounds: Seque
             knee = lv.n_seqs
     passing = [lv.n_seqs for lv in out if lv.slo is not None and lv.slo.passed]
     return SweepResult(tuple(out), knee, max(passing) if passing else None)
-

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ondevice.bench.batch import KNEE_SHARE, LevelSummary, SweepResult, SweepRun
 from ondevice.bench.report import header_facts
@@ -21,14 +22,51 @@ from ondevice.bench.suites import Workload
 from ondevice.core.fmt import fold, ms_cell, number, table
 from ondevice.core.paths import atomic_write
 
-__all__ = ["HEADERS", "CSV_COLUMNS", "level_rows", "render_sweep", "sweep_document", "write_sweep_csv", "sweep_markdown"]
+__all__ = [
+    "HEADERS",
+    "CSV_COLUMNS",
+    "level_rows",
+    "render_sweep",
+    "sweep_document",
+    "write_sweep_csv",
+    "sweep_markdown",
+]
 
-HEADERS = ("B", "runs", "output tok/s", "decode tok/s", "pred tok/s", "eff", "per-seq tok/s", "ITL p50/p95 ms",
-           "TTFT p50 ms", "scaling", "notes")
+HEADERS = (
+    "B",
+    "runs",
+    "output tok/s",
+    "decode tok/s",
+    "pred tok/s",
+    "eff",
+    "per-seq tok/s",
+    "ITL p50/p95 ms",
+    "TTFT p50 ms",
+    "scaling",
+    "notes",
+)
 TERMINAL_DROP = ("runs", "scaling", "eff", "TTFT p50 ms")
-CSV_COLUMNS = ("n_seqs", "runs", "ok_runs", "output_tok_s", "decode_tok_s", "seq_decode_tok_s", "itl_p50_s", "itl_p95_s",
-               "itl_p99_s", "ttft_p50_s", "ttft_p95_s", "predicted_decode_tok_s", "ceiling_decode_tok_s", "efficiency",
-               "scaling", "knee", "slo_passed", "slo_goodput", "failures")
+CSV_COLUMNS = (
+    "n_seqs",
+    "runs",
+    "ok_runs",
+    "output_tok_s",
+    "decode_tok_s",
+    "seq_decode_tok_s",
+    "itl_p50_s",
+    "itl_p95_s",
+    "itl_p99_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "predicted_decode_tok_s",
+    "ceiling_decode_tok_s",
+    "efficiency",
+    "scaling",
+    "knee",
+    "slo_passed",
+    "slo_goodput",
+    "failures",
+)
 
 
 def _notes(lv: LevelSummary, result: SweepResult) -> str:
@@ -36,7 +74,9 @@ def _notes(lv: LevelSummary, result: SweepResult) -> str:
     if lv.n_seqs == result.knee:
         parts.append("knee")
     if lv.slo is not None:
-        parts.append(f"SLO {'pass' if lv.slo.passed else 'FAIL'}" + (" (largest B)" if lv.n_seqs == result.slo_max_seqs else ""))
+        parts.append(
+            f"SLO {'pass' if lv.slo.passed else 'FAIL'}" + (" (largest B)" if lv.n_seqs == result.slo_max_seqs else "")
+        )
     if lv.failures:
         parts.append(f"{len(lv.failures)} not ok: {lv.failures[0]}")
     return "; ".join(parts)
@@ -45,28 +85,48 @@ def _notes(lv: LevelSummary, result: SweepResult) -> str:
 def level_rows(result: SweepResult) -> list[list[str]]:
     rows = []
     for lv in result.levels:
-        rows.append([
-            str(lv.n_seqs), f"{lv.ok_runs}/{lv.runs}", number(lv.output_tok_s), number(lv.decode_tok_s),
-            number(lv.predicted_decode_tok_s), number(lv.efficiency, ".2f"), number(lv.seq_decode_tok_s),
-            f"{ms_cell(lv.itl_s.p50)}/{ms_cell(lv.itl_s.p95)}", ms_cell(lv.ttft_s.p50), number(lv.scaling, ".2f"),
-            _notes(lv, result),
-        ])
+        rows.append(
+            [
+                str(lv.n_seqs),
+                f"{lv.ok_runs}/{lv.runs}",
+                number(lv.output_tok_s),
+                number(lv.decode_tok_s),
+                number(lv.predicted_decode_tok_s),
+                number(lv.efficiency, ".2f"),
+                number(lv.seq_decode_tok_s),
+                f"{ms_cell(lv.itl_s.p50)}/{ms_cell(lv.itl_s.p95)}",
+                ms_cell(lv.ttft_s.p50),
+                number(lv.scaling, ".2f"),
+                _notes(lv, result),
+            ]
+        )
     return rows
 
 
 def _title(workload: Workload, record: dict[str, Any]) -> str:
-    title = (f"ondevice bench --batch: {workload.prompt_tokens} prompt + {workload.output_tokens} output tokens per "
-             f"sequence, end-of-generation ignored")
+    title = (
+        f"ondevice bench --batch: {workload.prompt_tokens} prompt + {workload.output_tokens} output tokens per "
+        f"sequence, end-of-generation ignored"
+    )
     return title + (" (INCOMPLETE: interrupted)" if record.get("incomplete") else "")
 
 
 def _legend(result: SweepResult) -> list[str]:
-    knee = (f"knee: B={result.knee} (the last B up to which each step in B gains at least {KNEE_SHARE:.0%} of "
-            f"proportional aggregate decode tok/s)") if result.knee is not None else "knee: needs two measured levels"
+    knee = (
+        (
+            f"knee: B={result.knee} (the last B up to which each step in B gains at least {KNEE_SHARE:.0%} of "
+            f"proportional aggregate decode tok/s)"
+        )
+        if result.knee is not None
+        else "knee: needs two measured levels"
+    )
     lines = [knee]
     if any(lv.slo is not None for lv in result.levels):
-        lines.append(f"SLO: largest B meeting it: {result.slo_max_seqs}" if result.slo_max_seqs is not None
-                     else "SLO: no batch size meets it")
+        lines.append(
+            f"SLO: largest B meeting it: {result.slo_max_seqs}"
+            if result.slo_max_seqs is not None
+            else "SLO: no batch size meets it"
+        )
     return lines
 
 
@@ -79,21 +139,37 @@ def render_sweep(record: dict[str, Any], workload: Workload, result: SweepResult
     return "\n".join(lines + [fold(x, width) for x in _legend(result)]) + "\n"
 
 
-def sweep_document(record: dict[str, Any], workload: Workload, result: SweepResult, runs: Sequence[SweepRun]) -> dict[str, Any]:
+def sweep_document(
+    record: dict[str, Any], workload: Workload, result: SweepResult, runs: Sequence[SweepRun]
+) -> dict[str, Any]:
     """The --json document."""
-    batch = {"workload": {"name": workload.name, "prompt_tokens": workload.prompt_tokens,
-                          "output_tokens": workload.output_tokens},
-             **result.to_dict(), "runs": [r.to_dict() for r in runs]}
+    batch = {
+        "workload": {
+            "name": workload.name,
+            "prompt_tokens": workload.prompt_tokens,
+            "output_tokens": workload.output_tokens,
+        },
+        **result.to_dict(),
+        "runs": [r.to_dict() for r in runs],
+    }
     return clean({"record": record, "batch": batch})
 
 
 def _csv_row(lv: dict[str, Any], knee: int | None) -> dict[str, Any]:
     slo = lv.get("slo") or {}
     itl, ttft = lv.get("itl_s") or {}, lv.get("ttft_s") or {}
-    return {**{k: lv.get(k) for k in CSV_COLUMNS if k in lv and not isinstance(lv.get(k), (dict, list))},
-            "itl_p50_s": itl.get("p50"), "itl_p95_s": itl.get("p95"), "itl_p99_s": itl.get("p99"),
-            "ttft_p50_s": ttft.get("p50"), "ttft_p95_s": ttft.get("p95"), "knee": lv["n_seqs"] == knee,
-            "slo_passed": slo.get("passed"), "slo_goodput": slo.get("goodput"), "failures": "; ".join(lv.get("failures") or ())}
+    return {
+        **{k: lv.get(k) for k in CSV_COLUMNS if k in lv and not isinstance(lv.get(k), (dict, list))},
+        "itl_p50_s": itl.get("p50"),
+        "itl_p95_s": itl.get("p95"),
+        "itl_p99_s": itl.get("p99"),
+        "ttft_p50_s": ttft.get("p50"),
+        "ttft_p95_s": ttft.get("p95"),
+        "knee": lv["n_seqs"] == knee,
+        "slo_passed": slo.get("passed"),
+        "slo_goodput": slo.get("goodput"),
+        "failures": "; ".join(lv.get("failures") or ()),
+    }
 
 
 def write_sweep_csv(path: str | Path, doc: dict[str, Any]) -> None:

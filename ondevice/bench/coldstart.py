@@ -29,13 +29,22 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ondevice.core.fmt import ms_cell
 
-__all__ = ["ColdStartPrediction", "predict_cold_start", "disk_read_for", "prompt_for", "HEADERS", "TERMINAL_DROP", "rows"]
+__all__ = [
+    "ColdStartPrediction",
+    "predict_cold_start",
+    "disk_read_for",
+    "prompt_for",
+    "HEADERS",
+    "TERMINAL_DROP",
+    "rows",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +67,14 @@ class ColdStartPrediction:
         return d
 
 
-def predict_cold_start(*, file_bytes: int | None, disk_read_gbs: float | None, load_overhead_s: float | None,
-                       ttft_s: float | None, notes: Sequence[str] = ()) -> ColdStartPrediction:
+def predict_cold_start(
+    *,
+    file_bytes: int | None,
+    disk_read_gbs: float | None,
+    load_overhead_s: float | None,
+    ttft_s: float | None,
+    notes: Sequence[str] = (),
+) -> ColdStartPrediction:
     """read + load overhead + TTFT; a part whose input is missing stays None and so does the total."""
     notes = list(notes)
     read_s = None
@@ -114,8 +129,22 @@ def prompt_for(engine: Any, ids: Sequence[int]) -> tuple[str | list[int], str]:
     return list(ids), "prompt given as token ids (its text does not tokenize back to them): tokenize not timed"
 
 
-HEADERS = ("model", "P", "runs", "cold start p50/p95 s", "load s", "tokenize ms", "prefill ms", "rest ms",
-           "predicted s", "= read s", "+ load s", "+ TTFT ms", "disk GB/s", "meas/pred")
+HEADERS = (
+    "model",
+    "P",
+    "runs",
+    "cold start p50/p95 s",
+    "load s",
+    "tokenize ms",
+    "prefill ms",
+    "rest ms",
+    "predicted s",
+    "= read s",
+    "+ load s",
+    "+ TTFT ms",
+    "disk GB/s",
+    "meas/pred",
+)
 
 
 # What a narrow terminal leaves out first: the disk figure (in `ondevice probe`), the smaller
@@ -137,12 +166,22 @@ def rows(results: Sequence[Any]) -> list[list[str]]:
         total = r.summary("cold_start_s")
         pred = r.cold_start
         ratio = total.p50 / pred.total_s if pred and pred.total_s and r.ok_runs else None
-        out.append([
-            r.model, str(r.prompt_tokens), f"{r.ok_runs}/{r.repeats}",
-            f"{_s(total.p50)}/{_s(total.p95)}" if r.ok_runs else "-", _s(r.summary("load_s").p50),
-            ms_cell(r.summary("tokenize_s").p50), ms_cell(r.summary("prefill_s").p50), ms_cell(r.summary("cold_start_rest_s").p50),
-            _s(pred.total_s if pred else None), _s(pred.read_s if pred else None),
-            _s(pred.load_overhead_s if pred else None), ms_cell(pred.ttft_s if pred else None),
-            _s(pred.disk_read_gbs if pred else None, "{:.2f}"), _s(ratio, "{:.2f}"),
-        ])
+        out.append(
+            [
+                r.model,
+                str(r.prompt_tokens),
+                f"{r.ok_runs}/{r.repeats}",
+                f"{_s(total.p50)}/{_s(total.p95)}" if r.ok_runs else "-",
+                _s(r.summary("load_s").p50),
+                ms_cell(r.summary("tokenize_s").p50),
+                ms_cell(r.summary("prefill_s").p50),
+                ms_cell(r.summary("cold_start_rest_s").p50),
+                _s(pred.total_s if pred else None),
+                _s(pred.read_s if pred else None),
+                _s(pred.load_overhead_s if pred else None),
+                ms_cell(pred.ttft_s if pred else None),
+                _s(pred.disk_read_gbs if pred else None, "{:.2f}"),
+                _s(ratio, "{:.2f}"),
+            ]
+        )
     return out

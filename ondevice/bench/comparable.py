@@ -20,9 +20,18 @@ __all__ = ["differences", "ENGINE_KEYS", "SAMPLING_KEYS"]
 # Engine settings as the engine reported them at load (the record's models[].engine), with a
 # label for the line. flash_attn_used (what llama.cpp chose for "auto") is compared when both
 # sides have it, else what was asked.
-ENGINE_KEYS = (("backend", "backend"), ("n_gpu_layers", "offload"), ("n_threads", "threads"), ("n_ctx", "n_ctx"),
-               ("n_batch", "n_batch"), ("n_ubatch", "n_ubatch"), ("flash_attn_used", "flash attention"),
-               ("cache_type_k", "K cache"), ("cache_type_v", "V cache"), ("cpu_buffers", "CPU buffers"))
+ENGINE_KEYS = (
+    ("backend", "backend"),
+    ("n_gpu_layers", "offload"),
+    ("n_threads", "threads"),
+    ("n_ctx", "n_ctx"),
+    ("n_batch", "n_batch"),
+    ("n_ubatch", "n_ubatch"),
+    ("flash_attn_used", "flash attention"),
+    ("cache_type_k", "K cache"),
+    ("cache_type_v", "V cache"),
+    ("cpu_buffers", "CPU buffers"),
+)
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty")
 
 
@@ -65,8 +74,14 @@ def _host_items(ha: dict[str, Any], hb: dict[str, Any]) -> list[str]:
     return out
 
 
-def differences(a: dict[str, Any], b: dict[str, Any], *, a_model: str | None = None, b_model: str | None = None,
-                same_file: bool = False) -> list[str]:
+def differences(
+    a: dict[str, Any],
+    b: dict[str, Any],
+    *,
+    a_model: str | None = None,
+    b_model: str | None = None,
+    same_file: bool = False,
+) -> list[str]:
     """What differs between result documents a and b that a comparison should hold equal, one
     short item each ("threads (1 vs 2)"); [] when nothing stated by both differs.
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,8 +38,20 @@ from ondevice.bench.comparable import differences
 from ondevice.bench.record import READABLE_SCHEMAS, SCHEMA
 from ondevice.core.errors import BenchError
 
-__all__ = ["MetricComparison", "ScenarioComparison", "load_results", "compare_docs", "split_models", "bootstrap_ratio",
-           "mann_whitney", "render_comparison", "comparability", "FASTER", "SLOWER", "SAME"]
+__all__ = [
+    "MetricComparison",
+    "ScenarioComparison",
+    "load_results",
+    "compare_docs",
+    "split_models",
+    "bootstrap_ratio",
+    "mann_whitney",
+    "render_comparison",
+    "comparability",
+    "FASTER",
+    "SLOWER",
+    "SAME",
+]
 
 FASTER, SLOWER, SAME = "faster", "slower", "no significant difference"
 _TESTED = {"load": ("load_s",), "request": ("ttft_s", "itl_s"), "cold_start": ("cold_start_s", "ttft_s")}
@@ -69,8 +82,13 @@ class ScenarioComparison:
     verdict: str  # FASTER / SLOWER / SAME, "mixed" when tested metrics disagree, or why not comparable
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "scenario": self.scenario, "workload": self.workload, "verdict": self.verdict,
-                "metrics": [m.__dict__ for m in self.metrics]}
+        return {
+            "model": self.model,
+            "scenario": self.scenario,
+            "workload": self.workload,
+            "verdict": self.verdict,
+            "metrics": [m.__dict__ for m in self.metrics],
+        }
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
@@ -85,8 +103,14 @@ def load_results(path: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise BenchError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     record = doc.get("record") if isinstance(doc, dict) else None
-    if not isinstance(record, dict) or record.get("schema") not in READABLE_SCHEMAS or not isinstance(doc.get("results"), list):
-        raise BenchError(f"{path}: not an ondevice bench result file (expected {{'record': {{'schema': '{SCHEMA}'}}, 'results': [...]}})")
+    if (
+        not isinstance(record, dict)
+        or record.get("schema") not in READABLE_SCHEMAS
+        or not isinstance(doc.get("results"), list)
+    ):
+        raise BenchError(
+            f"{path}: not an ondevice bench result file (expected {{'record': {{'schema': '{SCHEMA}'}}, 'results': [...]}})"
+        )
     for r in doc["results"]:
         if not isinstance(r, dict) or not {"model", "scenario", "runs"} <= set(r) or not isinstance(r["runs"], list):
             raise BenchError(f"{path}: malformed result entry (needs model, scenario and runs)")
@@ -97,8 +121,9 @@ def split_models(doc: dict[str, Any], name: str = "the file") -> tuple[dict[str,
     """One file holding exactly two models (measured interleaved) -> (A doc, B doc, A, B)."""
     models = list(dict.fromkeys(r["model"] for r in doc["results"]))
     if len(models) != 2:
-        raise BenchError(f"{name} holds {len(models)} model(s): compare one file only when it holds exactly two, "
-                         "or give two files")
+        raise BenchError(
+            f"{name} holds {len(models)} model(s): compare one file only when it holds exactly two, or give two files"
+        )
     a, b = ({"record": doc["record"], "results": [r for r in doc["results"] if r["model"] == m]} for m in models)
     return a, b, models[0], models[1]
 
@@ -118,8 +143,9 @@ def _samples(result: dict[str, Any], metric: str) -> list[np.ndarray]:
     return out
 
 
-def bootstrap_ratio(a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, n_boot: int = 2000, seed: int = 0,
-                    level: float = 0.95) -> tuple[float, float, float]:
+def bootstrap_ratio(
+    a: Sequence[np.ndarray], b: Sequence[np.ndarray], *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float]:
     """(median(B)/median(A), low, high): two-level bootstrap over runs, then samples in a run."""
     rng = np.random.default_rng(seed)
     ratio = float(np.median(np.concatenate(b)) / np.median(np.concatenate(a)))
@@ -154,7 +180,7 @@ def mann_whitney(a: np.ndarray, b: np.ndarray) -> float:
     avg_rank = upper - (counts - 1) / 2.0  # 1-based average rank of each distinct value
     u1 = avg_rank[inverse[:n1]].sum() - n1 * (n1 + 1) / 2.0
     n = n1 + n2
-    tie = float((counts ** 3 - counts).sum()) / (n * (n - 1)) if n > 1 else 0.0
+    tie = float((counts**3 - counts).sum()) / (n * (n - 1)) if n > 1 else 0.0
     var = n1 * n2 / 12.0 * ((n + 1) - tie)
     if var <= 0:
         return 1.0
@@ -212,18 +238,27 @@ def compare_docs(a: dict[str, Any], b: dict[str, Any], *, threshold: float = 0.0
         rb = by_key.get(_key(ra, with_model))
         if rb is None or ra["scenario"] == "load":
             continue
-        kind = "load" if ra["scenario"] in ("cold_load", "warm_load") else ra["scenario"] if ra["scenario"] in _TESTED else "request"
+        kind = (
+            "load"
+            if ra["scenario"] in ("cold_load", "warm_load")
+            else ra["scenario"]
+            if ra["scenario"] in _TESTED
+            else "request"
+        )
         metrics = [_compare_metric(ra, rb, m, threshold, True) for m in _TESTED[kind]]
         if kind == "request":
             metrics += [_compare_metric(ra, rb, m, threshold, False) for m in _RATIO_ONLY]
-        out.append(ScenarioComparison(ra["model"], ra["scenario"], ra.get("workload", ""), tuple(metrics), _overall(metrics)))
+        out.append(
+            ScenarioComparison(ra["model"], ra["scenario"], ra.get("workload", ""), tuple(metrics), _overall(metrics))
+        )
     if not out:
         raise BenchError("the two files have no scenario in common (same scenarios, workloads and token counts needed)")
     return out
 
 
-def comparability(a: dict[str, Any], b: dict[str, Any], rows: Sequence[ScenarioComparison], *,
-                  same_file: bool = False) -> dict[str, list[str]]:
+def comparability(
+    a: dict[str, Any], b: dict[str, Any], rows: Sequence[ScenarioComparison], *, same_file: bool = False
+) -> dict[str, list[str]]:
     """A's model label -> what differs between the two runs of it (comparable.differences), for
     every model compared that differs in something; {} when all are comparable."""
     b_models = list(dict.fromkeys(r["model"] for r in b["results"]))
@@ -251,8 +286,14 @@ def _overall(metrics: Sequence[MetricComparison]) -> str:
 TERMINAL_DROP = ("model", "A p50", "B p50", "p (MW)", "workload")
 
 
-def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: str, *, width: int | None = None,
-                      differs: dict[str, list[str]] | None = None) -> str:
+def render_comparison(
+    rows: Sequence[ScenarioComparison],
+    a_name: str,
+    b_name: str,
+    *,
+    width: int | None = None,
+    differs: dict[str, list[str]] | None = None,
+) -> str:
     """The comparison as text; width: the terminal's columns, which every line fits (None: no limit);
     differs: comparability()'s result, said before the table."""
     from ondevice.core.fmt import fold, millis, number, table
@@ -260,21 +301,41 @@ def render_comparison(rows: Sequence[ScenarioComparison], a_name: str, b_name: s
     lines = [fold(f"B = {b_name} against A = {a_name}; ratio = B/A of the medians (times: above 1 is slower)", width)]
     for label, diff in (differs or {}).items():
         who = f" ({label})" if len(differs or {}) > 1 else ""
-        lines.append(fold(f"not comparable{who}: {'; '.join(diff)} differ; the verdicts below measure all of it, "
-                          "not one change", width))
+        lines.append(
+            fold(
+                f"not comparable{who}: {'; '.join(diff)} differ; the verdicts below measure all of it, not one change",
+                width,
+            )
+        )
     body = []
     for sc in rows:
         for m in sc.metrics:
             unit_ms = m.metric.endswith("_s") and not m.metric.endswith("tok_s")
             show = (lambda v: millis(v, places=((math.inf, 2),))) if unit_ms else number  # noqa: E731
-            body.append([
-                sc.model, sc.scenario, sc.workload or "-", m.metric, show(m.a_p50), show(m.b_p50),
-                number(m.ratio, ".3f"),
-                f"[{m.ci_low:.3f}, {m.ci_high:.3f}]" if m.ci_low is not None else "-",
-                number(m.p_value, ".3g"), m.verdict or "",
-            ])
+            body.append(
+                [
+                    sc.model,
+                    sc.scenario,
+                    sc.workload or "-",
+                    m.metric,
+                    show(m.a_p50),
+                    show(m.b_p50),
+                    number(m.ratio, ".3f"),
+                    f"[{m.ci_low:.3f}, {m.ci_high:.3f}]" if m.ci_low is not None else "-",
+                    number(m.p_value, ".3g"),
+                    m.verdict or "",
+                ]
+            )
         body.append([sc.model, sc.scenario, sc.workload or "-", "=> verdict", "", "", "", "", "", sc.verdict])
-    lines.append(table(["model", "scenario", "workload", "metric", "A p50", "B p50", "B/A", "95% CI", "p (MW)", "verdict"],
-                       body, align="llllrrrrrl", width=width, drop=TERMINAL_DROP, whole=("verdict",),
-                       full="--json"))
+    lines.append(
+        table(
+            ["model", "scenario", "workload", "metric", "A p50", "B p50", "B/A", "95% CI", "p (MW)", "verdict"],
+            body,
+            align="llllrrrrrl",
+            width=width,
+            drop=TERMINAL_DROP,
+            whole=("verdict",),
+            full="--json",
+        )
+    )
     return "\n".join(lines)

@@ -13,9 +13,10 @@ import platform
 import shlex
 import sys
 import time
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ondevice.core import paths
 from ondevice.core.hashing import sha256_file
@@ -71,7 +72,7 @@ def model_digests(plans: Sequence[Any]) -> dict[str, str | None]:
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="seconds")
 
 
 def _machine_id() -> str | None:
@@ -92,9 +93,13 @@ def _host() -> dict[str, Any]:
     except Exception as exc:  # the record still says what it can
         import psutil
 
-        return {"os": f"{platform.system()} {platform.release()}", "machine": platform.machine(),
-                "cpu_model": platform.processor() or None, "ram_total_bytes": psutil.virtual_memory().total,
-                "warnings": [f"host detection failed: {type(exc).__name__}: {exc}"]}
+        return {
+            "os": f"{platform.system()} {platform.release()}",
+            "machine": platform.machine(),
+            "cpu_model": platform.processor() or None,
+            "ram_total_bytes": psutil.virtual_memory().total,
+            "warnings": [f"host detection failed: {type(exc).__name__}: {exc}"],
+        }
 
 
 def _probe(backend: str | None) -> dict[str, Any]:
@@ -107,7 +112,10 @@ def _probe(backend: str | None) -> dict[str, Any]:
     except Exception as exc:
         return {"note": f"probe cache unreadable: {type(exc).__name__}: {exc}"}
     if result is None:
-        return {"backend": backend, "note": f"no probe cached for {backend}: run `ondevice probe` for the roofline columns"}
+        return {
+            "backend": backend,
+            "note": f"no probe cached for {backend}: run `ondevice probe` for the roofline columns",
+        }
     d = result.to_dict()
     d.pop("host", None)  # already in the record
     d.update(age_s=round(result.age_s, 1), probed_at=_iso(result.created_unix_s))
@@ -126,7 +134,9 @@ def _versions() -> dict[str, Any]:
     from ondevice.llama.build import build_id, build_info, llama_cpp_version
 
     version, system_info = build_info()
-    out["llama_cpp_build"] = build_id(version, system_info)  # llama-cpp-python version + hash of llama.cpp's system info
+    out["llama_cpp_build"] = build_id(
+        version, system_info
+    )  # llama-cpp-python version + hash of llama.cpp's system info
     out["llama_cpp"] = llama_cpp_version()
     out["llama_cpp_system_info"] = system_info.strip() if system_info else None
     return out
@@ -143,22 +153,37 @@ def _model(p: Any, digests: dict[str, str | None]) -> dict[str, Any]:
         "n_ctx": p.n_ctx,
         "engine": dict(p.engine_info),
         "workloads": [
-            {"name": w.name, "prompt_tokens": w.prompt_tokens, "output_tokens": w.output_tokens,
-             "capped_from": w.capped_from, "output_capped_from": w.output_capped_from}
+            {
+                "name": w.name,
+                "prompt_tokens": w.prompt_tokens,
+                "output_tokens": w.output_tokens,
+                "capped_from": w.capped_from,
+                "output_capped_from": w.output_capped_from,
+            }
             for w in p.suite.workloads
         ],
     }
     if spec is not None:
         d.update(
-            name=spec.name, arch=spec.arch, quant=spec.quant, file_bytes=spec.file_bytes,
-            decode_weight_bytes=spec.decode_weight_bytes, n_ctx_train=spec.n_ctx_train,
-            kv_bytes_per_token=spec.kv_bytes_per_token, kv_bytes_allocated=spec.kv_read_bytes(p.n_ctx),
+            name=spec.name,
+            arch=spec.arch,
+            quant=spec.quant,
+            file_bytes=spec.file_bytes,
+            decode_weight_bytes=spec.decode_weight_bytes,
+            n_ctx_train=spec.n_ctx_train,
+            kv_bytes_per_token=spec.kv_bytes_per_token,
+            kv_bytes_allocated=spec.kv_read_bytes(p.n_ctx),
         )
     return d
 
 
-def build_record(outcome: Any, *, argv: Sequence[str] | None = None, digests: dict[str, str | None] | None = None,
-                 host: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_record(
+    outcome: Any,
+    *,
+    argv: Sequence[str] | None = None,
+    digests: dict[str, str | None] | None = None,
+    host: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The record for a finished (or interrupted) BenchOutcome."""
     cfg = outcome.config
     backend = next((p.engine_info.get("backend") for p in outcome.models if p.engine_info), None)

@@ -15,8 +15,9 @@ import io
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ondevice.bench import coldstart
 from ondevice.bench.runs import COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
@@ -26,27 +27,84 @@ from ondevice.core import paths
 from ondevice.core.fmt import fold, ms_cell, number, table
 from ondevice.core.paths import atomic_write
 
-__all__ = ["result_document", "write_json", "keep_unsaved", "write_csv", "write_markdown", "render_table", "table_rows",
-           "HEADERS", "ProgressBar", "header_facts"]
+__all__ = [
+    "result_document",
+    "write_json",
+    "keep_unsaved",
+    "write_csv",
+    "write_markdown",
+    "render_table",
+    "table_rows",
+    "HEADERS",
+    "ProgressBar",
+    "header_facts",
+]
 
-HEADERS = ("model", "scenario", "workload", "P", "N", "runs", "TTFT p50/p95 ms", "TTFT pred ms", "TTFT eff",
-           "ITL p50/p95/p99 ms", "TPOT p50 ms", "decode tok/s", "prefill tok/s", "ceiling/pred tok/s", "eff",
-           "E2E p50/pred s", "out tok/s", "notes")
+HEADERS = (
+    "model",
+    "scenario",
+    "workload",
+    "P",
+    "N",
+    "runs",
+    "TTFT p50/p95 ms",
+    "TTFT pred ms",
+    "TTFT eff",
+    "ITL p50/p95/p99 ms",
+    "TPOT p50 ms",
+    "decode tok/s",
+    "prefill tok/s",
+    "ceiling/pred tok/s",
+    "eff",
+    "E2E p50/pred s",
+    "out tok/s",
+    "notes",
+)
 _STATS = ("n", "p50", "p95", "p99", "mean", "std", "min", "max")
 _TEXT_COLUMNS = ("model", "scenario", "workload", "notes")
 # What a narrow terminal leaves out first (the files keep everything): the token counts the
 # workload names, the roofline, prefill speed, efficiency, TPOT (ITL p50 is beside it), runs.
-TERMINAL_DROP = ("P", "N", "out tok/s", "E2E p50/pred s", "ceiling/pred tok/s", "prefill tok/s", "TTFT eff", "eff",
-                 "TPOT p50 ms", "runs", "TTFT pred ms")
+TERMINAL_DROP = (
+    "P",
+    "N",
+    "out tok/s",
+    "E2E p50/pred s",
+    "ceiling/pred tok/s",
+    "prefill tok/s",
+    "TTFT eff",
+    "eff",
+    "TPOT p50 ms",
+    "runs",
+    "TTFT pred ms",
+)
 _COLD_COLS = ("total_s", "read_s", "load_overhead_s", "ttft_s", "disk_read_gbs")  # of "cold_start_predicted"
-_SPEC_COLS = ("acceptance", "mean_accepted_per_step", "drafts_per_step", "k_cap", "plain_decode_tok_s", "spec_decode_tok_s",
-              "speedup_p50", "predicted_speedup_p50", "burst_share")  # the speculative scenario's, from "speculative"
-_LOAD_COLS = ("offered", "sent", "achieved_rps", "arrival_rps", "mean_in_flight", "little_lw", "little_ratio", "goodput_rps",
-              "output_tok_s")  # server levels (bench --url), from each result's "load"
+_SPEC_COLS = (
+    "acceptance",
+    "mean_accepted_per_step",
+    "drafts_per_step",
+    "k_cap",
+    "plain_decode_tok_s",
+    "spec_decode_tok_s",
+    "speedup_p50",
+    "predicted_speedup_p50",
+    "burst_share",
+)  # the speculative scenario's, from "speculative"
+_LOAD_COLS = (
+    "offered",
+    "sent",
+    "achieved_rps",
+    "arrival_rps",
+    "mean_in_flight",
+    "little_lw",
+    "little_ratio",
+    "goodput_rps",
+    "output_tok_s",
+)  # server levels (bench --url), from each result's "load"
 
 
-def result_document(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None,
-                    load: dict | None = None) -> dict[str, Any]:
+def result_document(
+    record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, load: dict | None = None
+) -> dict[str, Any]:
     """The --json document. slo: (model, scenario, workload) -> SloResult; load: the same keys ->
     LevelStats of server levels (bench --url)."""
     rows = []
@@ -83,11 +141,28 @@ def _csv_header() -> list[str]:
         cols += [f"{m}_{s}" for s in _STATS]
     for m in EXTRA_METRICS:
         cols += [f"{m}_{s}" for s in _STATS]
-    return cols + ["ceiling_tok_s", "predicted_tok_s", "efficiency", "predicted_ttft_s", "ttft_efficiency",
-                   "predicted_e2e_s", "peak_rss_bytes", "kv_bytes",
-                   "cached_prompt_tokens", "kv_cache_speedup", "slo_goodput_rps", "slo_good_share", "slo_passed"] + \
-        [f"load_{c}" for c in _LOAD_COLS] + [f"cold_start_predicted_{c}" for c in _COLD_COLS] + \
-        [f"spec_{c}" for c in _SPEC_COLS] + ["failures"]
+    return (
+        cols
+        + [
+            "ceiling_tok_s",
+            "predicted_tok_s",
+            "efficiency",
+            "predicted_ttft_s",
+            "ttft_efficiency",
+            "predicted_e2e_s",
+            "peak_rss_bytes",
+            "kv_bytes",
+            "cached_prompt_tokens",
+            "kv_cache_speedup",
+            "slo_goodput_rps",
+            "slo_good_share",
+            "slo_passed",
+        ]
+        + [f"load_{c}" for c in _LOAD_COLS]
+        + [f"cold_start_predicted_{c}" for c in _COLD_COLS]
+        + [f"spec_{c}" for c in _SPEC_COLS]
+        + ["failures"]
+    )
 
 
 def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
@@ -105,13 +180,15 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
         flat.update({f"cold_start_predicted_{c}": (r.get("cold_start_predicted") or {}).get(c) for c in _COLD_COLS})
         flat.update({f"spec_{c}": (r.get("speculative") or {}).get(c) for c in _SPEC_COLS})
         slo = r.get("slo") or {}
-        flat.update(slo_goodput_rps=slo.get("goodput_rps"), slo_good_share=slo.get("good_share"), slo_passed=slo.get("passed"),
-                    failures="; ".join(f"#{f['repeat']} {f['status']}: {f['reason']}" for f in r.get("failures", [])))
+        flat.update(
+            slo_goodput_rps=slo.get("goodput_rps"),
+            slo_good_share=slo.get("good_share"),
+            slo_passed=slo.get("passed"),
+            failures="; ".join(f"#{f['repeat']} {f['status']}: {f['reason']}" for f in r.get("failures", [])),
+        )
         w.writerow(["" if flat.get(k) is None else flat.get(k) for k in header])
     with atomic_write(Path(path), "w") as f:
         f.write(buf.getvalue())
-
-
 
 
 def _notes(r: ScenarioResult, slo: Any) -> str:
@@ -127,13 +204,16 @@ def _notes(r: ScenarioResult, slo: Any) -> str:
     if r.scenario == PREFIX_HIT and r.ok_runs:
         parts.append(f"cached {r.cached_prompt_tokens:.0f} tok, TTFT saved {ms_cell(r.summary('ttft_saved_s').p50)} ms")
     if r.scenario == COLD_START and r.ok_runs:
-        parts.append(f"page cache dropped -> load -> first token p50 {r.summary('cold_start_s').p50:.3f} s "
-                     "(cold-start table)")
+        parts.append(
+            f"page cache dropped -> load -> first token p50 {r.summary('cold_start_s').p50:.3f} s (cold-start table)"
+        )
     if r.scenario == NO_KV_CACHE and r.kv_cache_speedup:
         parts.append(f"{r.kv_cache_speedup:.1f}x the resident ITL")
     if slo is not None:
         rate = f"{slo.goodput_rps:.3g} req/s" if slo.goodput_rps is not None else "- req/s"
-        parts.append(f"SLO {'pass' if slo.passed else 'FAIL'}, goodput {rate} ({100 * slo.good_share:.0f}% of requests)")
+        parts.append(
+            f"SLO {'pass' if slo.passed else 'FAIL'}, goodput {rate} ({100 * slo.good_share:.0f}% of requests)"
+        )
     if r.failures:
         reasons = sorted({f["reason"] for f in r.failures})
         parts.append(f"{len(r.failures)} not ok: {reasons[0]}" + (" ..." if len(reasons) > 1 else ""))
@@ -145,7 +225,9 @@ def _output_tok_s(r: ScenarioResult) -> float | None:
     """Median over the ok runs of output tokens / E2E (the output throughput, not decode tok/s)."""
     from statistics import median
 
-    values = [x.timings.output_throughput_tok_s for x in r.runs if x.ok and x.timings and x.timings.output_throughput_tok_s]
+    values = [
+        x.timings.output_throughput_tok_s for x in r.runs if x.ok and x.timings and x.timings.output_throughput_tok_s
+    ]
     return median(values) if values else None
 
 
@@ -155,33 +237,45 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
         ttft, itl, tpot = r.summary("ttft_s"), r.summary("itl_s"), r.summary("tpot_s")
         request = r.scenario not in LOAD_SCENARIOS + (LOAD,)
         roof = f"{number(r.ceiling_tok_s, '.0f')}/{number(r.predicted_tok_s, '.0f')}" if r.ceiling_tok_s else "-"
-        rows.append([
-            r.model, r.scenario, r.workload or "-",
-            str(r.prompt_tokens) if request else "-", str(r.output_tokens) if request else "-",
-            f"{r.ok_runs}/{r.repeats}",
-            f"{ms_cell(ttft.p50)}/{ms_cell(ttft.p95)}" if request else "-",
-            ms_cell(r.predicted_ttft_s) if r.predicted_ttft_s else "-",
-            number(r.ttft_efficiency, ".2f"),
-            f"{ms_cell(itl.p50)}/{ms_cell(itl.p95)}/{ms_cell(itl.p99)}" if request else "-",
-            ms_cell(tpot.p50) if request else "-",
-            number(r.summary("decode_tok_s").p50) if request else "-",
-            number(r.summary("prefill_tok_s").p50, ".0f") if request else "-",
-            roof,
-            number(r.efficiency, ".2f"),
-            f"{number(r.summary('e2e_s').p50, '.2f')}/{number(r.predicted_e2e_s, '.2f')}" if request else "-",
-            number(_output_tok_s(r)) if request else "-",
-            _notes(r, (slo or {}).get((r.model, r.scenario, r.workload))),
-        ])
+        rows.append(
+            [
+                r.model,
+                r.scenario,
+                r.workload or "-",
+                str(r.prompt_tokens) if request else "-",
+                str(r.output_tokens) if request else "-",
+                f"{r.ok_runs}/{r.repeats}",
+                f"{ms_cell(ttft.p50)}/{ms_cell(ttft.p95)}" if request else "-",
+                ms_cell(r.predicted_ttft_s) if r.predicted_ttft_s else "-",
+                number(r.ttft_efficiency, ".2f"),
+                f"{ms_cell(itl.p50)}/{ms_cell(itl.p95)}/{ms_cell(itl.p99)}" if request else "-",
+                ms_cell(tpot.p50) if request else "-",
+                number(r.summary("decode_tok_s").p50) if request else "-",
+                number(r.summary("prefill_tok_s").p50, ".0f") if request else "-",
+                roof,
+                number(r.efficiency, ".2f"),
+                f"{number(r.summary('e2e_s').p50, '.2f')}/{number(r.predicted_e2e_s, '.2f')}" if request else "-",
+                number(_output_tok_s(r)) if request else "-",
+                _notes(r, (slo or {}).get((r.model, r.scenario, r.workload))),
+            ]
+        )
     return rows
 
 
-def write_markdown(path: str | Path, record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None,
-                   load: dict | None = None) -> None:
+def write_markdown(
+    path: str | Path,
+    record: dict[str, Any],
+    results: Sequence[ScenarioResult],
+    slo: dict | None = None,
+    load: dict | None = None,
+) -> None:
     with atomic_write(Path(path), "w") as f:
         f.write(markdown(record, results, slo, load))
 
 
-def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, load: dict | None = None) -> str:
+def markdown(
+    record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, load: dict | None = None
+) -> str:
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
     lines = [f"# ondevice bench ({record.get('settings', {}).get('suite', '?')})", ""]
     lines += [f"- {k}: {esc(v)}" for k, v in header_facts(record)]
@@ -189,19 +283,35 @@ def markdown(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dic
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in table_rows(results, slo)]
     cold = coldstart.rows(results)
     if cold:
-        lines += ["", "## Cold start (page cache dropped -> load -> first token; predicted = read + load + TTFT)", "",
-                  "| " + " | ".join(coldstart.HEADERS) + " |", "|" + "|".join("---" for _ in coldstart.HEADERS) + "|"]
+        lines += [
+            "",
+            "## Cold start (page cache dropped -> load -> first token; predicted = read + load + TTFT)",
+            "",
+            "| " + " | ".join(coldstart.HEADERS) + " |",
+            "|" + "|".join("---" for _ in coldstart.HEADERS) + "|",
+        ]
         lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cold]
         lines += [f"- {esc(n)}" for n in _cold_notes(results)]
     if load:
         from ondevice.bench.serve.report import LOAD_HEADERS, load_rows
 
-        lines += ["", "## Load levels", "", "| " + " | ".join(LOAD_HEADERS) + " |", "|" + "|".join("---" for _ in LOAD_HEADERS) + "|"]
+        lines += [
+            "",
+            "## Load levels",
+            "",
+            "| " + " | ".join(LOAD_HEADERS) + " |",
+            "|" + "|".join("---" for _ in LOAD_HEADERS) + "|",
+        ]
         lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in load_rows(results, load)]
     spec = spec_rows(results)
     if spec:
-        lines += ["", "## Speculative decoding (prompt lookup against plain, interleaved)", "",
-                  "| " + " | ".join(SPEC_HEADERS) + " |", "|" + "|".join("---" for _ in SPEC_HEADERS) + "|"]
+        lines += [
+            "",
+            "## Speculative decoding (prompt lookup against plain, interleaved)",
+            "",
+            "| " + " | ".join(SPEC_HEADERS) + " |",
+            "|" + "|".join("---" for _ in SPEC_HEADERS) + "|",
+        ]
         lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in spec]
     return "\n".join(lines) + "\n"
 
@@ -217,26 +327,52 @@ def header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
         ("host", f"{host.get('cpu_model') or '?'}, {host.get('os') or '?'}"),
     ]
     if eng or not target:
-        facts.append(("engine", f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
-                      f"n_batch {eng.get('n_batch', '?')}/{eng.get('n_ubatch', '?')}, flash attention "
-                      f"{eng.get('flash_attn_used', eng.get('flash_attn', '?'))}, KV {eng.get('cache_type_k', 'f16')}/"
-                      f"{eng.get('cache_type_v', 'f16')}, CPU buffers {eng.get('cpu_buffers', '?')}"))
+        facts.append(
+            (
+                "engine",
+                f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
+                f"n_batch {eng.get('n_batch', '?')}/{eng.get('n_ubatch', '?')}, flash attention "
+                f"{eng.get('flash_attn_used', eng.get('flash_attn', '?'))}, KV {eng.get('cache_type_k', 'f16')}/"
+                f"{eng.get('cache_type_v', 'f16')}, CPU buffers {eng.get('cpu_buffers', '?')}",
+            )
+        )
     if target:
-        facts.append(("server", f"{target.get('endpoint')}, model {target.get('model') or '(not named)'}, tokenizer "
-                                f"{target.get('tokenizer') or 'none (tokens estimated unless the server reports them)'}"))
+        facts.append(
+            (
+                "server",
+                f"{target.get('endpoint')}, model {target.get('model') or '(not named)'}, tokenizer "
+                f"{target.get('tokenizer') or 'none (tokens estimated unless the server reports them)'}",
+            )
+        )
     facts += [
         ("llama-cpp-python", (record.get("versions") or {}).get("llama_cpp_python")),
-        ("probe", probe.get("note") or f"{probe.get('ceiling_gbs', 0):.1f} GB/s ceiling, {probe.get('age_s', 0) / 3600:.1f} h old"),
+        (
+            "probe",
+            probe.get("note")
+            or f"{probe.get('ceiling_gbs', 0):.1f} GB/s ceiling, {probe.get('age_s', 0) / 3600:.1f} h old",
+        ),
     ]
-    facts += [(f"model {m['label']}", f"{m.get('quant') or '?'}, n_ctx {m.get('n_ctx')}, sha256 {(m.get('sha256') or '?')[:16]}…")
-              for m in models if m.get("path") or not target]
+    facts += [
+        (
+            f"model {m['label']}",
+            f"{m.get('quant') or '?'}, n_ctx {m.get('n_ctx')}, sha256 {(m.get('sha256') or '?')[:16]}…",
+        )
+        for m in models
+        if m.get("path") or not target
+    ]
     if record.get("incomplete"):
         facts.append(("INCOMPLETE", "interrupted: only the runs gathered so far"))
     return facts
 
 
-def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, *, width: int | None = None,
-                 load: dict | None = None) -> str:
+def render_table(
+    record: dict[str, Any],
+    results: Sequence[ScenarioResult],
+    slo: dict | None = None,
+    *,
+    width: int | None = None,
+    load: dict | None = None,
+) -> str:
     """The terminal report as text: the run's facts, a title, the table (and, for a server run, the
     load levels). width: the terminal's columns, which every line fits (None: no limit, whole tables)."""
     title = f"ondevice bench: {record.get('settings', {}).get('suite', '?')} suite"
@@ -249,15 +385,38 @@ def render_table(record: dict[str, Any], results: Sequence[ScenarioResult], slo:
     lines = [fold(f"{k}: {v}", width) for k, v in header_facts(record)] + ["", title]
     text = table(headers, rows, align)
     if width is None or max(map(len, text.splitlines())) <= width:
-        return "\n".join(lines + [text] + _cold_table(results, width) + _load_table(results, load, width)
-                         + spec_table(results, width)) + "\n"
+        return (
+            "\n".join(
+                lines
+                + [text]
+                + _cold_table(results, width)
+                + _load_table(results, load, width)
+                + spec_table(results, width)
+            )
+            + "\n"
+        )
     # Too wide: the notes (failures, SLO verdicts, load times) go under the table, one line a row.
-    notes = [fold(f"{' '.join(c for c in row[:-1][:3 - single] if c != '-')}: {row[-1]}", width, indent="    ")
-             for row in rows if row[-1]]
-    lines.append(table(headers[:-1], [row[:-1] for row in rows], align[:-1], width=width, drop=TERMINAL_DROP,
-                       full="--json/--csv/--md"))
-    return "\n".join(lines + notes + _cold_table(results, width) + _load_table(results, load, width)
-                     + spec_table(results, width)) + "\n"
+    notes = [
+        fold(f"{' '.join(c for c in row[:-1][: 3 - single] if c != '-')}: {row[-1]}", width, indent="    ")
+        for row in rows
+        if row[-1]
+    ]
+    lines.append(
+        table(
+            headers[:-1],
+            [row[:-1] for row in rows],
+            align[:-1],
+            width=width,
+            drop=TERMINAL_DROP,
+            full="--json/--csv/--md",
+        )
+    )
+    return (
+        "\n".join(
+            lines + notes + _cold_table(results, width) + _load_table(results, load, width) + spec_table(results, width)
+        )
+        + "\n"
+    )
 
 
 def _cold_notes(results: Sequence[ScenarioResult]) -> list[str]:
@@ -277,9 +436,15 @@ def _cold_table(results: Sequence[ScenarioResult], width: int | None) -> list[st
     headers = list(coldstart.HEADERS[1:] if one else coldstart.HEADERS)
     rows = [row[1:] if one else row for row in rows]
     align = "".join("l" if h == "model" else "r" for h in headers)
-    return (["", fold("cold start: page cache dropped -> load -> first token; predicted = disk read of the file + "
-                      "warm load + TTFT", width), table(headers, rows, align, width=width, drop=coldstart.TERMINAL_DROP, full="--json/--csv/--md")]
-            + [fold(f"  {n}", width, indent="    ") for n in _cold_notes(results)])
+    return [
+        "",
+        fold(
+            "cold start: page cache dropped -> load -> first token; predicted = disk read of the file + "
+            "warm load + TTFT",
+            width,
+        ),
+        table(headers, rows, align, width=width, drop=coldstart.TERMINAL_DROP, full="--json/--csv/--md"),
+    ] + [fold(f"  {n}", width, indent="    ") for n in _cold_notes(results)]
 
 
 def _load_table(results: Sequence[ScenarioResult], load: dict | None, width: int | None) -> list[str]:
@@ -302,11 +467,17 @@ class ProgressBar:
     def __init__(self, console: Any = None):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=console, transient=True)
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
         self._task = None
 
-    def __enter__(self) -> "ProgressBar":
+    def __enter__(self) -> ProgressBar:
         self._progress.__enter__()
         self._task = self._progress.add_task("planning", total=None)
         return self

@@ -13,25 +13,45 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ondevice.bench import scenarios as sc
-from ondevice.bench.oscache import PeakRss
 from ondevice.bench.coldstart import disk_read_for, prompt_for
-from ondevice.bench.runs import (COLD_LOAD, COLD_START, LOAD, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE,
-                                 WARM_LOAD, RunRecord)
+from ondevice.bench.oscache import PeakRss
+from ondevice.bench.runs import (
+    COLD_LOAD,
+    COLD_START,
+    LOAD,
+    NO_KV_CACHE,
+    PREFIX_HIT,
+    RESIDENT,
+    SCENARIOS,
+    SPECULATIVE,
+    WARM_LOAD,
+    RunRecord,
+)
 from ondevice.bench.speculative import speculative_run
 from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
+from ondevice.core.errors import BenchError
+from ondevice.core.pagecache import evict_page_cache
 from ondevice.engine.interface import StreamingEngine
 from ondevice.engine.sampling import DEFAULTS
-from ondevice.core.errors import BenchError
-from ondevice.models.materialize import resolve_model
 from ondevice.gguf.spec import ModelSpec, inspect
-from ondevice.core.pagecache import evict_page_cache
+from ondevice.models.materialize import resolve_model
 
-__all__ = ["BenchConfig", "ModelPlan", "BenchOutcome", "Progress", "plan_bench", "run_bench", "load_plan", "DEFAULT_SAMPLING"]
+__all__ = [
+    "BenchConfig",
+    "ModelPlan",
+    "BenchOutcome",
+    "Progress",
+    "plan_bench",
+    "run_bench",
+    "load_plan",
+    "DEFAULT_SAMPLING",
+]
 
 log = logging.getLogger(__name__)
 DEFAULT_SAMPLING = DEFAULTS.sampler_settings()  # the engine's defaults; --temperature may change one
@@ -117,7 +137,9 @@ def plan_bench(config: BenchConfig) -> list[ModelPlan]:
         try:
             spec = inspect(path)
         except Exception as exc:  # GGUFFormatError, OSError: a failed model, not bad input
-            plans.append(ModelPlan(ref, label, path, None, config.n_ctx or 0, config.suite, error=f"{type(exc).__name__}: {exc}"))
+            plans.append(
+                ModelPlan(ref, label, path, None, config.n_ctx or 0, config.suite, error=f"{type(exc).__name__}: {exc}")
+            )
             continue
         n_ctx, suite = _fit(config, spec)
         plans.append(ModelPlan(ref, label, path, spec, n_ctx, suite))
@@ -127,7 +149,9 @@ def plan_bench(config: BenchConfig) -> list[ModelPlan]:
 def _fit(config: BenchConfig, spec: ModelSpec) -> tuple[int, Suite]:
     limit = config.n_ctx or spec.n_ctx_train or 4096
     if config.n_ctx and spec.n_ctx_train and config.n_ctx > spec.n_ctx_train:
-        raise BenchError(f"--n-ctx {config.n_ctx} exceeds {spec.name or spec.path}'s trained context of {spec.n_ctx_train} tokens")
+        raise BenchError(
+            f"--n-ctx {config.n_ctx} exceeds {spec.name or spec.path}'s trained context of {spec.n_ctx_train} tokens"
+        )
     suite = fit_suite(config.suite, limit, cap=config.cap_to_context)
     if config.n_ctx:
         return config.n_ctx, suite
@@ -175,7 +199,7 @@ def run_bench(
             outcome.runs.append(RunRecord(p.label, LOAD, "", 0, "failed", reason=p.error))
     try:
         for repeat in range(config.suite.repeats):
-            for p in (plans if repeat % 2 == 0 else plans[::-1]):  # A B, B A, ...: order effects cancel
+            for p in plans if repeat % 2 == 0 else plans[::-1]:  # A B, B A, ...: order effects cancel
                 if not p.error:
                     _model_repeat(config, p, repeat, load_fn, rss, outcome.runs, tick)
                     if len(plans) > 1:
@@ -210,9 +234,16 @@ def _close(p: ModelPlan) -> None:
 
 def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
     engine = load_fn(
-        str(p.path), n_ctx=p.n_ctx, n_threads=config.n_threads, n_batch=config.n_batch, n_ubatch=config.n_ubatch,
-        n_gpu_layers=config.n_gpu_layers, flash_attn=config.flash_attn, seed=config.seed,
-        cache_type_k=config.cache_type_k, cache_type_v=config.cache_type_v,
+        str(p.path),
+        n_ctx=p.n_ctx,
+        n_threads=config.n_threads,
+        n_batch=config.n_batch,
+        n_ubatch=config.n_ubatch,
+        n_gpu_layers=config.n_gpu_layers,
+        flash_attn=config.flash_attn,
+        seed=config.seed,
+        cache_type_k=config.cache_type_k,
+        cache_type_v=config.cache_type_v,
     )
     p.warmed = False
     if not p.engine_info:
@@ -222,8 +253,22 @@ def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
 
 
 def _info_dict(info: Any) -> dict[str, Any]:
-    keys = ("backend", "n_gpu_layers", "n_threads", "n_batch", "n_ubatch", "n_ctx", "flash_attn", "flash_attn_used",
-            "cache_type_k", "cache_type_v", "cpu_buffers", "cpu_buffers_reason", "llama_cpp_version", "seed")
+    keys = (
+        "backend",
+        "n_gpu_layers",
+        "n_threads",
+        "n_batch",
+        "n_ubatch",
+        "n_ctx",
+        "flash_attn",
+        "flash_attn_used",
+        "cache_type_k",
+        "cache_type_v",
+        "cpu_buffers",
+        "cpu_buffers_reason",
+        "llama_cpp_version",
+        "seed",
+    )
     return {k: getattr(info, k, None) for k in keys}
 
 
@@ -249,43 +294,84 @@ def _model_repeat(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: 
     for w in p.suite.workloads:
         if RESIDENT in config.scenarios:
             tick(f"{p.label} {w.name} resident #{repeat + 1}")
-            _guard(runs, ctx, RESIDENT, w, lambda: sc.resident_run(ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:resident:{repeat}"), w.output_tokens, seed))
+            _guard(
+                runs,
+                ctx,
+                RESIDENT,
+                w,
+                lambda: sc.resident_run(
+                    ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:resident:{repeat}"), w.output_tokens, seed
+                ),
+            )
         if PREFIX_HIT in config.scenarios:
             tick(f"{p.label} {w.name} prefix hit #{repeat + 1}")
             _guard(runs, ctx, PREFIX_HIT, w, lambda: _prefix(ctx, w, prompts, repeat, seed))
         if SPECULATIVE in config.scenarios:
             tick(f"{p.label} {w.name} speculative #{repeat + 1}")
-            _guard(runs, ctx, SPECULATIVE, w, lambda: speculative_run(
-                ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:speculative:{repeat}"), w.output_tokens, seed))
+            _guard(
+                runs,
+                ctx,
+                SPECULATIVE,
+                w,
+                lambda: speculative_run(
+                    ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:speculative:{repeat}"), w.output_tokens, seed
+                ),
+            )
     if NO_KV_CACHE in config.scenarios:
         w = min(p.suite.workloads, key=lambda x: x.prompt_tokens)
         n = min(w.output_tokens, p.suite.ablation_tokens)
         tick(f"{p.label} {w.name} no KV cache #{repeat + 1}")
-        _guard(runs, ctx, NO_KV_CACHE, w, lambda: sc.no_kv_cache_run(ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:ablation:{repeat}"), n, seed))
+        _guard(
+            runs,
+            ctx,
+            NO_KV_CACHE,
+            w,
+            lambda: sc.no_kv_cache_run(
+                ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:ablation:{repeat}"), n, seed
+            ),
+        )
     if COLD_START in config.scenarios:
         w = min(p.suite.workloads, key=lambda x: x.prompt_tokens)
         tick(f"{p.label} cold start #{repeat + 1}")
         _guard(runs, ctx, COLD_START, w, lambda: _cold_start(config, p, w, prompts, ctx, load_fn, seed))
 
 
-def _cold_start(config: BenchConfig, p: ModelPlan, w: Workload, prompts: PromptBuilder, ctx: sc.RequestContext,
-                load_fn, seed: int) -> RunRecord:
+def _cold_start(
+    config: BenchConfig, p: ModelPlan, w: Workload, prompts: PromptBuilder, ctx: sc.RequestContext, load_fn, seed: int
+) -> RunRecord:
     """Close the engine, then the cold start (its prompt built once, with the engine still loaded)."""
     if p.cold_prompt is None:
         p.cold_prompt, p.cold_prompt_note = prompt_for(p.engine, prompts.ids(w.prompt_tokens, f"{w.name}:cold-start"))
         p.disk_read_gbs, p.disk_note = disk_read_for(p.path, p.engine_info.get("backend"))  # for the prediction
     _close(p)
-    rec, p.engine = sc.cold_start_run(ctx, w.name, p.path, lambda: _load(config, p, load_fn), p.cold_prompt,
-                                      w.prompt_tokens, seed, notes=(p.cold_prompt_note,))
+    rec, p.engine = sc.cold_start_run(
+        ctx,
+        w.name,
+        p.path,
+        lambda: _load(config, p, load_fn),
+        p.cold_prompt,
+        w.prompt_tokens,
+        seed,
+        notes=(p.cold_prompt_note,),
+    )
     return rec
 
 
 def _guard(runs: list, ctx: sc.RequestContext, scenario: str, w: Workload, fn) -> None:
     """Run one scenario and keep its record; an unexpected error (prompt building, ...) is a
     failed run, and Ctrl-C leaves an "interrupted" run behind before it ends the bench."""
+
     def lost(status: str, reason: str) -> RunRecord:
-        return RunRecord(ctx.model, scenario, w.name, ctx.repeat, status, reason=reason,
-                         prompt_tokens=w.prompt_tokens, output_tokens_requested=w.output_tokens)
+        return RunRecord(
+            ctx.model,
+            scenario,
+            w.name,
+            ctx.repeat,
+            status,
+            reason=reason,
+            prompt_tokens=w.prompt_tokens,
+            output_tokens_requested=w.output_tokens,
+        )
 
     try:
         runs.append(fn())
@@ -298,8 +384,16 @@ def _guard(runs: list, ctx: sc.RequestContext, scenario: str, w: Workload, fn) -
 
 def _prefix(ctx: sc.RequestContext, w: Workload, prompts: PromptBuilder, repeat: int, seed: int) -> RunRecord:
     if w.prompt_tokens < 2:
-        return RunRecord(ctx.model, PREFIX_HIT, w.name, repeat, "skipped", reason="a prefix hit needs a prompt of 2 tokens or more",
-                         prompt_tokens=w.prompt_tokens, output_tokens_requested=w.output_tokens)
+        return RunRecord(
+            ctx.model,
+            PREFIX_HIT,
+            w.name,
+            repeat,
+            "skipped",
+            reason="a prefix hit needs a prompt of 2 tokens or more",
+            prompt_tokens=w.prompt_tokens,
+            output_tokens_requested=w.output_tokens,
+        )
     s = sc.suffix_tokens(w.prompt_tokens)
     prefix = prompts.ids(w.prompt_tokens - s, f"{w.name}:prefix:{repeat}")
     a = prompts.ids(s, f"{w.name}:suffix-a:{repeat}", add_bos=False)
@@ -342,6 +436,18 @@ def _loads(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: PeakRss
             return False
         call_s = time.perf_counter() - t0
         notes = (ev.note,) if scenario == COLD_LOAD and ev.note else ()
-        runs.append(RunRecord(p.label, scenario, "", repeat, "ok", load_s=float(p.engine.info.load_s), load_call_s=call_s,
-                              resident_before_load=before, peak_rss_bytes=rss.read_bytes(), notes=notes))
+        runs.append(
+            RunRecord(
+                p.label,
+                scenario,
+                "",
+                repeat,
+                "ok",
+                load_s=float(p.engine.info.load_s),
+                load_call_s=call_s,
+                resident_before_load=before,
+                peak_rss_bytes=rss.read_bytes(),
+                notes=notes,
+            )
+        )
     return True

@@ -7,8 +7,16 @@ from typing import Any, Literal
 
 from ondevice.core.results import Timings
 
-__all__ = ["RunRecord", "RunStatus", "SCENARIOS", "DEFAULT_SCENARIOS", "LOAD_SCENARIOS", "REQUEST_SCENARIOS", "SPECULATIVE",
-           "COLD_START"]
+__all__ = [
+    "RunRecord",
+    "RunStatus",
+    "SCENARIOS",
+    "DEFAULT_SCENARIOS",
+    "LOAD_SCENARIOS",
+    "REQUEST_SCENARIOS",
+    "SPECULATIVE",
+    "COLD_START",
+]
 
 RunStatus = Literal["ok", "failed", "timeout", "interrupted", "skipped"]
 
@@ -49,14 +57,22 @@ class RunRecord:
     load_call_s: float | None = None  # load scenarios, cold_start: the whole load call (ondevice.load: header,
     # checks, predictor and llama.cpp's load_s), wall-clock in the bench, seconds
     baseline_ttft_s: float | None = None  # prefix_hit: TTFT of the same-length prompt with nothing cached, seconds
-    resident_before_load: float | None = None  # cold_load, cold_start: share of the file in the page cache at load, 0..1
-    cold_start_s: float | None = None  # cold_start: load call -> first token, seconds (load_s + the request's TTFT + gaps)
+    resident_before_load: float | None = (
+        None  # cold_load, cold_start: share of the file in the page cache at load, 0..1
+    )
+    cold_start_s: float | None = (
+        None  # cold_start: load call -> first token, seconds (load_s + the request's TTFT + gaps)
+    )
     peak_rss_bytes: int | None = None  # peak resident set size of the process during the run, bytes
     seed: int | None = None  # sampling seed of the request
     notes: tuple[str, ...] = field(default=())  # anything odd seen during the run
-    serve: dict[str, Any] | None = None  # server runs (bench --url): what the client saw beyond Timings (ondevice.bench.serve.measure)
+    serve: dict[str, Any] | None = (
+        None  # server runs (bench --url): what the client saw beyond Timings (ondevice.bench.serve.measure)
+    )
     attribution: dict[str, float] | None = None  # where the request's E2E went (results.Attribution.to_dict), seconds
-    speculative: dict[str, Any] | None = None  # speculative runs: SpecStats.to_dict() + the paired plain run's decode_tok_s
+    speculative: dict[str, Any] | None = (
+        None  # speculative runs: SpecStats.to_dict() + the paired plain run's decode_tok_s
+    )
 
     @property
     def ok(self) -> bool:
@@ -92,8 +108,11 @@ class RunRecord:
             "load_s": self.load_s,
             "load_call_s": self.load_call_s,
             "resident_before_load": self.resident_before_load,
-            **({"cold_start_s": self.cold_start_s, "cold_start_rest_s": self.cold_start_rest_s}
-               if self.cold_start_s is not None else {}),
+            **(
+                {"cold_start_s": self.cold_start_s, "cold_start_rest_s": self.cold_start_rest_s}
+                if self.cold_start_s is not None
+                else {}
+            ),
             "tokenize_s": t.tokenize_s if t else None,
             "prefill_s": t.prefill_s if t else None,
             "ttft_s": t.ttft_s if t else None,
@@ -115,7 +134,7 @@ class RunRecord:
         }
 
     @classmethod
-    def from_dict(cls, model: str, d: dict[str, Any]) -> "RunRecord":
+    def from_dict(cls, model: str, d: dict[str, Any]) -> RunRecord:
         """Inverse of to_dict (for compare and SLO checks on a saved file)."""
         timings = None
         if d.get("ttft_s") is not None and d.get("e2e_s") is not None:

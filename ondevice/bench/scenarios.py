@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ondevice.bench.oscache import PeakRss
 from ondevice.bench.runs import COLD_START, NO_KV_CACHE, PREFIX_HIT, RESIDENT, RunRecord
 from ondevice.core.metrics import timings_from_marks
 from ondevice.core.results import Generation
 
-__all__ = ["RequestContext", "resident_run", "prefix_hit_run", "no_kv_cache_run", "cold_start_run", "request", "record",
-           "suffix_tokens"]
+__all__ = [
+    "RequestContext",
+    "resident_run",
+    "prefix_hit_run",
+    "no_kv_cache_run",
+    "cold_start_run",
+    "request",
+    "record",
+    "suffix_tokens",
+]
 
 
 @dataclass(frozen=True)
@@ -42,8 +51,9 @@ class _Outcome:
         self.reason = ""
 
 
-def request(ctx: RequestContext, ids: str | Sequence[int], max_tokens: int, seed: int, *, reuse_prefix: bool,
-            **stream_kw: Any) -> _Outcome:
+def request(
+    ctx: RequestContext, ids: str | Sequence[int], max_tokens: int, seed: int, *, reuse_prefix: bool, **stream_kw: Any
+) -> _Outcome:
     """Run one stream to its end; never raises except KeyboardInterrupt (after closing it).
     ids: token ids, or text (tokenized by the engine, inside the request's timing);
     stream_kw: more stream() arguments (speculative=...)."""
@@ -53,8 +63,14 @@ def request(ctx: RequestContext, ids: str | Sequence[int], max_tokens: int, seed
     stream = None
     try:
         stream = ctx.engine.stream(
-            ids if isinstance(ids, str) else list(ids), max_tokens=max_tokens, seed=seed, ignore_eos=True, cancel=cancel,
-            reuse_prefix=reuse_prefix, **dict(ctx.sampling), **stream_kw,
+            ids if isinstance(ids, str) else list(ids),
+            max_tokens=max_tokens,
+            seed=seed,
+            ignore_eos=True,
+            cancel=cancel,
+            reuse_prefix=reuse_prefix,
+            **dict(ctx.sampling),
+            **stream_kw,
         )
         if timer:
             timer.daemon = True
@@ -76,13 +92,21 @@ def request(ctx: RequestContext, ids: str | Sequence[int], max_tokens: int, seed
     if g is None:
         out.status, out.reason = "failed", "the stream ended without a result"
     elif cancel.is_set():
-        out.status, out.reason = "timeout", f"timeout after {ctx.timeout_s:g} s ({len(g.token_ids)} of {max_tokens} tokens)"
+        out.status, out.reason = (
+            "timeout",
+            f"timeout after {ctx.timeout_s:g} s ({len(g.token_ids)} of {max_tokens} tokens)",
+        )
     elif len(g.token_ids) < max_tokens:
-        out.status, out.reason = "failed", f"stopped after {len(g.token_ids)} of {max_tokens} tokens ({g.finish_reason})"
+        out.status, out.reason = (
+            "failed",
+            f"stopped after {len(g.token_ids)} of {max_tokens} tokens ({g.finish_reason})",
+        )
     return out
 
 
-def record(ctx: RequestContext, scenario: str, workload: str, n_out: int, seed: int, out: _Outcome, **extra) -> RunRecord:
+def record(
+    ctx: RequestContext, scenario: str, workload: str, n_out: int, seed: int, out: _Outcome, **extra
+) -> RunRecord:
     """The RunRecord of one request's outcome (extra: more RunRecord fields)."""
     g = out.generation
     return RunRecord(
@@ -120,8 +144,13 @@ def suffix_tokens(prompt_tokens: int) -> int:
 
 
 def prefix_hit_run(
-    ctx: RequestContext, workload: str, prefix: Sequence[int], suffix_a: Sequence[int], suffix_b: Sequence[int],
-    n_out: int, seed: int,
+    ctx: RequestContext,
+    workload: str,
+    prefix: Sequence[int],
+    suffix_a: Sequence[int],
+    suffix_b: Sequence[int],
+    n_out: int,
+    seed: int,
 ) -> RunRecord:
     """Prime the cache with prefix+suffix_a (one token, nothing cached: the baseline TTFT),
     then measure prefix+suffix_b with prefix reuse on."""
@@ -134,7 +163,9 @@ def prefix_hit_run(
     out = request(ctx, list(prefix) + list(suffix_b), n_out, seed, reuse_prefix=True)
     rec = record(ctx, PREFIX_HIT, workload, n_out, seed, out, prompt_tokens=p, baseline_ttft_s=baseline)
     if out.status == "ok" and rec.cached_prompt_tokens < len(prefix):
-        rec = replace(rec, notes=rec.notes + (f"only {rec.cached_prompt_tokens} of {len(prefix)} prefix tokens were cached",))
+        rec = replace(
+            rec, notes=rec.notes + (f"only {rec.cached_prompt_tokens} of {len(prefix)} prefix tokens were cached",)
+        )
     return rec
 
 
@@ -167,15 +198,33 @@ def no_kv_cache_run(ctx: RequestContext, workload: str, ids: Sequence[int], n_ou
         context.append(g.token_ids[0])
     timings = timings_from_marks(start_ns, start_ns, start_ns, start_ns + round(prefill_s * 1e9), marks, len(ids))
     return RunRecord(
-        model=ctx.model, scenario=NO_KV_CACHE, workload=workload, repeat=ctx.repeat, status=status, reason=reason,
-        prompt_tokens=len(ids), output_tokens_requested=n_out, finish_reason="length" if status == "ok" else None,
-        timings=timings, peak_rss_bytes=ctx.rss.read_bytes(), seed=seed,
+        model=ctx.model,
+        scenario=NO_KV_CACHE,
+        workload=workload,
+        repeat=ctx.repeat,
+        status=status,
+        reason=reason,
+        prompt_tokens=len(ids),
+        output_tokens_requested=n_out,
+        finish_reason="length" if status == "ok" else None,
+        timings=timings,
+        peak_rss_bytes=ctx.rss.read_bytes(),
+        seed=seed,
     )
 
 
-def cold_start_run(ctx: RequestContext, workload: str, path: Any, load: Callable[[], Any], prompt: str | Sequence[int],
-                   n_prompt: int, seed: int, *, notes: Sequence[str] = (),
-                   clock: Callable[[], int] = time.perf_counter_ns) -> tuple[RunRecord, Any]:
+def cold_start_run(
+    ctx: RequestContext,
+    workload: str,
+    path: Any,
+    load: Callable[[], Any],
+    prompt: str | Sequence[int],
+    n_prompt: int,
+    seed: int,
+    *,
+    notes: Sequence[str] = (),
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> tuple[RunRecord, Any]:
     """The cold start (ondevice.bench.coldstart): drop `path` from the page cache, call load(),
     then one request for one token; (record, the loaded engine or None). ctx.engine is unused
     (the engine is the one loaded here); n_prompt: the prompt's length in tokens. A page cache
@@ -183,8 +232,18 @@ def cold_start_run(ctx: RequestContext, workload: str, path: Any, load: Callable
     from ondevice.core.pagecache import evict_page_cache
 
     def lost(status: str, reason: str, **extra: Any) -> RunRecord:
-        return RunRecord(ctx.model, COLD_START, workload, ctx.repeat, status, reason=reason, prompt_tokens=n_prompt,
-                         output_tokens_requested=1, seed=seed, **extra)
+        return RunRecord(
+            ctx.model,
+            COLD_START,
+            workload,
+            ctx.repeat,
+            status,
+            reason=reason,
+            prompt_tokens=n_prompt,
+            output_tokens_requested=1,
+            seed=seed,
+            **extra,
+        )
 
     ev = evict_page_cache(path)
     if not ev.evicted:
@@ -202,9 +261,18 @@ def cold_start_run(ctx: RequestContext, workload: str, path: Any, load: Callable
     g = out.generation
     first = g is not None and g.timings.output_tokens > 0
     cold_s = (handed_ns - t0) * 1e-9 + g.timings.ttft_s if first else None
-    rec = record(ctx, COLD_START, workload, 1, seed, out, prompt_tokens=n_prompt, load_s=float(engine.info.load_s),
-                  load_call_s=(handed_ns - t0) * 1e-9,
-                  resident_before_load=ev.resident_after, cold_start_s=cold_s,
-                  notes=tuple(n for n in (ev.note, *notes) if n))
+    rec = record(
+        ctx,
+        COLD_START,
+        workload,
+        1,
+        seed,
+        out,
+        prompt_tokens=n_prompt,
+        load_s=float(engine.info.load_s),
+        load_call_s=(handed_ns - t0) * 1e-9,
+        resident_before_load=ev.resident_after,
+        cold_start_s=cold_s,
+        notes=tuple(n for n in (ev.note, *notes) if n),
+    )
     return rec, engine
-

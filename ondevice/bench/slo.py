@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ondevice.bench.runs import COLD_START, LOAD, LOAD_SCENARIOS, RunRecord
 from ondevice.core.errors import BenchError
@@ -149,8 +150,11 @@ def evaluate(runs: Sequence[RunRecord], bounds: Sequence[Bound]) -> SloResult | 
 
 def _time_s(runs: Sequence[RunRecord]) -> float | None:
     """Server runs: first send -> last end; local runs (one at a time): the sum of their E2E."""
-    spans = [(r.serve["sent_s"], r.serve["done_s"]) for r in runs
-             if r.serve and r.serve.get("sent_s") is not None and r.serve.get("done_s") is not None]
+    spans = [
+        (r.serve["sent_s"], r.serve["done_s"])
+        for r in runs
+        if r.serve and r.serve.get("sent_s") is not None and r.serve.get("done_s") is not None
+    ]
     if spans:
         return max(d for _, d in spans) - min(s for s, _ in spans)
     busy = [r.timings.e2e_s for r in runs if r.timings is not None]

@@ -11,9 +11,10 @@ arrive together: ITL p50 near 0 is that burst, not an error).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from statistics import median
-from typing import Any, Sequence
+from typing import Any
 
 from ondevice.bench.runs import SPECULATIVE, RunRecord
 from ondevice.core.fmt import number, table
@@ -21,8 +22,20 @@ from ondevice.core.metrics import percentile
 
 __all__ = ["speculative_run", "spec_summary", "spec_rows", "SPEC_HEADERS", "spec_table"]
 
-SPEC_HEADERS = ("model", "workload", "pairs", "accept", "acc/step", "drafts/step", "k cap", "plain tok/s",
-                "spec tok/s", "speedup p50", "predicted", "ITL p50/p95 ms")
+SPEC_HEADERS = (
+    "model",
+    "workload",
+    "pairs",
+    "accept",
+    "acc/step",
+    "drafts/step",
+    "k cap",
+    "plain tok/s",
+    "spec tok/s",
+    "speedup p50",
+    "predicted",
+    "ITL p50/p95 ms",
+)
 
 
 def speculative_run(ctx: Any, workload: str, ids: Sequence[int], n_out: int, seed: int) -> RunRecord:
@@ -91,13 +104,22 @@ def spec_rows(results: Sequence[Any]) -> list[list[str]]:
         if r.scenario != SPECULATIVE or not s:
             continue
         ms = lambda v: number(v * 1000 if v is not None else None, ".1f")  # noqa: E731
-        rows.append([
-            r.model, r.workload, str(s["pairs"]),
-            f"{100 * s['acceptance']:.0f}%" if s["acceptance"] is not None else "-",
-            number(s["mean_accepted_per_step"], ".2f"), number(s["drafts_per_step"], ".2f"), str(s["k_cap"]),
-            number(s["plain_decode_tok_s"], ".1f"), number(s["spec_decode_tok_s"], ".1f"),
-            _x(s["speedup_p50"]), _x(s["predicted_speedup_p50"]), f"{ms(s['itl_p50_s'])}/{ms(s['itl_p95_s'])}",
-        ])
+        rows.append(
+            [
+                r.model,
+                r.workload,
+                str(s["pairs"]),
+                f"{100 * s['acceptance']:.0f}%" if s["acceptance"] is not None else "-",
+                number(s["mean_accepted_per_step"], ".2f"),
+                number(s["drafts_per_step"], ".2f"),
+                str(s["k_cap"]),
+                number(s["plain_decode_tok_s"], ".1f"),
+                number(s["spec_decode_tok_s"], ".1f"),
+                _x(s["speedup_p50"]),
+                _x(s["predicted_speedup_p50"]),
+                f"{ms(s['itl_p50_s'])}/{ms(s['itl_p95_s'])}",
+            ]
+        )
     return rows
 
 
@@ -107,5 +129,8 @@ def spec_table(results: Sequence[Any], width: int | None = None) -> list[str]:
     if not rows:
         return []
     align = "".join("l" if h in ("model", "workload") else "r" for h in SPEC_HEADERS)
-    return ["", "speculative decoding (prompt lookup) against plain decoding of the same prompts, interleaved",
-            table(list(SPEC_HEADERS), rows, align, width=width, full="--json/--csv/--md")]
+    return [
+        "",
+        "speculative decoding (prompt lookup) against plain decoding of the same prompts, interleaved",
+        table(list(SPEC_HEADERS), rows, align, width=width, full="--json/--csv/--md"),
+    ]

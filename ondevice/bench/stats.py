@@ -12,13 +12,24 @@ standard deviation (n - 1).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ondevice.bench.coldstart import ColdStartPrediction, predict_cold_start
-from ondevice.bench.runs import (COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT, RESIDENT, SCENARIOS, SPECULATIVE,
-                                 WARM_LOAD, RunRecord)
+from ondevice.bench.runs import (
+    COLD_START,
+    LOAD,
+    LOAD_SCENARIOS,
+    NO_KV_CACHE,
+    PREFIX_HIT,
+    RESIDENT,
+    SCENARIOS,
+    SPECULATIVE,
+    WARM_LOAD,
+    RunRecord,
+)
 from ondevice.bench.speculative import spec_summary
 from ondevice.core.metrics import Summary, summarize
 
@@ -59,7 +70,9 @@ class ScenarioResult:
     failures: tuple[dict[str, Any], ...]  # {repeat, status, reason} of every run that is not ok
     notes: tuple[str, ...]  # distinct notes of the runs
     runs: tuple[RunRecord, ...] = field(default=(), repr=False)  # every run, in order
-    speculative: dict[str, Any] | None = None  # speculative scenario: acceptance, per-step counts, speedups (bench.speculative)
+    speculative: dict[str, Any] | None = (
+        None  # speculative scenario: acceptance, per-step counts, speedups (bench.speculative)
+    )
     cold_start: ColdStartPrediction | None = None  # cold_start: the predicted cold start and its parts
 
     def summary(self, metric: str) -> Summary:
@@ -144,7 +157,9 @@ def _roofline(predictor: Any, scenario: str, p: int, n: int) -> tuple[float | No
     return (1.0 / ceiling_s if ceiling_s > 0 else None), (1.0 / calibrated_s if calibrated_s > 0 else None)
 
 
-def _request_prediction(predictor: Any, scenario: str, p: int, n: int, cached: float | None) -> tuple[float | None, float | None]:
+def _request_prediction(
+    predictor: Any, scenario: str, p: int, n: int, cached: float | None
+) -> tuple[float | None, float | None]:
     """(predicted TTFT, predicted E2E) of the cell's request; None where the predictor has no prefill model."""
     decode_fn = getattr(predictor, "decode_s", None)
     ttft = _predicted_ttft(predictor, p, int(cached or 0)) if scenario in (RESIDENT, PREFIX_HIT) else None
@@ -156,8 +171,14 @@ def _request_prediction(predictor: Any, scenario: str, p: int, n: int, cached: f
         return ttft, None
 
 
-def build_result(runs: Sequence[RunRecord], *, spec: Any = None, predictor: Any = None,
-                 prompt_tokens: int = 0, output_tokens: int = 0) -> ScenarioResult:
+def build_result(
+    runs: Sequence[RunRecord],
+    *,
+    spec: Any = None,
+    predictor: Any = None,
+    prompt_tokens: int = 0,
+    output_tokens: int = 0,
+) -> ScenarioResult:
     """Summarise the runs of one cell (all of the same model, scenario and workload)."""
     first = runs[0]
     ok = [r for r in runs if r.ok]
@@ -228,11 +249,24 @@ def scenario_results(outcome: Any) -> list[ScenarioResult]:
         n_tok = w.output_tokens if w else 0
         if scenario in (NO_KV_CACHE, COLD_START) and runs:
             n_tok = runs[0].output_tokens_requested
-        results.append(build_result(runs, spec=plan.spec if plan else None, predictor=plan.predictor if plan else None,
-                                    prompt_tokens=p_tok, output_tokens=n_tok))
+        results.append(
+            build_result(
+                runs,
+                spec=plan.spec if plan else None,
+                predictor=plan.predictor if plan else None,
+                prompt_tokens=p_tok,
+                output_tokens=n_tok,
+            )
+        )
     wl_order = {w.name: i for p in outcome.models for i, w in enumerate(p.suite.workloads)}
-    results.sort(key=lambda r: (model_order.get(r.model, 0), r.scenario not in LOAD_SCENARIOS + (LOAD,),
-                                wl_order.get(r.workload, -1), _ORDER.get(r.scenario, 99)))
+    results.sort(
+        key=lambda r: (
+            model_order.get(r.model, 0),
+            r.scenario not in LOAD_SCENARIOS + (LOAD,),
+            wl_order.get(r.workload, -1),
+            _ORDER.get(r.scenario, 99),
+        )
+    )
     return _with_cold_start(_with_speedups(results), plans)
 
 
@@ -241,17 +275,25 @@ def _with_cold_start(results: list[ScenarioResult], plans: dict[str, Any]) -> li
     model file, the same bench's warm load call p50 as the load overhead, the predictor's TTFT."""
     from dataclasses import replace
 
-    warm = {r.model: (r.summaries.get("load_call_s") or r.summary("load_s")).p50 for r in results
-            if r.scenario == WARM_LOAD and r.ok_runs}
+    warm = {
+        r.model: (r.summaries.get("load_call_s") or r.summary("load_s")).p50
+        for r in results
+        if r.scenario == WARM_LOAD and r.ok_runs
+    }
     out = []
     for r in results:
         if r.scenario == COLD_START:
             p = plans.get(r.model)
-            r = replace(r, cold_start=predict_cold_start(
-                file_bytes=getattr(getattr(p, "spec", None), "file_bytes", None),
-                disk_read_gbs=getattr(p, "disk_read_gbs", None), load_overhead_s=warm.get(r.model),
-                ttft_s=_predicted_ttft(getattr(p, "predictor", None), r.prompt_tokens),
-                notes=[n for n in (getattr(p, "disk_note", ""),) if n]))
+            r = replace(
+                r,
+                cold_start=predict_cold_start(
+                    file_bytes=getattr(getattr(p, "spec", None), "file_bytes", None),
+                    disk_read_gbs=getattr(p, "disk_read_gbs", None),
+                    load_overhead_s=warm.get(r.model),
+                    ttft_s=_predicted_ttft(getattr(p, "predictor", None), r.prompt_tokens),
+                    notes=[n for n in (getattr(p, "disk_note", ""),) if n],
+                ),
+            )
         out.append(r)
     return out
 

@@ -8,10 +8,9 @@ P ids, so every run's prompt is new unless a scenario asks for a shared prefix.
 from __future__ import annotations
 
 import math
-
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from ondevice.core.errors import BenchError
 
@@ -117,11 +116,15 @@ def fit_suite(suite: Suite, n_ctx: int, *, cap: bool) -> Suite:
                 f"exceeds the context of {n_ctx} tokens"
             )
         n_out = w.output_tokens if w.output_tokens < n_ctx else n_ctx // 2
-        out.append(replace(
-            w, prompt_tokens=min(w.prompt_tokens, n_ctx - n_out), output_tokens=n_out,
-            capped_from=w.capped_from or w.prompt_tokens,
-            output_capped_from=(w.output_capped_from or w.output_tokens) if n_out != w.output_tokens else None,
-        ))
+        out.append(
+            replace(
+                w,
+                prompt_tokens=min(w.prompt_tokens, n_ctx - n_out),
+                output_tokens=n_out,
+                capped_from=w.capped_from or w.prompt_tokens,
+                output_capped_from=(w.output_capped_from or w.output_tokens) if n_out != w.output_tokens else None,
+            )
+        )
     return replace(suite, workloads=tuple(out))
 
 

@@ -21,8 +21,8 @@ import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
 from ondevice.cli.output import terminal_width
-from ondevice.engine.sampling import DEFAULTS
 from ondevice.core.errors import BenchError
+from ondevice.engine.sampling import DEFAULTS
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -42,28 +42,45 @@ def register(sub) -> None:
     p.add_argument("-n", "--output-tokens", help="output lengths in tokens, comma-separated (custom suite)")
     p.add_argument("-r", "--repeat", type=int, help="measured runs per workload and scenario")
     p.add_argument("--warmup", type=int, help="untimed requests after each load (default 1)")
-    p.add_argument("--scenarios", help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache,"
-                   "speculative,cold_start (speculative: prompt lookup paired with plain decoding of the same prompt; "
-                   "cold_start: page cache dropped -> load -> first token, with its parts and a prediction; each has "
-                   "its own table; default: cold_load,warm_load,resident,prefix_hit,cold_start)")
-    p.add_argument("--no-kv-cache", action="store_true", help="add the ablation: recompute the whole context for every token (short run)")
+    p.add_argument(
+        "--scenarios",
+        help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache,"
+        "speculative,cold_start (speculative: prompt lookup paired with plain decoding of the same prompt; "
+        "cold_start: page cache dropped -> load -> first token, with its parts and a prediction; each has "
+        "its own table; default: cold_load,warm_load,resident,prefix_hit,cold_start)",
+    )
+    p.add_argument(
+        "--no-kv-cache",
+        action="store_true",
+        help="add the ablation: recompute the whole context for every token (short run)",
+    )
     p.add_argument("--n-ctx", type=int, help="context size (default: the smallest that fits the suite)")
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")
     p.add_argument("--n-gpu-layers", default="auto", help="layers to offload: a number or auto (default)")
     add_engine_args(p)
-    p.add_argument("--temperature", type=float, default=DEFAULTS.temperature,
-                   help=f"sampling temperature (default {DEFAULTS.temperature:g}; 0 = greedy)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=DEFAULTS.temperature,
+        help=f"sampling temperature (default {DEFAULTS.temperature:g}; 0 = greedy)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt texts and the sampler (default 0)")
     p.add_argument("--timeout", type=float, help="seconds per request before it is cancelled and kept as a time-out")
-    p.add_argument("--batch", metavar="B,B,...", help="sweep batch sizes: B sequences decoded per llama_decode, e.g. "
-                   "1,2,4,8 (one workload: -p/-n, or the short one; aggregate and per-sequence tok/s against the roofline)")
+    p.add_argument(
+        "--batch",
+        metavar="B,B,...",
+        help="sweep batch sizes: B sequences decoded per llama_decode, e.g. "
+        "1,2,4,8 (one workload: -p/-n, or the short one; aggregate and per-sequence tok/s against the roofline)",
+    )
     p.add_argument("--slo", help="bounds such as ttft_p95=1.0,tpot_p95=0.04: goodput and pass/fail per scenario")
     p.add_argument("--json", metavar="FILE", help="write the full results (record, summaries, per-run ITL traces)")
     p.add_argument("--csv", metavar="FILE", help="write one CSV row per scenario")
     p.add_argument("--md", metavar="FILE", help="write a Markdown report")
     p.add_argument("--force", action="store_true", help="replace existing --json/--csv/--md files (refused without it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--threshold", type=float, default=0.05, help="compare: smallest change called a change (default 0.05 = 5%%)")
+    p.add_argument(
+        "--threshold", type=float, default=0.05, help="compare: smallest change called a change (default 0.05 = 5%%)"
+    )
     from ondevice.cli.bench_serve import add_serve_args
 
     add_serve_args(p)
@@ -162,9 +179,14 @@ def _write_outputs(args, doc, record, results, slo, load=None) -> None:
     """Write --json/--csv/--md (see write_files)."""
     from ondevice.bench import report
 
-    write_files(doc, (("--json", args.json, lambda p: report.write_json(p, doc)),
-                      ("--csv", args.csv, lambda p: report.write_csv(p, doc)),
-                      ("--md", args.md, lambda p: report.write_markdown(p, record, results, slo, load))))
+    write_files(
+        doc,
+        (
+            ("--json", args.json, lambda p: report.write_json(p, doc)),
+            ("--csv", args.csv, lambda p: report.write_csv(p, doc)),
+            ("--md", args.md, lambda p: report.write_markdown(p, record, results, slo, load)),
+        ),
+    )
 
 
 def write_files(doc, writers) -> None:
@@ -186,8 +208,10 @@ def write_files(doc, writers) -> None:
     try:
         kept = report.keep_unsaved(doc)
     except OSError as exc:
-        raise BenchError(f"could not write {failed[0]}{more}, nor keep the results in the cache dir "
-                         f"({exc.strerror or exc}); the table above is all that is left") from None
+        raise BenchError(
+            f"could not write {failed[0]}{more}, nor keep the results in the cache dir "
+            f"({exc.strerror or exc}); the table above is all that is left"
+        ) from None
     raise BenchError(f"could not write {failed[0]}{more}; the results are kept in {kept}")
 
 
@@ -206,8 +230,11 @@ def _config(args: argparse.Namespace):
     else:
         suite = suites.get_suite(args.suite or "standard")
     suite = suites.with_counts(suite, repeats=args.repeat, warmup=args.warmup)
-    scenarios = (tuple(s.strip().replace("-", "_") for s in args.scenarios.split(",") if s.strip()) if args.scenarios
-                 else DEFAULT_SCENARIOS)
+    scenarios = (
+        tuple(s.strip().replace("-", "_") for s in args.scenarios.split(",") if s.strip())
+        if args.scenarios
+        else DEFAULT_SCENARIOS
+    )
     if args.no_kv_cache and NO_KV_CACHE not in scenarios:
         scenarios += (NO_KV_CACHE,)
     if not scenarios:
@@ -218,7 +245,9 @@ def _config(args: argparse.Namespace):
     if args.n_ctx is not None:
         from ondevice.engine.loader import resolve_n_ctx
 
-        resolve_n_ctx(args.n_ctx)  # llama.cpp's smallest context, as in run and chat (the runner checks the trained one)
+        resolve_n_ctx(
+            args.n_ctx
+        )  # llama.cpp's smallest context, as in run and chat (the runner checks the trained one)
     if args.timeout is not None and not args.timeout > 0:
         raise BenchError(f"--timeout {args.timeout}: must be a positive number of seconds")
     if args.temperature < 0:
@@ -231,9 +260,17 @@ def _config(args: argparse.Namespace):
             raise BenchError(f"--n-gpu-layers {gpu!r}: a number or auto") from None
     models = tuple(args.models) or (None,)
     return BenchConfig(
-        models=models, suite=suite, scenarios=scenarios, cap_to_context=not custom, n_ctx=args.n_ctx,
-        n_threads=args.threads, n_gpu_layers=gpu, **engine_kwargs(args),
-        sampling=dict(DEFAULT_SAMPLING, temperature=args.temperature), seed=args.seed, timeout_s=args.timeout,
+        models=models,
+        suite=suite,
+        scenarios=scenarios,
+        cap_to_context=not custom,
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        n_gpu_layers=gpu,
+        **engine_kwargs(args),
+        sampling=dict(DEFAULT_SAMPLING, temperature=args.temperature),
+        seed=args.seed,
+        timeout_s=args.timeout,
     )
 
 
@@ -249,7 +286,9 @@ def run_compare(args: argparse.Namespace) -> int:
         a, b = (load_results(f) for f in files)
         names = files
     else:
-        raise BenchError(f"bench compare needs two result files (A.json B.json), or one holding two models; got {len(files)}")
+        raise BenchError(
+            f"bench compare needs two result files (A.json B.json), or one holding two models; got {len(files)}"
+        )
     rows = compare_docs(a, b, threshold=args.threshold)
     differs = comparability(a, b, rows, same_file=len(files) == 1)
     if args.json:
@@ -259,7 +298,19 @@ def run_compare(args: argparse.Namespace) -> int:
         from ondevice.core.paths import atomic_write
 
         with atomic_write(args.json, "w") as f:
-            json.dump(clean({"a": names[0], "b": names[1], "threshold": args.threshold, "comparable": not differs,
-                             "differences": differs, "scenarios": [r.to_dict() for r in rows]}), f, indent=1)
+            json.dump(
+                clean(
+                    {
+                        "a": names[0],
+                        "b": names[1],
+                        "threshold": args.threshold,
+                        "comparable": not differs,
+                        "differences": differs,
+                        "scenarios": [r.to_dict() for r in rows],
+                    }
+                ),
+                f,
+                indent=1,
+            )
     print(render_comparison(rows, names[0], names[1], width=terminal_width(), differs=differs))
     return EXIT_OK

@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ondevice.core.errors import BenchError
 
@@ -53,8 +54,9 @@ def _check_args(args: argparse.Namespace) -> tuple[int, ...]:
     return parse_number_list(args.batch, "--batch")
 
 
-def run_batch(args: argparse.Namespace, make_config: Callable, check_outputs: Callable, write_files: Callable,
-              progress: Callable) -> int:
+def run_batch(
+    args: argparse.Namespace, make_config: Callable, check_outputs: Callable, write_files: Callable, progress: Callable
+) -> int:
     """Plan, check, load, sweep, report; returns the exit status."""
     from ondevice.bench.batch import SweepConfig, check_levels
     from ondevice.bench.runner import load_plan, plan_bench
@@ -136,5 +138,11 @@ def _write(args, doc: dict, markdown: Callable[[], str], write_files: Callable) 
         with atomic_write(Path(path), "w") as f:
             f.write(markdown())
 
-    write_files(doc, (("--json", args.json, lambda p: report.write_json(p, doc)),
-                      ("--csv", args.csv, lambda p: br.write_sweep_csv(p, doc)), ("--md", args.md, write_md)))
+    write_files(
+        doc,
+        (
+            ("--json", args.json, lambda p: report.write_json(p, doc)),
+            ("--csv", args.csv, lambda p: br.write_sweep_csv(p, doc)),
+            ("--md", args.md, write_md),
+        ),
+    )

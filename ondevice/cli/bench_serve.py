@@ -13,7 +13,8 @@ import math
 import os
 import shutil
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ondevice.bench.suites import parse_number_list
 from ondevice.core.errors import BenchError
@@ -28,17 +29,31 @@ _LOCAL_ONLY = (("scenarios", "--scenarios"), ("no_kv_cache", "--no-kv-cache"))
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server benchmark (--url)")
     g.add_argument("--url", help="an OpenAI-compatible server's base URL, e.g. http://127.0.0.1:8000/v1: measure it")
-    g.add_argument("--model", help="the served model's name sent in requests (default: the first one GET /models lists)")
-    g.add_argument("--chat", action="store_true", help="use /chat/completions with a user message (default: /completions)")
-    g.add_argument("--api-key-env", metavar="VAR", help="the environment variable holding the API key (never written anywhere)")
-    g.add_argument("--tokenizer", metavar="MODEL", help="a GGUF or registry name whose tokenizer builds exact prompts and counts "
-                   "tokens the server does not report (else tokens are estimated)")
+    g.add_argument(
+        "--model", help="the served model's name sent in requests (default: the first one GET /models lists)"
+    )
+    g.add_argument(
+        "--chat", action="store_true", help="use /chat/completions with a user message (default: /completions)"
+    )
+    g.add_argument(
+        "--api-key-env", metavar="VAR", help="the environment variable holding the API key (never written anywhere)"
+    )
+    g.add_argument(
+        "--tokenizer",
+        metavar="MODEL",
+        help="a GGUF or registry name whose tokenizer builds exact prompts and counts "
+        "tokens the server does not report (else tokens are estimated)",
+    )
     g.add_argument("--concurrency", help="closed-loop levels, comma-separated clients in flight (default 1)")
     g.add_argument("--rate", help="open-loop levels, comma-separated Poisson arrival rates in requests/s")
     g.add_argument("--requests", type=int, help="requests per level (default 8)")
     g.add_argument("--duration", type=float, help="seconds per level after which no request is sent (default 120)")
-    g.add_argument("--local", metavar="MODEL", help="also run MODEL in-process, interleaved with the concurrency-1 level, "
-                   "in the same results (bench compare FILE: the server's overhead)")
+    g.add_argument(
+        "--local",
+        metavar="MODEL",
+        help="also run MODEL in-process, interleaved with the concurrency-1 level, "
+        "in the same results (bench compare FILE: the server's overhead)",
+    )
 
 
 def check_serve_args(args: argparse.Namespace) -> bool:
@@ -50,8 +65,10 @@ def check_serve_args(args: argparse.Namespace) -> bool:
             raise BenchError(f"{given[0]} applies to server benchmarks: add --url http://HOST:PORT/v1")
         return False
     if args.models:
-        raise BenchError("with --url, name the served model with --model (and --local MODEL to run it in-process too), "
-                         f"not as MODEL ({args.models[0]!r})")
+        raise BenchError(
+            "with --url, name the served model with --model (and --local MODEL to run it in-process too), "
+            f"not as MODEL ({args.models[0]!r})"
+        )
     for key, flag in _LOCAL_ONLY:
         if getattr(args, key, None):
             raise BenchError(f"{flag} applies to local benchmarks, not --url")
@@ -95,11 +112,22 @@ def _serve_config(args: argparse.Namespace, make_config: Callable[[argparse.Name
     timeout = args.timeout or DEFAULT_TIMEOUT_S
     bench = replace(bench, timeout_s=timeout)
     target = Target(args.url, model=args.model, chat=args.chat, api_key=key, timeout_s=timeout)
-    return ServeConfig(target, bench, conc, rates, requests=args.requests or 8, duration_s=args.duration or 120.0,
-                       tokenizer=args.tokenizer, local=bool(args.local), api_key_env=args.api_key_env)
+    return ServeConfig(
+        target,
+        bench,
+        conc,
+        rates,
+        requests=args.requests or 8,
+        duration_s=args.duration or 120.0,
+        tokenizer=args.tokenizer,
+        local=bool(args.local),
+        api_key_env=args.api_key_env,
+    )
 
 
-def run_serve(args: argparse.Namespace, make_config: Callable, write_outputs: Callable, progress: Callable) -> tuple[Any, dict]:
+def run_serve(
+    args: argparse.Namespace, make_config: Callable, write_outputs: Callable, progress: Callable
+) -> tuple[Any, dict]:
     """Run and report; returns (the BenchOutcome, the SLO results) for the exit status."""
     from ondevice.bench import report
     from ondevice.bench.serve.report import level_table, serve_record
@@ -120,7 +148,9 @@ def run_serve(args: argparse.Namespace, make_config: Callable, write_outputs: Ca
     load = level_table(serve, results, slo)
     from ondevice.bench.record import model_digests
 
-    record = serve_record(serve, argv=getattr(args, "argv", None), digests=model_digests([p for p in outcome.models if p.path]))
+    record = serve_record(
+        serve, argv=getattr(args, "argv", None), digests=model_digests([p for p in outcome.models if p.path])
+    )
     doc = report.result_document(record, results, slo, load)
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     sys.stdout.write(report.render_table(record, results, slo, width=width, load=load))

@@ -1,10 +1,10 @@
 """`ondevice chat [MODEL]`: the terminal chat with live latency stats (Textual, imported lazily).
 
-    ondevice chat                                   # the default model
-    ondevice chat MODEL --system "You are terse." --temperature 0.7
-    ondevice chat --resume                          # reopen the last conversation
-    ondevice chat --list                            # saved conversations, then exit
-    ondevice chat --export ID --out chat.md         # Markdown (or .json), then exit
+ondevice chat                                   # the default model
+ondevice chat MODEL --system "You are terse." --temperature 0.7
+ondevice chat --resume                          # reopen the last conversation
+ondevice chat --list                            # saved conversations, then exit
+ondevice chat --export ID --out chat.md         # Markdown (or .json), then exit
 """
 
 from __future__ import annotations
@@ -13,43 +13,69 @@ import argparse
 import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
-from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
 from ondevice.core.errors import InvalidParameterError
+from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
 
 __all__ = ["register", "run"]
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "chat", help="chat in the terminal, with live latency stats",
+        "chat",
+        help="chat in the terminal, with live latency stats",
         description="A terminal chat (Textual) showing TTFT, every inter-token gap and the predicted ceiling.",
     )
     p.add_argument("model", nargs="?", help="registry name or .gguf path (default: the built-in model)")
     p.add_argument("--system", default=None, help="system prompt")
-    p.add_argument("-t", "--temperature", type=float, default=DEFAULTS.temperature,
-                   help=f"0 = greedy (default {DEFAULTS.temperature:g})")
+    p.add_argument(
+        "-t",
+        "--temperature",
+        type=float,
+        default=DEFAULTS.temperature,
+        help=f"0 = greedy (default {DEFAULTS.temperature:g})",
+    )
     p.add_argument("--top-p", type=float, default=DEFAULTS.top_p, help=f"nucleus sampling (default {DEFAULTS.top_p:g})")
-    p.add_argument("-n", "--max-tokens", type=int, default=CHAT_MAX_TOKENS,
-                   help=f"tokens per answer at most (default {CHAT_MAX_TOKENS})")
-    p.add_argument("-c", "--n-ctx", type=int, default=None,
-                   help="context window in tokens, 256 up to the model's trained context; 0 = the trained context "
-                   "(default 4096, or the trained context when smaller)")
+    p.add_argument(
+        "-n",
+        "--max-tokens",
+        type=int,
+        default=CHAT_MAX_TOKENS,
+        help=f"tokens per answer at most (default {CHAT_MAX_TOKENS})",
+    )
+    p.add_argument(
+        "-c",
+        "--n-ctx",
+        type=int,
+        default=None,
+        help="context window in tokens, 256 up to the model's trained context; 0 = the trained context "
+        "(default 4096, or the trained context when smaller)",
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
-    p.add_argument("--resume", nargs="?", const="last", default=None, metavar="ID",
-                   help="reopen the last conversation, or the one with this id")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="last",
+        default=None,
+        metavar="ID",
+        help="reopen the last conversation, or the one with this id",
+    )
     p.add_argument("--no-history", action="store_true", help="do not save this chat")
     p.add_argument("--history-db", type=Path, default=None, help=argparse.SUPPRESS)  # tests, scripts
     p.add_argument("--list", action="store_true", help="list saved conversations and exit")
     p.add_argument("--export", metavar="ID", help="write a saved conversation to --out and exit")
     p.add_argument("--out", type=Path, help="export file: .md (Markdown) or .json")
-    p.add_argument("--speculative", choices=("lookup",), default=None,
-                   help="speculative decoding by prompt lookup (the answers are what plain decoding gives; "
-                   "the stats panel shows the acceptance)")
+    p.add_argument(
+        "--speculative",
+        choices=("lookup",),
+        default=None,
+        help="speculative decoding by prompt lookup (the answers are what plain decoding gives; "
+        "the stats panel shows the acceptance)",
+    )
     add_engine_args(p)
     p.set_defaults(func=run)
 
@@ -74,7 +100,9 @@ def run(args) -> int:
 
         resolve_n_ctx(args.n_ctx, inspect(path).n_ctx_train)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise InvalidParameterError("ondevice chat needs a terminal (stdin and stdout must be a TTY); use `ondevice run` in scripts")
+        raise InvalidParameterError(
+            "ondevice chat needs a terminal (stdin and stdout must be a TTY); use `ondevice run` in scripts"
+        )
     store = None if args.no_history else HistoryStore(args.history_db)
     resume = _resume_id(store, args.resume)
     load_kwargs = {"n_ctx": args.n_ctx, "n_threads": args.threads, "n_gpu_layers": layers, **engine_kwargs(args)}

@@ -16,20 +16,52 @@ _FLASH = {"auto": "auto", "on": True, "off": False}
 
 def add_kv_cache_args(p: argparse.ArgumentParser) -> None:
     types = ", ".join(KV_CACHE_TYPES)
-    p.add_argument("-ctk", "--cache-type-k", default=DEFAULT_KV_TYPE, type=str.lower, choices=KV_CACHE_TYPES,
-                   metavar="TYPE", help=f"K cache element type: {types} (default {DEFAULT_KV_TYPE})")
-    p.add_argument("-ctv", "--cache-type-v", default=DEFAULT_KV_TYPE, type=str.lower, choices=KV_CACHE_TYPES,
-                   metavar="TYPE", help=f"V cache element type (a quantized one needs flash attention; default {DEFAULT_KV_TYPE})")
+    p.add_argument(
+        "-ctk",
+        "--cache-type-k",
+        default=DEFAULT_KV_TYPE,
+        type=str.lower,
+        choices=KV_CACHE_TYPES,
+        metavar="TYPE",
+        help=f"K cache element type: {types} (default {DEFAULT_KV_TYPE})",
+    )
+    p.add_argument(
+        "-ctv",
+        "--cache-type-v",
+        default=DEFAULT_KV_TYPE,
+        type=str.lower,
+        choices=KV_CACHE_TYPES,
+        metavar="TYPE",
+        help=f"V cache element type (a quantized one needs flash attention; default {DEFAULT_KV_TYPE})",
+    )
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     """--flash-attn, --n-batch, --n-ubatch and the KV cache types, as llama.cpp names and defaults them."""
-    p.add_argument("-fa", "--flash-attn", nargs="?", const="on", default="auto", type=str.lower, choices=tuple(_FLASH),
-                   help="flash attention: auto (llama.cpp's default: on where the backend has it), on, off")
-    p.add_argument("-b", "--n-batch", type=int, default=None,
-                   help="prompt tokens per llama_decode call (default: llama.cpp's 2048, at most the context)")
-    p.add_argument("-ub", "--n-ubatch", type=int, default=None,
-                   help="tokens per compute pass inside a call (default: llama.cpp's 512)")
+    p.add_argument(
+        "-fa",
+        "--flash-attn",
+        nargs="?",
+        const="on",
+        default="auto",
+        type=str.lower,
+        choices=tuple(_FLASH),
+        help="flash attention: auto (llama.cpp's default: on where the backend has it), on, off",
+    )
+    p.add_argument(
+        "-b",
+        "--n-batch",
+        type=int,
+        default=None,
+        help="prompt tokens per llama_decode call (default: llama.cpp's 2048, at most the context)",
+    )
+    p.add_argument(
+        "-ub",
+        "--n-ubatch",
+        type=int,
+        default=None,
+        help="tokens per compute pass inside a call (default: llama.cpp's 512)",
+    )
     add_kv_cache_args(p)
 
 
@@ -39,12 +71,19 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise InvalidParameterError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
-    return {"flash_attn": _FLASH[args.flash_attn], "n_batch": args.n_batch, "n_ubatch": args.n_ubatch,
-            "cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v}
+    return {
+        "flash_attn": _FLASH[args.flash_attn],
+        "n_batch": args.n_batch,
+        "n_ubatch": args.n_ubatch,
+        "cache_type_k": args.cache_type_k,
+        "cache_type_v": args.cache_type_v,
+    }
 
 
 def settings_text(info: Any) -> str:
     """The settings an engine runs with, for the run line: "batch 2048/512, flash attn on, KV f16/f16, CPU buffers repack"."""
     fa = {True: "on", False: "off", None: str(info.flash_attn)}[info.flash_attn_used]
-    return (f"batch {info.n_batch}/{info.n_ubatch}, flash attn {fa}, KV {info.cache_type_k}/{info.cache_type_v}, "
-            f"CPU buffers {info.cpu_buffers}")
+    return (
+        f"batch {info.n_batch}/{info.n_ubatch}, flash attn {fa}, KV {info.cache_type_k}/{info.cache_type_v}, "
+        f"CPU buffers {info.cpu_buffers}"
+    )

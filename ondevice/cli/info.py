@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.core.fmt import fold_lines, human_bytes, human_count, layer_ranges, table
-from ondevice.models.materialize import resolve_model
 from ondevice.gguf.spec import ModelSpec, inspect
+from ondevice.models.materialize import resolve_model
 
 
 def register(sub) -> None:
@@ -13,7 +13,9 @@ def register(sub) -> None:
     p.add_argument("model", nargs="?", help="registry name or path to a .gguf file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--tensors", action="store_true", help="one row per tensor: type, shape, bytes, bits per weight")
-    p.add_argument("--against", metavar="SRC", help="with --tensors: each tensor's error (RMSE, max abs) against source model SRC")
+    p.add_argument(
+        "--against", metavar="SRC", help="with --tensors: each tensor's error (RMSE, max abs) against source model SRC"
+    )
     p.set_defaults(func=run)
 
 
@@ -58,29 +60,44 @@ def render(s: ModelSpec, buffers: dict | None = None, *, width: int | None = Non
     row("parameters", human_count(s.n_params) + active)
     row("layers", s.n_layer or "unknown")
     row("d_model", s.d_model or "unknown")
-    row("heads", f"{s.n_head or '?'} query, {s.n_head_kv or '?'} KV; head dim K {s.head_dim_k or '?'}, V {s.head_dim_v or '?'}")
+    row(
+        "heads",
+        f"{s.n_head or '?'} query, {s.n_head_kv or '?'} KV; head dim K {s.head_dim_k or '?'}, V {s.head_dim_v or '?'}",
+    )
     row("context", f"{s.n_ctx_train or '?'} tokens trained")
     row("vocabulary", f"{s.n_vocab or '?'} tokens ({s.tokenizer_model or 'unknown'} tokenizer)")
     if s.sliding_window:
-        row("sliding window", f"{s.sliding_window} tokens on {len(s.swa_layers)} of {s.n_layer} layers ({layer_ranges(s.swa_layers)})")
+        row(
+            "sliding window",
+            f"{s.sliding_window} tokens on {len(s.swa_layers)} of {s.n_layer} layers ({layer_ranges(s.swa_layers)})",
+        )
     else:
         row("sliding window", "none")
     row("experts", f"{s.n_expert} ({s.n_expert_used} used per token)" if s.n_expert else "none (dense)")
     row("output head", "tied to token_embd" if s.tied_output else "separate output.weight")
     row("chat template", "yes" if s.has_chat_template else "none")
-    row("file", f"{human_bytes(s.file_bytes)} ({s.file_bytes} B = header {s.header_bytes} + tensors {s.weight_bytes} + padding {s.padding_bytes})")
+    row(
+        "file",
+        f"{human_bytes(s.file_bytes)} ({s.file_bytes} B = header {s.header_bytes} + tensors {s.weight_bytes} + padding {s.padding_bytes})",
+    )
     row("weights", f"{human_bytes(s.weight_bytes)} ({s.n_tensors} tensors)")
     row("decode reads", f"{human_bytes(s.decode_weight_bytes)} of weights per token")
-    kv_types = s.kv_cache_types[0] if len(set(s.kv_cache_types)) == 1 else f"{s.kv_cache_types[0]} K, {s.kv_cache_types[1]} V"
-    row("KV cache", f"{s.kv_bytes_per_token} B per token ({kv_types}); {human_bytes(s.kv_read_bytes(s.n_ctx_train or 0))} at the full trained context")
+    kv_types = (
+        s.kv_cache_types[0] if len(set(s.kv_cache_types)) == 1 else f"{s.kv_cache_types[0]} K, {s.kv_cache_types[1]} V"
+    )
+    row(
+        "KV cache",
+        f"{s.kv_bytes_per_token} B per token ({kv_types}); {human_bytes(s.kv_read_bytes(s.n_ctx_train or 0))} at the full trained context",
+    )
     if buffers:
-        named = f"; {buffers['repacked_tensors']} weights to CPU_REPACK" if buffers["repacked_tensors"] is not None else ""
+        named = (
+            f"; {buffers['repacked_tensors']} weights to CPU_REPACK" if buffers["repacked_tensors"] is not None else ""
+        )
         row("CPU buffers", f"{buffers['mode']} on this machine ({buffers['source']}: {buffers['reason']}){named}")
     lines += [f"  note: {w}" for w in s.warnings]
     lines.append("")
     rows = [
-        [t, b, f"{100 * b / s.weight_bytes:.1f}%", s.decode_bytes_by_type.get(t, 0)]
-        for t, b in s.bytes_by_type.items()
+        [t, b, f"{100 * b / s.weight_bytes:.1f}%", s.decode_bytes_by_type.get(t, 0)] for t, b in s.bytes_by_type.items()
     ]
     lines.append(table(["type", "bytes", "share", "decode bytes"], rows, align="lrrr", width=width, full="--json"))
     return fold_lines("\n".join(lines), width)

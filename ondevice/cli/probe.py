@@ -14,8 +14,12 @@ def register(sub) -> None:
     p = sub.add_parser("probe", help="measure this machine: memory bandwidth, compute, llama.cpp kernels (cached)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--refresh", action="store_true", help="measure again instead of showing the cached result")
-    p.add_argument("--no-kernel", dest="kernel", action="store_false",
-                   help="skip the llama.cpp kernel probe (host probe only; no calibrated predictions)")
+    p.add_argument(
+        "--no-kernel",
+        dest="kernel",
+        action="store_false",
+        help="skip the llama.cpp kernel probe (host probe only; no calibrated predictions)",
+    )
     p.add_argument("--backend", help="backend to probe (default: the one the engine uses, e.g. CPU, CUDA, Metal)")
     p.add_argument("--threads", type=int, help="threads (default: one per physical core)")
     p.set_defaults(func=run)
@@ -43,8 +47,13 @@ def run(args) -> int:
         from ondevice.llama.guard import forget_verdict
 
         forget_verdict()
-    result = probe(refresh=args.refresh, kernel=args.kernel, backend=args.backend, n_threads=args.threads,
-                   progress=_waiting_only if args.json else _progress)
+    result = probe(
+        refresh=args.refresh,
+        kernel=args.kernel,
+        backend=args.backend,
+        n_threads=args.threads,
+        progress=_waiting_only if args.json else _progress,
+    )
     if args.json:
         d = result.to_dict()
         d["age_s"] = result.age_s
@@ -69,8 +78,10 @@ def disk_text(d) -> str:
         return "disk read: not measured (`ondevice probe --refresh` measures it; cold-start predictions need it)"
     if d.read_gbs is None:
         return f"disk read: no figure: {d.note}"
-    return (f"disk read: {d.read_gbs:.2f} GB/s sequential, page cache dropped ({human_bytes(d.file_bytes)} file in "
-            f"{d.folder}, best of {d.passes})")
+    return (
+        f"disk read: {d.read_gbs:.2f} GB/s sequential, page cache dropped ({human_bytes(d.file_bytes)} file in "
+        f"{d.folder}, best of {d.passes})"
+    )
 
 
 def age_text(seconds: float) -> str:
@@ -94,8 +105,11 @@ def render(r, *, width: int | None = None) -> str:
 
     cores = f"{h.physical_cores or '?'} cores / {h.logical_cores or '?'} threads"
     row("host", f"{h.os} {h.machine}; {h.cpu_model or 'CPU unknown'}; {cores}")
-    row("memory", f"{human_bytes(h.ram_total_bytes)} RAM ({human_bytes(h.ram_available_bytes)} available); "
-                  f"last-level cache {human_bytes(h.llc_bytes) if h.llc_bytes else 'unknown'}")
+    row(
+        "memory",
+        f"{human_bytes(h.ram_total_bytes)} RAM ({human_bytes(h.ram_available_bytes)} available); "
+        f"last-level cache {human_bytes(h.llc_bytes) if h.llc_bytes else 'unknown'}",
+    )
     if h.apple_chip:
         row("chip", f"{h.apple_chip} (unified memory)")
     for g in h.gpus:
@@ -109,38 +123,67 @@ def render(r, *, width: int | None = None) -> str:
     lines += [f"  note: {w}" for w in h.warnings]
     lines.append("")
     lines.append(f"host memory, {m.n_threads} threads over {human_bytes(m.array_bytes)} arrays (best of {m.passes}):")
-    lines.append(f"  read {m.read_gbs:.1f} GB/s ({READ_KERNELS.get(m.read_kernel, m.read_kernel)})   copy {m.copy_gbs:.1f} GB/s"
-                 "   (bytes counted as STREAM counts them)")
+    lines.append(
+        f"  read {m.read_gbs:.1f} GB/s ({READ_KERNELS.get(m.read_kernel, m.read_kernel)})   copy {m.copy_gbs:.1f} GB/s"
+        "   (bytes counted as STREAM counts them)"
+    )
     lines.append(f"host compute: {c.f32_gflops:.1f} GFLOP/s f32 ({c.matrix_n}x{c.matrix_n} matrix product)")
     lines.append(disk_text(r.disk))
     lines.append("")
     if k is None:
         lines.append("kernels: not probed (run `ondevice probe --refresh` without --no-kernel)")
     else:
-        lines.append(f"llama.cpp decode kernels on {k.backend}, {k.n_threads} threads, CPU buffers {k.cpu_buffers} "
-                     f"({len(k.points)} runs of synthetic models, fit error {100 * k.fit_rms_rel:.1f}% rms):")
-        rows = [[t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%", number(k.type_cached_gbs.get(t))] for t, g in k.type_gbs.items()]
-        lines.append("  " + table(["weights", "GB/s", "of host read", "from cache GB/s"], rows, align="lrrr", width=None if width is None else width - 2, full="--json").replace("\n", "\n  "))
-        lines.append(f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
-                     f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns, per matrix row {1e9 * k.row_s:.2f} ns,")
+        lines.append(
+            f"llama.cpp decode kernels on {k.backend}, {k.n_threads} threads, CPU buffers {k.cpu_buffers} "
+            f"({len(k.points)} runs of synthetic models, fit error {100 * k.fit_rms_rel:.1f}% rms):"
+        )
+        rows = [
+            [t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%", number(k.type_cached_gbs.get(t))]
+            for t, g in k.type_gbs.items()
+        ]
+        lines.append(
+            "  "
+            + table(
+                ["weights", "GB/s", "of host read", "from cache GB/s"],
+                rows,
+                align="lrrr",
+                width=None if width is None else width - 2,
+                full="--json",
+            ).replace("\n", "\n  ")
+        )
+        lines.append(
+            f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
+            f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns, per matrix row {1e9 * k.row_s:.2f} ns,"
+        )
         lines.append(f"  per attention score (query head x cached token x layer), {score_table(k.attn_score_s)}")
         if k.type_gflops:
-            lines.append("  prefill (batched) " + ", ".join(f"{t} {g:.0f}" for t, g in k.type_gflops.items())
-                         + " GFLOP/s" + (f"; attention {k.attn_gflops:.0f} GFLOP/s" if k.attn_gflops else "")
-                         + f"; per matrix row and token {1e9 * k.batch_row_s:.2f} ns"
-                         + (f" (rows under {k.batch_row_width:.0f} weights)" if k.batch_row_width else ""))
+            lines.append(
+                "  prefill (batched) "
+                + ", ".join(f"{t} {g:.0f}" for t, g in k.type_gflops.items())
+                + " GFLOP/s"
+                + (f"; attention {k.attn_gflops:.0f} GFLOP/s" if k.attn_gflops else "")
+                + f"; per matrix row and token {1e9 * k.batch_row_s:.2f} ns"
+                + (f" (rows under {k.batch_row_width:.0f} weights)" if k.batch_row_width else "")
+            )
         from ondevice.roofline.prediction import POOR_FIT
 
         if k.fit_rms_rel > POOR_FIT:
-            lines.append(f"  the fit is POOR ({100 * k.fit_rms_rel:.0f}% rms): predictions from it are uncertain by about "
-                         "that much; probe again when the machine is quiet (`ondevice probe --refresh`)")
+            lines.append(
+                f"  the fit is POOR ({100 * k.fit_rms_rel:.0f}% rms): predictions from it are uncertain by about "
+                "that much; probe again when the machine is quiet (`ondevice probe --refresh`)"
+            )
         if k.pass_spread > 0.05:
-            lines.append(f"  passes differed by {100 * k.pass_spread:.0f}% (median over the large models): this machine's "
-                         "speed moves about that much, and so will measurements against the prediction")
+            lines.append(
+                f"  passes differed by {100 * k.pass_spread:.0f}% (median over the large models): this machine's "
+                "speed moves about that much, and so will measurements against the prediction"
+            )
     lines.append("")
     if r.read_curve:
-        lines.append("read bandwidth by working-set size (what the caches add): "
-                     + ", ".join(f"{human_bytes(b)} {g:.0f}" for b, g in r.read_curve) + " GB/s")
+        lines.append(
+            "read bandwidth by working-set size (what the caches add): "
+            + ", ".join(f"{human_bytes(b)} {g:.0f}" for b, g in r.read_curve)
+            + " GB/s"
+        )
     lines.append(f"ceiling bandwidth (pure roofline bound): {r.ceiling_gbs:.1f} GB/s")
     if r.nameplate:
         n = r.nameplate

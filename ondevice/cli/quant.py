@@ -17,12 +17,23 @@ def register(sub) -> None:
     p = sub.add_parser("quantize", help="quantize a GGUF model with llama.cpp's quantizer")
     p.add_argument("src", help="source model: registry name or .gguf path")
     p.add_argument("dst", help="output .gguf path")
-    p.add_argument("--type", "-t", required=True, dest="qtype", help="target type, e.g. Q4_K_M, Q4_0, Q5_K_M, Q6_K, Q8_0, F16")
+    p.add_argument(
+        "--type", "-t", required=True, dest="qtype", help="target type, e.g. Q4_K_M, Q4_0, Q5_K_M, Q6_K, Q8_0, F16"
+    )
     p.add_argument("--threads", type=int, default=None, help="quantizer threads (default: all)")
-    p.add_argument("--allow-requantize", action="store_true", help="accept an already-quantized source (quality lost cannot come back)")
-    p.add_argument("--force", action="store_true",
-                   help="overwrite an existing destination (refused without it; a directory or special file always)")
-    p.add_argument("--pure", action="store_true", help="every matrix in the type itself (no llama.cpp mix; e.g. Q4_0 output head)")
+    p.add_argument(
+        "--allow-requantize",
+        action="store_true",
+        help="accept an already-quantized source (quality lost cannot come back)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite an existing destination (refused without it; a directory or special file always)",
+    )
+    p.add_argument(
+        "--pure", action="store_true", help="every matrix in the type itself (no llama.cpp mix; e.g. Q4_0 output head)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     p.set_defaults(func=run_quantize)
@@ -44,8 +55,13 @@ def register(sub) -> None:
     lad.add_argument("--gen-tokens", type=int, default=32, help="bench output tokens, EOS ignored (default 32)")
     lad.add_argument("--runs", type=int, default=3, help="measured bench runs per type, after a warm-up (default 3)")
     lad.add_argument("--no-bench", action="store_true", help="skip the speed measurement")
-    lad.add_argument("--bandwidth", type=float, default=None, metavar="GBS",
-                     help="predict the pure ceiling at this bandwidth instead of this machine's cached probe")
+    lad.add_argument(
+        "--bandwidth",
+        type=float,
+        default=None,
+        metavar="GBS",
+        help="predict the pure ceiling at this bandwidth instead of this machine's cached probe",
+    )
     lad.add_argument("--no-quality", action="store_true", help="skip perplexity and KL")
     _quality_args(lad)
     fmt = lad.add_mutually_exclusive_group()
@@ -57,17 +73,19 @@ def register(sub) -> None:
 
 def _quality_args(p) -> None:
     p.add_argument("--text", default=None, help="UTF-8 text file to score (default: the shipped public-domain text)")
-    p.add_argument("--ctx", type=int, default=None, help="window length in tokens (default 512, capped at the trained context)")
+    p.add_argument(
+        "--ctx", type=int, default=None, help="window length in tokens (default 512, capped at the trained context)"
+    )
     p.add_argument("--max-tokens", type=int, default=None, help="score at most the first N tokens of the text")
     if not any(a.dest == "threads" for a in p._actions):
         p.add_argument("--threads", type=int, default=None, help="llama.cpp threads")
 
 
 def run_quantize(args) -> int:
-    from ondevice.gguf.reader import read_gguf
-    from ondevice.models.materialize import resolve_model
-    from ondevice.gguf.spec import inspect
     from ondevice.core.paths import check_destination
+    from ondevice.gguf.reader import read_gguf
+    from ondevice.gguf.spec import inspect
+    from ondevice.models.materialize import resolve_model
     from ondevice.quant.quantize import file_type, is_quantized, quantize
 
     file_type(args.qtype)  # an unknown type fails before anything is read
@@ -75,25 +93,47 @@ def run_quantize(args) -> int:
     src = resolve_model(args.src)
     already = is_quantized(read_gguf(src))
     if already and args.allow_requantize:
-        print(f"ondevice: warning: {src} is already quantized ({', '.join(already)}); "
-              "requantizing cannot bring back the quality it lost", file=sys.stderr)
+        print(
+            f"ondevice: warning: {src} is already quantized ({', '.join(already)}); "
+            "requantizing cannot bring back the quality it lost",
+            file=sys.stderr,
+        )
     line = ProgressLine(not args.no_progress)
     t0 = time.perf_counter()
     try:
-        out = quantize(src, Path(args.dst), args.qtype, threads=args.threads, allow_requantize=args.allow_requantize,
-                       force=args.force, pure=args.pure, progress=lambda d, n: line(f"quantizing to {args.qtype.upper()}: tensor {d}/{n}"))
+        out = quantize(
+            src,
+            Path(args.dst),
+            args.qtype,
+            threads=args.threads,
+            allow_requantize=args.allow_requantize,
+            force=args.force,
+            pure=args.pure,
+            progress=lambda d, n: line(f"quantizing to {args.qtype.upper()}: tensor {d}/{n}"),
+        )
     finally:
         line.done()
     elapsed = time.perf_counter() - t0
     s_in, s_out = inspect(src), inspect(out)
     if args.json:
-        dump_json({"src": str(src), "dst": str(out), "type": args.qtype.upper(), "seconds": elapsed,
-                   "src_bytes": s_in.file_bytes, "dst_bytes": s_out.file_bytes,
-                   "src_bits_per_weight": s_in.bits_per_weight, "dst_bits_per_weight": s_out.bits_per_weight,
-                   "bytes_by_type": s_out.bytes_by_type})
+        dump_json(
+            {
+                "src": str(src),
+                "dst": str(out),
+                "type": args.qtype.upper(),
+                "seconds": elapsed,
+                "src_bytes": s_in.file_bytes,
+                "dst_bytes": s_out.file_bytes,
+                "src_bits_per_weight": s_in.bits_per_weight,
+                "dst_bits_per_weight": s_out.bits_per_weight,
+                "bytes_by_type": s_out.bytes_by_type,
+            }
+        )
         return 0
-    print(f"wrote {out}: {human_bytes(s_out.file_bytes)}, {s_out.bits_per_weight:.2f} bits per weight "
-          f"(from {human_bytes(s_in.file_bytes)}, {s_in.bits_per_weight:.2f} bpw) in {elapsed:.1f} s")
+    print(
+        f"wrote {out}: {human_bytes(s_out.file_bytes)}, {s_out.bits_per_weight:.2f} bits per weight "
+        f"(from {human_bytes(s_in.file_bytes)}, {s_in.bits_per_weight:.2f} bpw) in {elapsed:.1f} s"
+    )
     types = ", ".join(f"{t} {100 * b / s_out.weight_bytes:.0f}%" for t, b in s_out.bytes_by_type.items())
     print(f"  tensor bytes by type: {types}")
     return 0
@@ -128,19 +168,23 @@ def run_quality(args) -> int:
 
 
 def _ppl_line(p) -> str:
-    return (f"{p.model_path}: perplexity {p.ppl:.4f} (± {p.ppl * p.nll_stderr:.3f}); {p.n_scored} tokens scored "
-            f"in {p.n_windows} windows of {p.n_ctx}, text {p.text_name}, {p.eval_s:.1f} s")
+    return (
+        f"{p.model_path}: perplexity {p.ppl:.4f} (± {p.ppl * p.nll_stderr:.3f}); {p.n_scored} tokens scored "
+        f"in {p.n_windows} windows of {p.n_ctx}, text {p.text_name}, {p.eval_s:.1f} s"
+    )
 
 
 def render_comparison(c) -> str:
-    return "\n".join([
-        f"base   {_ppl_line(c.base)}",
-        f"other  {_ppl_line(c.other)}",
-        f"perplexity ratio other/base: {c.ppl_ratio:.4f}",
-        f"KL(base || other), nats per token: mean {c.kl_mean:.6f}, median {c.kl_median:.6f}, "
-        f"p99 {c.kl_p99:.6f}, max {c.kl_max:.6f}",
-        f"top-1 agreement: {100 * c.top1_agreement:.2f}% of {c.other.n_scored} positions",
-    ])
+    return "\n".join(
+        [
+            f"base   {_ppl_line(c.base)}",
+            f"other  {_ppl_line(c.other)}",
+            f"perplexity ratio other/base: {c.ppl_ratio:.4f}",
+            f"KL(base || other), nats per token: mean {c.kl_mean:.6f}, median {c.kl_median:.6f}, "
+            f"p99 {c.kl_p99:.6f}, max {c.kl_max:.6f}",
+            f"top-1 agreement: {100 * c.top1_agreement:.2f}% of {c.other.n_scored} positions",
+        ]
+    )
 
 
 def run_ladder_cmd(args) -> int:
@@ -152,10 +196,17 @@ def run_ladder_cmd(args) -> int:
     bench = None if args.no_bench else BenchPlan(args.prompt_tokens, args.gen_tokens, args.runs, args.threads)
     line = ProgressLine(not args.no_progress)
     try:
-        ladder = run_ladder(src, args.types, allow_requantize=args.allow_requantize, threads=args.threads,
-                            bench=bench, quality_opts=_quality_opts(args), with_quality=not args.no_quality,
-                            bandwidth_gbs=args.bandwidth,
-                            progress=lambda stage, detail: line(f"ladder: {stage} {detail}"))
+        ladder = run_ladder(
+            src,
+            args.types,
+            allow_requantize=args.allow_requantize,
+            threads=args.threads,
+            bench=bench,
+            quality_opts=_quality_opts(args),
+            with_quality=not args.no_quality,
+            bandwidth_gbs=args.bandwidth,
+            progress=lambda stage, detail: line(f"ladder: {stage} {detail}"),
+        )
     finally:
         line.done()
     if args.json:
@@ -174,28 +225,53 @@ def _kl(v: float | None) -> str:
 
 
 def _rows(ladder) -> tuple[list[str], list[list[str]]]:
-    headers = ["type", "size", "bpw", "ceiling tok/s", "predicted tok/s", "measured tok/s", "TTFT ms", "PPL", "KL", "top-1"]
+    headers = [
+        "type",
+        "size",
+        "bpw",
+        "ceiling tok/s",
+        "predicted tok/s",
+        "measured tok/s",
+        "TTFT ms",
+        "PPL",
+        "KL",
+        "top-1",
+    ]
     rows = []
     for r in ladder.rungs:
-        rows.append([
-            r.qtype + (" (base)" if r.is_base else ""), human_bytes(r.file_bytes), f"{r.bits_per_weight:.2f}",
-            number(r.ceiling_tok_s), number(r.predicted_tok_s), number(r.decode_tok_s),
-            millis(r.ttft_s, unit=False), number(r.ppl, ".3f"), _kl(r.kl_mean),
-            "-" if r.top1_agreement is None else f"{100 * r.top1_agreement:.1f}%",
-        ])
+        rows.append(
+            [
+                r.qtype + (" (base)" if r.is_base else ""),
+                human_bytes(r.file_bytes),
+                f"{r.bits_per_weight:.2f}",
+                number(r.ceiling_tok_s),
+                number(r.predicted_tok_s),
+                number(r.decode_tok_s),
+                millis(r.ttft_s, unit=False),
+                number(r.ppl, ".3f"),
+                _kl(r.kl_mean),
+                "-" if r.top1_agreement is None else f"{100 * r.top1_agreement:.1f}%",
+            ]
+        )
     return headers, rows
 
 
 def _notes(ladder) -> list[str]:
-    notes = [f"source {ladder.source} ({ladder.source_quant or 'unknown type'}); quality measured against {ladder.base_type}"]
+    notes = [
+        f"source {ladder.source} ({ladder.source_quant or 'unknown type'}); quality measured against {ladder.base_type}"
+    ]
     if ladder.bench:
         b = ladder.bench
-        notes.append(f"speed: {b.prompt_tokens}-token prompt, {b.output_tokens} tokens generated (EOS ignored), "
-                     f"median of {b.runs} runs after a warm-up, backend {ladder.backend}; predictions at context {b.mean_ctx}")
+        notes.append(
+            f"speed: {b.prompt_tokens}-token prompt, {b.output_tokens} tokens generated (EOS ignored), "
+            f"median of {b.runs} runs after a warm-up, backend {ladder.backend}; predictions at context {b.mean_ctx}"
+        )
     if ladder.prediction_note:
         notes.append(ladder.prediction_note)
     if ladder.quality_text:
-        notes.append(f"quality: {ladder.quality_scored_tokens} tokens of {ladder.quality_text} scored, windows of {ladder.quality_n_ctx}")
+        notes.append(
+            f"quality: {ladder.quality_scored_tokens} tokens of {ladder.quality_text} scored, windows of {ladder.quality_n_ctx}"
+        )
     return notes
 
 
@@ -204,8 +280,12 @@ def render_ladder(ladder, *, width: int | None = None) -> str:
     the pure ceiling first (the calibrated prediction stays), then bits per weight (size stays)."""
     headers, rows = _rows(ladder)
     notes = [fold("  " + n, width, indent="    ") for n in _notes(ladder)]
-    return "\n".join([table(headers, rows, align="lrrrrrrrrr", width=width, drop=("ceiling tok/s", "bpw"),
-                             full="--json/--md"), *notes])
+    return "\n".join(
+        [
+            table(headers, rows, align="lrrrrrrrrr", width=width, drop=("ceiling tok/s", "bpw"), full="--json/--md"),
+            *notes,
+        ]
+    )
 
 
 def ladder_markdown(ladder) -> str:

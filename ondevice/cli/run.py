@@ -9,23 +9,48 @@ from __future__ import annotations
 import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, settings_text
-from ondevice.engine.sampling import DEFAULTS
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.fmt import MS_THEN_S, millis, number, rate
+from ondevice.engine.sampling import DEFAULTS
 
-__all__ = ["register", "run", "timings_line", "explain_text", "add_speculative_args", "speculative_kwargs", "speculative_text"]
+__all__ = [
+    "register",
+    "run",
+    "timings_line",
+    "explain_text",
+    "add_speculative_args",
+    "speculative_kwargs",
+    "speculative_text",
+]
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "run", aliases=["generate"], help="generate text from a prompt and show its timings",
+        "run",
+        aliases=["generate"],
+        help="generate text from a prompt and show its timings",
         description="Generate a completion for PROMPT with MODEL (default: the built-in model).",
     )
-    p.add_argument("args", nargs="+", metavar="[MODEL] PROMPT", help="optional model (registry name or .gguf path), then the prompt ('-' = stdin)")
-    p.add_argument("-n", "--max-tokens", type=int, default=DEFAULTS.max_tokens,
-                   help=f"output tokens at most (default {DEFAULTS.max_tokens})")
-    p.add_argument("-t", "--temperature", type=float, default=DEFAULTS.temperature,
-                   help=f"0 = greedy (default {DEFAULTS.temperature:g})")
+    p.add_argument(
+        "args",
+        nargs="+",
+        metavar="[MODEL] PROMPT",
+        help="optional model (registry name or .gguf path), then the prompt ('-' = stdin)",
+    )
+    p.add_argument(
+        "-n",
+        "--max-tokens",
+        type=int,
+        default=DEFAULTS.max_tokens,
+        help=f"output tokens at most (default {DEFAULTS.max_tokens})",
+    )
+    p.add_argument(
+        "-t",
+        "--temperature",
+        type=float,
+        default=DEFAULTS.temperature,
+        help=f"0 = greedy (default {DEFAULTS.temperature:g})",
+    )
     p.add_argument("--top-k", type=int, default=DEFAULTS.top_k)
     p.add_argument("--top-p", type=float, default=DEFAULTS.top_p)
     p.add_argument("--min-p", type=float, default=DEFAULTS.min_p)
@@ -33,14 +58,22 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the engine's)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence")
-    p.add_argument("-c", "--n-ctx", type=int, default=None,
-                   help="context window in tokens, 256 up to the model's trained context; 0 = the trained context "
-                   "(default 4096, or the trained context when smaller)")
+    p.add_argument(
+        "-c",
+        "--n-ctx",
+        type=int,
+        default=None,
+        help="context window in tokens, 256 up to the model's trained context; 0 = the trained context "
+        "(default 4096, or the trained context when smaller)",
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
     p.add_argument("--no-predict", action="store_true", help="skip the roofline prediction")
-    p.add_argument("--explain", action="store_true",
-                   help="after the timings, where the request's time went (tokenize, prefill, decode, sampling, ...)")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="after the timings, where the request's time went (tokenize, prefill, decode, sampling, ...)",
+    )
     add_speculative_args(p)
     add_engine_args(p)
     p.set_defaults(func=run, late_positionals="args")  # `run MODEL -n 2 PROMPT` works (cli.main)
@@ -56,13 +89,28 @@ def run(args) -> int:
     if prompt == "-":
         prompt = _read_stdin()
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
-    engine = load(model, n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=layers,
-                  predictor=None if args.no_predict else "auto", progress=_say, **engine_kwargs(args))
+    engine = load(
+        model,
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        n_gpu_layers=layers,
+        predictor=None if args.no_predict else "auto",
+        progress=_say,
+        **engine_kwargs(args),
+    )
     try:
         stream = engine.stream(
-            prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-            min_p=args.min_p, repeat_penalty=args.repeat_penalty, seed=args.seed, stop=args.stop,
-            ignore_eos=args.ignore_eos, **spec,
+            prompt,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            min_p=args.min_p,
+            repeat_penalty=args.repeat_penalty,
+            seed=args.seed,
+            stop=args.stop,
+            ignore_eos=args.ignore_eos,
+            **spec,
         )
         try:
             for ev in stream:
@@ -76,8 +124,10 @@ def run(args) -> int:
         g = stream.generation
         if g is not None:
             basis = engine.predictor.calibration.source if engine.predictor is not None else None
-            print(f"{timings_line(g, engine.info.load_s, engine.info.backend, basis)} | {settings_text(engine.info)}",
-                  file=sys.stderr)
+            print(
+                f"{timings_line(g, engine.info.load_s, engine.info.backend, basis)} | {settings_text(engine.info)}",
+                file=sys.stderr,
+            )
             if args.explain and g.attribution is not None:
                 print(explain_text(g), file=sys.stderr)
         return 130 if g is not None and g.finish_reason == "cancelled" else 0
@@ -87,13 +137,26 @@ def run(args) -> int:
 
 def add_speculative_args(p) -> None:
     """--speculative, --draft, --spec-k (run and chat)."""
-    p.add_argument("--speculative", choices=("lookup", "draft"), default=None,
-                   help="speculative decoding: draft tokens by prompt lookup, or with --draft MODEL; the model "
-                   "verifies every draft, so the output is plain decoding's")
-    p.add_argument("--draft", default=None, metavar="MODEL",
-                   help="draft model (a smaller GGUF with the same vocabulary) for --speculative draft")
-    p.add_argument("--spec-k", type=int, default=None, metavar="K",
-                   help="most drafted tokens per step, 0-64 (default 16; the engine picks k per step)")
+    p.add_argument(
+        "--speculative",
+        choices=("lookup", "draft"),
+        default=None,
+        help="speculative decoding: draft tokens by prompt lookup, or with --draft MODEL; the model "
+        "verifies every draft, so the output is plain decoding's",
+    )
+    p.add_argument(
+        "--draft",
+        default=None,
+        metavar="MODEL",
+        help="draft model (a smaller GGUF with the same vocabulary) for --speculative draft",
+    )
+    p.add_argument(
+        "--spec-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="most drafted tokens per step, 0-64 (default 16; the engine picks k per step)",
+    )
 
 
 def speculative_kwargs(args) -> dict:
@@ -111,14 +174,16 @@ def speculative_kwargs(args) -> dict:
 
 
 def speculative_text(s, committed_tok_s: float | None) -> str:
-    """"speculative lookup: acceptance 81% (52/64 drafted), 2.6 accepted/step, k 2 (cap 2), committed 31.0 tok/s, predicted 1.9x"."""
+    """ "speculative lookup: acceptance 81% (52/64 drafted), 2.6 accepted/step, k 2 (cap 2), committed 31.0 tok/s, predicted 1.9x"."""
     if s.acceptance_rate is None:
         acc = "nothing drafted"
     else:
         acc = f"acceptance {100 * s.acceptance_rate:.0f}% ({s.accepted}/{s.drafted} drafted), {s.mean_accepted_per_step:.1f} accepted/step"
     pred = f", predicted {s.predicted_speedup:.2f}x plain" if s.predicted_speedup else ""
-    return (f"speculative {s.mode}: {acc}, {s.steps} verify + {s.plain_steps} plain steps, k {s.k_final} (cap {s.k_cap}), "
-            f"committed {rate(committed_tok_s)}{pred}")
+    return (
+        f"speculative {s.mode}: {acc}, {s.steps} verify + {s.plain_steps} plain steps, k {s.k_final} (cap {s.k_cap}), "
+        f"committed {rate(committed_tok_s)}{pred}"
+    )
 
 
 def _say(line: str) -> None:
@@ -187,9 +252,16 @@ def _beside(predicted_s: float | None, word: str = "predicted") -> str:
     return f" ({word} {_secs(predicted_s)})" if predicted_s else ""
 
 
-_PARTS = (("tokenize_s", "tokenize"), ("prefill_s", "prefill"), ("first_sample_s", "first sample"),
-          ("decode_s", "llama_decode"), ("sample_s", "sampling"), ("detokenize_s", "detokenize + stop checks"),
-          ("consumer_s", "this program (printing)"), ("overhead_s", "other"))
+_PARTS = (
+    ("tokenize_s", "tokenize"),
+    ("prefill_s", "prefill"),
+    ("first_sample_s", "first sample"),
+    ("decode_s", "llama_decode"),
+    ("sample_s", "sampling"),
+    ("detokenize_s", "detokenize + stop checks"),
+    ("consumer_s", "this program (printing)"),
+    ("overhead_s", "other"),
+)
 
 
 def explain_text(g) -> str:
@@ -202,6 +274,8 @@ def explain_text(g) -> str:
     rows = [[label, millis(getattr(a, key)), f"{100 * shares[key]:.1f}%"] for key, label in _PARTS]
     rows.append(["E2E", millis(a.e2e_s), "100.0%"])
     ttft_share = g.timings.ttft_s / a.e2e_s if a.e2e_s > 0 else 0.0
-    head = (f"where the time went: TTFT {100 * ttft_share:.1f}% of E2E (prefill side), "
-            f"decode {100 * (1 - ttft_share):.1f}% (decode side)")
+    head = (
+        f"where the time went: TTFT {100 * ttft_share:.1f}% of E2E (prefill side), "
+        f"decode {100 * (1 - ttft_share):.1f}% (decode side)"
+    )
     return head + "\n" + table(["part", "time", "share"], rows, align="lrr")

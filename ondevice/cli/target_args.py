@@ -19,10 +19,16 @@ _FLAGS = ("device", "backend", "compute", "memory")
 def add_target_args(p) -> None:
     g = p.add_argument_group("another machine (with --bandwidth or a known --device)")
     g.add_argument("--device", help='GPU or chip, e.g. "RTX 4070", "M2 Max": fills bandwidth, compute, memory kind')
-    g.add_argument("--backend", help="llama.cpp backend there: CUDA, Metal, ROCm, Vulkan, CPU (picks the estimate's fit)")
+    g.add_argument(
+        "--backend", help="llama.cpp backend there: CUDA, Metal, ROCm, Vulkan, CPU (picks the estimate's fit)"
+    )
     g.add_argument("--compute", type=float, metavar="TFLOPS", help="peak FP16 TFLOPS there (the TTFT floor)")
-    g.add_argument("--memory", type=float, metavar="GB",
-                   help="its VRAM (or unified memory) as the maker labels it: 12 for a 12 GB card")
+    g.add_argument(
+        "--memory",
+        type=float,
+        metavar="GB",
+        help="its VRAM (or unified memory) as the maker labels it: 12 for a 12 GB card",
+    )
     g.add_argument("--unified", action="store_true", help="memory is unified (the GPU may use 75%% of it)")
 
 
@@ -38,15 +44,26 @@ def target_from_args(args):
     if args.device is not None:
         plate = lookup(args.device)
         if plate is None and bandwidth is None:
-            raise InvalidParameterError(f"--device {args.device!r} is not in the nameplate table: give --bandwidth "
-                                        "(and --compute, --memory) for it")
+            raise InvalidParameterError(
+                f"--device {args.device!r} is not in the nameplate table: give --bandwidth "
+                "(and --compute, --memory) for it"
+            )
         bandwidth = bandwidth if bandwidth is not None else plate.bandwidth_gbs
     elif bandwidth is None:
-        raise InvalidParameterError("--backend/--compute/--memory/--unified describe another machine: "
-                                    "give its --bandwidth GB/s or a known --device")
-    target = make_target(backend=args.backend, device=args.device, compute_tflops=args.compute, memory_gb=args.memory,
-                         unified=args.unified, device_compute=compute_lookup(args.device),
-                         device_unified=unified_memory(args.device), device_backend=default_backend(args.device))
+        raise InvalidParameterError(
+            "--backend/--compute/--memory/--unified describe another machine: "
+            "give its --bandwidth GB/s or a known --device"
+        )
+    target = make_target(
+        backend=args.backend,
+        device=args.device,
+        compute_tflops=args.compute,
+        memory_gb=args.memory,
+        unified=args.unified,
+        device_compute=compute_lookup(args.device),
+        device_unified=unified_memory(args.device),
+        device_backend=default_backend(args.device),
+    )
     return target, bandwidth
 
 
@@ -69,6 +86,8 @@ def estimate_lines(p) -> list[str]:
     if not p.estimates:
         return []
     e, c = p.estimates[0], p.contexts[0]
-    return [f"estimated {e.tok_s:.1f} tok/s (range {e.low_tok_s:.1f}–{e.high_tok_s:.1f}) at {c.n_ctx} tokens of "
-            f"context, {e.efficiency:.0%} of the {c.ceiling_tok_s:.1f} tok/s bound",
-            f"  estimate: {e.basis}; range: 10th–90th percentile of the fit's leave-one-out error"]
+    return [
+        f"estimated {e.tok_s:.1f} tok/s (range {e.low_tok_s:.1f}–{e.high_tok_s:.1f}) at {c.n_ctx} tokens of "
+        f"context, {e.efficiency:.0%} of the {c.ceiling_tok_s:.1f} tok/s bound",
+        f"  estimate: {e.basis}; range: 10th–90th percentile of the fit's leave-one-out error",
+    ]

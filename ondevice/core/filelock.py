@@ -12,8 +12,8 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 __all__ = ["FileLock", "LockTimeout"]
 

@@ -11,10 +11,24 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-__all__ = ["DASH", "score_table", "millis", "rate", "number", "human_bytes", "binary_bytes", "human_count", "stats_footer", "table", "fold", "fold_lines",
-           "layer_ranges"]
+__all__ = [
+    "DASH",
+    "score_table",
+    "millis",
+    "rate",
+    "number",
+    "human_bytes",
+    "binary_bytes",
+    "human_count",
+    "stats_footer",
+    "table",
+    "fold",
+    "fold_lines",
+    "layer_ranges",
+]
 
 DASH = "-"  # a figure that is missing (None, NaN, infinite)
 ALWAYS_1 = ((math.inf, 1),)  # one decimal place at every size
@@ -29,8 +43,9 @@ def _places(value: float, places: Sequence[tuple[float, int]]) -> int | None:
     return next((n for below, n in places if value < below), None)
 
 
-def millis(seconds: float | None, *, places: Sequence[tuple[float, int]] = ALWAYS_1, unit: bool = True,
-           missing: str = DASH) -> str:
+def millis(
+    seconds: float | None, *, places: Sequence[tuple[float, int]] = ALWAYS_1, unit: bool = True, missing: str = DASH
+) -> str:
     """A time given in seconds, shown in milliseconds: "12.3 ms". places: (below this many ms,
     decimal places) steps, smallest first; at or past the last step it is shown in seconds, "12.3 s"."""
     if _missing(seconds):
@@ -51,8 +66,13 @@ def ms_cell(seconds: float | None) -> str:
     return millis(seconds, places=MS_CELL, unit=False)
 
 
-def rate(tok_s: float | None, *, places: Sequence[tuple[float, int]] = ALWAYS_1, missing: str = DASH,
-         zero_is_missing: bool = False) -> str:
+def rate(
+    tok_s: float | None,
+    *,
+    places: Sequence[tuple[float, int]] = ALWAYS_1,
+    missing: str = DASH,
+    zero_is_missing: bool = False,
+) -> str:
     """Tokens per second: "42.0 tok/s". places as for millis (past the last step: no decimals)."""
     if _missing(tok_s) or (zero_is_missing and not tok_s):
         return missing
@@ -114,8 +134,16 @@ GAP = "  "  # between table columns
 FOLD_FLOOR = 16  # a text column folds down to this many characters, no further
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | None = None, *,
-          width: int | None = None, drop: Sequence[str] = (), whole: Sequence[str] = (), full: str | None = None) -> str:
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    align: str | None = None,
+    *,
+    width: int | None = None,
+    drop: Sequence[str] = (),
+    whole: Sequence[str] = (),
+    full: str | None = None,
+) -> str:
     """A plain aligned text table. align: one char per column, 'l' (text) or 'r' (figures).
 
     width: the columns to fit in (None: no limit, every cell on one line). A table wider than
@@ -135,7 +163,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
         parts = [_fold(row[i], w, split_words=n > 0 and splits[i]) for i, w in zip(keep, widths)]
         for k in range(max(len(p) for p in parts)):
             line = [(p[k] if k < len(p) else "") for p in parts]
-            lines.append(GAP.join(c.rjust(w) if align[i] == "r" else c.ljust(w) for c, w, i in zip(line, widths, keep)).rstrip())
+            lines.append(
+                GAP.join(c.rjust(w) if align[i] == "r" else c.ljust(w) for c, w, i in zip(line, widths, keep)).rstrip()
+            )
         if n == 0:
             lines.append(GAP.join("-" * w for w in widths))
     left_out = [str(headers[i]) for i in range(len(headers)) if i not in keep]
@@ -173,7 +203,9 @@ def _narrowest(cells: list[list[str]], i: int, splits: bool) -> int:
     return max(header_word, min(max(len(r[i]) for r in cells), FOLD_FLOOR))
 
 
-def _fit(cells: list[list[str]], splits: list[bool], widths: list[int], width: int, drop: list[int]) -> tuple[list[int], list[int]]:
+def _fit(
+    cells: list[list[str]], splits: list[bool], widths: list[int], width: int, drop: list[int]
+) -> tuple[list[int], list[int]]:
     """The columns kept and their widths: leave columns out until the narrowest folds fit (and
     take back, last left out first, those that fit again); then narrow the columns whose cells
     stay whole (only their headers fold: a line or two more in all), then the widest text columns

@@ -18,7 +18,7 @@ DEFAULT_KV_TYPE = "f16"
 
 
 def kv_ggml_type(name: str) -> GGMLQuantizationType:
-    """"q8_0" -> GGMLQuantizationType.Q8_0; InvalidParameterError for a type llama.cpp's cache does not take."""
+    """ "q8_0" -> GGMLQuantizationType.Q8_0; InvalidParameterError for a type llama.cpp's cache does not take."""
     key = str(name).strip().lower()
     if key not in KV_CACHE_TYPES:
         raise InvalidParameterError(f"KV cache type must be one of {', '.join(KV_CACHE_TYPES)}, not {name!r}")

@@ -35,7 +35,13 @@ def evict_page_cache(path: str | Path) -> Eviction:
     """Ask the OS to drop `path` from the page cache; never raises."""
     before = resident_fraction(path)
     if not hasattr(os, "posix_fadvise") or not sys.platform.startswith("linux"):
-        return Eviction(False, "none", before, before, f"page-cache eviction is not available on {sys.platform}; cold load not measured")
+        return Eviction(
+            False,
+            "none",
+            before,
+            before,
+            f"page-cache eviction is not available on {sys.platform}; cold load not measured",
+        )
     try:
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -44,7 +50,9 @@ def evict_page_cache(path: str | Path) -> Eviction:
         finally:
             os.close(fd)
     except OSError as exc:
-        return Eviction(False, "posix_fadvise(POSIX_FADV_DONTNEED)", before, before, f"page-cache eviction failed: {exc}")
+        return Eviction(
+            False, "posix_fadvise(POSIX_FADV_DONTNEED)", before, before, f"page-cache eviction failed: {exc}"
+        )
     after = resident_fraction(path)
     note = ""
     if after is not None and after > 0.05:

@@ -17,16 +17,27 @@ import re
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import platformdirs
 import psutil
 
 from ondevice.core.errors import DestinationError
 
-__all__ = ["APP_NAME", "TEMP_TAG", "cache_dir", "config_dir", "data_dir", "atomic_write", "atomic_path",
-           "check_destination", "ensure_replaceable", "remove_stale_temps"]
+__all__ = [
+    "APP_NAME",
+    "TEMP_TAG",
+    "cache_dir",
+    "config_dir",
+    "data_dir",
+    "atomic_write",
+    "atomic_path",
+    "check_destination",
+    "ensure_replaceable",
+    "remove_stale_temps",
+]
 
 APP_NAME = "ondevice"
 TEMP_TAG = ".ondevice-tmp-"  # temp file = "." + target name + TEMP_TAG + writer pid + "-" + random
@@ -36,8 +47,13 @@ OLD_STYLE_STALE_AFTER_S = 3600.0  # temp names from before they carried a pid: o
 _NAME_CHARS = 200  # of the target name kept in a temp name (a file name has at most 255 bytes)
 _TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.ondevice-tmp-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 _OLD_STYLE = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # tempfile.mkstemp(prefix=".NAME.", suffix=".tmp")
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +77,7 @@ def data_dir() -> Path:
 
 
 # ---------- atomic writes ----------
+
 
 @contextlib.contextmanager
 def atomic_write(path: Path, mode: str = "wb") -> Iterator[IO]:
@@ -129,6 +146,7 @@ def ensure_replaceable(path: Path) -> None:
 
 # ---------- leftovers of killed writers ----------
 
+
 def remove_stale_temps(folder: Path, *, target_name: str | None = None, owned: bool = False) -> list[Path]:
     """Remove what killed writers left in `folder`: ondevice temp files (of `target_name` only,
     when given) whose writing process is gone and that nobody touched for STALE_AFTER_S.
@@ -174,6 +192,7 @@ def _is_stale(entry: os.DirEntry, target_name: str | None, owned: bool, now: flo
 
 
 # ---------- destinations of outputs ----------
+
 
 def check_destination(path: str | Path, *, force: bool = False) -> Path:
     """Check, before any work, that an output can be written at `path`; return it as a Path.

@@ -14,8 +14,8 @@ did that), so a stream can be read right without knowing the template.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 __all__ = ["ThinkMarkers", "KNOWN_MARKERS", "DEFAULT_MARKERS", "detect_markers", "opens_block", "first_visible"]
 
@@ -51,7 +51,7 @@ def opens_block(rendered_prompt: str, markers: ThinkMarkers) -> bool:
     """Does a rendered generation prompt end inside a reasoning block (its last marker an open one)?"""
     text = rendered_prompt.rstrip()
     last_open, last_close = text.rfind(markers.open), text.rfind(markers.close)
-    return last_open >= 0 and last_open > last_close and not text[last_open + len(markers.open):].strip()
+    return last_open >= 0 and last_open > last_close and not text[last_open + len(markers.open) :].strip()
 
 
 def first_visible(pieces: Sequence[str], markers: ThinkMarkers | None = DEFAULT_MARKERS) -> int | None:

@@ -38,7 +38,9 @@ class Timings:
     e2e_s: float  # request start -> last token available
     prompt_tokens_computed: int  # prompt tokens actually prefilled (prompt - cached)
     output_tokens: int  # T, output tokens counted by the tokenizer
-    ttft_visible_s: float | None = None  # request start -> first visible output text (after any reasoning block); None: not measured, or no visible text
+    ttft_visible_s: float | None = (
+        None  # request start -> first visible output text (after any reasoning block); None: not measured, or no visible text
+    )
 
     @property
     def tpot_s(self) -> float | None:
@@ -52,7 +54,9 @@ class Timings:
 
     @property
     def prefill_tok_s(self) -> float | None:
-        return self.prompt_tokens_computed / self.prefill_s if self.prefill_s > 0 and self.prompt_tokens_computed else None
+        return (
+            self.prompt_tokens_computed / self.prefill_s if self.prefill_s > 0 and self.prompt_tokens_computed else None
+        )
 
     @property
     def output_throughput_tok_s(self) -> float | None:
@@ -135,8 +139,11 @@ class SpecStats:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(acceptance_rate=self.acceptance_rate, mean_accepted_per_step=self.mean_accepted_per_step,
-                 drafts_per_step=self.drafts_per_step)
+        d.update(
+            acceptance_rate=self.acceptance_rate,
+            mean_accepted_per_step=self.mean_accepted_per_step,
+            drafts_per_step=self.drafts_per_step,
+        )
         return d
 
 

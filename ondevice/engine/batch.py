@@ -21,17 +21,18 @@ its first token. A decode step lasts from the start of its llama_decode to its l
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from ondevice.engine.sampling import SamplerChain, SamplingParams, make_params
-from ondevice.engine.loop import OutputTokens, cancel_poll
 from ondevice.core.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
-from ondevice.engine.loader import context_settings
-from ondevice.llama.model import LlamaHandle, fill_batch_entries, new_context
 from ondevice.core.metrics import timings_from_marks
 from ondevice.core.results import FinishReason, Generation
+from ondevice.engine.loader import context_settings
+from ondevice.engine.loop import OutputTokens, cancel_poll
+from ondevice.engine.sampling import SamplerChain, SamplingParams, make_params
+from ondevice.llama.model import LlamaHandle, fill_batch_entries, new_context
 
 __all__ = ["BatchContext", "BatchGeneration", "MAX_SEQS"]
 
@@ -49,7 +50,9 @@ class BatchGeneration:
     prefill_s: float  # start of the first prefill llama_decode -> end of the last, seconds (first tokens sampled between chunks included)
     step_s: tuple[float, ...]  # each decode step: llama_decode start -> its last sample, seconds
     step_seqs: tuple[int, ...]  # sequences decoded (tokens produced) in each step
-    predicted_step_s: float | None = None  # calibrated roofline: one step of all sequences at the mid-decode context, seconds
+    predicted_step_s: float | None = (
+        None  # calibrated roofline: one step of all sequences at the mid-decode context, seconds
+    )
     ceiling_step_s: float | None = None  # bandwidth bound of that step, seconds
 
     @property
@@ -118,8 +121,14 @@ class BatchContext:
     """A context of n_seqs sequences of n_ctx_seq tokens each, on an engine's model (Engine.batched).
     One generation at a time, and never while the engine generates: both hold the engine's lock."""
 
-    def __init__(self, engine: Any, handle: LlamaHandle, n_seqs: int, lock: threading.Lock,
-                 token_info: Callable[[int], tuple[bytes, bool]]):
+    def __init__(
+        self,
+        engine: Any,
+        handle: LlamaHandle,
+        n_seqs: int,
+        lock: threading.Lock,
+        token_info: Callable[[int], tuple[bytes, bool]],
+    ):
         self._engine = engine  # tokenize, id checks, info (seed), predictor
         self._h = handle  # the context (the model belongs to the engine)
         self._lock = lock  # the engine's busy lock
@@ -131,15 +140,24 @@ class BatchContext:
         self.n_ctx_seq = per  # tokens each sequence may hold (prompt + output)
 
     @classmethod
-    def open(cls, engine: Any, handle: LlamaHandle, lock: threading.Lock, token_info: Callable[[int], tuple[bytes, bool]],
-             n_seqs: Any, seq_tokens: Any = None) -> BatchContext:
+    def open(
+        cls,
+        engine: Any,
+        handle: LlamaHandle,
+        lock: threading.Lock,
+        token_info: Callable[[int], tuple[bytes, bool]],
+        n_seqs: Any,
+        seq_tokens: Any = None,
+    ) -> BatchContext:
         """A context of n_seqs sequences on the model of `handle` (the engine's), each holding
         seq_tokens (None: the engine's n_ctx) rounded up to 256, with the engine's settings
         (loader.context_settings). InvalidParameterError before any work for n_seqs outside
         1..256 or seq_tokens past the trained context; ModelLoadError when llama.cpp cannot allocate it."""
         ok = isinstance(n_seqs, int) and not isinstance(n_seqs, bool) and 1 <= n_seqs <= MAX_SEQS
         if not ok:
-            raise InvalidParameterError(f"n_seqs must be an integer from 1 to {MAX_SEQS} (llama.cpp's limit), not {n_seqs!r}")
+            raise InvalidParameterError(
+                f"n_seqs must be an integer from 1 to {MAX_SEQS} (llama.cpp's limit), not {n_seqs!r}"
+            )
         info = engine.info
         seq_tokens = info.n_ctx if seq_tokens is None else seq_tokens
         if isinstance(seq_tokens, bool) or not isinstance(seq_tokens, int) or seq_tokens < 1:
@@ -147,7 +165,8 @@ class BatchContext:
         trained = info.spec.n_ctx_train
         if trained and seq_tokens > trained:
             raise InvalidParameterError(
-                f"seq_tokens {seq_tokens}: each sequence would run past the model's trained context of {trained} tokens")
+                f"seq_tokens {seq_tokens}: each sequence would run past the model's trained context of {trained} tokens"
+            )
         per = -(-seq_tokens // 256) * 256  # llama.cpp gives each sequence n_ctx / n_seq_max, rounded up to 256
         lib = handle.lib
         settings = context_settings(info, lib)
@@ -176,8 +195,16 @@ class BatchContext:
             except Exception:
                 pass
 
-    def generate(self, prompts: Sequence[Sequence[int]] | Sequence[str], max_tokens: int, *, seed: int | None = None,
-                 ignore_eos: bool = False, cancel: threading.Event | None = None, **sampling: Any) -> BatchGeneration:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]] | Sequence[str],
+        max_tokens: int,
+        *,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+        cancel: threading.Event | None = None,
+        **sampling: Any,
+    ) -> BatchGeneration:
         """Generate for every prompt (token ids, or text tokenized with BOS) at once; sequence i
         samples with seed + i (seed None: the engine's base seed). sampling: make_params' other
         settings (temperature, top_k, top_p, min_p, repeat_penalty, stop). cancel (or cancel(),
@@ -223,12 +250,19 @@ class BatchContext:
             if len(ids) + max_tokens > self.n_ctx_seq:
                 raise ContextOverflowError(
                     f"prompt {i}: {len(ids)} tokens + max_tokens {max_tokens} = {len(ids) + max_tokens} tokens "
-                    f"exceeds the {self.n_ctx_seq} tokens each sequence of this batch context holds")
+                    f"exceeds the {self.n_ctx_seq} tokens each sequence of this batch context holds"
+                )
             out.append(ids)
         return out
 
-    def _run(self, prompts: list[list[int]], p: SamplingParams, start_ns: int, tokenized_ns: int,
-             cancelled: Callable[[], bool]) -> BatchGeneration:
+    def _run(
+        self,
+        prompts: list[list[int]],
+        p: SamplingParams,
+        start_ns: int,
+        tokenized_ns: int,
+        cancelled: Callable[[], bool],
+    ) -> BatchGeneration:
         h, lib = self._h, self._h.lib
         lib.llama_memory_clear(h.memory, False)
         base = p.seed if p.seed is not None else self._engine.info.seed
@@ -251,16 +285,31 @@ class BatchContext:
         for s in seqs:
             o = s.output
             computed = len(s.ids) if s.prefill_end_ns else 0
-            timings = timings_from_marks(start_ns, tokenized_ns, prefill_start, s.prefill_end_ns or prefill_end, o.token_ns,
-                                         computed)
-            gens.append(Generation(
-                text="".join(o.texts), token_ids=tuple(o.ids), finish_reason=s.finish or "length",
-                prompt_tokens=len(s.ids), cached_prompt_tokens=0, timings=timings,
-                ceiling_tok_s=1.0 / ceil if ceil else None, predicted_tok_s=1.0 / pred if pred else None,
-            ))
+            timings = timings_from_marks(
+                start_ns, tokenized_ns, prefill_start, s.prefill_end_ns or prefill_end, o.token_ns, computed
+            )
+            gens.append(
+                Generation(
+                    text="".join(o.texts),
+                    token_ids=tuple(o.ids),
+                    finish_reason=s.finish or "length",
+                    prompt_tokens=len(s.ids),
+                    cached_prompt_tokens=0,
+                    timings=timings,
+                    ceiling_tok_s=1.0 / ceil if ceil else None,
+                    predicted_tok_s=1.0 / pred if pred else None,
+                )
+            )
         last_ns = max((s.output.token_ns[-1] for s in seqs if s.output.token_ns), default=prefill_end)
-        return BatchGeneration(tuple(gens), (last_ns - start_ns) * _NS, (prefill_end - prefill_start) * _NS,
-                               tuple(step_s), tuple(step_seqs), pred, ceil)
+        return BatchGeneration(
+            tuple(gens),
+            (last_ns - start_ns) * _NS,
+            (prefill_end - prefill_start) * _NS,
+            tuple(step_s),
+            tuple(step_seqs),
+            pred,
+            ceil,
+        )
 
     def _prefill(self, batch: Any, seqs: list[_Seq], p: SamplingParams, cancelled: Callable[[], bool]) -> None:
         """Each prompt in chunks of n_batch tokens (tagged with its sequence id and positions), logits
@@ -285,15 +334,18 @@ class BatchContext:
                 rc = lib.llama_decode(h.ctx, batch)
                 if rc != 0:
                     lib.llama_memory_clear(h.memory, False)
-                    raise EngineError(f"llama_decode failed on prompt {s.index} (code {rc}) at token {lo} of {len(s.ids)}")
+                    raise EngineError(
+                        f"llama_decode failed on prompt {s.index} (code {rc}) at token {lo} of {len(s.ids)}"
+                    )
             s.prefill_end_ns = perf_counter_ns()
             if p.max_tokens:
                 s.take(lib.llama_sampler_sample(s.chain.ptr, h.ctx, hi - lo - 1), perf_counter_ns())
             else:
                 s.finish = "length"
 
-    def _decode(self, batch: Any, seqs: list[_Seq], p: SamplingParams,
-                cancelled: Callable[[], bool]) -> tuple[list[float], list[int]]:
+    def _decode(
+        self, batch: Any, seqs: list[_Seq], p: SamplingParams, cancelled: Callable[[], bool]
+    ) -> tuple[list[float], list[int]]:
         """Steps of one token per live sequence until every sequence has ended (or it is cancelled)."""
         h, lib = self._h, self._h.lib
         decode, sample = lib.llama_decode, lib.llama_sampler_sample
@@ -307,7 +359,9 @@ class BatchContext:
                 live = []
             if not live:
                 return step_s, step_seqs
-            fill_batch_entries(batch, ((s.output.ids[-1], len(s.ids) + len(s.output.ids) - 1, s.index, True) for s in live))
+            fill_batch_entries(
+                batch, ((s.output.ids[-1], len(s.ids) + len(s.output.ids) - 1, s.index, True) for s in live)
+            )
             t0 = perf_counter_ns()
             rc = decode(h.ctx, batch)
             if rc != 0:

@@ -29,11 +29,11 @@ import logging
 from time import perf_counter_ns
 from typing import Any
 
-from ondevice.engine.loop import TokenStream
-from ondevice.engine.sampling import SAMPLING_KEYS, make_params
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.reasoning import ThinkMarkers, detect_markers, opens_block
 from ondevice.core.results import Generation
+from ondevice.engine.loop import TokenStream
+from ondevice.engine.sampling import SAMPLING_KEYS, make_params
 
 __all__ = ["Chat", "ChatTemplate", "FALLBACK_STOPS", "render_plain", "SPEC_KEYS"]
 
@@ -140,7 +140,9 @@ class Chat:
         unknown = set(sampling_defaults) - SAMPLING_KEYS - SPEC_KEYS
         if unknown:
             raise InvalidParameterError(f"unknown chat parameter(s): {', '.join(sorted(unknown))}")
-        make_params(**{k: v for k, v in sampling_defaults.items() if k in SAMPLING_KEYS})  # refuse bad defaults now, by name
+        make_params(
+            **{k: v for k, v in sampling_defaults.items() if k in SAMPLING_KEYS}
+        )  # refuse bad defaults now, by name
         if system is not None and not isinstance(system, str):
             raise InvalidParameterError(f"system must be a string, not {type(system).__name__}")
         self._engine = engine
@@ -153,7 +155,7 @@ class Chat:
 
     @property
     def template_source(self) -> str:
-        """"model" (the GGUF's chat template) or "fallback" (plain User/Assistant transcript)."""
+        """ "model" (the GGUF's chat template) or "fallback" (plain User/Assistant transcript)."""
         return self._template.source
 
     def prompt_tokens(self, text: str | None = None) -> list[int]:
@@ -179,8 +181,17 @@ class Chat:
         user = {"role": "user", "content": text}
         ids = self._template.tokens(self.messages + [user])
         tokenized_ns = perf_counter_ns()
-        ts = self._engine._start(ids, start_ns, tokenized_ns, params, cancel, True, on_done=lambda g: self._finish(user, g),
-                                 think=self._template.think, spec=spec)
+        ts = self._engine._start(
+            ids,
+            start_ns,
+            tokenized_ns,
+            params,
+            cancel,
+            True,
+            on_done=lambda g: self._finish(user, g),
+            think=self._template.think,
+            spec=spec,
+        )
         self.messages.append(user)
         return ts
 

@@ -16,11 +16,12 @@ the target model verifies every draft.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Any, Hashable, Protocol, Sequence
+from typing import Any, Protocol
 
+from ondevice.core.errors import InvalidParameterError
 from ondevice.engine.loop import KVCache, _prefill
-from ondevice.core.errors import EngineError, InvalidParameterError
 from ondevice.llama.model import LlamaHandle, load_model, new_context
 
 __all__ = ["Drafter", "PromptLookup", "DraftModel", "ModelDrafter", "NGRAM_MAX", "NGRAM_MIN", "check_same_vocab"]
@@ -101,7 +102,8 @@ def check_same_vocab(target: LlamaHandle, draft: LlamaHandle, label: str) -> Non
     if draft.n_vocab != target.n_vocab:
         raise InvalidParameterError(
             f"draft model {label}: its vocabulary has {draft.n_vocab} tokens, the target's {target.n_vocab}: "
-            "a draft model must share the target's vocabulary")
+            "a draft model must share the target's vocabulary"
+        )
     lib = target.lib
     step = max(1, target.n_vocab // _VOCAB_SAMPLE)
     ids = sorted(set(range(0, target.n_vocab, step)) | {target.n_vocab - 1})
@@ -113,7 +115,8 @@ def check_same_vocab(target: LlamaHandle, draft: LlamaHandle, label: str) -> Non
         if _piece(lib, target.vocab, t) != _piece(lib, draft.vocab, t):
             raise InvalidParameterError(
                 f"draft model {label}: token {t} is {_piece(lib, draft.vocab, t)!r} there but "
-                f"{_piece(lib, target.vocab, t)!r} in the target: a draft model must share the target's vocabulary")
+                f"{_piece(lib, target.vocab, t)!r} in the target: a draft model must share the target's vocabulary"
+            )
 
 
 class DraftModel:

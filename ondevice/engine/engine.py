@@ -6,18 +6,19 @@ import contextlib
 import ctypes
 import threading
 import weakref
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any, Iterator, Sequence
+from typing import Any
 
-from ondevice.engine.batch import BatchContext
-from ondevice.engine.loader import EngineInfo, open_model
-from ondevice.llama.model import LlamaHandle
-from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, check_cancel, run_request
-from ondevice.engine.sampling import DEFAULTS, make_params
 from ondevice.core.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.core.results import Generation
 from ondevice.core.textclean import clean_text
+from ondevice.engine.batch import BatchContext
+from ondevice.engine.loader import EngineInfo, open_model
+from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, check_cancel, run_request
+from ondevice.engine.sampling import DEFAULTS, make_params
+from ondevice.llama.model import LlamaHandle
 
 __all__ = ["load", "Engine"]
 
@@ -58,15 +59,26 @@ def load(
     # GGUFFormatError for a malformed or inconsistent file, before llama.cpp sees it; KV bytes for the cache types used
     spec = inspect_for_load(path).with_kv_cache(cache_type_k, cache_type_v)
     handle, info = open_model(
-        path, spec, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, n_ubatch=n_ubatch,
-        n_gpu_layers=n_gpu_layers, flash_attn=flash_attn, seed=seed, cache_type_k=cache_type_k, cache_type_v=cache_type_v,
+        path,
+        spec,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        n_gpu_layers=n_gpu_layers,
+        flash_attn=flash_attn,
+        seed=seed,
+        cache_type_k=cache_type_k,
+        cache_type_v=cache_type_v,
     )
     return Engine(handle, info, pred)
 
 
 def _check_predictor(predictor: Any) -> Any:
     if predictor is not None and not callable(getattr(predictor, "step_s", None)):
-        raise InvalidParameterError("predictor must be None or have a step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s) method")
+        raise InvalidParameterError(
+            "predictor must be None or have a step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s) method"
+        )
     return predictor
 
 
@@ -86,7 +98,10 @@ class Engine:
         self._template: Any = None  # chat template, built on first chat()
         self._batches: weakref.WeakSet[BatchContext] = weakref.WeakSet()  # live batch contexts, freed before the model
         self._drafts: dict[str, Any] = {}  # draft model path -> DraftModel, loaded on first use, freed by close()
-        self._exact = (1, 1)  # (verify tokens checked, most of them giving single-token logits): speculative.exact_verify_tokens
+        self._exact = (
+            1,
+            1,
+        )  # (verify tokens checked, most of them giving single-token logits): speculative.exact_verify_tokens
         self._step_costs: dict[str, Any] = {}  # mode -> speculative.StepCost: step times its requests measured
 
     # ---- state -------------------------------------------------------------------------
@@ -196,8 +211,15 @@ class Engine:
         `speculative` holds the counts (ondevice.engine.speculative).
         """
         params = make_params(
-            max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-            repeat_penalty=repeat_penalty, seed=seed, stop=stop, ignore_eos=ignore_eos,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            repeat_penalty=repeat_penalty,
+            seed=seed,
+            stop=stop,
+            ignore_eos=ignore_eos,
         )
         if not isinstance(reuse_prefix, bool):
             raise InvalidParameterError(f"reuse_prefix must be True or False, not {reuse_prefix!r}")
@@ -234,8 +256,10 @@ class Engine:
         self._check_open()
         lib = self._h.lib
         if lib.llama_model_is_recurrent(self._h.model) or lib.llama_model_is_hybrid(self._h.model):
-            raise InvalidParameterError("speculative decoding needs a KV cache that can drop rejected drafts; "
-                                        "this model's recurrent state cannot")
+            raise InvalidParameterError(
+                "speculative decoding needs a KV cache that can drop rejected drafts; "
+                "this model's recurrent state cannot"
+            )
         drafter = self._draft_model(settings.draft).drafter() if settings.mode == "draft" else None
         want = settings.k_max + 1
         checked, exact = self._exact
@@ -273,8 +297,18 @@ class Engine:
                 self._drafts[key] = DraftModel(path, self._h, n_threads=self.info.n_threads, n_gpu_layers=layers)
         return self._drafts[key]
 
-    def _start(self, ids: list[int], start_ns: int, tokenized_ns: int, params: Any, cancel: Any, reuse_prefix: bool,
-               on_done: Any = None, think: Any = None, spec: Any = None) -> TokenStream:
+    def _start(
+        self,
+        ids: list[int],
+        start_ns: int,
+        tokenized_ns: int,
+        params: Any,
+        cancel: Any,
+        reuse_prefix: bool,
+        on_done: Any = None,
+        think: Any = None,
+        spec: Any = None,
+    ) -> TokenStream:
         self._check_open()
         if len(ids) + params.max_tokens > self.n_ctx:
             raise ContextOverflowError(

@@ -4,7 +4,8 @@ them (tests/test_engine_interface.py), so a fake cannot drift from the real inte
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from ondevice.core.results import TokenEvent
 
@@ -20,9 +21,17 @@ class StreamingEngine(Protocol):
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]: ...
 
-    def stream(self, prompt: str | Sequence[int], *, max_tokens: int = ..., temperature: float = ...,
-               seed: int | None = ..., ignore_eos: bool = ..., cancel: Any = ...,
-               reuse_prefix: bool = ...) -> Iterator[TokenEvent]: ...
+    def stream(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = ...,
+        temperature: float = ...,
+        seed: int | None = ...,
+        ignore_eos: bool = ...,
+        cancel: Any = ...,
+        reuse_prefix: bool = ...,
+    ) -> Iterator[TokenEvent]: ...
 
     def close(self) -> None: ...
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.kvtypes import DEFAULT_KV_TYPE, kv_ggml_type, kv_is_quantized
+from ondevice.gguf.spec import ModelSpec
 from ondevice.llama.devices import default_threads, detect_backends, gpu_layers, is_gpu_backend
 from ondevice.llama.model import LlamaHandle, llama_lib, load_model, new_context
-from ondevice.gguf.spec import ModelSpec
 
 __all__ = ["EngineInfo", "open_model", "resolve_n_ctx", "context_settings", "MIN_N_CTX", "DEFAULT_N_CTX"]
 
@@ -66,15 +66,22 @@ def _flash_attn_type(lib: Any, flash_attn: Any) -> int:
 def context_settings(info: EngineInfo, lib: Any) -> dict[str, Any]:
     """new_context's arguments for another context like the engine's: threads, n_batch, n_ubatch,
     flash attention (as requested: "auto" resolves the same way) and KV cache types."""
-    return dict(n_threads=info.n_threads, n_batch=info.n_batch, n_ubatch=info.n_ubatch,
-                flash_attn_type=_flash_attn_type(lib, info.flash_attn), type_k=int(kv_ggml_type(info.cache_type_k)),
-                type_v=int(kv_ggml_type(info.cache_type_v)))
+    return dict(
+        n_threads=info.n_threads,
+        n_batch=info.n_batch,
+        n_ubatch=info.n_ubatch,
+        flash_attn_type=_flash_attn_type(lib, info.flash_attn),
+        type_k=int(kv_ggml_type(info.cache_type_k)),
+        type_v=int(kv_ggml_type(info.cache_type_v)),
+    )
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> int:
     ok = isinstance(value, int) and not isinstance(value, bool) and (value > 0 or (allow_zero and value == 0))
     if not ok:
-        raise InvalidParameterError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, not {value!r}")
+        raise InvalidParameterError(
+            f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, not {value!r}"
+        )
     return value
 
 
@@ -93,17 +100,29 @@ def resolve_n_ctx(n_ctx: Any, n_ctx_train: int | None = None) -> int:
     if n_ctx < MIN_N_CTX:
         raise InvalidParameterError(
             f"n_ctx {n_ctx} is below llama.cpp's smallest context of {MIN_N_CTX} tokens (it would use {MIN_N_CTX} "
-            f"anyway): give {MIN_N_CTX} or more, or 0 for the model's trained context")
+            f"anyway): give {MIN_N_CTX} or more, or 0 for the model's trained context"
+        )
     if trained and n_ctx > max(trained, MIN_N_CTX):
         raise InvalidParameterError(
             f"n_ctx {n_ctx} is beyond the model's trained context of {trained} tokens (no RoPE scaling is set, so "
-            f"text past it degrades): give at most {trained}, or 0 for the trained context")
+            f"text past it degrades): give at most {trained}, or 0 for the trained context"
+        )
     return n_ctx
 
 
 def open_model(
-    path: Path, spec: ModelSpec, *, n_ctx: Any, n_threads: Any, n_batch: Any, n_gpu_layers: Any, flash_attn: Any,
-    seed: Any, n_ubatch: Any = None, cache_type_k: str = DEFAULT_KV_TYPE, cache_type_v: str = DEFAULT_KV_TYPE,
+    path: Path,
+    spec: ModelSpec,
+    *,
+    n_ctx: Any,
+    n_threads: Any,
+    n_batch: Any,
+    n_gpu_layers: Any,
+    flash_attn: Any,
+    seed: Any,
+    n_ubatch: Any = None,
+    cache_type_k: str = DEFAULT_KV_TYPE,
+    cache_type_v: str = DEFAULT_KV_TYPE,
 ) -> tuple[LlamaHandle, EngineInfo]:
     """Load `path` (already validated into `spec`) and create a one-sequence context.
 
@@ -117,7 +136,9 @@ def open_model(
         raise InvalidParameterError(f"seed must be in [0, {2**32 - 1}], not {seed}")
     type_k, type_v = kv_ggml_type(cache_type_k), kv_ggml_type(cache_type_v)
     if kv_is_quantized(cache_type_v) and flash_attn is False:
-        raise InvalidParameterError(f"a quantized V cache ({cache_type_v}) needs flash attention: use flash_attn 'auto' or True")
+        raise InvalidParameterError(
+            f"a quantized V cache ({cache_type_v}) needs flash attention: use flash_attn 'auto' or True"
+        )
     lib = llama_lib()
 
     fa_type = _flash_attn_type(lib, flash_attn)
@@ -125,8 +146,17 @@ def open_model(
     t0 = time.perf_counter_ns()
     model, placement = load_model(path, n_gpu_layers=requested_layers, lib=lib)
     try:
-        ctx, fa_used = new_context(model, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, n_ubatch=n_ubatch,
-                                   flash_attn_type=fa_type, type_k=int(type_k), type_v=int(type_v), lib=lib)
+        ctx, fa_used = new_context(
+            model,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_batch=n_batch,
+            n_ubatch=n_ubatch,
+            flash_attn_type=fa_type,
+            type_k=int(type_k),
+            type_v=int(type_v),
+            lib=lib,
+        )
     except BaseException:
         lib.llama_model_free(model)
         raise
@@ -135,10 +165,22 @@ def open_model(
     backends = detect_backends(lib)
     backend = backends[0] if (offloaded and is_gpu_backend(backends[0])) else "CPU"
     info = EngineInfo(
-        model_path=str(path), spec=spec, backend=backend, n_gpu_layers=offloaded if backend != "CPU" else 0,
-        n_threads=n_threads, n_batch=handle.n_batch, n_ctx=handle.n_ctx, flash_attn=flash_attn, load_s=load_s,
-        llama_cpp_version=getattr(lib, "__version__", "unknown"), seed=seed, n_ubatch=int(lib.llama_n_ubatch(ctx)),
-        flash_attn_used=fa_used, cache_type_k=cache_type_k.lower(), cache_type_v=cache_type_v.lower(),
-        cpu_buffers=placement.cpu_buffers, cpu_buffers_reason=placement.reason,
+        model_path=str(path),
+        spec=spec,
+        backend=backend,
+        n_gpu_layers=offloaded if backend != "CPU" else 0,
+        n_threads=n_threads,
+        n_batch=handle.n_batch,
+        n_ctx=handle.n_ctx,
+        flash_attn=flash_attn,
+        load_s=load_s,
+        llama_cpp_version=getattr(lib, "__version__", "unknown"),
+        seed=seed,
+        n_ubatch=int(lib.llama_n_ubatch(ctx)),
+        flash_attn_used=fa_used,
+        cache_type_k=cache_type_k.lower(),
+        cache_type_v=cache_type_v.lower(),
+        cpu_buffers=placement.cpu_buffers,
+        cpu_buffers_reason=placement.reason,
     )
     return handle, info

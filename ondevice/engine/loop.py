@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from time import perf_counter_ns
-from typing import Any, Callable, Generator, Iterator, Sequence
+from typing import Any
 
-from ondevice.llama.model import LlamaHandle
-from ondevice.engine.sampling import SamplerChain, SamplingParams
-from ondevice.engine.text import TextAssembler
 from ondevice.core.errors import EngineError, InvalidParameterError
 from ondevice.core.metrics import timings_from_marks
 from ondevice.core.reasoning import first_visible
 from ondevice.core.results import Attribution, FinishReason, Generation, TokenEvent
+from ondevice.engine.sampling import SamplerChain, SamplingParams
+from ondevice.engine.text import TextAssembler
+from ondevice.llama.model import LlamaHandle
 
 __all__ = ["KVCache", "Request", "run_request", "TokenStream", "OutputTokens", "cancel_poll", "check_cancel"]
 
@@ -140,7 +141,12 @@ def _prefill(handle: LlamaHandle, kv: KVCache, ids: list[int], n_batch: int, can
 
 
 def run_request(
-    handle: LlamaHandle, kv: KVCache, req: Request, n_batch: int, predictor: Any, token_info: Callable[[int], tuple[bytes, bool]]
+    handle: LlamaHandle,
+    kv: KVCache,
+    req: Request,
+    n_batch: int,
+    predictor: Any,
+    token_info: Callable[[int], tuple[bytes, bool]],
 ) -> Generator[TokenEvent, None, Generation]:
     """Prefill, then sample/decode token by token, yielding a TokenEvent per output token."""
     p = req.params
@@ -197,9 +203,15 @@ class _Spent:
         self.decode_ns = self.sample_ns = self.detok_ns = self.consumer_ns = 0
 
     def attribution(self, timings, prefill_start: int, prefill_end: int, token_ns: list[int]) -> Attribution:
-        parts = dict(tokenize_s=timings.tokenize_s, prefill_s=timings.prefill_s,
-                     first_sample_s=(token_ns[0] - prefill_end) * _NS, decode_s=self.decode_ns * _NS,
-                     sample_s=self.sample_ns * _NS, detokenize_s=self.detok_ns * _NS, consumer_s=self.consumer_ns * _NS)
+        parts = dict(
+            tokenize_s=timings.tokenize_s,
+            prefill_s=timings.prefill_s,
+            first_sample_s=(token_ns[0] - prefill_end) * _NS,
+            decode_s=self.decode_ns * _NS,
+            sample_s=self.sample_ns * _NS,
+            detokenize_s=self.detok_ns * _NS,
+            consumer_s=self.consumer_ns * _NS,
+        )
         return Attribution(**parts, overhead_s=timings.e2e_s - sum(parts.values()), e2e_s=timings.e2e_s)
 
 
@@ -209,9 +221,18 @@ class OutputTokens:
     its predicted step and its event. The lists are the caller's when given (run_request reads
     them after), else its own."""
 
-    def __init__(self, params: SamplingParams, n_prompt: int, start_ns: int, predictor: Any,
-                 token_info: Callable[[int], tuple[bytes, bool]], token_ns: list[int] | None = None,
-                 ids_out: list[int] | None = None, texts: list[str] | None = None, steps: list | None = None):
+    def __init__(
+        self,
+        params: SamplingParams,
+        n_prompt: int,
+        start_ns: int,
+        predictor: Any,
+        token_info: Callable[[int], tuple[bytes, bool]],
+        token_ns: list[int] | None = None,
+        ids_out: list[int] | None = None,
+        texts: list[str] | None = None,
+        steps: list | None = None,
+    ):
         self._text = TextAssembler(params.stop)
         self._step_s = predictor.step_s if predictor is not None else None
         self._check_eog, self._last_i = not params.ignore_eos, params.max_tokens - 1
@@ -245,8 +266,9 @@ class OutputTokens:
         return TokenEvent(i, token, out, (t_ns - self._start) * _NS, self._n_prompt + i, pred), finish
 
 
-def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps,
-            spent: _Spent) -> Generator[TokenEvent, None, FinishReason]:
+def _decode(
+    handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps, spent: _Spent
+) -> Generator[TokenEvent, None, FinishReason]:
     lib, p = handle.lib, req.params
     ctx = handle.ctx
     decode, sample = lib.llama_decode, lib.llama_sampler_sample
@@ -257,6 +279,7 @@ def _decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, st
     smpl = chain.ptr
     tokens = kv.tokens
     out = OutputTokens(p, len(req.ids), req.start_ns, predictor, token_info, token_ns, ids_out, texts, steps)
+    token = t_yield = t_decoded = 0  # set by each step, read by the next
     try:
         for i in range(p.max_tokens):
             if i:

@@ -12,12 +12,21 @@ flags, the bench and the chat app all read it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ondevice.core.errors import EngineError, InvalidParameterError
 
-__all__ = ["SamplingParams", "DEFAULTS", "CHAT_MAX_TOKENS", "make_params", "SamplerChain", "PENALTY_LAST_N", "SAMPLING_KEYS"]
+__all__ = [
+    "SamplingParams",
+    "DEFAULTS",
+    "CHAT_MAX_TOKENS",
+    "make_params",
+    "SamplerChain",
+    "PENALTY_LAST_N",
+    "SAMPLING_KEYS",
+]
 
 PENALTY_LAST_N = 64  # tokens of history the repeat penalty looks at (llama.cpp's default)
 _SEED_MAX = 2**32 - 1  # llama.cpp seeds are uint32
@@ -46,13 +55,27 @@ class SamplingParams:
 
     def sampler_settings(self) -> dict[str, Any]:
         """The settings of the sampler chain itself (no length, seed or stops): what a bench records."""
-        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p,
-                "repeat_penalty": self.repeat_penalty}
+        return {
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "repeat_penalty": self.repeat_penalty,
+        }
 
 
 # The defaults of every door (API, `run`, `chat`, `bench`, the chat app), as llama.cpp's tools set them.
-DEFAULTS = SamplingParams(max_tokens=256, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
-                          seed=None, stop=(), ignore_eos=False)
+DEFAULTS = SamplingParams(
+    max_tokens=256,
+    temperature=0.8,
+    top_k=40,
+    top_p=0.95,
+    min_p=0.05,
+    repeat_penalty=1.0,
+    seed=None,
+    stop=(),
+    ignore_eos=False,
+)
 CHAT_MAX_TOKENS = 512  # one chat answer at most: a chat turn is allowed to run longer than a `run` completion
 
 

@@ -26,29 +26,42 @@ verify step arrive together (ITLs of ~0 inside a burst are kept, not smoothed).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass
 from statistics import median
 from time import perf_counter_ns
-from typing import Any, Hashable
+from typing import Any
 
+from ondevice.core.errors import EngineError, InvalidParameterError
+from ondevice.core.results import SpecStats
 from ondevice.engine.drafters import Drafter
 from ondevice.engine.loop import KVCache, OutputTokens, Request
 from ondevice.engine.sampling import SamplerChain
-from ondevice.core.errors import EngineError, InvalidParameterError
 from ondevice.llama.model import LlamaHandle, fill_batch
-from ondevice.core.results import SpecStats
 
-__all__ = ["SpecSettings", "spec_settings", "Speculator", "exact_verify_tokens", "StepCost", "KPlanner",
-           "expected_committed", "MODES", "K_LIMIT", "DEFAULT_K_MAX"]
+__all__ = [
+    "SpecSettings",
+    "spec_settings",
+    "Speculator",
+    "exact_verify_tokens",
+    "StepCost",
+    "KPlanner",
+    "expected_committed",
+    "MODES",
+    "K_LIMIT",
+    "DEFAULT_K_MAX",
+]
 
 MODES = ("lookup", "draft")
 K_LIMIT = 64  # most drafted tokens one step may verify (spec_k is checked against it)
 DEFAULT_K_MAX = 16  # spec_k when none is given
 # Text the batch-invariance check decodes (any text works; this one is public domain: Austen, Pride and Prejudice).
-_CHECK_TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be "
-               "in want of a wife. However little known the feelings or views of such a man may be on his first "
-               "entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, that "
-               "he is considered as the rightful property of some one or other of their daughters. ")
+_CHECK_TEXT = (
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be "
+    "in want of a wife. However little known the feelings or views of such a man may be on his first "
+    "entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, that "
+    "he is considered as the rightful property of some one or other of their daughters. "
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +86,9 @@ def spec_settings(speculative: Any, draft: Any, spec_k: Any) -> SpecSettings | N
     if mode == "draft" and draft is None:
         raise InvalidParameterError("speculative='draft' needs a draft model (draft=PATH)")
     if mode == "lookup" and draft is not None:
-        raise InvalidParameterError("speculative='lookup' drafts from the prompt: give no draft model, or speculative='draft'")
+        raise InvalidParameterError(
+            "speculative='lookup' drafts from the prompt: give no draft model, or speculative='draft'"
+        )
     if draft is not None and not isinstance(draft, (str, bytes)) and not hasattr(draft, "__fspath__"):
         raise InvalidParameterError(f"draft must be a path to a GGUF file, not {draft!r}")
     if spec_k is None:
@@ -88,15 +103,22 @@ def spec_settings(speculative: Any, draft: Any, spec_k: Any) -> SpecSettings | N
 def exact_verify_tokens(handle: LlamaHandle, info: Any, tokenize: Any, want: int) -> int:
     """Most tokens (<= want) one verify decode may hold on this engine and still give each position the
     logits of single-token decoding, bit for bit (ondevice.llama.invariance; measured, a second or so)."""
-    from ondevice.engine.loader import _flash_attn_type
     from ondevice.core.kvtypes import kv_ggml_type
+    from ondevice.engine.loader import _flash_attn_type
     from ondevice.llama.invariance import batch_invariant_tokens
 
     ids = tokenize(_CHECK_TEXT * (1 + (want + 8) // 40), add_bos=True)[: want + 4]
     lib = handle.lib
     return batch_invariant_tokens(
-        handle.model, ids, n_threads=info.n_threads, lib=lib, flash_attn_type=_flash_attn_type(lib, info.flash_attn),
-        type_k=int(kv_ggml_type(info.cache_type_k)), type_v=int(kv_ggml_type(info.cache_type_v)), n_ubatch=info.n_ubatch)
+        handle.model,
+        ids,
+        n_threads=info.n_threads,
+        lib=lib,
+        flash_attn_type=_flash_attn_type(lib, info.flash_attn),
+        type_k=int(kv_ggml_type(info.cache_type_k)),
+        type_v=int(kv_ggml_type(info.cache_type_v)),
+        n_ubatch=info.n_ubatch,
+    )
 
 
 def expected_committed(a: float, k: int) -> float:
@@ -133,7 +155,9 @@ class StepCost:
         """Single-token decodes measured so far."""
         return len(self._decode.get(1, ()))
 
-    def record(self, n_tokens: int, decode_ns: float, samples: int, sample_ns: float, drafted: int, draft_ns: float) -> None:
+    def record(
+        self, n_tokens: int, decode_ns: float, samples: int, sample_ns: float, drafted: int, draft_ns: float
+    ) -> None:
         self._decode.setdefault(n_tokens, deque(maxlen=self._KEEP)).append(decode_ns)
         self._sample.append(sample_ns / max(1, samples))
         if drafted:
@@ -242,8 +266,14 @@ class Speculator:
     """One request's speculative decoding: `decode` stands in for the plain loop's decode (same
     arguments, same lists filled), `stats()` tells what it did."""
 
-    def __init__(self, settings: SpecSettings, drafter: Drafter, predictor: Any = None, k_cap: int | None = None,
-                 cost: StepCost | None = None):
+    def __init__(
+        self,
+        settings: SpecSettings,
+        drafter: Drafter,
+        predictor: Any = None,
+        k_cap: int | None = None,
+        cost: StepCost | None = None,
+    ):
         """cost: step times measured so far (an engine keeps one across its requests: verify costs are the
         machine's, acceptance is the text's and starts afresh each request)."""
         self.settings = settings
@@ -257,13 +287,30 @@ class Speculator:
     def stats(self) -> SpecStats:
         n = self._steps + self._plain_steps
         return SpecStats(
-            mode=self.settings.mode, k_max=self.settings.k_max, k_cap=self.k_cap, drafted=self._drafted, accepted=self._accepted,
-            steps=self._steps, plain_steps=self._plain_steps, k_final=self._k,
+            mode=self.settings.mode,
+            k_max=self.settings.k_max,
+            k_cap=self.k_cap,
+            drafted=self._drafted,
+            accepted=self._accepted,
+            steps=self._steps,
+            plain_steps=self._plain_steps,
+            k_final=self._k,
             predicted_speedup=self._pred_committed / self._pred_cost if n and self._pred_cost > 0 else None,
         )
 
-    def decode(self, handle: LlamaHandle, kv: KVCache, req: Request, predictor: Any, token_info: Any,
-               token_ns: list[int], ids_out: list[int], texts: list[str], steps: list, spent: Any) -> Any:
+    def decode(
+        self,
+        handle: LlamaHandle,
+        kv: KVCache,
+        req: Request,
+        predictor: Any,
+        token_info: Any,
+        token_ns: list[int],
+        ids_out: list[int],
+        texts: list[str],
+        steps: list,
+        spent: Any,
+    ) -> Any:
         """Generator of TokenEvents, returning the FinishReason (as the plain loop's _decode). spent: the
         loop's attribution sums (verify decodes count as llama_decode; drafting is in the overhead)."""
         lib = handle.lib
@@ -272,8 +319,23 @@ class Speculator:
         chain = SamplerChain(lib, req.params, req.seed, handle.n_vocab, history=req.ids)
         try:
             self._drafter.extend(req.ids)
-            return (yield from self._run(handle, kv, req, predictor, token_info, chain.ptr, batch, k_max,
-                                         token_ns, ids_out, texts, steps, spent))
+            return (
+                yield from self._run(
+                    handle,
+                    kv,
+                    req,
+                    predictor,
+                    token_info,
+                    chain.ptr,
+                    batch,
+                    k_max,
+                    token_ns,
+                    ids_out,
+                    texts,
+                    steps,
+                    spent,
+                )
+            )
         finally:
             lib.llama_batch_free(batch)
             chain.close()

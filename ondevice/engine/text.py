@@ -11,7 +11,7 @@ stop string itself never is, and `stopped` is set.
 from __future__ import annotations
 
 import codecs
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["TextAssembler"]
 

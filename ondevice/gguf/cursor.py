@@ -14,9 +14,10 @@ import mmap
 import os
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from gguf import GGUFReader, GGUFValueType
@@ -36,7 +37,9 @@ _SCALAR_DTYPES = {vt: np.dtype(t).newbyteorder("<") for vt, t in GGUFReader.gguf
 _U64 = struct.Struct("<Q")
 # smallest bytes an array item can take: a string is its u64 length at least; an inner array
 # its u32 item type and u64 count
-_MIN_ITEM_BYTES = {GGUFValueType.STRING: 8, GGUFValueType.ARRAY: 12} | {vt: dt.itemsize for vt, dt in _SCALAR_DTYPES.items()}
+_MIN_ITEM_BYTES = {GGUFValueType.STRING: 8, GGUFValueType.ARRAY: 12} | {
+    vt: dt.itemsize for vt, dt in _SCALAR_DTYPES.items()
+}
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,13 @@ class ArrayRef:
         return self.count
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def not_regular_reason(mode: int) -> str | None:
@@ -75,7 +83,7 @@ class Cursor:
         self.strings_left = MAX_ARRAY_STRINGS  # strings inside arrays the rest of the header may hold
 
     @classmethod
-    def open(cls, path: Path, text_errors: str = "replace") -> "Cursor":
+    def open(cls, path: Path, text_errors: str = "replace") -> Cursor:
         """Map `path` for reading. Non-blocking open: a FIFO swapped in after the caller's check
         is refused here instead of waiting for a writer."""
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
@@ -91,7 +99,7 @@ class Cursor:
             os.close(fd)  # the map holds its own reference
         return cls(path, mm, st.st_size, mm.close, text_errors)
 
-    def __enter__(self) -> "Cursor":
+    def __enter__(self) -> Cursor:
         return self
 
     def __exit__(self, *exc) -> None:

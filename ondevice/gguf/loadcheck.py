@@ -12,14 +12,20 @@ from __future__ import annotations
 from gguf import GGUFValueType, Keys
 
 from ondevice.core.errors import GGUFFormatError
-from ondevice.gguf.reader import ArrayRef, GGUFFile
 from ondevice.gguf.loadcheck_asserts import check_hparams, check_layout
+from ondevice.gguf.reader import ArrayRef, GGUFFile
 from ondevice.gguf.spec import ModelSpec, spec_from_gguf
 
 __all__ = ["check_loadable", "inspect_for_load"]
 
-_TOKEN_ID_KEYS = (("bos", Keys.Tokenizer.BOS_ID), ("eos", Keys.Tokenizer.EOS_ID), ("unknown", Keys.Tokenizer.UNK_ID),
-                  ("padding", Keys.Tokenizer.PAD_ID), ("eot", Keys.Tokenizer.EOT_ID), ("sep", Keys.Tokenizer.SEP_ID))
+_TOKEN_ID_KEYS = (
+    ("bos", Keys.Tokenizer.BOS_ID),
+    ("eos", Keys.Tokenizer.EOS_ID),
+    ("unknown", Keys.Tokenizer.UNK_ID),
+    ("padding", Keys.Tokenizer.PAD_ID),
+    ("eot", Keys.Tokenizer.EOT_ID),
+    ("sep", Keys.Tokenizer.SEP_ID),
+)
 
 
 def inspect_for_load(path) -> ModelSpec:
@@ -42,7 +48,9 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
     check_hparams(g, spec.arch, where)
     for key in ("n_layer", "d_model", "n_head", "n_head_kv", "n_vocab"):
         if not getattr(spec, key):
-            raise GGUFFormatError(f"{where}: missing, zero or implausible {key} for architecture {spec.arch!r}; cannot load")
+            raise GGUFFormatError(
+                f"{where}: missing, zero or implausible {key} for architecture {spec.arch!r}; cannot load"
+            )
     if spec.n_head % spec.n_head_kv:
         raise GGUFFormatError(f"{where}: head count {spec.n_head} is not a multiple of KV head count {spec.n_head_kv}")
     if spec.n_ctx_train is None or spec.n_ctx_train <= 0:
@@ -50,7 +58,9 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
     by_name = {t.name: t for t in g.tensors}
     layers = {int(n.split(".")[1]) for n in by_name if n.startswith("blk.") and n.split(".")[1].isdigit()}
     if layers != set(range(spec.n_layer)):
-        raise GGUFFormatError(f"{where}: metadata says {spec.n_layer} layers but the file has tensors for {len(layers)}")
+        raise GGUFFormatError(
+            f"{where}: metadata says {spec.n_layer} layers but the file has tensors for {len(layers)}"
+        )
     embd = by_name.get("token_embd.weight")
     if embd is None or len(embd.shape) != 2:
         raise GGUFFormatError(f"{where}: no 2-D token_embd.weight tensor")
@@ -61,7 +71,9 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
         )
     q = by_name.get("blk.0.attn_q.weight")
     if q is not None and spec.head_dim_k and q.shape[-1] != spec.n_head * spec.head_dim_k:
-        raise GGUFFormatError(f"{where}: blk.0.attn_q.weight has {q.shape[-1]} outputs, expected n_head x head_dim = {spec.n_head * spec.head_dim_k}")
+        raise GGUFFormatError(
+            f"{where}: blk.0.attn_q.weight has {q.shape[-1]} outputs, expected n_head x head_dim = {spec.n_head * spec.head_dim_k}"
+        )
     _check_vocab(g, where)
     for name, key in _TOKEN_ID_KEYS:
         token = g.get(key)
@@ -83,7 +95,9 @@ def _check_vocab(g: GGUFFile, where: str) -> None:
     for key in (Keys.Tokenizer.SCORES, Keys.Tokenizer.TOKEN_TYPE):
         arr = g.get(key)
         if arr is not None and (not isinstance(arr, (ArrayRef, list)) or len(arr) != len(tokens)):
-            raise GGUFFormatError(f"{where}: {key} has {len(arr) if isinstance(arr, (ArrayRef, list)) else 'no'} entries for {len(tokens)} tokens")
+            raise GGUFFormatError(
+                f"{where}: {key} has {len(arr) if isinstance(arr, (ArrayRef, list)) else 'no'} entries for {len(tokens)} tokens"
+            )
     distinct = set(tokens)
     if len(distinct) == len(tokens) and "" not in distinct and "\x00" not in "".join(tokens):
         return  # each token is its own key to llama.cpp: the common case, checked at C speed
@@ -93,4 +107,6 @@ def _check_vocab(g: GGUFFile, where: str) -> None:
         word = token.split("\x00", 1)[0] or f"[EMPTY_{i}]"
         first = seen.setdefault(word, i)
         if first != i:
-            raise GGUFFormatError(f"{where}: tokens {first} and {i} are both {word!r} to llama.cpp (token strings must be unique)")
+            raise GGUFFormatError(
+                f"{where}: tokens {first} and {i} are both {word!r} to llama.cpp (token strings must be unique)"
+            )

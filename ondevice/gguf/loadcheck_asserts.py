@@ -35,15 +35,19 @@ def check_layout(g: GGUFFile, where: str) -> None:
     expected = 0  # where gguf.cpp expects the next tensor's data, bytes into the data section
     for t in g.tensors:
         if len(t.name.encode("utf-8", "surrogateescape")) > MAX_TENSOR_NAME_BYTES:
-            raise GGUFFormatError(f"{where}: tensor name {t.name[:40]!r}... is longer than {MAX_TENSOR_NAME_BYTES} bytes")
+            raise GGUFFormatError(
+                f"{where}: tensor name {t.name[:40]!r}... is longer than {MAX_TENSOR_NAME_BYTES} bytes"
+            )
         if t.offset - g.data_offset != expected:
             raise GGUFFormatError(
                 f"{where}: tensor {t.name!r} data is at offset {t.offset - g.data_offset}, expected {expected} "
-                f"(tensors in file order, each padded to the alignment of {g.alignment} bytes)")
+                f"(tensors in file order, each padded to the alignment of {g.alignment} bytes)"
+            )
         if t.offset % MMAP_ALIGNMENT_BYTES:
             raise GGUFFormatError(
                 f"{where}: tensor {t.name!r} data starts at byte {t.offset}, not on a {MMAP_ALIGNMENT_BYTES}-byte "
-                f"boundary (general.alignment is {g.alignment}); llama.cpp cannot map it")
+                f"boundary (general.alignment is {g.alignment}); llama.cpp cannot map it"
+            )
         expected += -(-t.n_bytes // g.alignment) * g.alignment
 
 
@@ -70,10 +74,15 @@ def check_hparams(g: GGUFFile, arch: str, where: str) -> None:
     if nextn > n_layer:
         raise GGUFFormatError(f"{where}: {nextn} next-token-prediction layers but only {n_layer} layers")
     n_expert, used = _count(g, Keys.LLM.EXPERT_COUNT, arch), _count(g, Keys.LLM.EXPERT_USED_COUNT, arch)
-    groups, groups_used = _count(g, Keys.LLM.EXPERT_GROUP_COUNT, arch), _count(g, Keys.LLM.EXPERT_GROUP_USED_COUNT, arch)
+    groups, groups_used = (
+        _count(g, Keys.LLM.EXPERT_GROUP_COUNT, arch),
+        _count(g, Keys.LLM.EXPERT_GROUP_USED_COUNT, arch),
+    )
     experts = f"{n_expert} experts, {used} used per token, {groups} groups with {groups_used} used"
     if n_expert > LLAMA_MAX_EXPERTS or used > n_expert:
-        raise GGUFFormatError(f"{where}: {experts}: llama.cpp needs at most {LLAMA_MAX_EXPERTS} experts and no more used than exist")
+        raise GGUFFormatError(
+            f"{where}: {experts}: llama.cpp needs at most {LLAMA_MAX_EXPERTS} experts and no more used than exist"
+        )
     if n_expert and (not used or groups >= n_expert):
         raise GGUFFormatError(f"{where}: {experts}: a mixture of experts needs some used and fewer groups than experts")
     if n_expert and groups > 1 and (n_expert % groups or not 0 < groups_used < groups):
@@ -82,4 +91,6 @@ def check_hparams(g: GGUFFile, arch: str, where: str) -> None:
         raise GGUFFormatError(f"{where}: {experts}: expert settings on a model without experts")
     rope = g.get(Keys.Rope.SCALING_TYPE.format(arch=arch))
     if isinstance(rope, str) and rope not in ROPE_SCALING_TYPES:
-        raise GGUFFormatError(f"{where}: RoPE scaling type {rope!r} is not one of {', '.join(sorted(ROPE_SCALING_TYPES))}")
+        raise GGUFFormatError(
+            f"{where}: RoPE scaling type {rope!r} is not one of {', '.join(sorted(ROPE_SCALING_TYPES))}"
+        )

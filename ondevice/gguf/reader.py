@@ -118,8 +118,10 @@ def _parse(path: Path, cur: Cursor) -> GGUFFile:
     if n_kv * 14 + n_tensors * 32 > cur.size:
         raise cur.fail(f"header claims {n_kv} metadata entries and {n_tensors} tensors, more than the file holds")
     if n_kv > MAX_METADATA_ENTRIES or n_tensors > MAX_TENSORS:
-        raise cur.fail(f"header claims {n_kv} metadata entries and {n_tensors} tensors "
-                       f"(at most {MAX_METADATA_ENTRIES} and {MAX_TENSORS})")
+        raise cur.fail(
+            f"header claims {n_kv} metadata entries and {n_tensors} tensors "
+            f"(at most {MAX_METADATA_ENTRIES} and {MAX_TENSORS})"
+        )
     metadata = _metadata(cur, n_kv)
     infos = [_tensor_info(cur) for _ in range(n_tensors)]
     alignment = metadata.get(Keys.General.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT)
@@ -164,7 +166,9 @@ def _place(path: Path, file_bytes: int, data_offset: int, alignment: int, info) 
     name, shape, ggml_type, rel_offset = info
     block_size, type_size = GGML_QUANT_SIZES[ggml_type]
     if shape[0] % block_size:
-        raise GGUFFormatError(f"{path}: tensor {name!r} row length {shape[0]} is not a multiple of the {ggml_type.name} block size {block_size}")
+        raise GGUFFormatError(
+            f"{path}: tensor {name!r} row length {shape[0]} is not a multiple of the {ggml_type.name} block size {block_size}"
+        )
     n_elements = int(np.prod(shape, dtype=object))
     n_bytes = n_elements // block_size * type_size
     if rel_offset % alignment:

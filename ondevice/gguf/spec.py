@@ -94,7 +94,7 @@ class ModelSpec:
             total += span * per_token
         return total
 
-    def with_kv_cache(self, type_k: str, type_v: str) -> "ModelSpec":
+    def with_kv_cache(self, type_k: str, type_v: str) -> ModelSpec:
         """This spec with a K/V cache of the given element types ("f16", "q8_0", "q4_0", ...):
         KV bytes per token, and so the roofline and the memory verdict, follow them."""
         from ondevice.core.kvtypes import kv_bytes_per_element
@@ -178,13 +178,15 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
     )
 
 
-def _shape(g: GGUFFile, arch: str | None, hp: "_Hyper", warnings: list[str]) -> dict[str, Any]:
+def _shape(g: GGUFFile, arch: str | None, hp: _Hyper, warnings: list[str]) -> dict[str, Any]:
     """Layers, width, heads and head dimensions from the header (None where unknown), and the
     KV heads of every layer (n_head_kv_layers)."""
     n_layer = hp.int(Keys.LLM.BLOCK_COUNT)
     if n_layer and n_layer > MAX_LAYERS:
-        warnings.append(f"{Keys.LLM.BLOCK_COUNT.format(arch=arch)} {n_layer} is implausible (more than {MAX_LAYERS}); "
-                        "shape fields unknown")
+        warnings.append(
+            f"{Keys.LLM.BLOCK_COUNT.format(arch=arch)} {n_layer} is implausible (more than {MAX_LAYERS}); "
+            "shape fields unknown"
+        )
         n_layer = None
     if arch is None and g.tensors:
         warnings.append(f"no {Keys.General.ARCHITECTURE} key")
@@ -193,9 +195,14 @@ def _shape(g: GGUFFile, arch: str | None, hp: "_Hyper", warnings: list[str]) -> 
     d_model = hp.int(Keys.LLM.EMBEDDING_LENGTH)
     n_head = hp.int_or_max(Keys.Attention.HEAD_COUNT)
     head_dim_k = hp.int(Keys.Attention.KEY_LENGTH) or (d_model // n_head if d_model and n_head else None)
-    return {"n_layer": n_layer, "d_model": d_model, "n_head": n_head, "head_dim_k": head_dim_k,
-            "head_dim_v": hp.int(Keys.Attention.VALUE_LENGTH) or head_dim_k,
-            "n_head_kv_layers": hp.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=n_head)}
+    return {
+        "n_layer": n_layer,
+        "d_model": d_model,
+        "n_head": n_head,
+        "head_dim_k": head_dim_k,
+        "head_dim_v": hp.int(Keys.Attention.VALUE_LENGTH) or head_dim_k,
+        "n_head_kv_layers": hp.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=n_head),
+    }
 
 
 def _kv_by_layer(g: GGUFFile, shape: dict[str, Any], n_head_kv_layers, warnings: list[str]) -> tuple[int, ...]:

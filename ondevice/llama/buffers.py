@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 __all__ = ["MODES", "REPACK", "AMX", "extra_buffer_types", "repack_tensors", "TensorOverrides"]
 

@@ -17,8 +17,16 @@ from typing import Any
 
 from ondevice.core.errors import InvalidParameterError
 
-__all__ = ["LlamaDevice", "HOST_BACKENDS", "is_gpu_backend", "llama_devices", "detect_backends", "default_backend",
-           "gpu_layers", "default_threads"]
+__all__ = [
+    "LlamaDevice",
+    "HOST_BACKENDS",
+    "is_gpu_backend",
+    "llama_devices",
+    "detect_backends",
+    "default_backend",
+    "gpu_layers",
+    "default_threads",
+]
 
 # Backends that run on the host CPU (BLAS, Accelerate and RPC register alongside the CPU, not as a GPU).
 HOST_BACKENDS = frozenset({"CPU", "BLAS", "RPC", "ACCELERATE"})
@@ -65,13 +73,15 @@ def llama_devices(lib: Any = None) -> tuple[LlamaDevice, ...]:
             dev = g.ggml_backend_dev_get(i)
             free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
             g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-            out.append(LlamaDevice(
-                name=(g.ggml_backend_dev_name(dev) or b"?").decode("utf-8", "replace"),
-                description=(g.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
-                kind=_DEVICE_KINDS.get(int(g.ggml_backend_dev_type(dev)), "?"),
-                memory_total_bytes=int(total.value) or None,
-                memory_free_bytes=int(free.value) or None,
-            ))
+            out.append(
+                LlamaDevice(
+                    name=(g.ggml_backend_dev_name(dev) or b"?").decode("utf-8", "replace"),
+                    description=(g.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+                    kind=_DEVICE_KINDS.get(int(g.ggml_backend_dev_type(dev)), "?"),
+                    memory_total_bytes=int(total.value) or None,
+                    memory_free_bytes=int(free.value) or None,
+                )
+            )
         return tuple(out)
     except Exception:  # noqa: BLE001 - an old or unusual build: devices unknown, the report goes on
         return ()

@@ -23,13 +23,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from ondevice.core import paths
 from ondevice.llama.buffers import MODES, REPACK, extra_buffer_types
-from ondevice.llama.build import build_info, build_id
+from ondevice.llama.build import build_id, build_info
 
 __all__ = ["ENV_VAR", "Verdict", "CheckOutcome", "cpu_buffer_verdict", "run_check", "verdict_path", "forget_verdict"]
 
@@ -37,7 +37,7 @@ ENV_VAR = "ONDEVICE_CPU_BUFFERS"
 SCHEMA = 2  # verdict file format; another number means check again (2: the child runs CPU-only on GPU builds)
 CHECK_TIMEOUT_S = 90.0  # one child's budget (a normal check takes a few seconds)
 _log = logging.getLogger("ondevice.llama")
-_memo: dict[str, "Verdict"] = {}  # "<verdict file>|<setting>" -> this process's verdict: read or checked once
+_memo: dict[str, Verdict] = {}  # "<verdict file>|<setting>" -> this process's verdict: read or checked once
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,9 @@ def forget_verdict(root: Path | None = None) -> None:
     path.unlink(missing_ok=True)
 
 
-def cpu_buffer_verdict(*, root: Path | None = None, check: Check | None = None,
-                       available: Sequence[str] | None = None) -> Verdict:
+def cpu_buffer_verdict(
+    *, root: Path | None = None, check: Check | None = None, available: Sequence[str] | None = None
+) -> Verdict:
     """The placement loads use here: forced by ONDEVICE_CPU_BUFFERS, else the stored verdict, else
     checked now in child processes (a few seconds, once per CPU and build) and stored. A verdict
     that turns something off, or a setting that cannot be honoured, is logged once per process."""
@@ -143,11 +144,15 @@ def _check_all(available: list[str], check: Check) -> Verdict:
             if outcome.ok:
                 return Verdict(mode, "self-test", reason, _turned_off_note(mode, available, outcome, tried))
             if not outcome.crashed:  # a hang or a failure of the check itself: safe fallback, not stored
-                note = (f"llama.cpp's native self-test did not pass ({outcome.detail}); loading without extra "
-                        f"CPU buffer types this time ({ENV_VAR}=all forces them)")
+                note = (
+                    f"llama.cpp's native self-test did not pass ({outcome.detail}); loading without extra "
+                    f"CPU buffer types this time ({ENV_VAR}=all forces them)"
+                )
                 return Verdict("none", "fallback", reason, note)
-    note = (f"llama.cpp crashed in its self-test on this machine even with plain CPU buffers ({reason}); "
-            f"this build does not run here: rebuild llama-cpp-python, or set {ENV_VAR}=none to try anyway")
+    note = (
+        f"llama.cpp crashed in its self-test on this machine even with plain CPU buffers ({reason}); "
+        f"this build does not run here: rebuild llama-cpp-python, or set {ENV_VAR}=none to try anyway"
+    )
     return Verdict("unusable", "self-test", "; ".join(tried), note)
 
 
@@ -156,15 +161,21 @@ def _turned_off_note(mode: str, available: list[str], outcome: CheckOutcome, tri
         return None
     off = [b for b in available if mode == "none" or b != REPACK] or ["extra buffer types"]
     kept = f"; {REPACK} kept" if mode == "repack" else ""
-    return (f"{', '.join(off)} turned off: llama.cpp crashed with {'them' if len(off) > 1 else 'it'} in a self-test "
-            f"on this machine ({tried[0]}){kept}; {ENV_VAR}=all forces {'them' if len(off) > 1 else 'it'}")
+    return (
+        f"{', '.join(off)} turned off: llama.cpp crashed with {'them' if len(off) > 1 else 'it'} in a self-test "
+        f"on this machine ({tried[0]}){kept}; {ENV_VAR}=all forces {'them' if len(off) > 1 else 'it'}"
+    )
 
 
-def run_check(mode: str, work: Path, *, argv: Sequence[str] | None = None,
-              timeout_s: float = CHECK_TIMEOUT_S) -> CheckOutcome:
+def run_check(
+    mode: str, work: Path, *, argv: Sequence[str] | None = None, timeout_s: float = CHECK_TIMEOUT_S
+) -> CheckOutcome:
     """Run the self-test child for `mode` in folder `work` (models are built there once)."""
-    argv = list(argv) if argv is not None else [sys.executable, "-X", "faulthandler", "-m", "ondevice.llama.selftest",
-                                                mode, str(work)]
+    argv = (
+        list(argv)
+        if argv is not None
+        else [sys.executable, "-X", "faulthandler", "-m", "ondevice.llama.selftest", mode, str(work)]
+    )
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -207,7 +218,9 @@ def _cpu_fingerprint() -> str:
     """CPU model and feature flags: what decides which native kernels can run."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
-        wanted = [line for line in text.splitlines() if line.startswith(("model name", "flags", "Features", "CPU part"))]
+        wanted = [
+            line for line in text.splitlines() if line.startswith(("model name", "flags", "Features", "CPU part"))
+        ]
         seen = list(dict.fromkeys(wanted))
         if seen:
             return "|".join(seen)
@@ -230,8 +243,12 @@ def _read(path: Path) -> Verdict | None:
 
 
 def _write(path: Path, verdict: Verdict) -> None:
-    record = {"schema": SCHEMA, **{k: v for k, v in asdict(verdict).items() if k in ("mode", "reason")},
-              "cpu": _cpu_fingerprint()[:200], "build": build_id()}
+    record = {
+        "schema": SCHEMA,
+        **{k: v for k, v in asdict(verdict).items() if k in ("mode", "reason")},
+        "cpu": _cpu_fingerprint()[:200],
+        "build": build_id(),
+    }
     try:
         with paths.atomic_write(path, "w") as handle:
             json.dump(record, handle, indent=1)

@@ -12,7 +12,8 @@ decoded token by token, then the same tokens in one batch of n, for n found by b
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,8 +24,9 @@ __all__ = ["batch_invariant_tokens"]
 _PROMPT = 4  # tokens decoded first, so the batch attends to a cache as a verify step does
 
 
-def batch_invariant_tokens(model: Any, tokens: Sequence[int], *, n_threads: int, lib: Any = None,
-                           **context: Any) -> int:
+def batch_invariant_tokens(
+    model: Any, tokens: Sequence[int], *, n_threads: int, lib: Any = None, **context: Any
+) -> int:
     """The largest n <= len(tokens) - 4 for which one decode of tokens[4:4+n] (after tokens[:4])
     gives logits equal, bit for bit, to decoding them one by one (assumed to hold for every
     smaller n). `context`: new_context's settings (flash_attn_type, type_k, type_v, n_ubatch)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["LOG_NAME", "route_llama_log", "log_listener"]
 
@@ -40,7 +41,7 @@ class log_listener:
     def __init__(self, fn: Callable[[str], None]):
         self.fn = fn
 
-    def __enter__(self) -> "log_listener":
+    def __enter__(self) -> log_listener:
         route_llama_log()
         with _log_lock:
             _listeners.append(self.fn)

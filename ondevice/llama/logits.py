@@ -7,8 +7,8 @@ llama_cpp is imported inside functions: importing this module stays cheap.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -22,17 +22,26 @@ __all__ = ["LogitsModel"]
 class LogitsModel:
     """A model and one context of `n_ctx` tokens; evaluates windows from an empty cache."""
 
-    def __init__(self, path: str | Path, *, n_ctx: int, n_threads: int | None = None, n_gpu_layers: int | str | None = "auto"):
+    def __init__(
+        self, path: str | Path, *, n_ctx: int, n_threads: int | None = None, n_gpu_layers: int | str | None = "auto"
+    ):
         import llama_cpp
 
         self._ll = llama_cpp
         self.path = Path(path)
         self.n_ctx = int(n_ctx)
-        model, _ = load_model(self.path, n_gpu_layers=gpu_layers(llama_cpp, n_gpu_layers or "auto", None)[0], lib=llama_cpp)
+        model, _ = load_model(
+            self.path, n_gpu_layers=gpu_layers(llama_cpp, n_gpu_layers or "auto", None)[0], lib=llama_cpp
+        )
         try:
-            ctx, _ = new_context(model, n_ctx=self.n_ctx, n_threads=int(n_threads or os.cpu_count() or 1),
-                                 n_batch=self.n_ctx,  # one llama_decode call per window
-                                 n_ubatch=min(self.n_ctx, 512), lib=llama_cpp)
+            ctx, _ = new_context(
+                model,
+                n_ctx=self.n_ctx,
+                n_threads=int(n_threads or os.cpu_count() or 1),
+                n_batch=self.n_ctx,  # one llama_decode call per window
+                n_ubatch=min(self.n_ctx, 512),
+                lib=llama_cpp,
+            )
         except BaseException:
             llama_cpp.llama_model_free(model)
             raise
@@ -61,7 +70,9 @@ class LogitsModel:
         row k predicts tokens[first_scored + k]."""
         ll, n = self._ll, len(tokens)
         if not 1 <= first_scored < n <= self.n_ctx:
-            raise QuantError(f"window of {n} tokens, scoring from {first_scored}: does not fit a context of {self.n_ctx}")
+            raise QuantError(
+                f"window of {n} tokens, scoring from {first_scored}: does not fit a context of {self.n_ctx}"
+            )
         ll.llama_memory_clear(self._h.memory, True)
         batch = ll.llama_batch_init(n, 0, 1)
         try:
@@ -80,7 +91,7 @@ class LogitsModel:
     def close(self) -> None:
         self._h.free()
 
-    def __enter__(self) -> "LogitsModel":
+    def __enter__(self) -> LogitsModel:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -10,16 +10,29 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ondevice.core.errors import ModelLoadError
 from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_buffer_types, repack_tensors
 from ondevice.llama.guard import Verdict, cpu_buffer_verdict
 from ondevice.llama.log import LOG_NAME, log_listener, route_llama_log
 
-__all__ = ["LlamaHandle", "fill_batch", "fill_batch_entries", "Placement", "llama_lib", "load_model", "place_weights", "new_context", "repack_plan", "chat_formatter", "ErrorLines"]
+__all__ = [
+    "LlamaHandle",
+    "fill_batch",
+    "fill_batch_entries",
+    "Placement",
+    "llama_lib",
+    "load_model",
+    "place_weights",
+    "new_context",
+    "repack_plan",
+    "chat_formatter",
+    "ErrorLines",
+]
 
 _log = logging.getLogger(LOG_NAME)
 
@@ -94,8 +107,9 @@ class Placement:
     repacked_tensors: int  # weights placed in CPU_REPACK by name (repack mode only; in "all" llama.cpp decides)
 
 
-def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None, lib: Any = None,
-               cpu_only: bool = False) -> tuple[Any, Placement]:
+def load_model(
+    path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None, lib: Any = None, cpu_only: bool = False
+) -> tuple[Any, Placement]:
     """Open `path` (a validated GGUF); returns (llama_model pointer, Placement). Raises ModelLoadError.
     cpu_only: give the model no GPU device at all (llama.cpp's `--device none`), so that nothing runs
     on a GPU, not even the large batches llama.cpp otherwise hands a GPU build's device at n_gpu_layers 0."""
@@ -116,7 +130,9 @@ def load_model(path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None,
         model = lib.llama_model_load_from_file(str(path).encode(), mparams)  # reads the override patterns
     if not model:
         raise ModelLoadError(f"{path}: llama.cpp could not load the model{errors.detail()}")
-    return model, Placement(verdict.mode, f"{verdict.source}: {verdict.reason}", len(overrides.names) if overrides else 0)
+    return model, Placement(
+        verdict.mode, f"{verdict.source}: {verdict.reason}", len(overrides.names) if overrides else 0
+    )
 
 
 def repack_plan(path: Path | str, lib: Any = None) -> list[str]:
@@ -148,9 +164,19 @@ def place_weights(mparams: Any, path: Path, verdict: Verdict, lib: Any = None) -
     return overrides
 
 
-def new_context(model: Any, *, n_ctx: int, n_threads: int, n_batch: int | None = None, n_ubatch: int | None = None,
-                n_seq_max: int = 1, flash_attn_type: int | None = None, type_k: int | None = None,
-                type_v: int | None = None, lib: Any = None) -> tuple[Any, bool | None]:
+def new_context(
+    model: Any,
+    *,
+    n_ctx: int,
+    n_threads: int,
+    n_batch: int | None = None,
+    n_ubatch: int | None = None,
+    n_seq_max: int = 1,
+    flash_attn_type: int | None = None,
+    type_k: int | None = None,
+    type_v: int | None = None,
+    lib: Any = None,
+) -> tuple[Any, bool | None]:
     """A context on `model`; None arguments keep llama.cpp's defaults. Returns (context pointer,
     flash attention in use: llama.cpp resolves "auto" while it builds the context, and says which in
     its log; None if it did not say). Raises ModelLoadError."""
@@ -161,8 +187,13 @@ def new_context(model: Any, *, n_ctx: int, n_threads: int, n_batch: int | None =
     cparams.n_seq_max = n_seq_max
     cparams.n_threads = cparams.n_threads_batch = n_threads
     cparams.no_perf = True
-    for field, value in (("n_batch", n_batch), ("n_ubatch", n_ubatch), ("flash_attn_type", flash_attn_type),
-                         ("type_k", type_k), ("type_v", type_v)):
+    for field, value in (
+        ("n_batch", n_batch),
+        ("n_ubatch", n_ubatch),
+        ("flash_attn_type", flash_attn_type),
+        ("type_k", type_k),
+        ("type_v", type_v),
+    ):
         if value is not None:
             setattr(cparams, field, value)
     resolved: list[bool] = []
@@ -188,7 +219,7 @@ class ErrorLines(logging.Handler):
         super().__init__(logging.ERROR)
         self.lines: list[str] = []
 
-    def __enter__(self) -> "ErrorLines":
+    def __enter__(self) -> ErrorLines:
         _log.addHandler(self)
         return self
 

@@ -73,7 +73,9 @@ def _chunk_paths(entry: ModelEntry) -> list[Path]:
         chunks = [Path(module.__file__).parent / "data" / entry.file]
     missing = [str(p) for p in chunks if not p.is_file()]
     if missing:
-        raise DefaultModelError(f"model {entry.name!r}: package files missing: {', '.join(missing)}; reinstall {entry.source_value}")
+        raise DefaultModelError(
+            f"model {entry.name!r}: package files missing: {', '.join(missing)}; reinstall {entry.source_value}"
+        )
     return chunks
 
 
@@ -127,14 +129,23 @@ class ModelCheck:
     path: Path | None = None  # the file checked
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "path": str(self.path) if self.path else None}
+        return {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "path": str(self.path) if self.path else None,
+        }
 
 
 def verify_model(entry: ModelEntry) -> ModelCheck:
     """Hash the entry's file on this machine (if any) against its registry sha256."""
     path = entry.local_path()
     if path is None or not path.is_file():
-        where = "not assembled yet: it is assembled and verified on first use" if entry.source_kind == "pypi" else "not on this machine"
+        where = (
+            "not assembled yet: it is assembled and verified on first use"
+            if entry.source_kind == "pypi"
+            else "not on this machine"
+        )
         return ModelCheck(entry.name, "absent", where, path)
     if not entry.sha256:
         return ModelCheck(entry.name, "unchecked", "the registry gives no sha256 to check it against", path)
@@ -170,5 +181,9 @@ def repair_model(entry: ModelEntry) -> ModelCheck:
     try:
         path = _materialize_pypi(entry)
     except DefaultModelError as exc:
-        return ModelCheck(entry.name, "corrupt", f"deleted the corrupt file; assembling it again failed: {exc}", check.path)
-    return ModelCheck(entry.name, "repaired", f"deleted the corrupt file and assembled it again from {entry.source_value}", path)
+        return ModelCheck(
+            entry.name, "corrupt", f"deleted the corrupt file; assembling it again failed: {exc}", check.path
+        )
+    return ModelCheck(
+        entry.name, "repaired", f"deleted the corrupt file and assembled it again from {entry.source_value}", path
+    )

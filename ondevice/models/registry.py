@@ -88,8 +88,7 @@ class Registry:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             known = ", ".join(sorted(self.entries))
             raise ModelNotFoundError(
-                f"unknown model {name!r}: not a registry name nor an existing file{hint} "
-                f"(registry names: {known})"
+                f"unknown model {name!r}: not a registry name nor an existing file{hint} (registry names: {known})"
             ) from None
 
     @property
@@ -189,9 +188,11 @@ def _parse_entry(path: Path, name: str, body: object) -> ModelEntry:
 def _parse_source(where: str, source: object) -> tuple[str, str]:
     if not isinstance(source, dict) or len(source) != 1:
         raise RegistryError(f"{where}: key 'source' must be a table with exactly one of {', '.join(SOURCE_KINDS)}")
-    (kind, value), = source.items()
+    ((kind, value),) = source.items()
     if kind not in SOURCE_KINDS:
-        raise RegistryError(f"{where}: key 'source' has unknown kind {kind!r} (expected one of {', '.join(SOURCE_KINDS)})")
+        raise RegistryError(
+            f"{where}: key 'source' has unknown kind {kind!r} (expected one of {', '.join(SOURCE_KINDS)})"
+        )
     if not isinstance(value, str) or not value:
         raise RegistryError(f"{where}: key 'source.{kind}' must be a non-empty string")
     return kind, value
@@ -199,7 +200,10 @@ def _parse_source(where: str, source: object) -> tuple[str, str]:
 
 def _hf_cache_lookup(repo: str, file: str) -> Path | None:
     """Find a file in the local Hugging Face hub cache (never downloads)."""
-    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
+    hub = Path(
+        os.environ.get("HF_HUB_CACHE")
+        or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+    )
     snapshots = hub / ("models--" + repo.replace("/", "--")) / "snapshots"
     if not snapshots.is_dir():
         return None

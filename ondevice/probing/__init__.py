@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ondevice.core import paths
 from ondevice.llama.devices import default_backend
@@ -57,9 +57,20 @@ MAX_PASS_SPREAD = 0.25
 WAITING = "another probe is running"  # how the line that says a probe waits for another begins
 
 
-def probe(*, refresh: bool = False, kernel: bool = True, backend: str | None = None, n_threads: int | None = None,
-          cache_root: Path | None = None, plan=None, memory_passes: int = 5, save: bool = True,
-          progress: Progress | None = None, lock_timeout_s: float | None = LOCK_TIMEOUT_S, disk: bool = True):
+def probe(
+    *,
+    refresh: bool = False,
+    kernel: bool = True,
+    backend: str | None = None,
+    n_threads: int | None = None,
+    cache_root: Path | None = None,
+    plan=None,
+    memory_passes: int = 5,
+    save: bool = True,
+    progress: Progress | None = None,
+    lock_timeout_s: float | None = LOCK_TIMEOUT_S,
+    disk: bool = True,
+):
     """This machine's ProbeResult for `backend` (default: the engine's), from the cache unless
     `refresh`; else measured now and cached (written atomically, only once complete).
 
@@ -106,8 +117,10 @@ def _one_at_a_time(cache_root: Path | None, timeout_s: float | None, say: Progre
     try:
         lock.acquire(timeout_s=timeout_s, on_wait=lambda pid: say(f"{WAITING} (pid {pid if pid else '?'}); waiting"))
     except LockTimeout as exc:
-        raise ProbeError(f"another probe (pid {exc.pid if exc.pid else '?'}) is still running after {timeout_s:g} s; "
-                         "run this one when it has finished") from None
+        raise ProbeError(
+            f"another probe (pid {exc.pid if exc.pid else '?'}) is still running after {timeout_s:g} s; "
+            "run this one when it has finished"
+        ) from None
     except OSError as exc:  # a read-only cache dir: measure unlocked (saving will fail on its own)
         log.debug("probe lock %s not taken: %s", lock.path, exc)
     try:
@@ -121,19 +134,29 @@ def _check_passes(result) -> None:
 
     k = result.kernel
     if k is not None and k.pass_spread > MAX_PASS_SPREAD:
-        raise ProbeError(f"kernel probe passes differed by {100 * k.pass_spread:.0f}% (more than "
-                         f"{100 * MAX_PASS_SPREAD:.0f}%): something else was using the machine, so this measurement "
-                         "was not cached (an earlier one is kept); probe again when the machine is quiet")
+        raise ProbeError(
+            f"kernel probe passes differed by {100 * k.pass_spread:.0f}% (more than "
+            f"{100 * MAX_PASS_SPREAD:.0f}%): something else was using the machine, so this measurement "
+            "was not cached (an earlier one is kept); probe again when the machine is quiet"
+        )
 
 
-def _measure(backend: str, build: str, kernel: bool, n_threads: int | None, cache_root: Path | None, plan,
-             memory_passes: int, say: Progress, disk: bool = True):
+def _measure(
+    backend: str,
+    build: str,
+    kernel: bool,
+    n_threads: int | None,
+    cache_root: Path | None,
+    plan,
+    memory_passes: int,
+    say: Progress,
+    disk: bool = True,
+):
     """Measure the host, its disk (disk=True) and (kernel=True) llama.cpp's decode kernels now."""
-    from ondevice.probing import hardware
     from ondevice.core.errors import ProbeError
-    from ondevice.probing.nameplate import lookup
-    from ondevice.probing import cache
+    from ondevice.probing import cache, hardware
     from ondevice.probing.host import array_bytes_for, best_of, probe_compute, probe_memory
+    from ondevice.probing.nameplate import lookup
     from ondevice.probing.result import ProbeResult
 
     host = hardware.detect()  # reads the system info itself, and lists llama.cpp's devices
@@ -154,17 +177,30 @@ def _measure(backend: str, build: str, kernel: bool, n_threads: int | None, cach
         curve = probe_read_curve(threads, array_bytes)
         from ondevice.probing.kernel import plan_for, probe_kernels
 
-        kernel_result = probe_kernels(plan or plan_for(host.llc_bytes), cache.probe_dir(cache_root) / "models",
-                                      n_threads=n_threads, n_gpu_layers=0 if backend.upper() == "CPU" else -1,
-                                      progress=say)
+        kernel_result = probe_kernels(
+            plan or plan_for(host.llc_bytes),
+            cache.probe_dir(cache_root) / "models",
+            n_threads=n_threads,
+            n_gpu_layers=0 if backend.upper() == "CPU" else -1,
+            progress=say,
+        )
         say("host memory bandwidth, again")  # a busy moment at the start must not lower the ceiling
         memory = best_of(memory, probe_memory(threads, array_bytes, passes=memory_passes))
         say("read bandwidth over working-set sizes (the caches)")
         curve = best_curve(curve, probe_read_curve(threads, array_bytes))
     chip = host.apple_chip if backend.upper() == "CPU" else host.chip_name
-    return ProbeResult(host=host, backend=backend, build_id=build, created_unix_s=time.time(), memory=memory,
-                       compute=compute, kernel=kernel_result, nameplate=lookup(chip), read_curve=curve,
-                       disk=disk_result)
+    return ProbeResult(
+        host=host,
+        backend=backend,
+        build_id=build,
+        created_unix_s=time.time(),
+        memory=memory,
+        compute=compute,
+        kernel=kernel_result,
+        nameplate=lookup(chip),
+        read_curve=curve,
+        disk=disk_result,
+    )
 
 
 def _disk(folder: Path, say: Progress):

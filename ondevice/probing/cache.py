@@ -36,8 +36,13 @@ def lock_path(root: Path | None = None) -> Path:
 
 def machine_id() -> str:
     """A short, stable fingerprint of this machine (host name, CPU, cores, RAM)."""
-    parts = [platform.node(), platform.machine(), platform.processor(),
-             str(psutil.cpu_count(logical=True)), str(psutil.virtual_memory().total)]
+    parts = [
+        platform.node(),
+        platform.machine(),
+        platform.processor(),
+        str(psutil.cpu_count(logical=True)),
+        str(psutil.virtual_memory().total),
+    ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
 
@@ -59,16 +64,18 @@ def load_cached(backend: str, *, build: str | None = None, root: Path | None = N
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise ProbeError(f"probe cache {path} is unreadable ({_short(exc)}); delete it or run "
-                         "`ondevice probe --refresh`") from None
+        raise ProbeError(
+            f"probe cache {path} is unreadable ({_short(exc)}); delete it or run `ondevice probe --refresh`"
+        ) from None
     if isinstance(data, dict) and data.get("schema") != SCHEMA_VERSION and isinstance(data.get("schema"), int):
         log.info("probe cache %s has schema %s, not %s: measuring again", path, data.get("schema"), SCHEMA_VERSION)
         return None
     try:
         return ProbeResult.from_dict(data, from_cache=True)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ProbeError(f"probe cache {path} is damaged ({_short(exc)}); delete it or run "
-                         "`ondevice probe --refresh`") from None
+        raise ProbeError(
+            f"probe cache {path} is damaged ({_short(exc)}); delete it or run `ondevice probe --refresh`"
+        ) from None
 
 
 def _short(exc: BaseException) -> str:

@@ -12,9 +12,9 @@ import json
 import platform
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -42,8 +42,16 @@ __all__ = [
 
 NVIDIA_SMI_ARGS = ("--query-gpu=name,memory.total,memory.free,driver_version", "--format=csv,noheader,nounits")
 ROCM_SMI_ARGS = ("--showproductname", "--showmeminfo", "vram", "--json")
-SYSCTL_KEYS = ("machdep.cpu.brand_string", "hw.memsize", "hw.physicalcpu", "hw.logicalcpu",
-               "hw.perflevel0.physicalcpu", "hw.l2cachesize", "hw.l3cachesize", "hw.perflevel0.l2cachesize")
+SYSCTL_KEYS = (
+    "machdep.cpu.brand_string",
+    "hw.memsize",
+    "hw.physicalcpu",
+    "hw.logicalcpu",
+    "hw.perflevel0.physicalcpu",
+    "hw.l2cachesize",
+    "hw.l3cachesize",
+    "hw.perflevel0.l2cachesize",
+)
 _MIB = 1 << 20
 
 Runner = Callable[[list[str]], "str | None"]  # argv -> stdout, or None when it cannot run
@@ -90,13 +98,18 @@ class HostInfo:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(gpus=[asdict(g) for g in self.gpus], llama_backends=list(self.llama_backends),
-                 llama_devices=[asdict(x) for x in self.llama_devices],
-                 warnings=list(self.warnings), accelerator_backend=self.accelerator_backend)
+        d.update(
+            gpus=[asdict(g) for g in self.gpus],
+            llama_backends=list(self.llama_backends),
+            llama_devices=[asdict(x) for x in self.llama_devices],
+            warnings=list(self.warnings),
+            accelerator_backend=self.accelerator_backend,
+        )
         return d
 
 
 # ---------- parsers of recorded outputs ----------
+
 
 def parse_sysctl(text: str) -> dict[str, str]:
     """`sysctl k1 k2 ...` output ("key: value" lines) -> {key: value}."""
@@ -196,6 +209,7 @@ def _int(s) -> int | None:
 
 # ---------- live detection ----------
 
+
 def run_command(argv: list[str], timeout_s: float = 5.0) -> str | None:
     """Run a detection command: its stdout (even with a non-zero status, as sysctl gives when one
     key is unknown), or None when it is missing, hangs or prints nothing."""
@@ -208,8 +222,9 @@ def run_command(argv: list[str], timeout_s: float = 5.0) -> str | None:
     return done.stdout if done.stdout.strip() or done.returncode == 0 else None
 
 
-def detect(*, run: Runner = run_command, system_info: str | None = None, system: str | None = None,
-           sys_root: Path = Path("/")) -> HostInfo:
+def detect(
+    *, run: Runner = run_command, system_info: str | None = None, system: str | None = None, sys_root: Path = Path("/")
+) -> HostInfo:
     """Detect this host. `run`, `system_info`, `system` and `sys_root` are injectable for tests."""
     system = system or platform.system()
     warnings: list[str] = []
@@ -234,8 +249,9 @@ def detect(*, run: Runner = run_command, system_info: str | None = None, system:
     if system == "Darwin":
         info = _apply_sysctl(info, run(["sysctl", *SYSCTL_KEYS]), warnings)
     else:
-        info = replace(info, cpu_model=_read_cpu_model(sys_root) or platform.processor() or None,
-                       llc_bytes=_linux_llc(sys_root))
+        info = replace(
+            info, cpu_model=_read_cpu_model(sys_root) or platform.processor() or None, llc_bytes=_linux_llc(sys_root)
+        )
     gpus = _detect_gpus(run, warnings) if system != "Darwin" else info.gpus
     live = system_info is None  # llama.cpp's own devices only when asking this process's llama.cpp
     if live:
@@ -247,9 +263,14 @@ def detect(*, run: Runner = run_command, system_info: str | None = None, system:
         warnings.append("llama.cpp system info: unexpected format")
     if info.cpu_model is None:
         warnings.append("CPU model: unknown")
-    return replace(info, gpus=gpus, llama_backends=backends, llama_features=features,
-                   llama_devices=llama_devices() if live and system_info else (),
-                   warnings=tuple(warnings))
+    return replace(
+        info,
+        gpus=gpus,
+        llama_backends=backends,
+        llama_features=features,
+        llama_devices=llama_devices() if live and system_info else (),
+        warnings=tuple(warnings),
+    )
 
 
 def _apply_sysctl(info: HostInfo, text: str | None, warnings: list[str]) -> HostInfo:
@@ -259,7 +280,11 @@ def _apply_sysctl(info: HostInfo, text: str | None, warnings: list[str]) -> Host
         return info
     brand = values.get("machdep.cpu.brand_string")
     apple = brand if brand and brand.startswith("Apple") else None
-    llc = _int(values.get("hw.l3cachesize")) or _int(values.get("hw.perflevel0.l2cachesize")) or _int(values.get("hw.l2cachesize"))
+    llc = (
+        _int(values.get("hw.l3cachesize"))
+        or _int(values.get("hw.perflevel0.l2cachesize"))
+        or _int(values.get("hw.l2cachesize"))
+    )
     memsize = _int(values.get("hw.memsize"))
     gpus = (GPUInfo("Apple", apple, memsize, None),) if apple else ()
     return replace(
@@ -278,7 +303,10 @@ def _apply_sysctl(info: HostInfo, text: str | None, warnings: list[str]) -> Host
 
 def _detect_gpus(run: Runner, warnings: list[str]) -> tuple[GPUInfo, ...]:
     gpus: list[GPUInfo] = []
-    for tool, args, parse in (("nvidia-smi", NVIDIA_SMI_ARGS, parse_nvidia_smi), ("rocm-smi", ROCM_SMI_ARGS, parse_rocm_smi)):
+    for tool, args, parse in (
+        ("nvidia-smi", NVIDIA_SMI_ARGS, parse_nvidia_smi),
+        ("rocm-smi", ROCM_SMI_ARGS, parse_rocm_smi),
+    ):
         out = run([tool, *args])
         if out is None:
             continue

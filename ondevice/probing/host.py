@@ -36,17 +36,28 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from ondevice.core.errors import ProbeError
 
-__all__ = ["MemoryProbe", "ComputeProbe", "DiskProbe", "MemoryPasses", "probe_memory", "probe_compute", "probe_disk",
-           "array_bytes_for", "best_of", "read_words", "read_kernel_name"]
+__all__ = [
+    "MemoryProbe",
+    "ComputeProbe",
+    "DiskProbe",
+    "MemoryPasses",
+    "probe_memory",
+    "probe_compute",
+    "probe_disk",
+    "array_bytes_for",
+    "best_of",
+    "read_words",
+    "read_kernel_name",
+]
 
 _MB = 1 << 20
 _MIN_SLICE = 32 * 1024  # float64 elements per thread at least
@@ -121,14 +132,17 @@ class MemoryPasses:
         memchr = _libc_memchr()
         self.read_kernel = "numpy-sum" if memchr is None else "memchr"  # what read_s reads with
         # (lo, hi) -> None: read elements lo..hi of the read array (close() stops the pool before freeing it)
-        self._read_slice = (lambda lo, hi: read_words(self._a[lo:hi])) if memchr is None else \
-            functools.partial(_scan, memchr, self._a.ctypes.data)
+        self._read_slice = (
+            (lambda lo, hi: read_words(self._a[lo:hi]))
+            if memchr is None
+            else functools.partial(_scan, memchr, self._a.ctypes.data)
+        )
         self._pool = ThreadPoolExecutor(n_threads, thread_name_prefix="ondevice-probe")
         a, b = self._a, self._b
 
         def fill(span: tuple[int, int]) -> None:
-            a[span[0]:span[1]] = 1.0
-            b[span[0]:span[1]] = 2.0
+            a[span[0] : span[1]] = 1.0
+            b[span[0] : span[1]] = 2.0
 
         # the threads fault the pages in together, as STREAM's initialisation does (most of a first
         # probe is this fill: in a fresh process on 2 cores 0.6 s where one thread took 0.95 s)
@@ -151,7 +165,7 @@ class MemoryPasses:
         self._pool.shutdown()
         self._a = self._b = None
 
-    def __enter__(self) -> "MemoryPasses":
+    def __enter__(self) -> MemoryPasses:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -160,9 +174,14 @@ class MemoryPasses:
 
 def best_of(a: MemoryProbe, b: MemoryProbe) -> MemoryProbe:
     """Two MemoryProbes of the same machine -> the best figure of each kernel (passes added up)."""
-    return replace(a, read_gbs=max(a.read_gbs, b.read_gbs), copy_gbs=max(a.copy_gbs, b.copy_gbs), passes=a.passes + b.passes,
-                   read_kernel=(a if a.read_gbs >= b.read_gbs else b).read_kernel,
-                   elapsed_s=a.elapsed_s + b.elapsed_s)
+    return replace(
+        a,
+        read_gbs=max(a.read_gbs, b.read_gbs),
+        copy_gbs=max(a.copy_gbs, b.copy_gbs),
+        passes=a.passes + b.passes,
+        read_kernel=(a if a.read_gbs >= b.read_gbs else b).read_kernel,
+        elapsed_s=a.elapsed_s + b.elapsed_s,
+    )
 
 
 def _slices(n: int, k: int) -> list[tuple[int, int]]:
@@ -289,8 +308,9 @@ _DISK_CHUNK = 8 * _MB  # bytes per write/read call
 _DISK_SYNC_EVERY = 4  # chunks between fsyncs while writing (32 MiB): the write phase stays within its budget
 
 
-def probe_disk(folder: str | Path, *, budget_s: float = 1.5, max_bytes: int = 512 * _MB, min_bytes: int = 32 * _MB,
-               passes: int = 2) -> DiskProbe:
+def probe_disk(
+    folder: str | Path, *, budget_s: float = 1.5, max_bytes: int = 512 * _MB, min_bytes: int = 32 * _MB, passes: int = 2
+) -> DiskProbe:
     """Sequential read bandwidth of `folder`'s file system, page cache bypassed (module docstring).
 
     Writes at most max_bytes (less on a slow disk: the writing stops at 40% of budget_s, or
@@ -312,7 +332,9 @@ def probe_disk(folder: str | Path, *, budget_s: float = 1.5, max_bytes: int = 51
         raise ProbeError(f"disk probe: cannot use {folder}: {exc.strerror or exc}") from None
     cap = min(max_bytes, free // 4) // _DISK_CHUNK * _DISK_CHUNK
     if cap < min_bytes:
-        raise ProbeError(f"disk probe: {folder} has {free >> 20} MiB free, too little for a {min_bytes >> 20} MiB test file")
+        raise ProbeError(
+            f"disk probe: {folder} has {free >> 20} MiB free, too little for a {min_bytes >> 20} MiB test file"
+        )
     fd, name = tempfile.mkstemp(dir=folder, prefix=f".disk-probe{paths.TEMP_TAG}{os.getpid()}-")
     path = Path(name)
     try:
@@ -329,8 +351,17 @@ def probe_disk(folder: str | Path, *, budget_s: float = 1.5, max_bytes: int = 51
                 break
             done += 1
             best = size / took / 1e9 if best is None else max(best, size / took / 1e9)
-        return DiskProbe(read_gbs=best, file_bytes=size, folder=str(folder), device=device, method=method,
-                         resident_at_read=resident, passes=done, elapsed_s=time.perf_counter() - t_start, note=note)
+        return DiskProbe(
+            read_gbs=best,
+            file_bytes=size,
+            folder=str(folder),
+            device=device,
+            method=method,
+            resident_at_read=resident,
+            passes=done,
+            elapsed_s=time.perf_counter() - t_start,
+            note=note,
+        )
     except OSError as exc:
         raise ProbeError(f"disk probe in {folder}: {exc.strerror or exc}") from None
     finally:
@@ -378,11 +409,23 @@ def _read_cold(path: Path, size: int, method: str) -> tuple[float | None, float 
     if method != "F_NOCACHE":
         ev = evict_page_cache(path)
         if not ev.evicted:
-            return None, ev.resident_after, "none", f"the page cache cannot be bypassed here ({ev.note}): no disk figure"
+            return (
+                None,
+                ev.resident_after,
+                "none",
+                f"the page cache cannot be bypassed here ({ev.note}): no disk figure",
+            )
         resident = ev.resident_after
         if resident is not None and resident > 0.05:
-            return None, resident, ev.method, (f"{100 * resident:.0f}% of the test file stayed in the page cache "
-                                               "(a RAM-backed file system?): no disk figure")
+            return (
+                None,
+                resident,
+                ev.method,
+                (
+                    f"{100 * resident:.0f}% of the test file stayed in the page cache "
+                    "(a RAM-backed file system?): no disk figure"
+                ),
+            )
     buf = bytearray(_DISK_CHUNK)
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
@@ -402,4 +445,3 @@ def _read_cold(path: Path, size: int, method: str) -> tuple[float | None, float 
     if got < size:
         raise OSError(f"read {got} of {size} bytes")
     return took, resident, method, ""
-

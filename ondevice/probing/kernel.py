@@ -39,19 +39,38 @@ from ondevice.probing.kernelfit import FitPoint, fit_points, fit_prefill
 from ondevice.probing.plan import PROBE_TYPES, KernelPlan, ProbeRun, Progress, plan_for, probe_models
 from ondevice.probing.result import SMALL_TERMS, KernelPoint, KernelProbe
 
-__all__ = ["KernelPlan", "plan_for", "probe_kernels", "fit_points", "fit_point", "measure", "measure_pair", "measure_run",
-           "attention_pairs", "probe_models", "repacked_types",
-           "fit_prefill", "prefill_observations", "measure_steps", "PROBE_TYPES", "SMALL_TERMS", "FitPoint", "ProbeRun"]
+__all__ = [
+    "KernelPlan",
+    "plan_for",
+    "probe_kernels",
+    "fit_points",
+    "fit_point",
+    "measure",
+    "measure_pair",
+    "measure_run",
+    "attention_pairs",
+    "probe_models",
+    "repacked_types",
+    "fit_prefill",
+    "prefill_observations",
+    "measure_steps",
+    "PROBE_TYPES",
+    "SMALL_TERMS",
+    "FitPoint",
+    "ProbeRun",
+]
 
 # ---------- measuring ----------
+
 
 def probe_prompt(n_vocab: int, n_tokens: int) -> list[int]:
     """A probe run's prompt: BOS, then ids spread over the vocabulary (specials and byte tokens skipped)."""
     return [1] + [3 + (i * 97) % (n_vocab - 3) for i in range(n_tokens - 1)]
 
 
-def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | None,
-            n_gpu_layers, decode: bool = True) -> tuple[float, str, int, ModelSpec, float]:
+def measure(
+    path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | None, n_gpu_layers, decode: bool = True
+) -> tuple[float, str, int, ModelSpec, float]:
     """(median decode step s, backend, threads, spec, prefill s of the n_prompt tokens) of one
     model run through the engine. decode=False: the prefill only (timed after a short request has
     faulted the weights in), step s is 0."""
@@ -59,7 +78,9 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
     from ondevice.engine.loader import MIN_N_CTX
 
     spec = inspect(path)
-    n_ctx = max(MIN_N_CTX, n_prompt + plan.n_warmup + plan.n_tokens + 8)  # load() refuses less than llama.cpp's smallest
+    n_ctx = max(
+        MIN_N_CTX, n_prompt + plan.n_warmup + plan.n_tokens + 8
+    )  # load() refuses less than llama.cpp's smallest
     eng = load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512)
     try:
         vocab = spec.n_vocab or 512
@@ -68,8 +89,9 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
             eng.generate(prompt[:_FAULT_IN_TOKENS], max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
             g = eng.generate(prompt, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
             return 0.0, eng.info.backend, eng.info.n_threads, spec, g.timings.prefill_s
-        stream = eng.stream(prompt, max_tokens=plan.n_warmup + plan.n_tokens + 1, ignore_eos=True, seed=0,
-                            reuse_prefix=False)
+        stream = eng.stream(
+            prompt, max_tokens=plan.n_warmup + plan.n_tokens + 1, ignore_eos=True, seed=0, reuse_prefix=False
+        )
         t_first = None
         for event in stream:  # a busy machine must not stretch the probe without bound
             if t_first is None:
@@ -77,7 +99,7 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
             elif event.index > plan.n_warmup + 4 and time.perf_counter() - t_first > plan.run_budget_s:
                 break
         stream.close()
-        itl = stream.generation.timings.itl_s[plan.n_warmup:]
+        itl = stream.generation.timings.itl_s[plan.n_warmup :]
         if not itl:
             raise ProbeError(f"kernel probe: {path.name} produced no decode steps")
         return statistics.median(itl), eng.info.backend, eng.info.n_threads, spec, stream.generation.timings.prefill_s
@@ -85,8 +107,9 @@ def measure(path: Path, plan: KernelPlan, *, n_prompt: int, n_threads: int | Non
         eng.close()
 
 
-def measure_pair(path: Path, plan: KernelPlan, n_prompts: tuple[int, int], *, n_threads: int | None,
-                 n_gpu_layers) -> tuple[tuple[float, float], tuple[float, float], str, int, ModelSpec]:
+def measure_pair(
+    path: Path, plan: KernelPlan, n_prompts: tuple[int, int], *, n_threads: int | None, n_gpu_layers
+) -> tuple[tuple[float, float], tuple[float, float], str, int, ModelSpec]:
     """One model decoded after two prompt lengths at once, in alternating bursts of PAIR_BURST steps
     (two contexts on the same weights): ((median step s), (prefill s), backend, threads, spec) per
     length. What the longer context adds is then measured in the same moments as what it adds to: on
@@ -102,8 +125,10 @@ def measure_pair(path: Path, plan: KernelPlan, n_prompts: tuple[int, int], *, n_
     n_ctx = max(MIN_N_CTX, max(n_prompts) + steps + 8)
     engines = [load(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_batch=512) for _ in n_prompts]
     try:
-        streams = [eng.stream(probe_prompt(vocab, n), max_tokens=steps,
-                              ignore_eos=True, seed=0, reuse_prefix=False) for eng, n in zip(engines, n_prompts)]
+        streams = [
+            eng.stream(probe_prompt(vocab, n), max_tokens=steps, ignore_eos=True, seed=0, reuse_prefix=False)
+            for eng, n in zip(engines, n_prompts)
+        ]
         for stream in streams:  # the prompt, then the warm-up steps
             for _ in range(plan.n_warmup + 1):
                 next(stream)
@@ -122,8 +147,13 @@ def measure_pair(path: Path, plan: KernelPlan, n_prompts: tuple[int, int], *, n_
             stream.close()
             prefills.append(stream.generation.timings.prefill_s)
         info = engines[0].info
-        return ((statistics.median(times[0]), statistics.median(times[1])), (prefills[0], prefills[1]),
-                info.backend, info.n_threads, spec)
+        return (
+            (statistics.median(times[0]), statistics.median(times[1])),
+            (prefills[0], prefills[1]),
+            info.backend,
+            info.n_threads,
+            spec,
+        )
     finally:
         for eng in engines:
             eng.close()
@@ -178,8 +208,9 @@ def attention_pairs(runs: list[ProbeRun]) -> dict[int, int]:
     return pairs
 
 
-def measure_run(runs: list[ProbeRun], i: int, pairs: dict[int, int], plan: KernelPlan, *, n_threads: int | None,
-                n_gpu_layers) -> tuple[list[tuple[int, float, float]], str, int, ModelSpec | None]:
+def measure_run(
+    runs: list[ProbeRun], i: int, pairs: dict[int, int], plan: KernelPlan, *, n_threads: int | None, n_gpu_layers
+) -> tuple[list[tuple[int, float, float]], str, int, ModelSpec | None]:
     """Run i measured ([(run index, step s, prefill s)], backend, threads, spec): with its partner when it
     opens a pair, nothing when a pair's second run (its partner measured it), else alone."""
     run = runs[i]
@@ -188,10 +219,12 @@ def measure_run(runs: list[ProbeRun], i: int, pairs: dict[int, int], plan: Kerne
     if i in pairs:
         j = pairs[i]
         (step_i, step_j), (prefill_i, prefill_j), backend, threads, spec = measure_pair(
-            run.path, plan, (run.n_prompt, runs[j].n_prompt), n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+            run.path, plan, (run.n_prompt, runs[j].n_prompt), n_threads=n_threads, n_gpu_layers=n_gpu_layers
+        )
         return [(i, step_i, prefill_i), (j, step_j, prefill_j)], backend, threads, spec
-    step_s, backend, threads, spec, prefill_s = measure(run.path, plan, n_prompt=run.n_prompt, n_threads=n_threads,
-                                                        n_gpu_layers=n_gpu_layers, decode=not run.is_prefill)
+    step_s, backend, threads, spec, prefill_s = measure(
+        run.path, plan, n_prompt=run.n_prompt, n_threads=n_threads, n_gpu_layers=n_gpu_layers, decode=not run.is_prefill
+    )
     return [(i, step_s, prefill_s)], backend, threads, spec
 
 
@@ -200,13 +233,27 @@ def fit_point(run: ProbeRun, spec: ModelSpec, step_s: float, plan: KernelPlan) -
 
     n = plan.mid_context(run.n_prompt)
     step_bytes = spec.decode_weight_bytes + spec.kv_read_bytes(n)
-    return FitPoint(run.role, run.weight_type, 0 if run.role == "tiny" else step_bytes, spec.n_layer or 0,
-                    spec.n_vocab or 0, attention_scores(spec, n), attention_head_dims(spec), step_s,
-                    sum(spec.decode_rows_by_type.values()))  # tiny: in cache, 0 B
+    return FitPoint(
+        run.role,
+        run.weight_type,
+        0 if run.role == "tiny" else step_bytes,
+        spec.n_layer or 0,
+        spec.n_vocab or 0,
+        attention_scores(spec, n),
+        attention_head_dims(spec),
+        step_s,
+        sum(spec.decode_rows_by_type.values()),
+    )  # tiny: in cache, 0 B
 
 
-def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = None, n_gpu_layers="auto",
-                  progress: Progress | None = None) -> KernelProbe:
+def probe_kernels(
+    plan: KernelPlan,
+    model_dir: Path,
+    *,
+    n_threads: int | None = None,
+    n_gpu_layers="auto",
+    progress: Progress | None = None,
+) -> KernelProbe:
     """Build (or reuse) the probe models, run each (plan.passes times, round-robin; the
     median pass counts: the prediction is for a typical generation, and one busy or lucky
     pass moves it no more than a middle one), fit the step-time model, then the prefill rates."""
@@ -228,28 +275,56 @@ def probe_kernels(plan: KernelPlan, model_dir: Path, *, n_threads: int | None = 
             what = "prefilling" if run.is_prefill else "decoding"
             after = f"{run.n_prompt} and {runs[pairs[i]].n_prompt} (alternating)" if i in pairs else str(run.n_prompt)
             say(f"{what} {run.path.name} after {after} prompt tokens (pass {k + 1} of {plan.passes})")
-            measured, backend, threads, spec = measure_run(runs, i, pairs, plan, n_threads=n_threads,
-                                                           n_gpu_layers=n_gpu_layers)
+            measured, backend, threads, spec = measure_run(
+                runs, i, pairs, plan, n_threads=n_threads, n_gpu_layers=n_gpu_layers
+            )
             for j, step_s, prefill_s in measured:
                 steps[j].append(step_s)
                 prefills[j].append(prefill_s)
                 specs[j] = spec
             if run.role == "prefill" and plan.step_tokens:
-                ratios[run.weight_type].append(measure_steps(run.path, plan, n_threads=n_threads,
-                                                             n_gpu_layers=n_gpu_layers))
+                ratios[run.weight_type].append(
+                    measure_steps(run.path, plan, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+                )
     decode_runs = [i for i, run in enumerate(runs) if not run.is_prefill]
     fit_in = [fit_point(runs[i], specs[i], statistics.median(steps[i]), plan) for i in decode_runs]
-    points = [KernelPoint(runs[i].weight_type, specs[i].decode_weight_bytes, fp.step_bytes - specs[i].decode_weight_bytes if
-                          runs[i].role != "tiny" else specs[i].kv_read_bytes(plan.mid_context(runs[i].n_prompt)), fp.step_s,
-                          plan.n_tokens, plan.mid_context(runs[i].n_prompt), fp.attn_scores, fp.head_dims, runs[i].role,
-                          fp.rows)
-              for i, fp in zip(decode_runs, fit_in)]
+    points = [
+        KernelPoint(
+            runs[i].weight_type,
+            specs[i].decode_weight_bytes,
+            fp.step_bytes - specs[i].decode_weight_bytes
+            if runs[i].role != "tiny"
+            else specs[i].kv_read_bytes(plan.mid_context(runs[i].n_prompt)),
+            fp.step_s,
+            plan.n_tokens,
+            plan.mid_context(runs[i].n_prompt),
+            fp.attn_scores,
+            fp.head_dims,
+            runs[i].role,
+            fp.rows,
+        )
+        for i, fp in zip(decode_runs, fit_in)
+    ]
     fit = fit_points(fit_in, plan.types)
-    step_ratios = {t: {n: statistics.median(p[n] for p in passes) for n in passes[0]}
-                   for t, passes in ratios.items() if passes}
+    step_ratios = {
+        t: {n: statistics.median(p[n] for p in passes) for n in passes[0]} for t, passes in ratios.items() if passes
+    }
     prefill_in = prefill_observations(runs, specs, [statistics.median(p) for p in prefills], plan)
-    points += [KernelPoint(wt, spec.decode_weight_bytes, 0, t, n, n, 0, 0, "prefill" if kind == "sized" else f"{kind}-prefill",
-                           sum(spec.decode_rows_by_type.values())) for spec, wt, n, t, kind in prefill_in]
+    points += [
+        KernelPoint(
+            wt,
+            spec.decode_weight_bytes,
+            0,
+            t,
+            n,
+            n,
+            0,
+            0,
+            "prefill" if kind == "sized" else f"{kind}-prefill",
+            sum(spec.decode_rows_by_type.values()),
+        )
+        for spec, wt, n, t, kind in prefill_in
+    ]
     rates = fit_prefill(prefill_in, {**fit, "step_ratios": step_ratios}, backend=backend, row_width=plan.row_width())
     cpu_buffers = cpu_buffer_verdict().mode
     return KernelProbe(
@@ -286,10 +361,14 @@ def repacked_types(runs: list[ProbeRun], backend: str, cpu_buffers: str) -> tupl
     return tuple(r.weight_type for r in runs if r.role == "sized" and repack_plan(r.path))
 
 
-def prefill_observations(runs: list[ProbeRun], specs: list, prefill_s: list[float],
-                         plan: KernelPlan) -> list[tuple[ModelSpec, str, int, float, str]]:
+def prefill_observations(
+    runs: list[ProbeRun], specs: list, prefill_s: list[float], plan: KernelPlan
+) -> list[tuple[ModelSpec, str, int, float, str]]:
     """What fit_prefill takes from the runs: the prefill runs (kind "sized" or "narrow"), and the attention
     models' long prompts (kind "attn")."""
     kinds = {"prefill": "sized", "narrow-prefill": "narrow"}
-    return [(spec, run.weight_type, run.n_prompt, t, kinds.get(run.role, "attn")) for run, spec, t in zip(runs, specs, prefill_s)
-            if run.is_prefill or (run.role == "attn" and run.n_prompt == plan.n_long)]
+    return [
+        (spec, run.weight_type, run.n_prompt, t, kinds.get(run.role, "attn"))
+        for run, spec, t in zip(runs, specs, prefill_s)
+        if run.is_prefill or (run.role == "attn" and run.n_prompt == plan.n_long)
+    ]

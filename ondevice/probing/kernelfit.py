@@ -36,7 +36,6 @@ class FitPoint:
     rows: int = 0  # matrix rows one step computes (ModelSpec.decode_rows_by_type, summed)
 
 
-
 def fit_points(points: list[FitPoint], types: tuple[str, ...]) -> dict:
     """Fit the step-time model so that each term is set by the runs that carry its signal:
 
@@ -65,8 +64,15 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...]) -> dict:
     cols = len(types)
     dims = sorted({p.head_dims for p in points if p.role == "attn"})
     table = [(d, 0.0) for d in dims]
-    m = np.array([[p.step_bytes if p.weight_type == t else 0.0 for t in types] + [1.0, p.n_layer, p.n_vocab, p.rows]
-                  + [p.attn_scores * w for w in score_weights(table, p.head_dims)] for p in points], dtype=np.float64)
+    m = np.array(
+        [
+            [p.step_bytes if p.weight_type == t else 0.0 for t in types]
+            + [1.0, p.n_layer, p.n_vocab, p.rows]
+            + [p.attn_scores * w for w in score_weights(table, p.head_dims)]
+            for p in points
+        ],
+        dtype=np.float64,
+    )
     y = np.array([p.step_s for p in points])
     w2 = 1.0 / y**2
     scale = np.abs(m).max(axis=0)  # solve for x * scale: columns of bytes and counts differ by 1e8
@@ -78,8 +84,9 @@ def fit_points(points: list[FitPoint], types: tuple[str, ...]) -> dict:
     if (x[:cols] <= 0).any():  # fixed costs above a sized run (a busy moment): bandwidths from the sized runs alone
         x = _solve(rows, rhs, scale, cols, n_small, set(range(n_small)))
     if (x[:cols] <= 0).any():
-        raise ProbeError("kernel probe: decode was no slower than the fixed costs for some type; "
-                         "run it again on a quieter machine")
+        raise ProbeError(
+            "kernel probe: decode was no slower than the fixed costs for some type; run it again on a quieter machine"
+        )
     resid, n_resid = _residuals(points, m @ x, y)
     out = {"type_gbs": {t: float(1.0 / x[i] / 1e9) for i, t in enumerate(types)}}
     out.update({name: float(x[cols + i]) for i, name in enumerate(_FIXED_TERMS)})
@@ -110,8 +117,13 @@ def _cached_rates(points: list[FitPoint], fit: dict) -> dict[str, float]:
 
     out = {}
     for p in points:
-        other = (fit["t0_s"] + p.n_layer * fit["layer_s"] + p.n_vocab * fit["vocab_s"] + p.rows * fit["row_s"]
-                 + p.attn_scores * score_s(fit["attn_score_s"], p.head_dims))
+        other = (
+            fit["t0_s"]
+            + p.n_layer * fit["layer_s"]
+            + p.n_vocab * fit["vocab_s"]
+            + p.rows * fit["row_s"]
+            + p.attn_scores * score_s(fit["attn_score_s"], p.head_dims)
+        )
         if p.step_s > other:
             out[p.weight_type] = p.step_bytes / (p.step_s - other) / 1e9
     return out
@@ -120,7 +132,9 @@ def _cached_rates(points: list[FitPoint], fit: dict) -> dict[str, float]:
 _FIXED_TERMS = ("t0_s", "layer_s", "vocab_s", "row_s")  # the fit's small terms before the attention table's
 
 
-def _solve(rows: np.ndarray, rhs: np.ndarray, scale: np.ndarray, cols: int, n_small: int, zeroed: set[int]) -> np.ndarray:
+def _solve(
+    rows: np.ndarray, rhs: np.ndarray, scale: np.ndarray, cols: int, n_small: int, zeroed: set[int]
+) -> np.ndarray:
     """Solve the conditions with the small terms in `zeroed` pinned at 0; a small term that comes
     out negative is pinned too, one at a time (an active set)."""
     zeroed = set(zeroed)
@@ -156,8 +170,14 @@ def _conditions(points, types, dims, m, y, w2) -> tuple[np.ndarray, np.ndarray]:
     return rows, rhs
 
 
-def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, str]], decode_fit: dict, *, backend: str = "CPU",
-                n_batch: int = 512, row_width: float = 0.0) -> dict:
+def fit_prefill(
+    observations: list[tuple[ModelSpec, str, int, float, str]],
+    decode_fit: dict,
+    *,
+    backend: str = "CPU",
+    n_batch: int = 512,
+    row_width: float = 0.0,
+) -> dict:
     """Batched rates from measured prefills: observations are (spec, main weight type, prompt
     tokens, prefill s, kind: "sized", "narrow" or "attn"). The roofline's prefill time
     (roofline.Predictor.prefill_s, with the decode fit's terms and the measured step ratios,
@@ -169,10 +189,15 @@ def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, str]], deco
     / missing), a row cost that does is 0."""
     from ondevice.roofline import Calibration, Predictor
 
-    base = Calibration(backend=backend, ceiling_gbs=max(decode_fit["type_gbs"].values()),
-                       type_gbs=dict(decode_fit["type_gbs"]), kv_gbs=decode_fit["type_gbs"].get("F16"),
-                       step_ratios={t: tuple(sorted(r.items())) for t, r in (decode_fit.get("step_ratios") or {}).items()},
-                       batch_row_width=row_width, **{name: decode_fit[name] for name in SMALL_TERMS})
+    base = Calibration(
+        backend=backend,
+        ceiling_gbs=max(decode_fit["type_gbs"].values()),
+        type_gbs=dict(decode_fit["type_gbs"]),
+        kv_gbs=decode_fit["type_gbs"].get("F16"),
+        step_ratios={t: tuple(sorted(r.items())) for t, r in (decode_fit.get("step_ratios") or {}).items()},
+        batch_row_width=row_width,
+        **{name: decode_fit[name] for name in SMALL_TERMS},
+    )
     types = sorted({wt for _s, wt, _n, _t, kind in observations if kind != "attn"})
     kinds = {o[4] for o in observations}
     unknowns = types + (["attn"] if "attn" in kinds else []) + (["rows"] if "narrow" in kinds else [])
@@ -181,23 +206,33 @@ def fit_prefill(observations: list[tuple[ModelSpec, str, int, float, str]], deco
 
     def prefill_s(spec: ModelSpec, n: int, slow: str | None) -> float:  # every rate 1e30 GFLOP/s but `slow`'s, 1
         rates = {t: (1.0 if t == slow else 1e30) for t in types}  # (rows: 1 ns per row and token, else 0)
-        cal = replace(base, type_gflops=rates, attn_gflops=1.0 if slow == "attn" else 1e30,
-                      batch_row_s=_NS if slow == "rows" else 0.0)
+        cal = replace(
+            base,
+            type_gflops=rates,
+            attn_gflops=1.0 if slow == "attn" else 1e30,
+            batch_row_s=_NS if slow == "rows" else 0.0,
+        )
         return Predictor(spec, cal).prefill_s(n, n_batch=n_batch)
 
     rows, rhs = [], []
     for spec, _wt, n, measured, _kind in observations:
         floor_s = prefill_s(spec, n, None)
-        rows.append([(prefill_s(spec, n, u) - floor_s) / measured for u in unknowns])  # seconds at 1 GFLOP/s (1 ns a row)
+        rows.append(
+            [(prefill_s(spec, n, u) - floor_s) / measured for u in unknowns]
+        )  # seconds at 1 GFLOP/s (1 ns a row)
         rhs.append((measured - floor_s) / measured)
     solved = dict(zip(unknowns, np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)[0]))
     if solved.get("rows", 0.0) < 0:  # narrow rows no slower per row than wide ones (noise): no row cost
         keep = [i for i, u in enumerate(unknowns) if u != "rows"]
-        solved = dict(zip([unknowns[i] for i in keep],
-                          np.linalg.lstsq(np.array(rows)[:, keep], np.array(rhs), rcond=None)[0]))
+        solved = dict(
+            zip([unknowns[i] for i in keep], np.linalg.lstsq(np.array(rows)[:, keep], np.array(rhs), rcond=None)[0])
+        )
     rates = {u: float(1.0 / x) for u, x in solved.items() if u != "rows" and x > 0}
-    return {"type_gflops": {t: rates[t] for t in types if t in rates}, "attn_gflops": rates.get("attn"),
-            "batch_row_s": max(0.0, float(solved.get("rows", 0.0))) * _NS}
+    return {
+        "type_gflops": {t: rates[t] for t in types if t in rates},
+        "attn_gflops": rates.get("attn"),
+        "batch_row_s": max(0.0, float(solved.get("rows", 0.0))) * _NS,
+    }
 
 
 _NS = 1e-9  # fit_prefill solves for the batched row cost in nanoseconds (columns of like size)

@@ -4,9 +4,9 @@ them. kernel.py measures the runs and fits them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from ondevice.roofline import bits_per_weight
 
@@ -33,7 +33,11 @@ class KernelPlan:
     tiny_d_model: int = 64  # width of the tiny models (weights stay in cache)
     tiny_layers: tuple[int, int] = (2, 16)  # blocks of the two tiny models (per-layer cost)
     tiny_vocab: int = 32000  # vocabulary of the large-vocab tiny model (per-entry cost)
-    attn_shapes: tuple[tuple[int, int, int, int], ...] = ((1024, 16, 4, 8), (2048, 16, 4, 8), (1024, 4, 1, 8))  # attention
+    attn_shapes: tuple[tuple[int, int, int, int], ...] = (
+        (1024, 16, 4, 8),
+        (2048, 16, 4, 8),
+        (1024, 4, 1, 8),
+    )  # attention
     # models: d_model, heads, KV heads, blocks (head dimension 64, 128 and 256: Llama 3.2 1B's, Llama 3 8B's and
     # Qwen's, Gemma's; per score they cost 12, ~35 and 11-18 ns on an AMD EPYC VM, no line through them)
     attn_d_ff: int = 256  # feed-forward width of the attention models (small: the context's cost stands out)
@@ -42,7 +46,12 @@ class KernelPlan:
     # of 640: Gemma 3 270M's width; against the sized models' 2,048 it sets the cost per matrix row)
     narrow_type: str = "Q8_0"  # its weight type (not repacked on x86, like most heads)
     narrow_layers: int = 26  # its blocks (plan_for: >= 4 x LLC of weights)
-    cached: tuple[int, int, int, int] = (1024, 16, 4, 1024)  # the cached models, one per type: d_model, heads, KV heads,
+    cached: tuple[int, int, int, int] = (
+        1024,
+        16,
+        4,
+        1024,
+    )  # the cached models, one per type: d_model, heads, KV heads,
     # d_ff; as many blocks as make cached_bytes (weights the caches hold: how fast each type's kernel goes from them)
     cached_bytes: int = 8 * _MB  # weights of each cached model (plan_for: at most a quarter of the LLC); large enough
     # that reading them, not the fixed costs, is most of a step
@@ -85,9 +94,12 @@ def plan_for(llc_bytes: int | None) -> KernelPlan:
     plan = KernelPlan()
     target = max(_SIZED_MIN, 4 * (llc_bytes or 0) * 16 // 4.5)
     narrow_target = max(128 * _MB, 4 * (llc_bytes or 0))
-    return replace(plan, n_layer=max(1, int(-(-target // plan.layer_bytes_f16()))),
-                   narrow_layers=max(1, int(-(-narrow_target // layer_bytes(plan.narrow, plan.narrow_type or "Q8_0")))),
-                   cached_bytes=max(_MB, min(plan.cached_bytes, (llc_bytes or 4 * plan.cached_bytes) // 4)))
+    return replace(
+        plan,
+        n_layer=max(1, int(-(-target // plan.layer_bytes_f16()))),
+        narrow_layers=max(1, int(-(-narrow_target // layer_bytes(plan.narrow, plan.narrow_type or "Q8_0")))),
+        cached_bytes=max(_MB, min(plan.cached_bytes, (llc_bytes or 4 * plan.cached_bytes) // 4)),
+    )
 
 
 @dataclass(frozen=True)
@@ -109,27 +121,73 @@ class ProbeRun:
 
 # ---------- models ----------
 
+
 def _synth_kwargs(plan: KernelPlan, kind: str, n_layer: int, n_vocab: int, attn_shape=None) -> dict:
     """SynthConfig fields of a sized, narrow, tiny or attention probe model (attn_shape: one of plan.attn_shapes)."""
     if kind == "cached":
         d, heads, kv_heads, d_ff = plan.cached
-        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=d_ff, n_layer=n_layer, n_vocab=n_vocab,
-                    n_ctx_train=1024, seed=17, name="ondevice-probe-cached")
+        return dict(
+            d_model=d,
+            n_head=heads,
+            n_head_kv=kv_heads,
+            d_ff=d_ff,
+            n_layer=n_layer,
+            n_vocab=n_vocab,
+            n_ctx_train=1024,
+            seed=17,
+            name="ondevice-probe-cached",
+        )
     if kind == "narrow":
         d, heads, kv_heads, d_ff = plan.narrow
-        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=d_ff, n_layer=n_layer, n_vocab=n_vocab,
-                    n_ctx_train=1024, seed=13, name="ondevice-probe-narrow")
+        return dict(
+            d_model=d,
+            n_head=heads,
+            n_head_kv=kv_heads,
+            d_ff=d_ff,
+            n_layer=n_layer,
+            n_vocab=n_vocab,
+            n_ctx_train=1024,
+            seed=13,
+            name="ondevice-probe-narrow",
+        )
     if kind == "tiny":
         d = plan.tiny_d_model if n_vocab <= 512 else plan.tiny_d_model // 4  # a thin head: the vocabulary's
         # per-entry cost (logits, sampling) more than the head's cache-speed matmul
-        return dict(d_model=d, n_head=max(1, d // 32), n_head_kv=1, d_ff=2 * d, n_layer=n_layer,
-                    n_vocab=n_vocab, n_ctx_train=1024, seed=7, name="ondevice-probe-tiny")
+        return dict(
+            d_model=d,
+            n_head=max(1, d // 32),
+            n_head_kv=1,
+            d_ff=2 * d,
+            n_layer=n_layer,
+            n_vocab=n_vocab,
+            n_ctx_train=1024,
+            seed=7,
+            name="ondevice-probe-tiny",
+        )
     if kind == "attn":
         d, heads, kv_heads, blocks = attn_shape
-        return dict(d_model=d, n_head=heads, n_head_kv=kv_heads, d_ff=plan.attn_d_ff, n_layer=blocks, n_vocab=n_vocab,
-                    n_ctx_train=max(1024, 2 * plan.n_long), seed=5, name="ondevice-probe-attn")
-    return dict(d_model=plan.d_model, n_head=plan.n_head, n_head_kv=plan.n_head_kv, d_ff=plan.d_ff, n_layer=n_layer,
-                n_vocab=n_vocab, n_ctx_train=1024, seed=11, name="ondevice-probe")
+        return dict(
+            d_model=d,
+            n_head=heads,
+            n_head_kv=kv_heads,
+            d_ff=plan.attn_d_ff,
+            n_layer=blocks,
+            n_vocab=n_vocab,
+            n_ctx_train=max(1024, 2 * plan.n_long),
+            seed=5,
+            name="ondevice-probe-attn",
+        )
+    return dict(
+        d_model=plan.d_model,
+        n_head=plan.n_head,
+        n_head_kv=plan.n_head_kv,
+        d_ff=plan.d_ff,
+        n_layer=n_layer,
+        n_vocab=n_vocab,
+        n_ctx_train=1024,
+        seed=11,
+        name="ondevice-probe",
+    )
 
 
 def _model_path(model_dir: Path, kind: str, cfg: dict, weight_type: str) -> Path:
@@ -164,8 +222,13 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
     for t in plan.types:
         runs.append(ProbeRun(t, _ensure(model_dir, "sized", cfg, t, progress), plan.n_prompt, "sized"))
     if plan.narrow_type:
-        narrow = _ensure(model_dir, "narrow", _synth_kwargs(plan, "narrow", plan.narrow_layers, plan.n_vocab),
-                         plan.narrow_type, progress)
+        narrow = _ensure(
+            model_dir,
+            "narrow",
+            _synth_kwargs(plan, "narrow", plan.narrow_layers, plan.n_vocab),
+            plan.narrow_type,
+            progress,
+        )
         runs.append(ProbeRun(plan.narrow_type, narrow, plan.n_prompt, "narrow"))
     if plan.cached:
         for t in plan.types:
@@ -175,10 +238,18 @@ def probe_models(plan: KernelPlan, model_dir: Path, progress: Progress) -> list[
     tiny = [(plan.tiny_layers[0], 512, t) for t in plan.types]
     tiny += [(plan.tiny_layers[1], 512, "F16"), (plan.tiny_layers[0], plan.tiny_vocab, "F16")]
     for n_layer, n_vocab, t in tiny:
-        runs.append(ProbeRun(t, _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress),
-                             plan.n_prompt, "tiny"))
+        runs.append(
+            ProbeRun(
+                t,
+                _ensure(model_dir, "tiny", _synth_kwargs(plan, "tiny", n_layer, n_vocab), t, progress),
+                plan.n_prompt,
+                "tiny",
+            )
+        )
     prefill_role = {"sized": "prefill", "narrow": "narrow-prefill"}
-    runs += [ProbeRun(r.weight_type, r.path, plan.n_prefill, prefill_role[r.role]) for r in runs if r.role in prefill_role]
+    runs += [
+        ProbeRun(r.weight_type, r.path, plan.n_prefill, prefill_role[r.role]) for r in runs if r.role in prefill_role
+    ]
     for shape in plan.attn_shapes:
         attn = _ensure(model_dir, "attn", _synth_kwargs(plan, "attn", shape[3], 512, shape), "F16", progress)
         runs += [ProbeRun("F16", attn, plan.n_prompt, "attn"), ProbeRun("F16", attn, plan.n_long, "attn")]

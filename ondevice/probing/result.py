@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ondevice.probing.hardware import GPUInfo, HostInfo, LlamaDevice
-from ondevice.probing.nameplate import Nameplate, compute_lookup
 from ondevice.probing.host import ComputeProbe, DiskProbe, MemoryProbe
+from ondevice.probing.nameplate import Nameplate, compute_lookup
 from ondevice.roofline import Calibration
 
 __all__ = ["KernelPoint", "KernelProbe", "ProbeResult", "SCHEMA_VERSION", "SMALL_TERMS"]
@@ -54,7 +54,9 @@ class KernelProbe:
     elapsed_s: float  # wall time of the kernel probe, seconds (models from cache or built)
     pass_spread: float = 0.0  # how far apart the passes were: median over the sized runs of
     # slowest / fastest pass - 1 (0.1 = 10%); a shared or busy machine shows it here
-    cpu_buffers: str = "all"  # extra CPU buffer types the runs used ("all", "repack", "none": the crash guard's verdict)
+    cpu_buffers: str = (
+        "all"  # extra CPU buffer types the runs used ("all", "repack", "none": the crash guard's verdict)
+    )
     type_gflops: dict[str, float] = field(default_factory=dict)  # weight type -> batched matrix-product GFLOP/s
     # in prefill (kernel.fit_prefill; empty in probes cached before prefill was measured)
     attn_gflops: float | None = None  # batched attention GFLOP/s in prefill (None: not measured)
@@ -76,11 +78,17 @@ class KernelProbe:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "KernelProbe":
+    def from_dict(cls, d: dict[str, Any]) -> KernelProbe:
         ratios = {t: {int(n): float(r) for n, r in table.items()} for t, table in (d.get("step_ratios") or {}).items()}
-        return cls(**{**_known(cls, d), "points": tuple(KernelPoint(**_known(KernelPoint, p)) for p in d["points"]),
-                      "step_ratios": ratios, "repacked_types": tuple(d.get("repacked_types") or ()),
-                      "attn_score_s": tuple((int(dims), float(sec)) for dims, sec in d["attn_score_s"])})
+        return cls(
+            **{
+                **_known(cls, d),
+                "points": tuple(KernelPoint(**_known(KernelPoint, p)) for p in d["points"]),
+                "step_ratios": ratios,
+                "repacked_types": tuple(d.get("repacked_types") or ()),
+                "attn_score_s": tuple((int(dims), float(sec)) for dims, sec in d["attn_score_s"]),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,9 @@ class ProbeResult:
     nameplate: Nameplate | None = None  # maker's figure for the chip, when known (not measured)
     read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), 2 MiB up to the memory
     # probe's array size: what the caches add (probing.readcurve; measured with the kernel probe)
-    disk: DiskProbe | None = None  # sequential read of the cache dir's disk (None: not measured, or a cache from before it)
+    disk: DiskProbe | None = (
+        None  # sequential read of the cache dir's disk (None: not measured, or a cache from before it)
+    )
     from_cache: bool = field(default=False, compare=False)  # loaded from the cache rather than run now
 
     @property
@@ -116,8 +126,11 @@ class ProbeResult:
         """
         measured = [self.memory.read_gbs, self.memory.copy_gbs] + [g for _b, g in self.read_curve[-1:]]  # its DRAM size
         if self.kernel:
-            measured += [(p.decode_bytes + p.kv_bytes) / p.step_s / 1e9 for p in self.kernel.points
-                         if p.step_s > 0 and p.role in ("sized", "")]  # tiny models read from cache
+            measured += [
+                (p.decode_bytes + p.kv_bytes) / p.step_s / 1e9
+                for p in self.kernel.points
+                if p.step_s > 0 and p.role in ("sized", "")
+            ]  # tiny models read from cache
         best = max(measured)
         if self.backend.upper() != "CPU" and self.nameplate:
             best = max(best, self.nameplate.bandwidth_gbs)
@@ -157,8 +170,9 @@ class ProbeResult:
     def host_calibration(self) -> Calibration:
         """A calibration from the host probe alone (no kernel probe): the ceiling bandwidth and the
         host's compute; the step times are then the bound itself (source "bound")."""
-        return Calibration(backend=self.backend, ceiling_gbs=self.ceiling_gbs, compute_gflops=self.compute.f32_gflops,
-                           source="bound")
+        return Calibration(
+            backend=self.backend, ceiling_gbs=self.ceiling_gbs, compute_gflops=self.compute.f32_gflops, source="bound"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -177,14 +191,17 @@ class ProbeResult:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, from_cache: bool = False) -> "ProbeResult":
+    def from_dict(cls, d: dict[str, Any], *, from_cache: bool = False) -> ProbeResult:
         """Inverse of to_dict. Raises KeyError/TypeError/ValueError on a malformed dict."""
         if d.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"probe schema {d.get('schema')!r} is not {SCHEMA_VERSION}")
         h = _known(HostInfo, d["host"])
-        h.update(gpus=tuple(GPUInfo(**_known(GPUInfo, g)) for g in h["gpus"]),
-                 llama_devices=tuple(LlamaDevice(**_known(LlamaDevice, x)) for x in h.get("llama_devices", ())),
-                 llama_backends=tuple(h["llama_backends"]), warnings=tuple(h.get("warnings", ())))
+        h.update(
+            gpus=tuple(GPUInfo(**_known(GPUInfo, g)) for g in h["gpus"]),
+            llama_devices=tuple(LlamaDevice(**_known(LlamaDevice, x)) for x in h.get("llama_devices", ())),
+            llama_backends=tuple(h["llama_backends"]),
+            warnings=tuple(h.get("warnings", ())),
+        )
         return cls(
             host=HostInfo(**h),
             backend=str(d["backend"]),

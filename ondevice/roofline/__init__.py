@@ -16,13 +16,42 @@ time adds what the kernel probe measured (model.py has the formula, once).
 
 from ondevice.roofline.attention import attention_head_dims, attention_scores, causal_spans, score_s, score_weights
 from ondevice.roofline.model import (
-    Calibration, Predictor, bits_per_weight, cache_bytes, effective_gbs, effective_gflops, read_speedup,
+    Calibration,
+    Predictor,
+    bits_per_weight,
+    cache_bytes,
+    effective_gbs,
+    effective_gflops,
+    read_speedup,
 )
 from ondevice.roofline.prediction import (
-    ContextPrediction, MemoryVerdict, Prediction, TTFTPrediction, memory_verdict, predict, prefill_flops,
+    ContextPrediction,
+    MemoryVerdict,
+    Prediction,
+    TTFTPrediction,
+    memory_verdict,
+    predict,
+    prefill_flops,
 )
 
 __all__ = [
-    "Calibration", "Predictor", "attention_head_dims", "attention_scores", "bits_per_weight", "causal_spans",
-    "cache_bytes", "effective_gbs", "effective_gflops", "read_speedup", "score_s", "score_weights", "ContextPrediction", "MemoryVerdict", "Prediction", "TTFTPrediction", "memory_verdict", "predict", "prefill_flops",
+    "Calibration",
+    "Predictor",
+    "attention_head_dims",
+    "attention_scores",
+    "bits_per_weight",
+    "causal_spans",
+    "cache_bytes",
+    "effective_gbs",
+    "effective_gflops",
+    "read_speedup",
+    "score_s",
+    "score_weights",
+    "ContextPrediction",
+    "MemoryVerdict",
+    "Prediction",
+    "TTFTPrediction",
+    "memory_verdict",
+    "predict",
+    "prefill_flops",
 ]

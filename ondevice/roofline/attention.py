@@ -3,7 +3,7 @@ and what one score costs from the probe's table (model.py's formula uses both)."
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ondevice.gguf.spec import ModelSpec
 
@@ -26,10 +26,12 @@ def attention_scores(spec: ModelSpec, n_ctx: int, *, windowed: bool = True) -> i
 def causal_spans(p0: int, p1: int, window: int | None = None) -> float:
     """Cached tokens attended by the prompt tokens at positions p0..p1-1 (token i attends i+1,
     at most `window`): sum over i of min(i + 1, window)."""
+
     def upto(p: int) -> float:  # tokens 0..p-1
         if not window or p <= window:
             return p * (p + 1) / 2
         return window * (window + 1) / 2 + (p - window) * window
+
     return upto(p1) - upto(p0)
 
 

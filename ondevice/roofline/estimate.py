@@ -23,10 +23,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from gguf import GGMLQuantizationType
 
@@ -34,21 +34,53 @@ from ondevice.core.errors import EstimateDataError, InvalidParameterError
 from ondevice.gguf.spec import ModelSpec
 from ondevice.roofline.model import Calibration
 
-__all__ = ["Measurement", "EstimateFit", "Estimate", "weight_family", "canonical_backend", "load_measurements",
-           "estimated_calibration",
-           "fit", "loo_ratios", "loo_median_error", "load_fit", "write_fit", "estimate", "estimates_for", "FAMILIES",
-           "MEASUREMENTS_FILE", "FIT_FILE"]
+__all__ = [
+    "Measurement",
+    "EstimateFit",
+    "Estimate",
+    "weight_family",
+    "canonical_backend",
+    "load_measurements",
+    "estimated_calibration",
+    "fit",
+    "loo_ratios",
+    "loo_median_error",
+    "load_fit",
+    "write_fit",
+    "estimate",
+    "estimates_for",
+    "FAMILIES",
+    "MEASUREMENTS_FILE",
+    "FIT_FILE",
+]
 
 MEASUREMENTS_FILE = "decode_measurements.csv"
 FIT_FILE = "estimate_fit.json"
 FIT_SCHEMA = 1
 FAMILIES = ("float", "q8_0", "legacy", "k-quant")  # weight families, each with its own eta
 RANGE_PERCENTILES = (10.0, 90.0)  # of the leave-one-out ratios measured / estimated
-_BACKEND_NAMES = {"cuda": "CUDA", "metal": "Metal", "mtl": "Metal", "rocm": "ROCm", "hip": "ROCm",
-                  "vulkan": "Vulkan", "cpu": "CPU"}
+_BACKEND_NAMES = {
+    "cuda": "CUDA",
+    "metal": "Metal",
+    "mtl": "Metal",
+    "rocm": "ROCm",
+    "hip": "ROCm",
+    "vulkan": "Vulkan",
+    "cpu": "CPU",
+}
 _LEGACY = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"}
-_COLUMNS = ("device", "backend", "model", "quant", "test", "ctx_mean", "tok_s", "nameplate_gbs", "bytes_per_token",
-            "source")
+_COLUMNS = (
+    "device",
+    "backend",
+    "model",
+    "quant",
+    "test",
+    "ctx_mean",
+    "tok_s",
+    "nameplate_gbs",
+    "bytes_per_token",
+    "source",
+)
 
 
 @dataclass(frozen=True)
@@ -94,17 +126,28 @@ class EstimateFit:
     n_rows: int  # rows fitted on
 
     def to_dict(self) -> dict:
-        return {"schema": FIT_SCHEMA,
-                "model": "seconds per token = bytes_per_token / (nameplate_gbs * 1e9 * eta[family]) + t0_s[backend]",
-                "fitted_on": MEASUREMENTS_FILE, **asdict(self)}
+        return {
+            "schema": FIT_SCHEMA,
+            "model": "seconds per token = bytes_per_token / (nameplate_gbs * 1e9 * eta[family]) + t0_s[backend]",
+            "fitted_on": MEASUREMENTS_FILE,
+            **asdict(self),
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "EstimateFit":
+    def from_dict(cls, d: dict) -> EstimateFit:
         if not isinstance(d, dict) or d.get("schema") != FIT_SCHEMA:
             raise ValueError(f"schema {d.get('schema') if isinstance(d, dict) else d!r} is not {FIT_SCHEMA}")
         out = cls(**{k: d[k] for k in cls.__dataclass_fields__})
-        numbers = [*out.eta.values(), *out.t0_s.values(), *out.pooled_eta.values(), out.pooled_t0_s,
-                   out.ratio_low, out.ratio_high, out.pooled_ratio_low, out.pooled_ratio_high]
+        numbers = [
+            *out.eta.values(),
+            *out.t0_s.values(),
+            *out.pooled_eta.values(),
+            out.pooled_t0_s,
+            out.ratio_low,
+            out.ratio_high,
+            out.pooled_ratio_low,
+            out.pooled_ratio_high,
+        ]
         if set(out.eta) != set(FAMILIES) or set(out.pooled_eta) != set(FAMILIES) or not out.t0_s:
             raise ValueError(f"eta must cover {', '.join(FAMILIES)} and t0_s at least one backend")
         if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in numbers):
@@ -164,17 +207,29 @@ def load_measurements(path: Path | None = None) -> tuple[Measurement, ...]:
 
 def _measurement(src, line: int, r: dict) -> Measurement:
     try:
-        m = Measurement(device=r["device"], backend=canonical_backend(r["backend"]) or r["backend"], model=r["model"],
-                        quant=r["quant"].strip().upper(), test=r["test"], ctx_mean=int(r["ctx_mean"]),
-                        tok_s=float(r["tok_s"]), nameplate_gbs=float(r["nameplate_gbs"]),
-                        bytes_per_token=int(r["bytes_per_token"]), source=r["source"].strip(),
-                        shape={k: r[k] for k in ("params", "layers", "kv_heads", "head_dim", "d_model", "vocab") if k in r})
+        m = Measurement(
+            device=r["device"],
+            backend=canonical_backend(r["backend"]) or r["backend"],
+            model=r["model"],
+            quant=r["quant"].strip().upper(),
+            test=r["test"],
+            ctx_mean=int(r["ctx_mean"]),
+            tok_s=float(r["tok_s"]),
+            nameplate_gbs=float(r["nameplate_gbs"]),
+            bytes_per_token=int(r["bytes_per_token"]),
+            source=r["source"].strip(),
+            shape={k: r[k] for k in ("params", "layers", "kv_heads", "head_dim", "d_model", "vocab") if k in r},
+        )
     except (TypeError, ValueError, AttributeError) as exc:
         raise EstimateDataError(f"{src} line {line}: {exc}") from None
-    if not (m.tok_s > 0 and m.nameplate_gbs > 0 and m.bytes_per_token > 0 and m.ctx_mean >= 0) or not m.source \
-            or not all(map(math.isfinite, (m.tok_s, m.nameplate_gbs))):
-        raise EstimateDataError(f"{src} line {line}: tok_s, nameplate_gbs and bytes_per_token must be positive "
-                                "and every row needs a source")
+    if (
+        not (m.tok_s > 0 and m.nameplate_gbs > 0 and m.bytes_per_token > 0 and m.ctx_mean >= 0)
+        or not m.source
+        or not all(map(math.isfinite, (m.tok_s, m.nameplate_gbs)))
+    ):
+        raise EstimateDataError(
+            f"{src} line {line}: tok_s, nameplate_gbs and bytes_per_token must be positive and every row needs a source"
+        )
     return m
 
 
@@ -184,11 +239,16 @@ def _solve(rows: Sequence[Measurement], pooled: bool):
 
     backends = ["*"] if pooled else sorted({m.backend for m in rows})
     families = [f for f in FAMILIES if any(m.family == f for m in rows)]
-    x = np.array([[m.ceiling_s if m.family == f else 0.0 for f in families]
-                  + [1.0 if pooled or m.backend == b else 0.0 for b in backends] for m in rows])
+    x = np.array(
+        [
+            [m.ceiling_s if m.family == f else 0.0 for f in families]
+            + [1.0 if pooled or m.backend == b else 0.0 for b in backends]
+            for m in rows
+        ]
+    )
     t = np.array([1.0 / m.tok_s for m in rows])
     beta = np.linalg.lstsq(x / t[:, None], np.ones(len(rows)), rcond=None)[0]
-    inv_eta, t0 = beta[:len(families)], beta[len(families):]
+    inv_eta, t0 = beta[: len(families)], beta[len(families) :]
     if not (np.all(inv_eta > 0) and np.all(np.isfinite(beta))):
         raise EstimateDataError("the decode measurements give a non-physical fit (an efficiency at or below zero)")
     eta = {f: float(1.0 / v) for f, v in zip(families, inv_eta)}
@@ -233,10 +293,19 @@ def fit(rows: Sequence[Measurement]) -> EstimateFit:
     ratios, pooled_ratios = loo_ratios(rows), loo_ratios(rows, pooled=True)
     lo, hi = (float(v) for v in np.percentile(ratios, RANGE_PERCENTILES))
     plo, phi = (float(v) for v in np.percentile(pooled_ratios, RANGE_PERCENTILES))
-    return EstimateFit(eta=eta, t0_s=t0, pooled_eta=pooled_eta, pooled_t0_s=pooled_t0["*"], ratio_low=lo,
-                       ratio_high=hi, pooled_ratio_low=plo, pooled_ratio_high=phi,
-                       loo_median_abs_error=float(np.median(np.abs(ratios - 1.0))),
-                       pooled_loo_median_abs_error=float(np.median(np.abs(pooled_ratios - 1.0))), n_rows=len(rows))
+    return EstimateFit(
+        eta=eta,
+        t0_s=t0,
+        pooled_eta=pooled_eta,
+        pooled_t0_s=pooled_t0["*"],
+        ratio_low=lo,
+        ratio_high=hi,
+        pooled_ratio_low=plo,
+        pooled_ratio_high=phi,
+        loo_median_abs_error=float(np.median(np.abs(ratios - 1.0))),
+        pooled_loo_median_abs_error=float(np.median(np.abs(pooled_ratios - 1.0))),
+        n_rows=len(rows),
+    )
 
 
 def load_fit(path: Path | None = None) -> EstimateFit:
@@ -257,8 +326,9 @@ def write_fit(f: EstimateFit, path: Path | None = None) -> Path:
     return dest
 
 
-def estimate(backend: str | None, weight_type: str, bytes_per_token: float, bandwidth_gbs: float,
-             fit: EstimateFit | None = None) -> Estimate:
+def estimate(
+    backend: str | None, weight_type: str, bytes_per_token: float, bandwidth_gbs: float, fit: EstimateFit | None = None
+) -> Estimate:
     """Estimated decode tok/s for bytes_per_token read per token at a nameplate bandwidth (GB/s) on a backend.
 
     A backend the fit has no rows for (or None) gets the pooled fit and its wider range; the basis says so."""
@@ -271,8 +341,14 @@ def estimate(backend: str | None, weight_type: str, bytes_per_token: float, band
     ceiling_s = nbytes / (gbs * 1e9)
     tok_s = min(1.0 / (ceiling_s / eta + t0), 1.0 / ceiling_s)
     ceiling = 1.0 / ceiling_s
-    return Estimate(tok_s=tok_s, low_tok_s=min(tok_s * lo, ceiling), high_tok_s=min(tok_s * hi, ceiling),
-                    efficiency=tok_s / ceiling, ceiling_tok_s=ceiling, basis=basis)
+    return Estimate(
+        tok_s=tok_s,
+        low_tok_s=min(tok_s * lo, ceiling),
+        high_tok_s=min(tok_s * hi, ceiling),
+        efficiency=tok_s / ceiling,
+        ceiling_tok_s=ceiling,
+        basis=basis,
+    )
 
 
 def _terms(f: EstimateFit, backend: str | None, weight_type: str) -> tuple[float, float, float, float, str]:
@@ -281,14 +357,28 @@ def _terms(f: EstimateFit, backend: str | None, weight_type: str) -> tuple[float
     name = canonical_backend(backend) or (str(backend) if backend else None)
     if name in f.t0_s:
         eta, t0 = f.eta[family], f.t0_s[name]
-        return eta, t0, f.ratio_low, f.ratio_high, (
-            f"{name} fit on {f.n_rows} published llama.cpp runs: {family} weights reach {eta:.0%} of the "
-            f"bandwidth, plus {t0 * 1e3:.1f} ms per token")
+        return (
+            eta,
+            t0,
+            f.ratio_low,
+            f.ratio_high,
+            (
+                f"{name} fit on {f.n_rows} published llama.cpp runs: {family} weights reach {eta:.0%} of the "
+                f"bandwidth, plus {t0 * 1e3:.1f} ms per token"
+            ),
+        )
     eta, t0 = f.pooled_eta[family], f.pooled_t0_s
     why = f"no published {name} runs" if name else "backend not given"
-    return eta, t0, f.pooled_ratio_low, f.pooled_ratio_high, (
-        f"{why}: pooled fit over {', '.join(sorted(f.t0_s))} ({f.n_rows} runs): {family} weights reach "
-        f"{eta:.0%} of the bandwidth, plus {t0 * 1e3:.1f} ms per token")
+    return (
+        eta,
+        t0,
+        f.pooled_ratio_low,
+        f.pooled_ratio_high,
+        (
+            f"{why}: pooled fit over {', '.join(sorted(f.t0_s))} ({f.n_rows} runs): {family} weights reach "
+            f"{eta:.0%} of the bandwidth, plus {t0 * 1e3:.1f} ms per token"
+        ),
+    )
 
 
 def estimated_calibration(cal: Calibration, spec: ModelSpec, fit: EstimateFit | None = None) -> Calibration:
@@ -303,8 +393,9 @@ def estimated_calibration(cal: Calibration, spec: ModelSpec, fit: EstimateFit | 
     return replace(cal, type_gbs={t: gbs for t in types}, kv_gbs=gbs, t0_s=t0, source="estimate")
 
 
-def estimates_for(predictor, contexts: Sequence[int], backend: str | None,
-                  fit: EstimateFit | None = None) -> tuple[Estimate, ...]:
+def estimates_for(
+    predictor, contexts: Sequence[int], backend: str | None, fit: EstimateFit | None = None
+) -> tuple[Estimate, ...]:
     """One estimate per context for a roofline.Predictor's model at its calibration's bandwidth.
 
     The weight family is the file type's (else the type holding most of the bytes read per token);

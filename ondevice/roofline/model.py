@@ -57,15 +57,23 @@ prefill of the tokens not already cached; E2E = TTFT + the decode steps over the
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ondevice.gguf.spec import ModelSpec
 from ondevice.roofline.attention import attention_head_dims, causal_spans, score_s
 
-__all__ = ["Calibration", "Predictor", "bits_per_weight", "effective_gbs", "effective_gflops", "read_speedup", "cache_bytes"]
+__all__ = [
+    "Calibration",
+    "Predictor",
+    "bits_per_weight",
+    "effective_gbs",
+    "effective_gflops",
+    "read_speedup",
+    "cache_bytes",
+]
 
 _GB = 1e9
 
@@ -104,7 +112,9 @@ class Calibration:
     # probe's loads: they pay no batch_row_s, which the narrow model measured on the plain kernels (older: none)
     step_ratios: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)  # weight type ->
     # ((n tokens, time of one llama_decode of n / of 1), ...): what a matrix product over n columns costs
-    type_cached_gbs: Mapping[str, float] = field(default_factory=dict)  # weight type -> GB/s its decode kernel reached on
+    type_cached_gbs: Mapping[str, float] = field(
+        default_factory=dict
+    )  # weight type -> GB/s its decode kernel reached on
     # weights the caches hold (kernel probe): the most a cache can speed that type up (empty: the read curve alone)
     read_curve: tuple[tuple[int, float], ...] = ()  # (working-set bytes, host read GB/s), growing sizes: how much
     # faster than DRAM a working set that the caches hold is read (step times scale by it; empty: no scaling)
@@ -192,8 +202,9 @@ class Predictor:
         self._kv_bps = (calibration.kv_gbs or calibration.ceiling_gbs) * _GB
         self._weight_ceiling_s = spec.decode_weight_bytes / self._ceiling_bps
         self._weight_calibrated_s = sum(self._type_read_s(t, b) for t, b in spec.decode_bytes_by_type.items())
-        self._fixed_s = (calibration.t0_s + (spec.n_layer or 0) * calibration.layer_s
-                         + (spec.n_vocab or 0) * calibration.vocab_s)
+        self._fixed_s = (
+            calibration.t0_s + (spec.n_layer or 0) * calibration.layer_s + (spec.n_vocab or 0) * calibration.vocab_s
+        )
         swa = set(spec.swa_layers) if spec.sliding_window else set()
         per_layer = spec.kv_bytes_per_token_by_layer
         self._kv_full = sum(b for i, b in enumerate(per_layer) if i not in swa)  # bytes per context token
@@ -202,7 +213,9 @@ class Predictor:
         # calibrated: per context token, KV seconds and attention seconds (all layers span it
         # when the runtime masks sliding windows; else windowed layers are capped as above)
         self._cal_window = 0 if calibration.swa_full else self._window
-        full_kv, window_kv = (self._kv_full + self._kv_window, 0) if calibration.swa_full else (self._kv_full, self._kv_window)
+        full_kv, window_kv = (
+            (self._kv_full + self._kv_window, 0) if calibration.swa_full else (self._kv_full, self._kv_window)
+        )
         self._kv_full_s = full_kv / self._kv_bps  # KV read seconds per context token (memory: cache-scaled)
         self._kv_window_s = window_kv / self._kv_bps
         self._attn_full_s = self._attn_window_s = 0.0  # attention seconds per context token (compute)
@@ -219,7 +232,10 @@ class Predictor:
         """Seconds of one matrix-vector pass over a weight type's bytes: the bytes at the type's
         bandwidth and each of its rows' set-up (row_s)."""
         cal = self.calibration
-        return nbytes / (effective_gbs(weight_type, cal) * _GB) + self.spec.decode_rows_by_type.get(weight_type, 0) * cal.row_s
+        return (
+            nbytes / (effective_gbs(weight_type, cal) * _GB)
+            + self.spec.decode_rows_by_type.get(weight_type, 0) * cal.row_s
+        )
 
     def cache_speedup(self, n_ctx: int) -> float:
         """How much faster than from DRAM the step's bytes (weights + KV at n_ctx) are read, from the
@@ -254,12 +270,17 @@ class Predictor:
         self._token_s = sum(2.0 * n / (g * 1e9) for n, g in rated if g)  # every matrix product, one token
         total = sum(n for n, g in rated if g)
         mean_gflops = total / sum(n / g for n, g in rated if g) if self._token_s else None
-        head = spec.head_bytes * 8.0 / bits_per_weight(spec.head_type) if spec.head_type in elements else (
-            (spec.n_vocab or 0) * (spec.d_model or 0))
+        head = (
+            spec.head_bytes * 8.0 / bits_per_weight(spec.head_type)
+            if spec.head_type in elements
+            else ((spec.n_vocab or 0) * (spec.d_model or 0))
+        )
         self._head_s = 2.0 * head / (mean_gflops * 1e9) if mean_gflops and 0 < head < total else 0.0
         self._body_s = self._token_s - self._head_s
         attn_gflops = cal.attn_gflops or mean_gflops
-        flops_per_span = 2.0 * (spec.n_head or 0) * attention_head_dims(spec)  # QK dot + AV sum, per attended token and layer
+        flops_per_span = (
+            2.0 * (spec.n_head or 0) * attention_head_dims(spec)
+        )  # QK dot + AV sum, per attended token and layer
         self._attn_span_s = flops_per_span / (attn_gflops * 1e9) if attn_gflops else 0.0
         self._full_layers = (spec.n_layer or 0) - (0 if cal.swa_full else len(swa & set(range(spec.n_layer or 0))))
         self._window_layers = (spec.n_layer or 0) - self._full_layers
@@ -269,13 +290,22 @@ class Predictor:
         # token relative to that (growth past the measured step ratios); the head apart
         self._read_s = {t: self._type_read_s(t, b) for t, b in spec.decode_bytes_by_type.items() if b}
         caps = cal.type_cached_gbs  # per type: how many times its DRAM rate its kernel reads cached weights
-        self._kernel_caps = {t: max(1.0, _per_type(t, caps, None) / effective_gbs(t, cal))
-                             for t in set(self._read_s) | {"F16"}} if caps else {}
-        self._growth = {t: 2.0 * elements[t] / (effective_gflops(t, cal) * 1e9) / self._read_s[t]
-                        if t in elements and effective_gflops(t, cal) else None for t in self._read_s}
+        self._kernel_caps = (
+            {t: max(1.0, _per_type(t, caps, None) / effective_gbs(t, cal)) for t in set(self._read_s) | {"F16"}}
+            if caps
+            else {}
+        )
+        self._growth = {
+            t: 2.0 * elements[t] / (effective_gflops(t, cal) * 1e9) / self._read_s[t]
+            if t in elements and effective_gflops(t, cal)
+            else None
+            for t in self._read_s
+        }
         head_type = spec.head_type if spec.head_type in self._read_s else None
         head_rows = (spec.n_vocab or 0) * cal.row_s
-        self._head = (head_type, spec.head_bytes / (effective_gbs(head_type, cal) * _GB) + head_rows) if head_type else None
+        self._head = (
+            (head_type, spec.head_bytes / (effective_gbs(head_type, cal) * _GB) + head_rows) if head_type else None
+        )
         self._init_row_costs(spec, cal, elements, head_type)
         self._ratios = {t: _ratio_table(t, cal.step_ratios) for t in self._read_s} if cal.step_ratios else None
 
@@ -298,7 +328,9 @@ class Predictor:
         """Time of a matrix product over `columns` tokens / over one, for this weight type: the probe's
         measured step ratios (linear between them), then growing by the batched rate's compute."""
         if columns <= 1:
-            return float(max(columns, 0))  # no token: the product is not computed (a chunk without logits skips the head)
+            return float(
+                max(columns, 0)
+            )  # no token: the product is not computed (a chunk without logits skips the head)
         table = self._ratios[weight_type]
         if columns <= table[-1][0]:
             (n0, r0), (n1, r1) = next((a, b) for a, b in zip(table, table[1:]) if a[0] <= columns <= b[0])
@@ -317,8 +349,13 @@ class Predictor:
         t = max(0, body_columns - 1) * self._body_rows_s + max(0, head_columns - 1) * self._head_rows_s
         if self._ratios is None:
             skipped = head_s if head_columns < 1 else 0.0
-            return (t + self._weight_calibrated_s - skipped + (body_columns - 1) * self._body_s
-                    + max(0, head_columns - 1) * self._head_s)
+            return (
+                t
+                + self._weight_calibrated_s
+                - skipped
+                + (body_columns - 1) * self._body_s
+                + max(0, head_columns - 1) * self._head_s
+            )
         for weight_type, read_s in self._read_s.items():
             own_head = head_s if weight_type == head_type else 0.0
             t += (read_s - own_head) * self._ratio(weight_type, body_columns)
@@ -340,7 +377,9 @@ class Predictor:
         cached = self.cache_speedup(n)
         ceiling = (self._weight_ceiling_s + self.kv_read_bytes(n) / self._ceiling_bps) / cached
         span = min(n, self._cal_window) if self._cal_window else n
-        memory_s = (self._weight_calibrated_s + self._kv_full_s * n + self._kv_window_s * span) / self.kernel_speedup(n, cached)
+        memory_s = (self._weight_calibrated_s + self._kv_full_s * n + self._kv_window_s * span) / self.kernel_speedup(
+            n, cached
+        )
         calibrated = memory_s + self._attn_full_s * n + self._attn_window_s * span + self._fixed_s
         return ceiling, max(calibrated, ceiling)
 
@@ -383,7 +422,12 @@ class Predictor:
             head = 1 if k == n else 0  # the head runs for the last chunk's last token only
             weights_s, read_s = self._weights_s(k, head), self._weights_s(1, head)  # all k tokens; one read of them
             memory_s = read_s + self.kv_read_bytes(pos) / self._kv_bps  # the weights and the cached KV, once
-            t += memory_s / self.kernel_speedup(pos) + (weights_s - read_s) + self._step_fixed_s + self._attention_s(pos, pos + k)
+            t += (
+                memory_s / self.kernel_speedup(pos)
+                + (weights_s - read_s)
+                + self._step_fixed_s
+                + self._attention_s(pos, pos + k)
+            )
             pos, n = pos + k, n - k
         return t + self._logits_fixed_s
 

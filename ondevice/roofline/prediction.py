@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Iterable
 
 from ondevice.core.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.gguf.spec import ModelSpec, inspect
@@ -13,8 +13,20 @@ from ondevice.roofline.model import Calibration, Predictor
 from ondevice.roofline.spec import positive_number
 from ondevice.roofline.target import Target, ttft_compute
 
-__all__ = ["predict", "check_contexts", "Prediction", "ContextPrediction", "TTFTPrediction", "MemoryVerdict",
-           "RequestPrediction", "request_prediction", "prefill_flops", "memory_verdict", "FITS_SHARE", "POOR_FIT"]
+__all__ = [
+    "predict",
+    "check_contexts",
+    "Prediction",
+    "ContextPrediction",
+    "TTFTPrediction",
+    "MemoryVerdict",
+    "RequestPrediction",
+    "request_prediction",
+    "prefill_flops",
+    "memory_verdict",
+    "FITS_SHARE",
+    "POOR_FIT",
+]
 
 DEFAULT_PROMPT_TOKENS = 1024  # the request predicted when no prompt length is given
 POOR_FIT = 0.10  # a kernel-probe fit whose rms relative residual is above this is called poor
@@ -96,9 +108,18 @@ class Prediction:
         return d
 
 
-def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: float | None = None,
-            prompt_tokens: int | str | None = "default", n_batch: int = 512, available_bytes: int | None = None,
-            output_tokens: int | None = None, target: Target | None = None) -> Prediction:
+def predict(
+    model_or_spec=None,
+    *,
+    ctx=(128, 2048),
+    probe=None,
+    bandwidth_gbs: float | None = None,
+    prompt_tokens: int | str | None = "default",
+    n_batch: int = 512,
+    available_bytes: int | None = None,
+    output_tokens: int | None = None,
+    target: Target | None = None,
+) -> Prediction:
     """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model.
 
     model_or_spec: a ModelSpec, a GGUF path or registry name (None = the default model).
@@ -122,19 +143,25 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
         if prompt_tokens is None:
             raise InvalidParameterError("output tokens need a prompt length too")
     if prompt_tokens is not None and spec.n_ctx_train and prompt_tokens + (output_tokens or 0) > spec.n_ctx_train:
-        raise InvalidParameterError(f"a prompt of {prompt_tokens} tokens + {output_tokens or 0} output tokens is longer "
-                                    f"than the model's trained context of {spec.n_ctx_train} tokens")
+        raise InvalidParameterError(
+            f"a prompt of {prompt_tokens} tokens + {output_tokens or 0} output tokens is longer "
+            f"than the model's trained context of {spec.n_ctx_train} tokens"
+        )
     if bandwidth_gbs is not None:
         bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s")
     if target is not None and bandwidth_gbs is None:
         raise InvalidParameterError("a target machine needs its bandwidth (bandwidth_gbs)")
     if probe is None and bandwidth_gbs is None:
-        raise ProbeError("no probe results: pass a probe (ondevice.predict reads this machine's cached one) or a bandwidth")
+        raise ProbeError(
+            "no probe results: pass a probe (ondevice.predict reads this machine's cached one) or a bandwidth"
+        )
     notes = list(spec.warnings)
     if bandwidth_gbs is not None:
-        cal = Calibration(backend=(target and target.backend) or (probe.backend if probe else "given"),
-                          ceiling_gbs=bandwidth_gbs,
-                          compute_gflops=probe.compute.f32_gflops if probe else None)
+        cal = Calibration(
+            backend=(target and target.backend) or (probe.backend if probe else "given"),
+            ceiling_gbs=bandwidth_gbs,
+            compute_gflops=probe.compute.f32_gflops if probe else None,
+        )
         source, calibrated = "given", False
         notes.append("bandwidth given: no kernel calibration (ceiling: the bound; estimate: fitted on published runs)")
         if probe is not None and target is None:
@@ -144,10 +171,14 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
         calibrated = cal is not None
         kernel = getattr(probe, "kernel", None)
         if calibrated and kernel is not None and kernel.fit_rms_rel > POOR_FIT:
-            notes.append(f"the kernel probe's fit is poor ({100 * kernel.fit_rms_rel:.0f}% rms): predicted figures "
-                         "are uncertain by about that much; `ondevice probe --refresh` on a quiet machine")
+            notes.append(
+                f"the kernel probe's fit is poor ({100 * kernel.fit_rms_rel:.0f}% rms): predicted figures "
+                "are uncertain by about that much; `ondevice probe --refresh` on a quiet machine"
+            )
         if cal is None:
-            cal = Calibration(backend=probe.backend, ceiling_gbs=probe.ceiling_gbs, compute_gflops=probe.compute.f32_gflops)
+            cal = Calibration(
+                backend=probe.backend, ceiling_gbs=probe.ceiling_gbs, compute_gflops=probe.compute.f32_gflops
+            )
             notes.append("no kernel probe: run `ondevice probe` for the calibrated prediction")
         source = "measured"
     gflops, compute_note = ttft_compute(cal.backend, cal.compute_gflops, probe, target)
@@ -168,15 +199,29 @@ def predict(model_or_spec=None, *, ctx=(128, 2048), probe=None, bandwidth_gbs: f
         where, avail = _memory_budget(probe, cal.backend, available_bytes)
     memory = memory_verdict(spec, n_ctx=max(contexts), n_batch=n_batch, available_bytes=avail, where=where)
     return Prediction(
-        model=spec.path or spec.name or "spec", quant=spec.quant, backend=cal.backend, bandwidth_gbs=cal.ceiling_gbs,
-        bandwidth_source=source, calibrated=calibrated, contexts=rows, ttft=ttft, memory=memory, notes=tuple(notes),
+        model=spec.path or spec.name or "spec",
+        quant=spec.quant,
+        backend=cal.backend,
+        bandwidth_gbs=cal.ceiling_gbs,
+        bandwidth_source=source,
+        calibrated=calibrated,
+        contexts=rows,
+        ttft=ttft,
+        memory=memory,
+        notes=tuple(notes),
         estimates=() if calibrated else estimates_for(pred, contexts, target.backend if target else cal.backend),
         request=request,
     )
 
 
-def request_prediction(pred: Predictor, prompt_tokens: int, output_tokens: int | None, calibrated: bool,
-                       n_batch: int = 512, decode_pred: Predictor | None = None) -> RequestPrediction:
+def request_prediction(
+    pred: Predictor,
+    prompt_tokens: int,
+    output_tokens: int | None,
+    calibrated: bool,
+    n_batch: int = 512,
+    decode_pred: Predictor | None = None,
+) -> RequestPrediction:
     """TTFT, decode time, E2E and the prefill share of one request (nothing cached). Without a
     kernel calibration the figures are bounds (the ceiling's steps, prefill at the host's compute)."""
     ttft = pred.ttft_s(prompt_tokens, 0, n_batch)
@@ -184,10 +229,16 @@ def request_prediction(pred: Predictor, prompt_tokens: int, output_tokens: int |
     e2e = ttft + decode if decode is not None else None
     n = output_tokens or 0
     return RequestPrediction(
-        prompt_tokens=prompt_tokens, output_tokens=output_tokens, ttft_s=ttft, decode_s=decode, e2e_s=e2e,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        ttft_s=ttft,
+        decode_s=decode,
+        e2e_s=e2e,
         tpot_s=decode / (n - 1) if decode is not None and n >= 2 else None,
-        output_tok_s=n / e2e if e2e else None, prefill_share=ttft / e2e if e2e else None,
-        basis="calibrated" if calibrated else ("estimate" if decode_pred is not None else "bound"))
+        output_tok_s=n / e2e if e2e else None,
+        prefill_share=ttft / e2e if e2e else None,
+        basis="calibrated" if calibrated else ("estimate" if decode_pred is not None else "bound"),
+    )
 
 
 def _resolve(ref) -> Path:
@@ -212,15 +263,19 @@ def check_contexts(ctx, spec: ModelSpec) -> tuple[int, ...]:
         too_long = [c for c in out if c > spec.n_ctx_train]
         if too_long:
             raise InvalidParameterError(
-                f"context {too_long[0]} is beyond the model's trained context of {spec.n_ctx_train} tokens")
+                f"context {too_long[0]} is beyond the model's trained context of {spec.n_ctx_train} tokens"
+            )
     return out
 
 
 def _context_row(pred: Predictor, n: int, calibrated: bool) -> ContextPrediction:
     ceiling_s, calibrated_s = pred.step_s(n)
     return ContextPrediction(
-        n_ctx=n, weight_bytes=pred.spec.decode_weight_bytes, kv_bytes=pred.kv_read_bytes(n),
-        ceiling_step_s=ceiling_s, ceiling_tok_s=1.0 / ceiling_s,
+        n_ctx=n,
+        weight_bytes=pred.spec.decode_weight_bytes,
+        kv_bytes=pred.kv_read_bytes(n),
+        ceiling_step_s=ceiling_s,
+        ceiling_tok_s=1.0 / ceiling_s,
         predicted_step_s=calibrated_s if calibrated else None,
         predicted_tok_s=1.0 / calibrated_s if calibrated else None,
     )
@@ -248,8 +303,14 @@ def _ttft(spec: ModelSpec, p: int, cal: Calibration) -> TTFTPrediction:
     flops = prefill_flops(spec, p)
     compute_s = flops / (cal.compute_gflops * 1e9)
     bandwidth_s = spec.decode_weight_bytes / (cal.ceiling_gbs * 1e9)
-    return TTFTPrediction(prompt_tokens=p, prefill_flops=flops, compute_gflops=cal.compute_gflops,
-                          compute_s=compute_s, bandwidth_s=bandwidth_s, floor_s=max(compute_s, bandwidth_s))
+    return TTFTPrediction(
+        prompt_tokens=p,
+        prefill_flops=flops,
+        compute_gflops=cal.compute_gflops,
+        compute_s=compute_s,
+        bandwidth_s=bandwidth_s,
+        floor_s=max(compute_s, bandwidth_s),
+    )
 
 
 def _memory_budget(probe, backend: str, given: int | None) -> tuple[str, int | None]:
@@ -268,7 +329,9 @@ def _memory_budget(probe, backend: str, given: int | None) -> tuple[str, int | N
     return "VRAM", given if given is not None else vram
 
 
-def memory_verdict(spec: ModelSpec, *, n_ctx: int, n_batch: int, available_bytes: int | None, where: str) -> MemoryVerdict:
+def memory_verdict(
+    spec: ModelSpec, *, n_ctx: int, n_batch: int, available_bytes: int | None, where: str
+) -> MemoryVerdict:
     """All weights + KV at n_ctx + compute buffers, against what is available.
 
     KV: every layer holds n_ctx cells (llama.cpp allocates sliding-window layers in full by
@@ -289,5 +352,13 @@ def memory_verdict(spec: ModelSpec, *, n_ctx: int, n_batch: int, available_bytes
         verdict = "tight"
     else:
         verdict = "does not fit"
-    return MemoryVerdict(weight_bytes=spec.weight_bytes, kv_bytes=kv, buffer_bytes=buffers, total_bytes=total,
-                         n_ctx=n_ctx, available_bytes=available_bytes, where=where, verdict=verdict)
+    return MemoryVerdict(
+        weight_bytes=spec.weight_bytes,
+        kv_bytes=kv,
+        buffer_bytes=buffers,
+        total_bytes=total,
+        n_ctx=n_ctx,
+        available_bytes=available_bytes,
+        where=where,
+        verdict=verdict,
+    )

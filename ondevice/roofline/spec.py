@@ -16,7 +16,7 @@ Check against a real file: Llama 3.1 8B Q4_K_M (--params 8.03e9 --quant Q4_K_M -
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from ondevice.core.errors import SpecError
 from ondevice.gguf.spec import KV_CACHE_ELEMENT_BYTES, ModelSpec
@@ -69,21 +69,48 @@ def mix_bits_per_weight(mix: Mapping[str, float]) -> float:
     return sum(share * bits_per_weight(t) for t, share in mix.items())
 
 
-def spec_from_flags(*, params: float | None, quant: str | None, layers: int | None, kv_heads: int | None,
-                    head_dim: int | None, d_model: int | None = None, vocab: int | None = None,
-                    heads: int | None = None, ctx_train: int | None = None, tied: bool = False,
-                    active_params: float | None = None, name: str | None = None) -> ModelSpec:
+def spec_from_flags(
+    *,
+    params: float | None,
+    quant: str | None,
+    layers: int | None,
+    kv_heads: int | None,
+    head_dim: int | None,
+    d_model: int | None = None,
+    vocab: int | None = None,
+    heads: int | None = None,
+    ctx_train: int | None = None,
+    tied: bool = False,
+    active_params: float | None = None,
+    name: str | None = None,
+) -> ModelSpec:
     """A ModelSpec from numbers. Raises SpecError naming a missing or invalid field."""
-    missing = [f for f, v in (("--params", params), ("--quant", quant), ("--layers", layers),
-                              ("--kv-heads", kv_heads), ("--head-dim", head_dim)) if v is None]
+    missing = [
+        f
+        for f, v in (
+            ("--params", params),
+            ("--quant", quant),
+            ("--layers", layers),
+            ("--kv-heads", kv_heads),
+            ("--head-dim", head_dim),
+        )
+        if v is None
+    ]
     if missing:
         raise SpecError(f"a spec needs {', '.join(missing)} (with --params, --quant, --layers, --kv-heads, --head-dim)")
     n_params = positive_number("--params", params)
     n_active = positive_number("--active-params", active_params) if active_params is not None else n_params
     if n_active > n_params:
         raise SpecError(f"--active-params ({n_active:g}) exceeds --params ({n_params:g})")
-    for flag, v in (("--layers", layers), ("--kv-heads", kv_heads), ("--head-dim", head_dim), ("--d-model", d_model),
-                    ("--vocab", vocab), ("--heads", heads), ("--ctx-train", ctx_train)):
+    for flag, v in (
+        ("--layers", layers),
+        ("--kv-heads", kv_heads),
+        ("--head-dim", head_dim),
+        ("--d-model", d_model),
+        ("--vocab", vocab),
+        ("--heads", heads),
+        ("--ctx-train", ctx_train),
+    ):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
             raise SpecError(f"{flag} must be a positive integer, not {v!r}")
     mix, head_type = mix_for(quant)
@@ -109,16 +136,35 @@ def spec_from_flags(*, params: float | None, quant: str | None, layers: int | No
     decode_by_type = {t: int(round(b)) for t, b in sorted(decode.items(), key=lambda kv: -kv[1])}
     weight_bytes = sum(bytes_by_type.values())
     return ModelSpec(
-        path=None, name=name or f"{n_params / 1e9:g}B {quant}", arch=None, quant=str(quant).upper(),
-        n_params=int(n_params), n_params_active=int(n_active),
+        path=None,
+        name=name or f"{n_params / 1e9:g}B {quant}",
+        arch=None,
+        quant=str(quant).upper(),
+        n_params=int(n_params),
+        n_params_active=int(n_active),
         n_params_matmul=int(n_active - (embed if not tied else 0)),
-        n_layer=layers, d_model=d_model, n_head=heads, n_head_kv=kv_heads, head_dim_k=head_dim, head_dim_v=head_dim,
-        n_ctx_train=ctx_train, n_vocab=vocab, sliding_window=None, swa_layers=(), n_expert=0, n_expert_used=0,
-        tied_output=tied, file_bytes=weight_bytes, weight_bytes=weight_bytes,
-        decode_weight_bytes=sum(decode_by_type.values()), bytes_by_type=bytes_by_type,
+        n_layer=layers,
+        d_model=d_model,
+        n_head=heads,
+        n_head_kv=kv_heads,
+        head_dim_k=head_dim,
+        head_dim_v=head_dim,
+        n_ctx_train=ctx_train,
+        n_vocab=vocab,
+        sliding_window=None,
+        swa_layers=(),
+        n_expert=0,
+        n_expert_used=0,
+        tied_output=tied,
+        file_bytes=weight_bytes,
+        weight_bytes=weight_bytes,
+        decode_weight_bytes=sum(decode_by_type.values()),
+        bytes_by_type=bytes_by_type,
         decode_bytes_by_type=decode_by_type,
         kv_bytes_per_token_by_layer=(2 * KV_CACHE_ELEMENT_BYTES * kv_heads * head_dim,) * layers,
-        warnings=() if embed else ("embedding size unknown (no --vocab/--d-model): every weight counted as read per step",),
+        warnings=()
+        if embed
+        else ("embedding size unknown (no --vocab/--d-model): every weight counted as read per step",),
         head_type=head_type if embed else None,
         head_bytes=int(round(embed * bits_per_weight(head_type) / 8)) if embed else 0,
     )

@@ -35,9 +35,17 @@ class Target:
     memory_total_bytes: int | None = None  # the memory as given (unified: before the GPU share), bytes
 
 
-def make_target(*, backend: str | None = None, device: str | None = None, compute_tflops=None,
-                memory_gb=None, unified: bool | None = None, device_compute=None, device_unified: bool | None = None,
-                device_backend: str | None = None) -> Target:
+def make_target(
+    *,
+    backend: str | None = None,
+    device: str | None = None,
+    compute_tflops=None,
+    memory_gb=None,
+    unified: bool | None = None,
+    device_compute=None,
+    device_unified: bool | None = None,
+    device_backend: str | None = None,
+) -> Target:
     """A Target from flags; device_* are what the nameplate table says of `device` (the caller looks them up).
 
     Unified memory (Apple silicon, Strix Halo): the GPU may use UNIFIED_GPU_SHARE of it, as llama.cpp
@@ -48,22 +56,36 @@ def make_target(*, backend: str | None = None, device: str | None = None, comput
         if name is None:
             raise InvalidParameterError(f"--backend must be one of CUDA, Metal, ROCm, Vulkan, CPU, not {backend!r}")
     name = name or device_backend
-    tflops = positive_number("--compute", compute_tflops, InvalidParameterError, unit="TFLOPS") \
-        if compute_tflops is not None else None
+    tflops = (
+        positive_number("--compute", compute_tflops, InvalidParameterError, unit="TFLOPS")
+        if compute_tflops is not None
+        else None
+    )
     source = "given" if tflops is not None else ""
     if tflops is None and device_compute is not None:
         tflops, source = device_compute.fp16_tflops, f"nameplate: {device_compute.source}"
-    total = int(positive_number("--memory", memory_gb, InvalidParameterError, unit="GB") * GIB) \
-        if memory_gb is not None else None
+    total = (
+        int(positive_number("--memory", memory_gb, InvalidParameterError, unit="GB") * GIB)
+        if memory_gb is not None
+        else None
+    )
     is_unified = unified if unified else bool(device_unified)
     where = "RAM" if name == "CPU" else "unified memory" if is_unified else "VRAM"
     usable = int(total * UNIFIED_GPU_SHARE) if total is not None and where == "unified memory" else total
-    return Target(backend=name, device=device, compute_tflops=tflops, compute_source=source, memory_bytes=usable,
-                  memory_where=where, memory_total_bytes=total)
+    return Target(
+        backend=name,
+        device=device,
+        compute_tflops=tflops,
+        compute_source=source,
+        memory_bytes=usable,
+        memory_where=where,
+        memory_total_bytes=total,
+    )
 
 
-def ttft_compute(backend: str, host_gflops: float | None, probe=None, target: Target | None = None
-                 ) -> tuple[float | None, str | None]:
+def ttft_compute(
+    backend: str, host_gflops: float | None, probe=None, target: Target | None = None
+) -> tuple[float | None, str | None]:
     """(GFLOP/s for the TTFT floor, a note or None).
 
     A target's compute when it has one (none: no floor, this machine's CPU says nothing of
@@ -73,19 +95,24 @@ def ttft_compute(backend: str, host_gflops: float | None, probe=None, target: Ta
         if target.compute_tflops:
             whose = f"{target.device}'s " if target.device else ""
             label = "given" if target.compute_source == "given" else "the maker's peak"
-            return target.compute_tflops * 1e3, (f"TTFT floor uses {whose}{target.compute_tflops:g} TFLOPS FP16 "
-                                                 f"({label}, which prefill does not reach)")
+            return target.compute_tflops * 1e3, (
+                f"TTFT floor uses {whose}{target.compute_tflops:g} TFLOPS FP16 ({label}, which prefill does not reach)"
+            )
         return None, "no TTFT floor: the device's compute is unknown (give --compute TFLOPS or a known --device)"
     gpu = backend.upper() != "CPU"
     device_tflops = getattr(probe, "device_fp16_tflops", None) if gpu else None
     if device_tflops:
-        return device_tflops * 1e3, (f"TTFT floor uses the {backend} device's {device_tflops:g} TFLOPS FP16 "
-                                     "(the maker's peak, which prefill does not reach)")
+        return device_tflops * 1e3, (
+            f"TTFT floor uses the {backend} device's {device_tflops:g} TFLOPS FP16 "
+            "(the maker's peak, which prefill does not reach)"
+        )
     if gpu and host_gflops:
         return host_gflops, "TTFT floor uses the host CPU's measured compute (device unknown); a GPU prefills faster"
     kernel_rates = dict(getattr(getattr(probe, "kernel", None), "type_gflops", None) or {})
     fastest = max(kernel_rates, key=kernel_rates.get, default=None)
     if fastest and kernel_rates[fastest] > (host_gflops or 0.0):  # llama.cpp's integer kernels outrun numpy's f32
-        return kernel_rates[fastest], (f"TTFT floor uses the fastest matrix product measured here ({fastest}, "
-                                       f"{kernel_rates[fastest]:.0f} GFLOP/s in llama.cpp's prefill)")
+        return kernel_rates[fastest], (
+            f"TTFT floor uses the fastest matrix product measured here ({fastest}, "
+            f"{kernel_rates[fastest]:.0f} GFLOP/s in llama.cpp's prefill)"
+        )
     return host_gflops, None

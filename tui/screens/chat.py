@@ -22,8 +22,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from ondevice.tui.controller import ChatController, Turn
+from ondevice.tui.live import generation_stats
+from ondevice.tui.pacing import TICK_S, Frames, no_spare_core, ui_cpu_budget
+from ondevice.tui.screens.messages import Loaded, ModelNamed, TaskDone, TaskThen, TurnDone, TurnDropped
+from ondevice.tui.session import ChatSettings, dropped_note
+from ondevice.tui.store import Conversation
+from ondevice.tui.widgets.stats import StatsPanel, model_card_lines
+from ondevice.tui.widgets.transcript import AssistantMessage, Note, Transcript, UserMessage
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -34,14 +43,6 @@ from textual.widgets import Input, Static
 
 from ondevice.core.fmt import stats_footer
 from ondevice.core.textclean import clean_text
-from ondevice.tui.controller import ChatController, Turn
-from ondevice.tui.live import generation_stats
-from ondevice.tui.pacing import TICK_S, Frames, no_spare_core, ui_cpu_budget
-from ondevice.tui.screens.messages import Loaded, ModelNamed, TaskDone, TaskThen, TurnDone, TurnDropped
-from ondevice.tui.session import ChatSettings, dropped_note
-from ondevice.tui.store import Conversation
-from ondevice.tui.widgets.stats import StatsPanel, model_card_lines
-from ondevice.tui.widgets.transcript import AssistantMessage, Note, Transcript, UserMessage
 
 __all__ = ["ChatScreen"]
 
@@ -49,7 +50,9 @@ log = logging.getLogger(__name__)
 MEMORY_TICK_S = 2.0  # RSS / system memory refresh period
 # One line each instead of Textual's Header and Footer: fewer widgets make every frame and
 # every layout pass cheaper while tokens stream.
-KEYS_BAR = "[b]esc[/] cancel  [b]^n[/] new  [b]f2[/] settings  [b]^o[/] history  [b]^s[/] export  [b]f1[/] keys  [b]^q[/] quit"
+KEYS_BAR = (
+    "[b]esc[/] cancel  [b]^n[/] new  [b]f2[/] settings  [b]^o[/] history  [b]^s[/] export  [b]f1[/] keys  [b]^q[/] quit"
+)
 
 
 class ChatScreen(Screen):
@@ -184,7 +187,10 @@ class ChatScreen(Screen):
             return
 
         async def done(error: str | None) -> None:
-            text = error or f"Settings: temperature {settings.temperature:g}, top p {settings.top_p:g}, max tokens {settings.max_tokens}"
+            text = (
+                error
+                or f"Settings: temperature {settings.temperature:g}, top p {settings.top_p:g}, max tokens {settings.max_tokens}"
+            )
             await self.note(text + (f", system prompt “{settings.system}”" if settings.system and not error else ""))
 
         self._run_engine_task("applying settings", lambda: self.controller.apply_settings(settings), done)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
+from ondevice.tui.store import ConversationSummary
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
-
-from ondevice.tui.store import ConversationSummary
 
 __all__ = ["HistoryScreen"]
 

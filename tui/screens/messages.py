@@ -7,12 +7,12 @@ screen only; ModelNamed bubbles up to the app.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-from textual.message import Message
+from collections.abc import Callable
+from typing import Any
 
 from ondevice.tui.controller import LoadResult, Turn
 from ondevice.tui.session import TurnResult
+from textual.message import Message
 
 __all__ = ["Loaded", "ModelNamed", "TaskDone", "TaskThen", "TurnDone", "TurnDropped"]
 

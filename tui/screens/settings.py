@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ondevice.tui.session import ChatSettings
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -9,7 +10,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ondevice.core.errors import InvalidParameterError
-from ondevice.tui.session import ChatSettings
 
 __all__ = ["SettingsScreen"]
 

@@ -7,7 +7,8 @@ cached Strips (built once per change) instead of going through a Static's text p
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -88,7 +89,13 @@ class StyledLines(Widget):
     """Lines of styled runs, drawn from Strips cached until the lines or the theme change."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "lines--gauge", "lines--warn", "lines--full", "lines--bar", "lines--slow", "lines--ref", "lines--dim",
+        "lines--gauge",
+        "lines--warn",
+        "lines--full",
+        "lines--bar",
+        "lines--slow",
+        "lines--ref",
+        "lines--dim",
         "lines--muted",
     }
     DEFAULT_CSS = """
@@ -141,7 +148,9 @@ class StyledLines(Widget):
         return self._styles.get(name, self._styles[None])
 
     def _strip(self, line: Line, width: int) -> Strip:
-        return Strip([Segment(text, self._style(style)) for text, style in line]).crop_extend(0, width, self._style(None))
+        return Strip([Segment(text, self._style(style)) for text, style in line]).crop_extend(
+            0, width, self._style(None)
+        )
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width

@@ -7,15 +7,16 @@ changes, so a timer tick with nothing new repaints nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, Sequence
+from typing import Any
 
+from ondevice.tui.live import LiveStats
+from ondevice.tui.widgets.charts import ItlChartRows, StyledLines, hbar, plain_text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 
 from ondevice.core import fmt
-from ondevice.tui.live import LiveStats
-from ondevice.tui.widgets.charts import ItlChartRows, StyledLines, hbar, plain_text
 
 __all__ = ["StatsPanel", "fmt_ms", "fmt_rate", "fmt_bytes", "model_card_lines", "speculative_lines"]
 
@@ -38,7 +39,9 @@ def model_card_lines(info: Any) -> list[str]:
     spec = info.spec
     name = spec.name or (str(info.model_path).rsplit("/", 1)[-1] if info.model_path else "model")
     offload = info.n_gpu_layers
-    offload_text = "none" if not offload else ("all layers" if spec.n_layer and offload >= spec.n_layer else f"{offload} layers")
+    offload_text = (
+        "none" if not offload else ("all layers" if spec.n_layer and offload >= spec.n_layer else f"{offload} layers")
+    )
     return [
         name,
         _row("arch", spec.arch or "unknown"),
@@ -60,7 +63,10 @@ def speculative_lines(spec: Any) -> list:
         return []
     acc = _DASH if spec.acceptance_rate is None else f"{spec.acceptance_rate:.0%} acc"
     per = _DASH if spec.mean_accepted_per_step is None else f"{spec.mean_accepted_per_step:.1f}/step"
-    return [((_row("spec", f"{spec.mode} {acc}"), None),), ((_row("", f"{per}, k {spec.k_final}/{spec.k_cap}"), "dim"),)]
+    return [
+        ((_row("spec", f"{spec.mode} {acc}"), None),),
+        ((_row("", f"{per}, k {spec.k_final}/{spec.k_cap}"), "dim"),),
+    ]
 
 
 def _on_off(flag: bool | None) -> str:
@@ -75,8 +81,16 @@ class StatsPanel(VerticalScroll, can_focus=False):
     frame, and a frame repaints only the lines that changed.
     """
 
-    SECTIONS = (("live", 11), ("itl", ItlChartRows.ROWS), ("ctx", 3), ("prefill", 2), ("spec", 0), ("mem", 2), ("gap", 1),
-                ("card", 0))
+    SECTIONS = (
+        ("live", 11),
+        ("itl", ItlChartRows.ROWS),
+        ("ctx", 3),
+        ("prefill", 2),
+        ("spec", 0),
+        ("mem", 2),
+        ("gap", 1),
+        ("card", 0),
+    )
 
     def compose(self) -> ComposeResult:
         yield StyledLines(id="stats-lines")
@@ -125,11 +139,13 @@ class StatsPanel(VerticalScroll, can_focus=False):
         self.context_level = level
         fraction = used / n_ctx if n_ctx else None
         style = None if level == "ok" else level
-        self._set(ctx=[
-            ((f"ctx {hbar(fraction, BAR_CELLS)}", style),),
-            ((_row("", f"{used}/{n_ctx or '?'} tok"), style),),
-            ((_row("KV cache", fmt_bytes(kv_bytes)), None),),
-        ])
+        self._set(
+            ctx=[
+                ((f"ctx {hbar(fraction, BAR_CELLS)}", style),),
+                ((_row("", f"{used}/{n_ctx or '?'} tok"), style),),
+                ((_row("KV cache", fmt_bytes(kv_bytes)), None),),
+            ]
+        )
 
     def show_memory(self, rss_bytes: int | None, sys_used_bytes: int | None, sys_total_bytes: int | None) -> None:
         sys_text = _DASH

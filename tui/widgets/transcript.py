@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from ondevice.tui.widgets.stream import STREAM_STEP, StreamingMarkdown
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
-
-from ondevice.tui.widgets.stream import STREAM_STEP, StreamingMarkdown
 
 __all__ = ["Transcript", "UserMessage", "AssistantMessage", "Note"]
 

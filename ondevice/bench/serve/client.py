@@ -149,7 +149,7 @@ def stream_request(target: Target, body: dict[str, Any]) -> StreamLog:
         _read(resp, log)
     except StreamError as exc:
         log.status, log.reason = "failed", f"{exc.kind.replace('_', ' ')}: {exc}"
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         log.status, log.reason = "timeout", ""
     except ConnectionRefusedError:
         log.status, log.reason = "failed", f"connection refused by {target.url}"
@@ -182,8 +182,9 @@ def _read(resp: http.client.HTTPResponse, log: StreamLog) -> None:
     if resp.status >= 400:
         raise StreamError("http", f"HTTP {resp.status} {resp.reason}: {_snippet(resp)}")
     if "text/event-stream" not in ctype.lower():
-        raise StreamError("not_openai", f"not an SSE stream (HTTP {resp.status}, Content-Type {ctype or 'none'!r}): "
-                                        f"{_snippet(resp)}")
+        raise StreamError(
+            "not_openai", f"not an SSE stream (HTTP {resp.status}, Content-Type {ctype or 'none'!r}): {_snippet(resp)}"
+        )
     for event in iter_events(lambda: resp.readline(MAX_LINE + 1), perf_counter_ns):
         delta = parse_chunk(event)
         if delta.done:
@@ -195,10 +196,14 @@ def _read(resp: http.client.HTTPResponse, log: StreamLog) -> None:
         log.usage = delta.usage or log.usage
         log.server_timings = delta.timings or log.server_timings
     if not log.done and log.finish_reason is None:
-        raise StreamError("malformed", f"the stream ended after {len(log.chunks)} chunks without a finish_reason or [DONE]")
+        raise StreamError(
+            "malformed", f"the stream ended after {len(log.chunks)} chunks without a finish_reason or [DONE]"
+        )
     if log.finish_reason is None:
-        raise StreamError("malformed", f"the stream ended after {len(log.chunks)} chunks without a finish_reason "
-                                       "(cut off by the server?)")
+        raise StreamError(
+            "malformed",
+            f"the stream ended after {len(log.chunks)} chunks without a finish_reason (cut off by the server?)",
+        )
 
 
 def _snippet(resp: http.client.HTTPResponse) -> str:

@@ -21,8 +21,9 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ondevice.bench.runs import RunRecord
 
@@ -52,7 +53,9 @@ class LoadInterrupted(KeyboardInterrupt):
         self.results = results
 
 
-def _join(threads: Sequence[threading.Thread], stop: threading.Event, results: list[Any], *, start: bool = False) -> None:
+def _join(
+    threads: Sequence[threading.Thread], stop: threading.Event, results: list[Any], *, start: bool = False
+) -> None:
     """(Start and) wait for the threads; Ctrl-C stops new sends and raises LoadInterrupted with what finished."""
     try:
         for th in threads if start else ():
@@ -65,7 +68,9 @@ def _join(threads: Sequence[threading.Thread], stop: threading.Event, results: l
         raise LoadInterrupted(list(results)) from None
 
 
-def closed_loop(send: Send, n: int, concurrency: int, budget_s: float, *, stop: threading.Event | None = None) -> list[Any]:
+def closed_loop(
+    send: Send, n: int, concurrency: int, budget_s: float, *, stop: threading.Event | None = None
+) -> list[Any]:
     """Results by request index (None for requests not sent before the budget ran out)."""
     if concurrency < 1:
         raise ValueError(f"concurrency {concurrency}: must be at least 1")
@@ -83,12 +88,16 @@ def closed_loop(send: Send, n: int, concurrency: int, budget_s: float, *, stop: 
                 return
             results[i] = send(i)
 
-    threads = [threading.Thread(target=worker, daemon=True, name=f"ondevice-client-{k}") for k in range(min(concurrency, n))]
+    threads = [
+        threading.Thread(target=worker, daemon=True, name=f"ondevice-client-{k}") for k in range(min(concurrency, n))
+    ]
     _join(threads, stop, results, start=True)
     return results
 
 
-def open_loop(send: Send, arrivals: Sequence[float], budget_s: float, *, stop: threading.Event | None = None) -> list[Any]:
+def open_loop(
+    send: Send, arrivals: Sequence[float], budget_s: float, *, stop: threading.Event | None = None
+) -> list[Any]:
     """Send request i at arrivals[i] seconds from now (a thread each); None for those not sent."""
     stop = stop or threading.Event()
     results: list[Any] = [None] * len(arrivals)
@@ -144,14 +153,31 @@ class LevelStats:
         return dict(asdict(self), little_ratio=self.little_ratio)
 
 
-def level_stats(runs: Sequence[RunRecord], *, mode: str, offered: float, requests: int, good: int | None = None) -> LevelStats:
+def level_stats(
+    runs: Sequence[RunRecord], *, mode: str, offered: float, requests: int, good: int | None = None
+) -> LevelStats:
     """The level's figures from its runs (server runs: each with its serve.sent_s/done_s)."""
     spans = [(r.serve["sent_s"], r.serve["done_s"]) for r in runs if r.serve and r.serve.get("sent_s") is not None]
     ok = [r for r in runs if r.ok and r.timings is not None]
     failed = sum(r.status in ("failed", "timeout") for r in runs)
     if not spans:
-        return LevelStats(runs[0].scenario if runs else "", mode, offered, requests, 0, 0, failed, 0.0,
-                          None, None, None, None, None, None, None)
+        return LevelStats(
+            runs[0].scenario if runs else "",
+            mode,
+            offered,
+            requests,
+            0,
+            0,
+            failed,
+            0.0,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
     first, last = min(s for s, _ in spans), max(d for _, d in spans)
     window = max(last - first, 1e-9)
     sends = sorted(s for s, _ in spans)
@@ -159,9 +185,21 @@ def level_stats(runs: Sequence[RunRecord], *, mode: str, offered: float, request
     w = sum(r.timings.e2e_s for r in ok) / len(ok) if ok else None
     tokens = sum(r.output_tokens for r in runs if r.timings is not None)
     return LevelStats(
-        level=runs[0].scenario, mode=mode, offered=offered, requests=requests, sent=len(spans), ok=len(ok), failed=failed,
-        window_s=window, achieved_rps=rate,
-        arrival_rps=(len(sends) - 1) / (sends[-1] - sends[0]) if mode == "open" and len(sends) > 1 and sends[-1] > sends[0] else None,
-        mean_in_flight=sum(d - s for s, d in spans) / window, mean_e2e_s=w, little_lw=rate * w if w is not None else None,
-        output_tok_s=tokens / window, goodput_rps=good / window if good is not None else None,
+        level=runs[0].scenario,
+        mode=mode,
+        offered=offered,
+        requests=requests,
+        sent=len(spans),
+        ok=len(ok),
+        failed=failed,
+        window_s=window,
+        achieved_rps=rate,
+        arrival_rps=(len(sends) - 1) / (sends[-1] - sends[0])
+        if mode == "open" and len(sends) > 1 and sends[-1] > sends[0]
+        else None,
+        mean_in_flight=sum(d - s for s, d in spans) / window,
+        mean_e2e_s=w,
+        little_lw=rate * w if w is not None else None,
+        output_tok_s=tokens / window,
+        goodput_rps=good / window if good is not None else None,
     )

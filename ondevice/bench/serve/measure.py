@@ -20,8 +20,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from ondevice.bench.runs import RunRecord
 from ondevice.bench.serve.client import StreamLog
@@ -106,8 +106,9 @@ def _counts(log: StreamLog, total: int, counter: Counter | None) -> list[int]:
     return shares(total, weights)
 
 
-def to_record(log: StreamLog, spec: RequestSpec, *, counter: Counter | None, markers: ThinkMarkers | None,
-              level_start_ns: int) -> RunRecord:
+def to_record(
+    log: StreamLog, spec: RequestSpec, *, counter: Counter | None, markers: ThinkMarkers | None, level_start_ns: int
+) -> RunRecord:
     """The RunRecord of one request (ok, failed or timeout; a failure keeps what arrived)."""
     total, source = count_output(log, counter) if log.chunks else (0, "none")
     counts = _counts(log, total, counter) if log.chunks else []
@@ -117,9 +118,13 @@ def to_record(log: StreamLog, spec: RequestSpec, *, counter: Counter | None, mar
     computed = (st.get("prompt_tokens") or 0) if prefill_ns else 0
     timings = None
     if marks:
-        timings = timings_from_marks(log.start_ns, log.start_ns, log.start_ns, log.start_ns + prefill_ns, marks, computed)
+        timings = timings_from_marks(
+            log.start_ns, log.start_ns, log.start_ns, log.start_ns + prefill_ns, marks, computed
+        )
         visible = first_visible([c.text for c in log.chunks], markers)
-        timings = replace(timings, ttft_visible_s=(log.chunks[visible].t_ns - log.start_ns) * _NS if visible is not None else None)
+        timings = replace(
+            timings, ttft_visible_s=(log.chunks[visible].t_ns - log.start_ns) * _NS if visible is not None else None
+        )
     chunk_ns = [c.t_ns for c in log.chunks]
     status, reason, notes = log.status, log.reason, []
     if status == "ok" and not log.chunks:
@@ -128,10 +133,18 @@ def to_record(log: StreamLog, spec: RequestSpec, *, counter: Counter | None, mar
         notes.append(f"stopped after {total} of {spec.output_tokens} tokens (finish_reason {log.finish_reason!r})")
     usage = log.usage or {}
     return RunRecord(
-        model=spec.model, scenario=spec.scenario, workload=spec.workload, repeat=spec.index, status=status,
-        reason=reason, prompt_tokens=int(usage.get("prompt_tokens") or spec.prompt_tokens),
-        output_tokens_requested=spec.output_tokens, finish_reason=log.finish_reason, timings=timings,
-        seed=spec.seed, notes=tuple(notes),
+        model=spec.model,
+        scenario=spec.scenario,
+        workload=spec.workload,
+        repeat=spec.index,
+        status=status,
+        reason=reason,
+        prompt_tokens=int(usage.get("prompt_tokens") or spec.prompt_tokens),
+        output_tokens_requested=spec.output_tokens,
+        finish_reason=log.finish_reason,
+        timings=timings,
+        seed=spec.seed,
+        notes=tuple(notes),
         serve={
             "sent_s": (log.start_ns - level_start_ns) * _NS,
             "done_s": (log.end_ns - level_start_ns) * _NS,

@@ -9,7 +9,8 @@ bench's (ondevice.bench.report, compare); this module only supplies the extra ro
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ondevice.bench.record import build_record
 from ondevice.bench.serve.load import LevelStats, level_stats
@@ -17,8 +18,23 @@ from ondevice.bench.stats import ScenarioResult
 
 __all__ = ["level_table", "LOAD_HEADERS", "load_rows", "serve_record"]
 
-LOAD_HEADERS = ("model", "level", "workload", "sent/ok", "req/s", "L in flight", "λ·W", "L/λW", "goodput req/s",
-                "out tok/s", "TTFT p50/p95 ms", "visible p50 ms", "ITL tok/chunk p50 ms", "E2E p50/p95 ms", "tokens")
+LOAD_HEADERS = (
+    "model",
+    "level",
+    "workload",
+    "sent/ok",
+    "req/s",
+    "L in flight",
+    "λ·W",
+    "L/λW",
+    "goodput req/s",
+    "out tok/s",
+    "TTFT p50/p95 ms",
+    "visible p50 ms",
+    "ITL tok/chunk p50 ms",
+    "E2E p50/p95 ms",
+    "tokens",
+)
 
 
 def level_table(serve: Any, results: Sequence[ScenarioResult], slo: dict | None = None) -> dict[tuple, LevelStats]:
@@ -30,7 +46,12 @@ def level_table(serve: Any, results: Sequence[ScenarioResult], slo: dict | None 
             continue
         s = (slo or {}).get((r.model, r.scenario, r.workload))
         out[(r.model, r.scenario, r.workload)] = level_stats(
-            list(r.runs), mode=level.mode, offered=level.offered, requests=r.repeats, good=s.good if s is not None else None)
+            list(r.runs),
+            mode=level.mode,
+            offered=level.offered,
+            requests=r.repeats,
+            good=s.good if s is not None else None,
+        )
     return out
 
 
@@ -43,7 +64,9 @@ def _num(v: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def _sources(r: ScenarioResult) -> str:
-    found = sorted({x.serve.get("token_count") for x in r.runs if x.serve and x.serve.get("token_count") not in (None, "none")})
+    found = sorted(
+        {x.serve.get("token_count") for x in r.runs if x.serve and x.serve.get("token_count") not in (None, "none")}
+    )
     return ", ".join(found) or "-"
 
 
@@ -55,13 +78,25 @@ def load_rows(results: Sequence[ScenarioResult], load: dict[tuple, LevelStats]) 
             continue
         ttft, e2e = r.summary("ttft_s"), r.summary("e2e_s")
         rate = _num(s.achieved_rps) + (f" (arr {_num(s.arrival_rps)})" if s.arrival_rps is not None else "")
-        rows.append([
-            r.model, r.scenario, r.workload, f"{s.sent}/{s.ok}", rate, _num(s.mean_in_flight), _num(s.little_lw),
-            _num(s.little_ratio, "{:.3f}"), _num(s.goodput_rps), _num(s.output_tok_s, "{:.1f}"),
-            f"{_ms(ttft.p50)}/{_ms(ttft.p95)}", _ms(r.summary("ttft_visible_s").p50),
-            f"{_ms(r.summary('itl_s').p50)}/{_ms(r.summary('itl_chunk_s').p50)}", f"{_ms(e2e.p50)}/{_ms(e2e.p95)}",
-            _sources(r),
-        ])
+        rows.append(
+            [
+                r.model,
+                r.scenario,
+                r.workload,
+                f"{s.sent}/{s.ok}",
+                rate,
+                _num(s.mean_in_flight),
+                _num(s.little_lw),
+                _num(s.little_ratio, "{:.3f}"),
+                _num(s.goodput_rps),
+                _num(s.output_tok_s, "{:.1f}"),
+                f"{_ms(ttft.p50)}/{_ms(ttft.p95)}",
+                _ms(r.summary("ttft_visible_s").p50),
+                f"{_ms(r.summary('itl_s').p50)}/{_ms(r.summary('itl_chunk_s').p50)}",
+                f"{_ms(e2e.p50)}/{_ms(e2e.p95)}",
+                _sources(r),
+            ]
+        )
     return rows
 
 
@@ -72,7 +107,8 @@ def serve_record(serve: Any, *, argv: Sequence[str] | None = None, digests: dict
     rec["target"] = dict(serve.target)
     rec["settings"]["load"] = {
         "levels": [{"name": x.name, "mode": x.mode, "offered": x.offered} for x in serve.levels.values()],
-        "requests_per_level": serve.config.requests, "duration_s_per_level": serve.config.duration_s,
+        "requests_per_level": serve.config.requests,
+        "duration_s_per_level": serve.config.duration_s,
         "arrivals": "open loop: Poisson (first at once, then exponential gaps of mean 1/rate, seeded)",
     }
     rec["settings"]["timing"] = {

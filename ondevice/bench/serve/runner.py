@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from ondevice.bench import scenarios as sc
 from ondevice.bench.oscache import PeakRss
@@ -71,7 +72,9 @@ def levels(concurrency: tuple[int, ...], rates: tuple[float, ...]) -> list[Level
 
 def request_body(target: Target, text: str, n_out: int, seed: int, sampling: dict, ignore_eos: bool) -> dict[str, Any]:
     body: dict[str, Any] = {"max_tokens": n_out, "seed": seed, "stream_options": {"include_usage": True}}
-    body.update({k: v for k, v in sampling.items() if k in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty")})
+    body.update(
+        {k: v for k, v in sampling.items() if k in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty")}
+    )
     if ignore_eos:
         body.update(ignore_eos=True, min_tokens=n_out)
     if target.model:
@@ -88,14 +91,16 @@ class _Prompts:
 
     def __init__(self, engine: Any, seed: int):
         self.engine = engine
-        self.builder = PromptBuilder((lambda t, b: engine.tokenize(t, add_bos=b)) if engine else (lambda t, b: t.split()), seed)
+        self.builder = PromptBuilder(
+            (lambda t, b: engine.tokenize(t, add_bos=b)) if engine else (lambda t, b: t.split()), seed
+        )
         self.bos = engine.tokenize("", add_bos=True) if engine else []
 
     def get(self, n: int, key: str) -> tuple[str, list[int] | None]:
         if self.engine is None:
             return self.builder.text(max(1, round(n * WORDS_PER_TOKEN)), key), None
         ids = self.builder.ids(n, key)
-        body = ids[len(self.bos):] if self.bos and ids[: len(self.bos)] == self.bos else ids
+        body = ids[len(self.bos) :] if self.bos and ids[: len(self.bos)] == self.bos else ids
         return self.engine.detokenize(body), ids
 
 
@@ -138,7 +143,9 @@ def _markers(cfg: ServeConfig) -> ThinkMarkers:
         from ondevice.models.materialize import resolve_model
 
         try:
-            found = detect_markers(read_gguf(resolve_model(cfg.tokenizer or cfg.bench.models[0])).get("tokenizer.chat_template"))
+            found = detect_markers(
+                read_gguf(resolve_model(cfg.tokenizer or cfg.bench.models[0])).get("tokenizer.chat_template")
+            )
         except Exception:  # the markers are a convenience: the defaults still read <think> blocks
             found = None
         return found or DEFAULT_MARKERS
@@ -158,9 +165,18 @@ def run_serve(cfg: ServeConfig, *, progress: Callable[[Progress], None] | None =
     local, tok, tok_name = _setup(cfg)
     if local is not None:
         outcome.models.insert(0, local)  # A = in-process, B = server: compare's ratio is the server's overhead
-    info = {"url": target.url, "endpoint": target.endpoint, "model": model, "models_listed": listed, "chat": target.chat,
-            "api_key_env": cfg.api_key_env, "tokenizer": tok_name or None, "timeout_s": target.timeout_s,
-            "ignore_eos": cfg.ignore_eos, "notes": [note] if note else []}
+    info = {
+        "url": target.url,
+        "endpoint": target.endpoint,
+        "model": model,
+        "models_listed": listed,
+        "chat": target.chat,
+        "api_key_env": cfg.api_key_env,
+        "tokenizer": tok_name or None,
+        "timeout_s": target.timeout_s,
+        "ignore_eos": cfg.ignore_eos,
+        "notes": [note] if note else [],
+    }
     run = _Run(cfg, target, label, outcome, local, tok, _markers(cfg), progress)
     try:
         run.all(lv)
@@ -182,7 +198,11 @@ class _Run:
         self.prompts = _Prompts(tok, cfg.bench.seed)
         self.counter = (lambda text: len(tok.tokenize(text, add_bos=False))) if tok else None
         self.markers, self.progress = markers, progress
-        self.ctx = sc.RequestContext(local.engine, local.label, 0, cfg.bench.sampling, cfg.bench.timeout_s, PeakRss()) if local else None
+        self.ctx = (
+            sc.RequestContext(local.engine, local.label, 0, cfg.bench.sampling, cfg.bench.timeout_s, PeakRss())
+            if local
+            else None
+        )
 
     def all(self, lv: list[Level]) -> None:
         suite: Suite = self.cfg.bench.suite
@@ -200,16 +220,26 @@ class _Run:
     def _warmup(self, w: Workload) -> None:
         for i in range(self.cfg.bench.suite.warmup):
             text, ids = self.prompts.get(min(w.prompt_tokens, 64), f"warmup:{i}")
-            stream_request(self.target, request_body(self.target, text, min(w.output_tokens, 8), 0, self.cfg.bench.sampling, self.cfg.ignore_eos))
+            stream_request(
+                self.target,
+                request_body(
+                    self.target, text, min(w.output_tokens, 8), 0, self.cfg.bench.sampling, self.cfg.ignore_eos
+                ),
+            )
             if self.ctx is not None and ids:
                 sc.request(self.ctx, ids, min(w.output_tokens, 8), 0, reuse_prefix=False)
 
     def _level(self, w: Workload, level: Level) -> None:
         n, seed0 = self.cfg.requests, self.cfg.bench.seed
         prompts = [self.prompts.get(w.prompt_tokens, f"{w.name}:{level.name}:{i}") for i in range(n)]
-        specs = [RequestSpec(self.label, level.name, w.name, i, w.prompt_tokens, w.output_tokens, seed0 + i) for i in range(n)]
-        bodies = [request_body(self.target, text, w.output_tokens, s.seed, self.cfg.bench.sampling, self.cfg.ignore_eos)
-                  for (text, _), s in zip(prompts, specs)]
+        specs = [
+            RequestSpec(self.label, level.name, w.name, i, w.prompt_tokens, w.output_tokens, seed0 + i)
+            for i in range(n)
+        ]
+        bodies = [
+            request_body(self.target, text, w.output_tokens, s.seed, self.cfg.bench.sampling, self.cfg.ignore_eos)
+            for (text, _), s in zip(prompts, specs)
+        ]
         start = time.perf_counter_ns()
         send = lambda i: stream_request(self.target, bodies[i])  # noqa: E731
         try:
@@ -234,7 +264,8 @@ class _Run:
                 if time.perf_counter() > deadline:
                     break
                 local = lambda: self.outcome.runs.append(  # noqa: E731
-                    replace(sc.resident_run(self.ctx, w.name, ids, w.output_tokens, s.seed), repeat=i))
+                    replace(sc.resident_run(self.ctx, w.name, ids, w.output_tokens, s.seed), repeat=i)
+                )
                 first, second = (local, None) if i % 2 else (None, local)
                 if first:
                     first()
@@ -247,9 +278,20 @@ class _Run:
 
     def _record(self, spec: RequestSpec, lg: Any, start_ns: int, interrupted: bool = False) -> RunRecord:
         if lg is None:
-            status, why = ("interrupted", "interrupted by the user (Ctrl-C)") if interrupted else \
-                ("skipped", f"not sent: the level's {self.cfg.duration_s:g} s budget ran out")
-            return RunRecord(spec.model, spec.scenario, spec.workload, spec.index, status, reason=why,
-                             prompt_tokens=spec.prompt_tokens, output_tokens_requested=spec.output_tokens, seed=spec.seed)
+            status, why = (
+                ("interrupted", "interrupted by the user (Ctrl-C)")
+                if interrupted
+                else ("skipped", f"not sent: the level's {self.cfg.duration_s:g} s budget ran out")
+            )
+            return RunRecord(
+                spec.model,
+                spec.scenario,
+                spec.workload,
+                spec.index,
+                status,
+                reason=why,
+                prompt_tokens=spec.prompt_tokens,
+                output_tokens_requested=spec.output_tokens,
+                seed=spec.seed,
+            )
         return to_record(lg, spec, counter=self.counter, markers=self.markers, level_start_ns=start_ns)
-

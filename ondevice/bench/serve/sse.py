@@ -14,8 +14,9 @@ it), finish_reason, usage (`stream_options.include_usage`), and the server's own
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 __all__ = ["Event", "Delta", "StreamError", "iter_events", "parse_chunk", "server_timings"]
 
@@ -112,13 +113,21 @@ def server_timings(obj: dict[str, Any]) -> dict[str, Any] | None:
     """The server's own counts and durations, normalised: tokens and seconds."""
     t = obj.get("timings")
     if isinstance(t, dict) and isinstance(t.get("predicted_n"), (int, float)):
-        return {"source": "llama-server timings", "output_tokens": int(t["predicted_n"]),
-                "decode_s": _num(t.get("predicted_ms"), 1e-3), "prompt_tokens": _int(t.get("prompt_n")),
-                "prompt_s": _num(t.get("prompt_ms"), 1e-3)}
+        return {
+            "source": "llama-server timings",
+            "output_tokens": int(t["predicted_n"]),
+            "decode_s": _num(t.get("predicted_ms"), 1e-3),
+            "prompt_tokens": _int(t.get("prompt_n")),
+            "prompt_s": _num(t.get("prompt_ms"), 1e-3),
+        }
     if isinstance(obj.get("eval_count"), (int, float)):
-        return {"source": "ollama eval counts", "output_tokens": int(obj["eval_count"]),
-                "decode_s": _num(obj.get("eval_duration"), 1e-9), "prompt_tokens": _int(obj.get("prompt_eval_count")),
-                "prompt_s": _num(obj.get("prompt_eval_duration"), 1e-9)}
+        return {
+            "source": "ollama eval counts",
+            "output_tokens": int(obj["eval_count"]),
+            "decode_s": _num(obj.get("eval_duration"), 1e-9),
+            "prompt_tokens": _int(obj.get("prompt_eval_count")),
+            "prompt_s": _num(obj.get("prompt_eval_duration"), 1e-9),
+        }
     return None
 
 
