@@ -161,7 +161,11 @@ def _predict(spec: ModelSpec, plan: BenchPlan, bandwidth_gbs: float | None, prob
 
     try:
         pred = predict(
-            spec, ctx=(plan.mean_ctx,), prompt_tokens=plan.prompt_tokens, bandwidth_gbs=bandwidth_gbs, probe=probe
+            spec if bandwidth_gbs is not None else spec.path,  # a file of this machine: its shape timed here
+            ctx=(plan.mean_ctx,),
+            prompt_tokens=plan.prompt_tokens,
+            bandwidth_gbs=bandwidth_gbs,
+            probe=probe,
         )
     except ProbeError as exc:
         return None, str(exc)
@@ -170,7 +174,7 @@ def _predict(spec: ModelSpec, plan: BenchPlan, bandwidth_gbs: float | None, prob
     else:
         note = f"predictions: probe of this machine ({pred.backend}, {pred.bandwidth_gbs:.1f} GB/s)"
         if not pred.calibrated:
-            note += "; no kernel probe, so no calibrated figure"
+            note += "; the model was not timed, so no predicted figure"
     return pred, note
 
 

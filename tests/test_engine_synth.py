@@ -223,8 +223,8 @@ def test_predictor_auto_resolves_through_the_api(tiny_model, monkeypatch, offloa
     seen = []
     sentinel = FakePredictor()
 
-    def fake_default(spec, backend, progress=None):
-        seen.append((spec.path, backend))
+    def fake_default(engine, progress=None, *, full=False):
+        seen.append((engine.info.spec.path, engine.info.backend))
         return sentinel
 
     monkeypatch.setattr(api, "auto_predictor", fake_default)

@@ -283,19 +283,6 @@ def test_repack_mode_places_the_matrices_by_name(q4_0_model, monkeypatch):
     assert placement.cpu_buffers == "repack" and placement.repacked_tensors == expected
 
 
-def test_the_probe_names_the_types_cpu_repack_takes(q4_0_model):
-    """kernel.repacked_types: a sized Q4_0 model is repacked on an x86 CPU with AVX2 (the rule the guard's
-    placement uses), nothing off the CPU or with extra buffers turned off."""
-    import llama_cpp
-
-    from ondevice.probing.kernel import ProbeRun, repacked_types
-
-    runs = [ProbeRun("Q4_0", q4_0_model, 16, "sized"), ProbeRun("Q4_0", q4_0_model, 16, "tiny")]
-    features = cpu_features(llama_cpp.llama_print_system_info().decode())
-    assert repacked_types(runs, "CPU", "all") == (("Q4_0",) if "AVX2" in features else ())
-    assert repacked_types(runs, "CUDA", "all") == () and repacked_types(runs, "CPU", "none") == ()
-
-
 def test_cpu_only_hands_llama_cpp_an_empty_device_list(tiny_model):
     """cpu_only (the self-test's load) gives llama_model_params.devices a NULL-terminated list with
     no device: llama.cpp then offloads nothing, on a GPU build too. A plain load leaves it NULL

@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections import Counter
 from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 import ondevice
-from ondevice.probing import cache, kernel
+from ondevice.probing import cache
 from ondevice.probing import probe as run_probe
 from ondevice.probing.result import ProbeResult
 from tests.file_fakes import stale_temp
-from tests.probe_fakes import TINY, fake_measure, fake_measure_pair, fake_measure_steps, fake_result, nvidia_host
+from tests.probe_fakes import fake_result, nvidia_host
 
 
 def test_round_trip_through_json(tmp_path):
@@ -27,7 +26,7 @@ def test_round_trip_through_json(tmp_path):
     assert back.from_cache and not r.from_cache
     assert back == r  # from_cache is not compared
     assert back.host.gpus[0].name == "NVIDIA GeForce RTX 4090" and back.host.llama_devices[0].name == "CUDA0"
-    assert back.kernel.points == r.kernel.points
+    assert back.read_curve == r.read_curve and back.is_full
     assert 85 < back.age_s < 3600
 
 
@@ -95,11 +94,14 @@ def test_ceiling_is_the_best_measured_and_nameplate_on_gpu():
     from ondevice.probing.nameplate import lookup
 
     r = fake_result(build="A", read_gbs=20.0)
-    raw = (r.kernel.points[0].decode_bytes + r.kernel.points[0].kv_bytes) / r.kernel.points[0].step_s / 1e9
-    assert r.ceiling_gbs == max(20.0, raw)
+    assert r.ceiling_gbs == 20.0  # read 20, copy 18
+    curve = replace(r, read_curve=((2 << 20, 90.0), (256 << 20, 24.0)))
+    assert curve.ceiling_gbs == 24.0  # the curve's DRAM-sized read counts; its cached sizes do not
     gpu = ProbeResult(**{**r.__dict__, "backend": "CUDA", "nameplate": lookup("RTX 4090")})
     assert gpu.ceiling_gbs == 1008.0
-    assert fake_result(build="A", kernel=False).calibration() is None
+    cal = curve.calibration()
+    assert (cal.source, cal.ceiling_gbs, cal.compute_gflops, cal.read_curve) == ("bound", 24.0, 100.0, curve.read_curve)
+    assert fake_result(build="A", full=False).calibration().compute_gflops is None
 
 
 @pytest.fixture(autouse=True)
@@ -113,44 +115,41 @@ def small_disk_probe(monkeypatch):
 
 @pytest.fixture
 def fast_probe(monkeypatch):
-    """probe() with host arrays of 8 MiB and the kernel measurement replaced (models still built)."""
-    monkeypatch.setattr(kernel, "measure", fake_measure())
-    monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
-    monkeypatch.setattr(kernel, "measure_pair", fake_measure_pair)
+    """probe() with host arrays of 8 MiB."""
     monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
 
 
 def test_probe_measures_once_then_reads_the_cache(tmp_path, fast_probe):
-    first = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
-    assert not first.from_cache and first.kernel.type_gbs["Q8_0"] == pytest.approx(13.0, rel=1e-6)
+    first = run_probe(cache_root=tmp_path, backend="CPU", memory_passes=1)
+    assert not first.from_cache and first.is_full and first.read_curve and first.compute.f32_gflops > 0
     assert first.disk is not None and first.disk.folder == str(tmp_path / "probe") and first.disk.file_bytes == 16 << 20
     assert not [p for p in (tmp_path / "probe").iterdir() if "disk-probe" in p.name]  # its file removed
-    second = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU")
+    second = run_probe(cache_root=tmp_path, backend="CPU")
     assert second.from_cache and second.created_unix_s == first.created_unix_s
     assert second.disk == first.disk  # cached with the rest
-    third = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", refresh=True, memory_passes=1)
+    third = run_probe(cache_root=tmp_path, backend="CPU", refresh=True, memory_passes=1)
     assert not third.from_cache and third.created_unix_s >= first.created_unix_s
 
 
-def test_disk_probe_can_be_left_out_and_its_failure_is_no_error(tmp_path, fast_probe, monkeypatch):
+def test_a_failing_disk_probe_is_no_error(tmp_path, fast_probe, monkeypatch):
     from ondevice.core.errors import ProbeError
     from ondevice.probing import host
-
-    assert run_probe(cache_root=tmp_path, kernel=False, backend="CPU", memory_passes=1, disk=False).disk is None
 
     def full_disk(folder, **kw):
         raise ProbeError(f"disk probe: {folder} has 1 MiB free, too little for a 32 MiB test file")
 
     monkeypatch.setattr(host, "probe_disk", full_disk)
-    r = run_probe(cache_root=tmp_path, kernel=False, backend="CPU", memory_passes=1, refresh=True)
+    r = run_probe(cache_root=tmp_path, backend="CPU", memory_passes=1, refresh=True)
     assert r.disk is None and r.memory.read_gbs > 0  # the rest of the probe stands
 
 
-def test_host_only_probe_then_kernel(tmp_path, fast_probe):
-    host_only = run_probe(cache_root=tmp_path, kernel=False, backend="CPU", memory_passes=1)
-    assert host_only.kernel is None and host_only.calibration() is None
-    full = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)  # kernel wanted: measured
-    assert full.kernel is not None and not full.from_cache
+def test_first_contact_probe_then_the_full_one(tmp_path, fast_probe):
+    quick = run_probe(cache_root=tmp_path, full=False, backend="CPU", memory_passes=1)
+    assert not quick.is_full and quick.compute is None and quick.read_curve == () and quick.disk is None
+    assert run_probe(cache_root=tmp_path, full=False, backend="CPU").from_cache  # a quick one serves a quick ask
+    full = run_probe(cache_root=tmp_path, backend="CPU", memory_passes=1)  # the full one wanted: measured
+    assert full.is_full and not full.from_cache
+    assert run_probe(cache_root=tmp_path, full=False, backend="CPU").is_full  # and it serves both
 
 
 def test_interrupted_probe_writes_no_cache(tmp_path, monkeypatch):
@@ -158,9 +157,9 @@ def test_interrupted_probe_writes_no_cache(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
-    monkeypatch.setattr(kernel, "probe_kernels", interrupted)
+    monkeypatch.setattr("ondevice.probing.host.probe_compute", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
+        run_probe(cache_root=tmp_path, backend="CPU", memory_passes=1)
     assert not list((tmp_path / "probe").glob("*.json"))
 
 
@@ -168,7 +167,7 @@ def test_unknown_backend_is_refused(tmp_path):
     from ondevice.core.errors import ProbeError
 
     with pytest.raises(ProbeError, match="not in this llama.cpp build"):
-        run_probe(cache_root=tmp_path, backend="CUDA", kernel=False)
+        run_probe(cache_root=tmp_path, backend="CUDA", full=False)
 
 
 def test_public_name_is_lazy():
@@ -186,13 +185,13 @@ def test_best_of_two_memory_probes():
     assert best_of(a, b).read_kernel == best_of(b, a).read_kernel == "memchr"
 
 
-def test_probe_measures_memory_before_and_after_the_kernels(tmp_path, fast_probe, monkeypatch):
+def test_probe_measures_memory_before_and_after_the_rest(tmp_path, fast_probe, monkeypatch):
     from ondevice.probing import host
 
     rates = iter([5.0, 9.0])
     real = host.probe_memory
     monkeypatch.setattr(host, "probe_memory", lambda *a, **k: replace(real(*a, **k), read_gbs=next(rates)))
-    r = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
+    r = run_probe(cache_root=tmp_path, backend="CPU", memory_passes=1)
     assert r.memory.read_gbs == 9.0 and r.memory.passes == 2
 
 
@@ -217,7 +216,7 @@ def test_a_second_probe_waits_for_the_first(tmp_path, fast_probe):
     def run(name, progress):
         try:
             results[name] = run_probe(
-                cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1, refresh=True, progress=progress
+                cache_root=tmp_path, backend="CPU", memory_passes=1, refresh=True, progress=progress
             )
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
@@ -239,43 +238,12 @@ def test_a_probe_that_would_wait_too_long_says_so(tmp_path):
 
     with FileLock(cache.lock_path(tmp_path)):  # another probe holds the lock
         with pytest.raises(ProbeError, match=rf"another probe \(pid {os.getpid()}\) is still running"):
-            run_probe(cache_root=tmp_path, backend="CPU", kernel=False, refresh=True, lock_timeout_s=0)
+            run_probe(cache_root=tmp_path, backend="CPU", full=False, refresh=True, lock_timeout_s=0)
     assert not list((tmp_path / "probe").glob("*.json"))
 
 
-@pytest.mark.parametrize("slowdown,cached", [(0.1, True), (1.0, False)])
-def test_passes_that_disagree_are_not_cached(tmp_path, monkeypatch, slowdown, cached):
-    from ondevice.core.errors import ProbeError
-
-    monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
-    monkeypatch.setattr(kernel, "measure", fake_measure())
-    monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
-    monkeypatch.setattr(kernel, "measure_pair", fake_measure_pair)
-    before = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
-    calm, passes = fake_measure(), Counter()
-
-    def contended(path, plan, **kw):  # each pass slower than the last, as with a second probe running
-        step, *rest = calm(path, plan, **kw)
-        passes[path.name, kw["n_prompt"]] += 1
-        return (step * (1 + slowdown * (passes[path.name, kw["n_prompt"]] - 1)), *rest)
-
-    monkeypatch.setattr(kernel, "measure", contended)
-
-    monkeypatch.setattr(kernel, "measure_steps", fake_measure_steps)
-    monkeypatch.setattr(kernel, "measure_pair", fake_measure_pair)
-    if cached:  # passes 20% apart: a busy moment, still cached
-        after = run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1, refresh=True)
-        assert after.kernel.pass_spread == pytest.approx(0.2)
-        assert cache.load_cached("CPU", root=tmp_path).created_unix_s == after.created_unix_s
-        return
-    with pytest.raises(ProbeError, match=r"passes differed by 200% .*not cached.*kept"):
-        run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1, refresh=True)
-    assert cache.load_cached("CPU", root=tmp_path).created_unix_s == before.created_unix_s
-
-
 def test_probe_removes_what_killed_probes_left(tmp_path, fast_probe):
-    models = cache.probe_dir(tmp_path) / "models"
-    models.mkdir(parents=True)
-    stale = [stale_temp(models, "sized-x-F16.gguf"), stale_temp(cache.probe_dir(tmp_path), "cpu-x.json")]
-    run_probe(cache_root=tmp_path, plan=TINY, backend="CPU", memory_passes=1)
+    cache.probe_dir(tmp_path).mkdir(parents=True)
+    stale = [stale_temp(cache.probe_dir(tmp_path), "cpu-x.json")]
+    run_probe(cache_root=tmp_path, backend="CPU", memory_passes=1)
     assert not any(p.exists() for p in stale)

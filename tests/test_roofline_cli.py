@@ -82,26 +82,23 @@ def test_predict_default_contexts_stay_within_the_model(seeded_cache, tiny_model
 
 
 def test_probe_shows_the_cached_result(seeded_cache, capsys):
-    assert main(["probe"]) == 0
+    assert main(["probe", "--no-model"]) == 0
     out = capsys.readouterr().out
     assert "cached; --refresh to measure again" in out and "read 20.0 GB/s" in out
-    assert "Q8_0" in out and "fixed cost per token 0.100 ms" in out and "nameplate" in out
-    assert "per attention score (query head x cached token x layer), heads of 64: 0.1 ns, 256: 0.1 ns" in " ".join(
-        out.split()
-    )
-    assert "passes differed" not in out  # a steady machine: no warning
+    assert "host compute: 100.0 GFLOP/s" in out and "ceiling bandwidth (the roofline's bound): 20.0 GB/s" in out
+    assert "nameplate" in out and "timed" not in out
 
 
-def test_probe_says_when_the_machine_is_unsteady(empty_cache, capsys):
-    from dataclasses import replace
+def test_probe_times_a_model_and_says_how(seeded_cache, tiny_model, capsys):
+    assert main(["probe", str(tiny_model)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "tiny-f16.gguf timed on this machine (its own file, full plan)" in out
+    assert "decode:" in out and "prefill from an empty cache: 1 tokens" in out and "batched decode steps" in out
+    assert main(["probe", str(tiny_model), "--no-model"]) == 2  # a model to time, or none: not both
 
-    r = fake_result(build=cache.build_id())
-    cache.save(replace(r, kernel=replace(r.kernel, pass_spread=0.25)))
-    assert main(["probe"]) == 0
-    assert "passes differed by 25%" in capsys.readouterr().out
 
-
-def test_probe_json(seeded_cache, capsys):
-    assert main(["probe", "--json"]) == 0
+def test_probe_json(seeded_cache, tiny_model, capsys):
+    assert main(["probe", str(tiny_model), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["from_cache"] and d["kernel"]["type_gbs"]["F16"] == 16.0 and d["memory"]["read_gbs"] == 20.0
+    assert d["from_cache"] and d["memory"]["read_gbs"] == 20.0 and d["model"] == "tiny-f16.gguf"
+    assert d["timing"]["plan"] == "full" and len(d["timing"]["decode"]) == 2

@@ -13,12 +13,13 @@ import pytest
 
 from ondevice.cli.main import main
 from ondevice.core.errors import EstimateDataError, InvalidParameterError, SpecError
+from ondevice.gguf.spec import inspect
 from ondevice.probing import nameplate
 from ondevice.roofline import estimate as est
 from ondevice.roofline.prediction import predict
 from ondevice.roofline.spec import parameter_count, spec_from_flags
 from ondevice.roofline.target import UNIFIED_GPU_SHARE, make_target
-from tests.probe_fakes import fake_result, nvidia_host
+from tests.probe_fakes import fake_result, fake_timing, nvidia_host
 
 LOO_BOUND = 0.15  # the aim: leave-one-out median error of 15% or better (the shipped fit: ~5.8%)
 CTX = {"tg64": 32, "tg128": 64, "tg512": 256, "main1024": 494 + 512}  # mean context of the generated tokens
@@ -268,17 +269,18 @@ def test_ttft_floor_on_a_gpu_backend_uses_the_devices_compute(tiny_model):
         nameplate=nameplate.lookup("NVIDIA GeForce RTX 4090"),
     )
     assert gpu.device_fp16_tflops == 330.3
-    p = predict(tiny_model, ctx=(16,), probe=gpu, prompt_tokens=8)
+    spec = inspect(tiny_model)  # a spec: not timed here
+    p = predict(spec, ctx=(16,), probe=gpu, prompt_tokens=8)
     assert p.ttft.compute_gflops == 330.3e3 and any("330.3 TFLOPS FP16" in n for n in p.notes)
     unknown = dataclasses.replace(gpu, nameplate=None)
-    q = predict(tiny_model, ctx=(16,), probe=unknown, prompt_tokens=8)
+    q = predict(spec, ctx=(16,), probe=unknown, prompt_tokens=8)
     assert q.ttft.compute_gflops == 100.0 and any("host CPU" in n for n in q.notes)
-    cpu = predict(tiny_model, ctx=(16,), probe=fake_result(build="b"), prompt_tokens=8)
-    assert cpu.ttft.compute_gflops == 100.0 and cpu.estimates == ()  # calibrated: no estimate
+    cpu = predict(spec, ctx=(16,), probe=fake_result(build="b"), prompt_tokens=8, timing=fake_timing(spec))
+    assert cpu.ttft.compute_gflops == 100.0 and cpu.estimates == ()  # timed here: no estimate
 
 
-def test_this_machine_without_kernel_probe_shows_the_estimate(tiny_model):
-    p = predict(tiny_model, ctx=(16, 64), probe=fake_result(build="b", kernel=False))
+def test_a_model_not_timed_here_shows_the_estimate(tiny_model):
+    p = predict(inspect(tiny_model), ctx=(16, 64), probe=fake_result(build="b", full=False))
     assert len(p.estimates) == 2 and "no published CPU runs" in p.estimates[0].basis
     assert all(e.tok_s < c.ceiling_tok_s for e, c in zip(p.estimates, p.contexts))
     assert p.to_dict()["estimates"][0]["tok_s"] == p.estimates[0].tok_s

@@ -155,7 +155,7 @@ def test_ladder_fits_80_columns():
 def test_probe_report_fits_80_columns():
     result = fake_result(build="0.3.36.abc")
     assert _widest(render_probe(result, width=NARROW)) <= NARROW
-    assert "Q4_0" in render_probe(result, width=NARROW)
+    assert "ceiling bandwidth" in render_probe(result, width=NARROW)
     assert render_probe(result, width=WIDE) == render_probe(result)
 
 

@@ -11,6 +11,7 @@ was gathered.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -180,11 +181,10 @@ def run_bench(
 ) -> BenchOutcome:
     """Measure every model in `plans` (default: plan_bench(config)). Never raises for a
     failing model or request; KeyboardInterrupt ends it early with incomplete=True.
-    load_fn(path, **engine settings) gives the engine (default: ondevice.load)."""
+    load_fn(path, **engine settings) gives the engine (default: ondevice.load with the full timing plan)."""
     if plans is None:
         plans = plan_bench(config)
-    if load_fn is None:
-        from ondevice.api import load as load_fn  # noqa: PLW0127 - lazy: importing llama.cpp is slow
+    load_fn = load_fn or _default_load()
     rss = PeakRss()
     outcome = BenchOutcome(config, plans, [], time.time(), rss_method=rss.method)
     total, done = _steps(plans, config), [0]
@@ -217,10 +217,16 @@ def run_bench(
 
 def load_plan(config: BenchConfig, p: ModelPlan, load_fn: Callable[..., Any] | None = None) -> Any:
     """Load p's engine as run_bench does (the engine settings of config); sets p.engine, engine_info, predictor."""
-    if load_fn is None:
-        from ondevice.api import load as load_fn  # noqa: PLW0127 - lazy: importing llama.cpp is slow
-    p.engine = _load(config, p, load_fn)
+    p.engine = _load(config, p, load_fn or _default_load())
     return p.engine
+
+
+def _default_load() -> Callable[..., Any]:
+    """ondevice.load with the full timing plan: a model the bench meets untimed is timed at every chunk size,
+    in three rounds, with batched steps (imported here: importing llama.cpp is slow)."""
+    from ondevice.api import load
+
+    return functools.partial(load, timing="full")
 
 
 def _close(p: ModelPlan) -> None:

@@ -125,8 +125,12 @@ def run(args) -> int:
         )
     target, args.bandwidth = target_from_args(args)  # another machine: its bandwidth (from --device too)
     probe = _probe(args)
+    timing = None
+    if args.bandwidth is None and spec.path:  # a model file: its shape timed on this machine (cached)
+        timing, spec = _timing(args, spec)
     pred = predict(
         spec,
+        timing=timing,
         ctx=contexts,
         probe=probe,
         bandwidth_gbs=args.bandwidth,
@@ -143,19 +147,31 @@ def run(args) -> int:
     return 0
 
 
+def _say(args):
+    return None if args.json else (lambda m: print(f"ondevice: {m}", file=sys.stderr, flush=True))
+
+
 def _probe(args):
-    """The cached probe; measured now (once, then cached) when none is and no --bandwidth is given."""
-    from ondevice.probing import cached_probe, probe
+    """The cached probe; without one (and no --bandwidth) the first-contact probe measures the bandwidth now."""
+    from ondevice.api import first_contact
+    from ondevice.probing import cached_probe, default_backend
 
     cached = cached_probe()
-    if args.bandwidth is not None or (cached is not None and cached.kernel is not None):
+    if args.bandwidth is not None or cached is not None:
         return cached
-    print(
-        "ondevice: no probe results for this machine yet; probing now (up to a minute, cached afterwards)",
-        file=sys.stderr,
-        flush=True,
-    )
-    return probe(progress=None if args.json else (lambda m: print(f"probing: {m}", file=sys.stderr, flush=True)))
+    return first_contact(default_backend(), _say(args))
+
+
+def _timing(args, spec):
+    """(the model file's timing on this machine with the engine settings given, its spec as that engine reads it)."""
+    from ondevice.engine import load
+    from ondevice.probing import timing_for
+
+    engine = load(spec.path, cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v)
+    try:
+        return timing_for(engine, progress=_say(args)), engine.info.spec
+    finally:
+        engine.close()
 
 
 def render(p, spec, probe, *, width: int | None = None, target=None) -> str:
@@ -197,7 +213,7 @@ def render(p, spec, probe, *, width: int | None = None, target=None) -> str:
     )
     lines.append(
         "  ceiling: a bound decoding cannot beat"
-        + ("; predicted: calibrated by this machine's kernel probe" if p.calibrated else "")
+        + ("; predicted: from the model's shape timed on this machine" if p.calibrated else "")
     )
     lines += estimate_lines(p)
     lines.append("")
@@ -225,7 +241,7 @@ def request_lines(r) -> list[str]:
     what = {
         "calibrated": "predicted",
         "estimate": "estimated (decode fitted on published llama.cpp runs; TTFT a floor at the compute figure)",
-    }.get(r.basis, "at best (bounds: no kernel calibration)")
+    }.get(r.basis, "at best (bounds: nothing timed)")
     if r.output_tokens is None:
         return [f"request of {r.prompt_tokens} prompt tokens, {what}: TTFT {_secs(r.ttft_s)}"]
     out = [

@@ -1,25 +1,24 @@
-"""`ondevice probe [--json] [--refresh]`: this machine's memory, compute and kernel speeds."""
+"""`ondevice probe [MODEL] [--json] [--refresh]`: this machine (memory, compute, caches, disk) and a model's
+shape timed on it (the default model unless named)."""
 
 from __future__ import annotations
 
 import sys
 
 from ondevice.cli.output import dump_json, terminal_width
-from ondevice.core.fmt import fold_lines, human_bytes, number, score_table, table
+from ondevice.core.fmt import fold_lines, human_bytes, millis
 
-__all__ = ["register", "run", "render", "age_text", "cpu_buffers_text", "disk_text"]
+__all__ = ["register", "run", "render", "render_timing", "age_text", "cpu_buffers_text", "disk_text"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("probe", help="measure this machine: memory bandwidth, compute, llama.cpp kernels (cached)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--refresh", action="store_true", help="measure again instead of showing the cached result")
-    p.add_argument(
-        "--no-kernel",
-        dest="kernel",
-        action="store_false",
-        help="skip the llama.cpp kernel probe (host probe only; no calibrated predictions)",
+    p = sub.add_parser(
+        "probe", help="measure this machine (memory bandwidth, compute, caches, disk) and time a model on it (cached)"
     )
+    p.add_argument("model", nargs="?", help="the model to time: registry name or .gguf path (default: the built-in)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--refresh", action="store_true", help="measure again instead of showing the cached results")
+    p.add_argument("--no-model", dest="time_model", action="store_false", help="the host probe only: time no model")
     p.add_argument("--backend", help="backend to probe (default: the one the engine uses, e.g. CPU, CUDA, Metal)")
     p.add_argument("--threads", type=int, help="threads (default: one per physical core)")
     p.set_defaults(func=run)
@@ -43,26 +42,63 @@ def run(args) -> int:
 
     if args.threads is not None and args.threads < 1:
         raise InvalidParameterError(f"--threads must be at least 1, not {args.threads}")
+    if args.model and not args.time_model:
+        raise InvalidParameterError("give a MODEL to time or --no-model, not both")
     if args.refresh:  # the native self-test runs again too
         from ondevice.llama.guard import forget_verdict
 
         forget_verdict()
-    result = probe(
-        refresh=args.refresh,
-        kernel=args.kernel,
-        backend=args.backend,
-        n_threads=args.threads,
-        progress=_waiting_only if args.json else _progress,
-    )
+    say = _waiting_only if args.json else _progress
+    result = probe(refresh=args.refresh, backend=args.backend, n_threads=args.threads, progress=say)
+    model, timing = _time_model(args, say) if args.time_model else (None, None)
     if args.json:
         d = result.to_dict()
-        d["age_s"] = result.age_s
-        d["from_cache"] = result.from_cache
-        d["cpu_buffers"] = cpu_buffers_text()
+        d.update(age_s=result.age_s, from_cache=result.from_cache, cpu_buffers=cpu_buffers_text())
+        d["model"] = model
+        d["timing"] = timing.to_dict() if timing is not None else None
         dump_json(d)
     else:
-        print(render(result, width=terminal_width()))
+        text = render(result, width=terminal_width())
+        if timing is not None:
+            text += "\n\n" + render_timing(model, timing)
+        print(text)
     return 0
+
+
+def _time_model(args, say):
+    """(model file name, its ShapeTiming on this machine: cached unless --refresh, else timed now)."""
+    from ondevice.engine import load
+    from ondevice.probing import timing_for
+
+    engine = load(args.model, n_threads=args.threads)
+    try:
+        return engine.info.model_path.rsplit("/", 1)[-1], timing_for(engine, progress=say, refresh=args.refresh)
+    finally:
+        engine.close()
+
+
+def render_timing(model: str, t) -> str:
+    """A model's timing in words: its decode steps, prefill chunks and batch steps, and how it was timed."""
+    how = {"model": "its own file", "twin": "its twin", "twins": f"twins of {' and '.join(map(str, t.layers))} layers"}
+    lines = [
+        f"{model} timed on this machine ({how.get(t.source, t.source)}, {t.plan} plan) in {t.elapsed_s:.1f} s; "
+        f"other processes used {t.other_cpu_cores:.1f} cores, rounds {100 * t.spread:.0f}% apart:"
+    ]
+    lines.append(
+        "  decode: "
+        + ", ".join(f"{millis(s)} a step at {n} tokens of context ({1 / s:.1f} tok/s)" for n, s in t.decode)
+    )
+    empty = [(k, s) for pos, k, s in t.prefill if pos == 0]
+    lines.append("  prefill from an empty cache: " + ", ".join(f"{k} tokens {millis(s)}" for k, s in empty))
+    for pos, k, s in t.prefill:
+        if pos:
+            lines.append(f"  a chunk of {k} tokens after {pos} cached: {millis(s)}")
+    if t.batch:
+        lines.append(
+            f"  batched decode steps at {t.batch_ctx} tokens of context: "
+            + ", ".join(f"{b} sequences {millis(s)}" for b, s in t.batch)
+        )
+    return "\n".join(lines)
 
 
 def cpu_buffers_text() -> str:
@@ -96,7 +132,7 @@ READ_KERNELS = {"memchr": "libc memchr", "numpy-sum": "numpy sum"}  # MemoryProb
 
 
 def render(r, *, width: int | None = None) -> str:
-    h, m, c, k = r.host, r.memory, r.compute, r.kernel
+    h, m, c = r.host, r.memory, r.compute
     when = f"measured {age_text(r.age_s)}" + (" (cached; --refresh to measure again)" if r.from_cache else "")
     lines = [f"this machine, backend {r.backend}: {when}"]
 
@@ -127,64 +163,18 @@ def render(r, *, width: int | None = None) -> str:
         f"  read {m.read_gbs:.1f} GB/s ({READ_KERNELS.get(m.read_kernel, m.read_kernel)})   copy {m.copy_gbs:.1f} GB/s"
         "   (bytes counted as STREAM counts them)"
     )
-    lines.append(f"host compute: {c.f32_gflops:.1f} GFLOP/s f32 ({c.matrix_n}x{c.matrix_n} matrix product)")
-    lines.append(disk_text(r.disk))
-    lines.append("")
-    if k is None:
-        lines.append("kernels: not probed (run `ondevice probe --refresh` without --no-kernel)")
+    if c is not None:
+        lines.append(f"host compute: {c.f32_gflops:.1f} GFLOP/s f32 ({c.matrix_n}x{c.matrix_n} matrix product)")
     else:
-        lines.append(
-            f"llama.cpp decode kernels on {k.backend}, {k.n_threads} threads, CPU buffers {k.cpu_buffers} "
-            f"({len(k.points)} runs of synthetic models, fit error {100 * k.fit_rms_rel:.1f}% rms):"
-        )
-        rows = [
-            [t, f"{g:.1f}", f"{100 * g / m.read_gbs:.0f}%", number(k.type_cached_gbs.get(t))]
-            for t, g in k.type_gbs.items()
-        ]
-        lines.append(
-            "  "
-            + table(
-                ["weights", "GB/s", "of host read", "from cache GB/s"],
-                rows,
-                align="lrrr",
-                width=None if width is None else width - 2,
-                full="--json",
-            ).replace("\n", "\n  ")
-        )
-        lines.append(
-            f"  fixed cost per token {1e3 * k.t0_s:.3f} ms, per layer {1e6 * k.layer_s:.1f} us, "
-            f"per vocabulary entry {1e9 * k.vocab_s:.2f} ns, per matrix row {1e9 * k.row_s:.2f} ns,"
-        )
-        lines.append(f"  per attention score (query head x cached token x layer), {score_table(k.attn_score_s)}")
-        if k.type_gflops:
-            lines.append(
-                "  prefill (batched) "
-                + ", ".join(f"{t} {g:.0f}" for t, g in k.type_gflops.items())
-                + " GFLOP/s"
-                + (f"; attention {k.attn_gflops:.0f} GFLOP/s" if k.attn_gflops else "")
-                + f"; per matrix row and token {1e9 * k.batch_row_s:.2f} ns"
-                + (f" (rows under {k.batch_row_width:.0f} weights)" if k.batch_row_width else "")
-            )
-        from ondevice.roofline.prediction import POOR_FIT
-
-        if k.fit_rms_rel > POOR_FIT:
-            lines.append(
-                f"  the fit is POOR ({100 * k.fit_rms_rel:.0f}% rms): predictions from it are uncertain by about "
-                "that much; probe again when the machine is quiet (`ondevice probe --refresh`)"
-            )
-        if k.pass_spread > 0.05:
-            lines.append(
-                f"  passes differed by {100 * k.pass_spread:.0f}% (median over the large models): this machine's "
-                "speed moves about that much, and so will measurements against the prediction"
-            )
-    lines.append("")
+        lines.append("host compute, caches, disk: not measured yet (the first-run probe; `ondevice probe --refresh`)")
+    lines.append(disk_text(r.disk))
     if r.read_curve:
         lines.append(
             "read bandwidth by working-set size (what the caches add): "
             + ", ".join(f"{human_bytes(b)} {g:.0f}" for b, g in r.read_curve)
             + " GB/s"
         )
-    lines.append(f"ceiling bandwidth (pure roofline bound): {r.ceiling_gbs:.1f} GB/s")
+    lines.append(f"ceiling bandwidth (the roofline's bound): {r.ceiling_gbs:.1f} GB/s")
     if r.nameplate:
         n = r.nameplate
         ratio = f"; best measured is {100 * r.ceiling_gbs / n.bandwidth_gbs:.0f}% of it" if n.bandwidth_gbs else ""

@@ -123,7 +123,7 @@ def run(args) -> int:
         sys.stdout.flush()
         g = stream.generation
         if g is not None:
-            basis = engine.predictor.calibration.source if engine.predictor is not None else None
+            basis = engine.predictor.basis if engine.predictor is not None else None
             print(
                 f"{timings_line(g, engine.info.load_s, engine.info.backend, basis)} | {settings_text(engine.info)}",
                 file=sys.stderr,
@@ -205,16 +205,15 @@ def _int_arg(name: str, value: str) -> int:
         raise InvalidParameterError(f"{name} must be 'auto' or an integer, not {value!r}") from None
 
 
-# calibration source -> the words beside a rate and beside a time (a bound caps a rate and floors a time)
+# prediction basis -> the words beside a rate and beside a time (a bound caps a rate and floors a time)
 _BASIS = {"estimate": ("estimated", "estimated"), "bound": ("at most", "at least")}
-HOW_TO_CALIBRATE = "`ondevice probe` calibrates"
+NOT_TIMED = "this model was not timed here"
 
 
 def timings_line(g, load_s: float | None = None, backend: str | None = None, basis: str | None = None) -> str:
     """One line: TTFT, TPOT, decode and prefill rates, E2E and output throughput, token counts,
-    finish reason, each measured figure with its prediction beside it when there is one. basis:
-    the predictor's calibration source ("kernel", "estimate", "bound"); an uncalibrated one says
-    how to calibrate."""
+    finish reason, each measured figure with its prediction beside it when there is one, and the CPU other
+    processes took meanwhile. basis: the predictor's ("measured", "estimate", "bound")."""
     t = g.timings
     cached = f", {g.cached_prompt_tokens} cached" if g.cached_prompt_tokens else ""
     decode = f"decode {rate(t.decode_tok_s)}"
@@ -222,9 +221,9 @@ def timings_line(g, load_s: float | None = None, backend: str | None = None, bas
     if g.predicted_tok_s:
         ceiling = f"ceiling {number(g.ceiling_tok_s)}"
         if basis == "bound":
-            decode += f" ({ceiling}; {HOW_TO_CALIBRATE})"
+            decode += f" ({ceiling}; {NOT_TIMED})"
         elif basis in _BASIS:
-            decode += f" ({ceiling}, {rate_word} {number(g.predicted_tok_s)}; {HOW_TO_CALIBRATE})"
+            decode += f" ({ceiling}, {rate_word} {number(g.predicted_tok_s)}; {NOT_TIMED})"
         else:
             decode += f" (predicted {number(g.predicted_tok_s)}, {ceiling})"
     parts = [
@@ -237,6 +236,8 @@ def timings_line(g, load_s: float | None = None, backend: str | None = None, bas
         f"tokens {g.prompt_tokens} prompt{cached} + {t.output_tokens} output",
         f"finish {g.finish_reason}",
     ]
+    if g.other_cpu_cores is not None:
+        parts.append(f"other processes used {g.other_cpu_cores:.1f} cores")
     if g.speculative is not None:
         parts.append(speculative_text(g.speculative, t.decode_tok_s))
     if load_s is not None:

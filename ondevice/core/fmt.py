@@ -16,7 +16,6 @@ from typing import Any
 
 __all__ = [
     "DASH",
-    "score_table",
     "millis",
     "rate",
     "number",
@@ -255,10 +254,3 @@ def layer_ranges(layers: Sequence[int]) -> str:
     if start is not None:
         out.append(f"{start}-{prev}" if start != prev else str(start))
     return ", ".join(out)
-
-
-def score_table(table: Sequence[tuple[int, float]]) -> str:
-    """A (key + value head dims, seconds per attention score) table in words: "heads of 64: 12.6 ns, 128: ..."."""
-    if not table:
-        return "not measured"
-    return "heads of " + ", ".join(f"{dims // 2}: {1e9 * sec:.1f} ns" for dims, sec in sorted(table))

@@ -164,6 +164,7 @@ class Generation:
     predicted_e2e_s: float | None = None  # predicted TTFT + predicted decode steps of the T tokens produced
     attribution: Attribution | None = None  # measured parts of E2E (None: not measured, e.g. cancelled before a token)
     speculative: SpecStats | None = None  # speculative decoding's counts, when the request asked for it
+    other_cpu_cores: float | None = None  # CPU other processes used during the request, in cores (None: unknown)
 
     @property
     def efficiency(self) -> float | None:
@@ -200,4 +201,5 @@ class Generation:
             "predicted_output_tok_s": self.predicted_output_tok_s,
             "attribution": self.attribution.to_dict() if self.attribution else None,
             "speculative": self.speculative.to_dict() if self.speculative is not None else None,
+            "other_cpu_cores": self.other_cpu_cores,
         }

@@ -11,6 +11,9 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
+import psutil
+
+from ondevice.core.cpuload import OtherCpu
 from ondevice.core.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.core.results import Generation
 from ondevice.core.textclean import clean_text
@@ -102,6 +105,7 @@ class Engine:
             1,
             1,
         )  # (verify tokens checked, most of them giving single-token logits): speculative.exact_verify_tokens
+        self._process = psutil.Process()  # this process, for each request's OtherCpu meter
         self._step_costs: dict[str, Any] = {}  # mode -> speculative.StepCost: step times its requests measured
 
     # ---- state -------------------------------------------------------------------------
@@ -322,7 +326,18 @@ class Engine:
             is_cancelled = cancel_poll(own, cancel)
             seed = params.seed if params.seed is not None else (self.info.seed + self._requests) % _SEED_MOD
             self._requests += 1
-            req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix, think, spec)
+            req = Request(
+                ids,
+                start_ns,
+                tokenized_ns,
+                params,
+                seed,
+                is_cancelled,
+                reuse_prefix,
+                think,
+                spec,
+                other_cpu=OtherCpu(self._process),
+            )
             gen = run_request(self._h, self._kv, req, self.info.n_batch, self.predictor, self._token_info)
         except BaseException:
             self._cancel = None
@@ -378,6 +393,16 @@ class Engine:
         batch = BatchContext.open(self, self._h, self._busy, self._token_info, n_seqs, seq_tokens)
         self._batches.add(batch)
         return batch
+
+    @contextlib.contextmanager
+    def side_requests(self) -> Iterator[None]:
+        """Requests made inside (timing runs on the caller's engine) leave the draw seed of the caller's later
+        requests as it was: request k without a seed of its own still draws with info.seed + k."""
+        before = self._requests
+        try:
+            yield
+        finally:
+            self._requests = before
 
     def close(self) -> None:
         """Free the model and context (and the batch contexts on it). Raises EngineBusyError while a generation runs."""

@@ -86,6 +86,7 @@ class Request:
     reuse_prefix: bool  # keep the KV cache's common prefix
     think: Any = None  # (ThinkMarkers, {marker token id: marker text}) when the chat template has reasoning blocks
     spec: Any = None  # a Speculator (ondevice.engine.speculative) when the request asked for speculative decoding
+    other_cpu: Any = None  # an ondevice.core.cpuload.OtherCpu started with the request (None: not measured)
 
 
 def check_cancel(cancel: Any) -> None:
@@ -191,6 +192,7 @@ def run_request(
         predicted_e2e_s=predicted_e2e,
         attribution=attribution,
         speculative=req.spec.stats() if req.spec is not None else None,
+        other_cpu_cores=req.other_cpu.cores() if req.other_cpu is not None else None,
     )
 
 

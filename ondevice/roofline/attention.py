@@ -1,26 +1,15 @@
-"""Attention arithmetic of the step-time model: how many scores a step or a prompt chunk computes,
-and what one score costs from the probe's table (model.py's formula uses both)."""
+"""Attention arithmetic: how many cached tokens a decode step or a prompt chunk attends to, over
+every layer (sliding-window layers count at most their window).
+
+The measured step times (timing.py) are spread over contexts with these counts: what a model's
+timing measured at one context or chunk position becomes another's by the difference in cells.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ondevice.gguf.spec import ModelSpec
 
-__all__ = ["attention_scores", "causal_spans", "score_weights", "score_s", "attention_head_dims"]
-
-
-def attention_scores(spec: ModelSpec, n_ctx: int, *, windowed: bool = True) -> int:
-    """Attention scores of one decode step at a context of n_ctx tokens: every query head
-    scores every cached token, in every layer (n_head x span per layer; a score is a dot
-    product of head_dim, a softmax entry and a weighted sum of values). Windowed layers span
-    at most the window, unless windowed=False (a runtime that masks instead)."""
-    if not spec.n_head or not spec.n_layer:
-        return 0
-    swa = set(spec.swa_layers) if spec.sliding_window and windowed else set()
-    n_swa = sum(1 for i in range(spec.n_layer) if i in swa)
-    span_swa = min(n_ctx, spec.sliding_window) if spec.sliding_window else n_ctx
-    return spec.n_head * ((spec.n_layer - n_swa) * n_ctx + n_swa * span_swa)
+__all__ = ["causal_spans", "decode_spans", "chunk_cells", "attention_head_dims"]
 
 
 def causal_spans(p0: int, p1: int, window: int | None = None) -> float:
@@ -35,27 +24,23 @@ def causal_spans(p0: int, p1: int, window: int | None = None) -> float:
     return upto(p1) - upto(p0)
 
 
-def score_weights(table: Sequence[tuple[int, float]], head_dims: int) -> list[float]:
-    """How much of each entry of a (head dims, seconds per score) table makes the cost of one score
-    of a head of head_dims: linear between the two nearest entries, the nearest one alone past either
-    end (so score_s is linear in the table's seconds, which kernel.fit_points solves for)."""
-    dims = [d for d, _ in table]
-    weights = [0.0] * len(dims)
-    if not dims:
-        return weights
-    if head_dims <= dims[0] or head_dims >= dims[-1]:
-        weights[0 if head_dims <= dims[0] else -1] = 1.0
-        return weights
-    i = next(k for k in range(1, len(dims)) if head_dims <= dims[k])
-    f = (head_dims - dims[i - 1]) / (dims[i] - dims[i - 1])
-    weights[i - 1], weights[i] = 1.0 - f, f
-    return weights
+def _windows(spec: ModelSpec) -> tuple[int | None, ...]:
+    """Per layer: its sliding window, or None (the whole context)."""
+    swa = set(spec.swa_layers) if spec.sliding_window else set()
+    return tuple(spec.sliding_window if i in swa else None for i in range(spec.n_layer or 0))
 
 
-def score_s(table: Sequence[tuple[int, float]], head_dims: int) -> float:
-    """Seconds of one attention score for a head of head_dims (key + value dims), from the probe's
-    table (score_weights); 0 without one."""
-    return sum(w * s for w, (_d, s) in zip(score_weights(table, head_dims), table))
+def decode_spans(spec: ModelSpec, n_ctx: int) -> float:
+    """Cached tokens one decode step at a context of n_ctx tokens attends to, summed over the layers."""
+    n = max(0, int(n_ctx))
+    return float(sum(min(n, w) if w else n for w in _windows(spec)))
+
+
+def chunk_cells(spec: ModelSpec, pos: int, n_tokens: int) -> float:
+    """Attention cells of a chunk of n_tokens after pos cached tokens (each token attends itself and
+    what precedes it, windows capped), summed over the layers."""
+    p0, p1 = max(0, int(pos)), max(0, int(pos)) + max(0, int(n_tokens))
+    return float(sum(causal_spans(p0, p1, w) for w in _windows(spec)))
 
 
 def attention_head_dims(spec: ModelSpec) -> int:

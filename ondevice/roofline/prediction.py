@@ -9,9 +9,10 @@ from pathlib import Path
 from ondevice.core.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.gguf.spec import ModelSpec, inspect
 from ondevice.roofline.estimate import Estimate, estimated_calibration, estimates_for
-from ondevice.roofline.model import Calibration, Predictor
+from ondevice.roofline.model import Calibration, Predictor, chunk_flops
 from ondevice.roofline.spec import positive_number
 from ondevice.roofline.target import Target, ttft_compute
+from ondevice.roofline.timing import ShapeTiming, TimedPredictor
 
 __all__ = [
     "predict",
@@ -25,11 +26,10 @@ __all__ = [
     "prefill_flops",
     "memory_verdict",
     "FITS_SHARE",
-    "POOR_FIT",
+    "timing_notes",
 ]
 
 DEFAULT_PROMPT_TOKENS = 1024  # the request predicted when no prompt length is given
-POOR_FIT = 0.10  # a kernel-probe fit whose rms relative residual is above this is called poor
 FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
 _UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
 
@@ -41,7 +41,7 @@ class ContextPrediction:
     kv_bytes: int  # KV-cache bytes one decode step reads at this context
     ceiling_step_s: float  # pure bandwidth bound on the step time, seconds
     ceiling_tok_s: float  # 1 / ceiling_step_s: measured decode tok/s never beats it
-    predicted_step_s: float | None  # calibrated step time, seconds (None: no kernel probe)
+    predicted_step_s: float | None  # predicted step time, seconds (None: the model was not timed here)
     predicted_tok_s: float | None  # 1 / predicted_step_s
 
 
@@ -68,7 +68,7 @@ class RequestPrediction:
     tpot_s: float | None  # decode_s / (N - 1): the mean inter-token latency (None for N < 2)
     output_tok_s: float | None  # N / e2e_s: output throughput
     prefill_share: float | None  # ttft_s / e2e_s: which side of the wait a lever can shorten
-    basis: str  # "calibrated" (kernel probe: prefill and decode measured on this machine), "estimate" (decode
+    basis: str  # "calibrated" (the model's shape timed on this machine), "estimate" (decode
     # fitted on published llama.cpp runs; TTFT a floor at the compute figure) or "bound" (both bounds)
 
 
@@ -91,7 +91,7 @@ class Prediction:
     backend: str  # backend the figures are for
     bandwidth_gbs: float  # bandwidth of the pure ceiling, GB/s
     bandwidth_source: str  # "measured" (probe), "given", ...
-    calibrated: bool  # a kernel probe calibrated predicted_* figures
+    calibrated: bool  # the predicted_* figures come from the model's shape timed on this machine
     contexts: tuple[ContextPrediction, ...]  # one per requested context
     ttft: TTFTPrediction | None  # None without a compute figure or prompt length
     memory: MemoryVerdict
@@ -119,6 +119,7 @@ def predict(
     available_bytes: int | None = None,
     output_tokens: int | None = None,
     target: Target | None = None,
+    timing: ShapeTiming | None = None,
 ) -> Prediction:
     """Ceiling, calibrated prediction, TTFT floor and memory verdict for a model.
 
@@ -129,6 +130,7 @@ def predict(
     bandwidth_gbs is given. bandwidth_gbs: a bandwidth to use instead of the measured one (a
     machine you do not own); the prediction is then the ceiling and an estimate fitted on published
     llama.cpp runs. target: that machine's backend, compute and memory (roofline.target.make_target).
+    timing: the model's shape timed on this machine (probing.timing_for): the predicted figures come from it.
     """
     spec = model_or_spec if isinstance(model_or_spec, ModelSpec) else inspect(_resolve(model_or_spec))
     if not spec.decode_weight_bytes:
@@ -160,30 +162,24 @@ def predict(
         cal = Calibration(
             backend=(target and target.backend) or (probe.backend if probe else "given"),
             ceiling_gbs=bandwidth_gbs,
-            compute_gflops=probe.compute.f32_gflops if probe else None,
+            compute_gflops=probe.compute.f32_gflops if probe and probe.compute else None,
         )
         source, calibrated = "given", False
-        notes.append("bandwidth given: no kernel calibration (ceiling: the bound; estimate: fitted on published runs)")
+        notes.append("bandwidth given: nothing timed (ceiling: the bound; estimate: fitted on published runs)")
         if probe is not None and target is None:
             notes.append("TTFT floor and memory verdict are for this machine (its measured compute and free memory)")
     else:
         cal = probe.calibration()
-        calibrated = cal is not None
-        kernel = getattr(probe, "kernel", None)
-        if calibrated and kernel is not None and kernel.fit_rms_rel > POOR_FIT:
-            notes.append(
-                f"the kernel probe's fit is poor ({100 * kernel.fit_rms_rel:.0f}% rms): predicted figures "
-                "are uncertain by about that much; `ondevice probe --refresh` on a quiet machine"
-            )
-        if cal is None:
-            cal = Calibration(
-                backend=probe.backend, ceiling_gbs=probe.ceiling_gbs, compute_gflops=probe.compute.f32_gflops
-            )
-            notes.append("no kernel probe: run `ondevice probe` for the calibrated prediction")
+        calibrated = timing is not None
+        notes += (
+            timing_notes(timing)
+            if calibrated
+            else ["this model's shape was not timed here: the figures are the bound and an estimate"]
+        )
         source = "measured"
     gflops, compute_note = ttft_compute(cal.backend, cal.compute_gflops, probe, target)
     floor_cal = replace(cal, compute_gflops=gflops)  # the device's compute on a GPU backend (or the target's)
-    pred = Predictor(spec, cal if calibrated else floor_cal)  # bounds use it too; a calibration keeps its own
+    pred = TimedPredictor(spec, cal, timing) if calibrated else Predictor(spec, floor_cal)
     rows = tuple(_context_row(pred, n, calibrated) for n in contexts)
     ttft = None
     if prompt_tokens is not None and gflops:
@@ -214,6 +210,24 @@ def predict(
     )
 
 
+NOISY_CORES = 0.5  # timing_notes: other processes using this many cores while a model was timed is said
+NOISY_SPREAD = 0.10  # and rounds of one point this far apart
+
+
+def timing_notes(timing: ShapeTiming) -> list[str]:
+    """What a reader of the figures should know about how the model was timed: twins, a busy machine."""
+    notes = []
+    if timing.source == "twins":
+        notes.append(f"timed on twins of {' and '.join(map(str, timing.layers))} layers, extrapolated in layers")
+    if timing.other_cpu_cores >= NOISY_CORES or timing.spread >= NOISY_SPREAD:
+        notes.append(
+            f"timed while other processes used {timing.other_cpu_cores:.1f} cores (rounds "
+            f"{100 * timing.spread:.0f}% apart): the figures may be slow; `ondevice probe --refresh` "
+            "times it again"
+        )
+    return notes
+
+
 def request_prediction(
     pred: Predictor,
     prompt_tokens: int,
@@ -223,7 +237,7 @@ def request_prediction(
     decode_pred: Predictor | None = None,
 ) -> RequestPrediction:
     """TTFT, decode time, E2E and the prefill share of one request (nothing cached). Without a
-    kernel calibration the figures are bounds (the ceiling's steps, prefill at the host's compute)."""
+    timing the figures are bounds (the ceiling's steps, prefill at the host's compute)."""
     ttft = pred.ttft_s(prompt_tokens, 0, n_batch)
     decode = (decode_pred or pred).decode_s(prompt_tokens, output_tokens) if output_tokens else None
     e2e = ttft + decode if decode is not None else None
@@ -283,20 +297,9 @@ def _context_row(pred: Predictor, n: int, calibrated: bool) -> ContextPrediction
 
 def prefill_flops(spec: ModelSpec, p: int) -> float:
     """2 x N_matmul x P, plus attention: per layer 4 x d_attn x sum_i min(i, window) (QK and AV, causal).
-
-    The output head (n_vocab x d_model, when both are known) runs for the last prompt token
-    only: llama.cpp computes logits just for the tokens that are output.
-    """
-    head = (spec.n_vocab or 0) * (spec.d_model or 0)
-    head = head if 0 < head < spec.n_params_matmul else 0
-    flops = 2.0 * (spec.n_params_matmul - head) * p + 2.0 * head
-    d_attn = (spec.n_head or 0) * (spec.head_dim_k or 0) or (spec.d_model or 0)
-    swa = set(spec.swa_layers) if spec.sliding_window else set()
-    for layer in range(spec.n_layer or 0):
-        w = spec.sliding_window if layer in swa else None
-        spans = p * (p + 1) / 2 if not w or p <= w else w * (w + 1) / 2 + (p - w) * w
-        flops += 4.0 * d_attn * spans
-    return flops
+    The output head runs for the last prompt token only (llama.cpp computes logits just for the
+    tokens that are output)."""
+    return chunk_flops(spec, 0, p, 1)
 
 
 def _ttft(spec: ModelSpec, p: int, cal: Calibration) -> TTFTPrediction:

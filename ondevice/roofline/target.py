@@ -108,11 +108,4 @@ def ttft_compute(
         )
     if gpu and host_gflops:
         return host_gflops, "TTFT floor uses the host CPU's measured compute (device unknown); a GPU prefills faster"
-    kernel_rates = dict(getattr(getattr(probe, "kernel", None), "type_gflops", None) or {})
-    fastest = max(kernel_rates, key=kernel_rates.get, default=None)
-    if fastest and kernel_rates[fastest] > (host_gflops or 0.0):  # llama.cpp's integer kernels outrun numpy's f32
-        return kernel_rates[fastest], (
-            f"TTFT floor uses the fastest matrix product measured here ({fastest}, "
-            f"{kernel_rates[fastest]:.0f} GFLOP/s in llama.cpp's prefill)"
-        )
     return host_gflops, None

@@ -1,0 +1,232 @@
+"""A model's shape timed on this machine, and the prediction made from it (pure arithmetic).
+
+Kernel speed does not depend on the weights' values, so the model's twin (same architecture,
+tensors and types, random data; for a model you have, its own file) decodes and prefills as fast
+as the model. ondevice.probing.timing times it on the engine's own backend, threads and settings:
+
+- decode: the step time at two contexts (a short one and one after a long prompt);
+- prefill: one chunk of k tokens from an empty cache for a few k up to the chunk size, and a chunk
+  after cached tokens (what attention over a longer context adds);
+- batch: one decode step of B sequences at once (every token's logits kept), for a few B.
+
+The prediction reads those figures and moves them to other contexts and chunk sizes by attention
+arithmetic only (attention.py): a decode step at context s = a + b x (cached tokens attended over
+the layers), fitted through the decode points; a prefill chunk of k tokens after pos cached ones =
+M(k) + c x (attention cells of the chunk), M interpolated linearly in k between the measured chunks
+and c from the chunk after cached tokens. A twin of fewer layers than the model is extrapolated
+linearly in layers (extrapolate_layers), point by point.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from ondevice.gguf.spec import ModelSpec
+from ondevice.roofline.attention import chunk_cells, decode_spans
+from ondevice.roofline.model import Calibration, Predictor
+
+__all__ = ["ShapeTiming", "TimedPredictor", "extrapolate_layers", "MAX_POINTS"]
+
+MAX_POINTS = 64  # points of one kind a stored timing may hold (a damaged file is refused, not read without end)
+
+
+@dataclass(frozen=True)
+class ShapeTiming:
+    """What timing one model's shape on this machine measured. Seconds are wall-clock, as the engine times them."""
+
+    decode: tuple[tuple[int, float], ...]  # (context tokens, seconds of one decode step: llama_decode, sample, text)
+    prefill: tuple[tuple[int, int, float], ...]  # (cached tokens before it, chunk tokens k, seconds of one llama_decode
+    # of the k tokens and the first sample): k from an empty cache for a few k, and chunks after cached tokens
+    batch: tuple[tuple[int, float], ...] = ()  # (B sequences, seconds of one decode step of all B), at batch_ctx
+    batch_ctx: int = 0  # context of each sequence in the batch steps, tokens
+    n_ubatch: int = 512  # tokens per compute pass inside one llama_decode when timed (longer prompts: several)
+    source: str = "model"  # "model" (its own file), "twin" (a twin of all its layers), "twins" (extrapolated in layers)
+    plan: str = "full"  # the timing plan: "full", or "quick" (a first run: fewer chunk sizes, one round, no batch)
+    layers: tuple[int, ...] = ()  # layer counts of the twins timed (() for all layers)
+    spread: float = 0.0  # how far repeated timings of one point differed: median of (slowest / fastest - 1)
+    other_cpu_cores: float = 0.0  # CPU other processes used while it was timed, in cores
+    elapsed_s: float = 0.0  # wall time of the timing, seconds
+    created_unix_s: float = 0.0  # when it was timed
+
+    def __post_init__(self) -> None:
+        _check_points("decode", self.decode, 2)
+        _check_points("prefill", self.prefill, 3)
+        _check_points("batch", self.batch, 2)
+        if not self.decode or not any(pos == 0 for pos, _k, _t in self.prefill):
+            raise ValueError("a timing needs decode steps and a prefill from an empty cache")
+        for name in ("batch_ctx", "n_ubatch"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be a non-negative integer")
+        for name in ("spread", "other_cpu_cores", "elapsed_s", "created_unix_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite non-negative number, not {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ShapeTiming:
+        """Inverse of to_dict; ValueError/TypeError/KeyError on anything malformed (checked in __post_init__)."""
+        return cls(
+            decode=tuple((int(s), float(t)) for s, t in d["decode"]),
+            prefill=tuple((int(p), int(k), float(t)) for p, k, t in d["prefill"]),
+            batch=tuple((int(b), float(t)) for b, t in d.get("batch", ())),
+            batch_ctx=int(d.get("batch_ctx", 0)),
+            n_ubatch=int(d.get("n_ubatch", 512)),
+            source=str(d.get("source", "model")),
+            plan=str(d.get("plan", "full")),
+            layers=tuple(int(n) for n in d.get("layers", ())),
+            spread=float(d.get("spread", 0.0)),
+            other_cpu_cores=float(d.get("other_cpu_cores", 0.0)),
+            elapsed_s=float(d.get("elapsed_s", 0.0)),
+            created_unix_s=float(d.get("created_unix_s", 0.0)),
+        )
+
+
+def _check_points(name: str, points: Sequence[tuple], width: int) -> None:
+    if len(points) > MAX_POINTS:
+        raise ValueError(f"{name}: {len(points)} points (at most {MAX_POINTS})")
+    for p in points:
+        if len(p) != width or any(not isinstance(v, int) or v < 0 for v in p[:-1]):
+            raise ValueError(f"{name}: malformed point {p!r}")
+        if not isinstance(p[-1], (int, float)) or not math.isfinite(p[-1]) or p[-1] <= 0:
+            raise ValueError(f"{name}: a time must be a finite positive number of seconds, not {p[-1]!r}")
+
+
+def extrapolate_layers(few: ShapeTiming, many: ShapeTiming, n_few: int, n_many: int, n_layer: int) -> ShapeTiming:
+    """The timing of a model of n_layer blocks from twins of n_few and n_many blocks timed on the same points:
+    each figure linear in the blocks (exact for identical blocks; the twins' blocks are chosen to match the
+    model's mix of weight types and window pattern)."""
+    if not 0 < n_few < n_many:
+        raise ValueError("twins of two different block counts are needed, the fewer first")
+    f = (n_layer - n_few) / (n_many - n_few)
+
+    def line(a: float, b: float) -> float:
+        return max(a + f * (b - a), 1e-9)  # a noisy pair must not give a negative time
+
+    def merged(xs: Sequence[tuple], ys: Sequence[tuple], what: str) -> tuple:
+        if [x[:-1] for x in xs] != [y[:-1] for y in ys]:
+            raise ValueError(f"the twins were timed on different {what} points")
+        return tuple((*x[:-1], line(x[-1], y[-1])) for x, y in zip(xs, ys))
+
+    return replace(
+        many,
+        decode=merged(few.decode, many.decode, "decode"),
+        prefill=merged(few.prefill, many.prefill, "prefill"),
+        batch=merged(few.batch, many.batch, "batch") if few.batch and many.batch else (),
+        source="twins",
+        layers=(n_few, n_many),
+        spread=max(few.spread, many.spread),
+        other_cpu_cores=max(few.other_cpu_cores, many.other_cpu_cores),
+        elapsed_s=few.elapsed_s + many.elapsed_s,
+    )
+
+
+class TimedPredictor(Predictor):
+    """The prediction from a model's timed shape (ShapeTiming); the ceiling stays the bound of the base class."""
+
+    def __init__(self, spec: ModelSpec, calibration: Calibration, timing: ShapeTiming):
+        super().__init__(spec, calibration)
+        self.timing = timing
+        self._decode_line = _line([(decode_spans(spec, s), t) for s, t in timing.decode])
+        self._chunk_k, self._chunk_m, self._cell_s = _chunk_model(spec, timing.prefill)
+        self._ubatch = max(1, timing.n_ubatch)
+
+    @property
+    def basis(self) -> str:
+        return "measured"
+
+    def predicted_step_s(self, n_ctx: int) -> float:
+        a, b = self._decode_line
+        return a + b * decode_spans(self.spec, n_ctx)
+
+    def step_s(self, n_ctx: int) -> tuple[float, float]:
+        return self.ceiling_step_s(n_ctx), self.predicted_step_s(n_ctx)
+
+    def chunk_s(self, pos: int, n_tokens: int) -> float:
+        """One compute pass of n_tokens after pos cached tokens, up to the first token's logits and sample."""
+        k = max(1, int(n_tokens))
+        return _interp(self._chunk_k, self._chunk_m, k) + self._cell_s * chunk_cells(self.spec, pos, k)
+
+    def prefill_s(self, n_tokens: int, n_cached: int = 0, n_batch: int = 512) -> float:
+        """Chunks of min(n_batch, the timed n_ubatch) tokens, each as timed (its attention moved to its position)."""
+        n, pos, chunk = max(0, int(n_tokens)), max(0, int(n_cached)), min(max(1, int(n_batch)), self._ubatch)
+        t = 0.0
+        while n > 0:
+            k = min(chunk, n)
+            t += self.chunk_s(pos, k)
+            pos, n = pos + k, n - k
+        return t
+
+    def tokens_step_s(self, n_ctx: int, n_tokens: int, n_seqs: int = 1) -> float:
+        """One llama_decode of n_tokens in each of n_seqs sequences at a context of n_ctx, logits for every
+        token: the timed batch step of as many tokens, its attention moved to n_ctx (each sequence its own)."""
+        n, b, s = max(1, int(n_tokens)), max(1, int(n_seqs)), max(0, int(n_ctx))
+        columns = n * b
+        if columns == 1:
+            return self.predicted_step_s(s)
+        s0 = self.timing.batch_ctx
+        _a, per_span = self._decode_line
+        spans = b * sum(decode_spans(self.spec, s + i) for i in range(n))
+        return self._columns_s(columns) + per_span * (spans - columns * decode_spans(self.spec, s0))
+
+    def _columns_s(self, columns: int) -> float:
+        """One step of `columns` tokens with logits, each attending the batch context: the timed batch steps,
+        linear between them (beyond the largest, its cost per token). Without any: the chunk of as many tokens
+        without its attention, every token's decode attention, and every further token's share of the decode
+        step's output head (the head runs for each token whose logits are kept)."""
+        s0 = self.timing.batch_ctx
+        decode_s = self.predicted_step_s(s0)
+        if self.timing.batch:
+            xs = [1.0] + [float(b) for b, _t in self.timing.batch]
+            ys = [decode_s] + [t for _b, t in self.timing.batch]
+            return _interp(xs, ys, columns)
+        head_share = self.spec.head_bytes / self.spec.decode_weight_bytes if self.spec.decode_weight_bytes else 0.0
+        matmul_s = _interp(self._chunk_k, self._chunk_m, columns)
+        return (
+            matmul_s
+            + columns * self._decode_line[1] * decode_spans(self.spec, s0)
+            + (columns - 1) * head_share * decode_s
+        )
+
+
+def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares (a, b) of t = a + b x; b >= 0 (attending more tokens never makes a step faster)."""
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    if len(set(xs)) < 2:
+        return statistics.median(ys), 0.0
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    b = max(b, 0.0)
+    return my - b * mx, b
+
+
+def _chunk_model(spec: ModelSpec, points: Sequence[tuple[int, int, float]]) -> tuple[list[float], list[float], float]:
+    """(chunk sizes, their times without attention, seconds per attention cell) from the prefill points.
+    The cell cost comes from chunks after cached tokens against the same chunk from an empty cache."""
+    empty = sorted((k, t) for pos, k, t in points if pos == 0)
+    ks, ts = [float(k) for k, _ in empty], [t for _, t in empty]
+    slopes = []
+    for pos, k, t in points:
+        extra = chunk_cells(spec, pos, k) - chunk_cells(spec, 0, k)
+        if pos > 0 and extra > 0:
+            slopes.append((t - _interp(ks, ts, k)) / extra)
+    cell_s = max(0.0, statistics.median(slopes)) if slopes else 0.0
+    return ks, [t - cell_s * chunk_cells(spec, 0, int(k)) for k, t in zip(ks, ts)], cell_s
+
+
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """y at x, linear between the points (xs growing); past the last, the last segment's slope; before the first, the
+    first point scaled (a chunk of fewer tokens than any timed costs no more than the smallest)."""
+    if len(xs) == 1 or x <= xs[0]:
+        return ys[0] if len(xs) == 1 or x >= xs[0] else ys[0] * max(x, 1.0) / xs[0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    (x0, y0), (x1, y1) = (xs[-2], ys[-2]), (xs[-1], ys[-1])
+    return y1 + (y1 - y0) / (x1 - x0) * (x - x1)

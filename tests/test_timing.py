@@ -1,0 +1,168 @@
+"""The prediction from a model's timed shape (roofline.timing): exact on a model whose speed follows the
+arithmetic it assumes, layer extrapolation exact for identical blocks, stored timings validated."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from ondevice.gguf.spec import inspect
+from ondevice.roofline import Calibration, ShapeTiming, TimedPredictor, extrapolate_layers
+from ondevice.roofline.attention import chunk_cells, decode_spans
+from tests.probe_fakes import (
+    TRUTH,
+    fake_timing,
+    true_batch_s,
+    true_chunk_s,
+    true_decode_s,
+    true_matmul_s,
+)
+
+CAL = Calibration("CPU", ceiling_gbs=40.0)
+
+
+@pytest.fixture(scope="module")
+def gemma(default_model):
+    return inspect(default_model)  # sliding-window layers: the arithmetic must count their window
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    return inspect(tiny_model)
+
+
+@pytest.mark.parametrize("which", ["tiny", "gemma"])
+def test_decode_is_exact_at_every_context(which, request):
+    spec = request.getfixturevalue(which)
+    pred = TimedPredictor(spec, CAL, fake_timing(spec))
+    for n in (0, 1, 100, 511, 512, 513, 2000, 8000):
+        assert pred.step_s(n)[1] == pytest.approx(true_decode_s(spec, n), rel=1e-9)
+        assert pred.step_s(n)[0] == pytest.approx(spec.kv_read_bytes(n) / 40e9 + spec.decode_weight_bytes / 40e9)
+
+
+@pytest.mark.parametrize("which", ["tiny", "gemma"])
+def test_ttft_is_exact_for_any_prompt_and_cached_prefix(which, request):
+    spec = request.getfixturevalue(which)
+    pred = TimedPredictor(spec, CAL, fake_timing(spec))
+    for n_prompt, cached in ((1, 0), (7, 0), (100, 0), (300, 0), (512, 0), (1024, 0), (1500, 0), (4096, 0), (900, 600)):
+        expected, pos, left = 0.0, cached, n_prompt - cached
+        while left:
+            k = min(512, left)
+            expected += true_chunk_s(spec, pos, k)
+            pos, left = pos + k, left - k
+        assert pred.ttft_s(n_prompt, cached, n_batch=2048) == pytest.approx(expected, rel=1e-9), (n_prompt, cached)
+
+
+def test_chunks_follow_the_timed_micro_batch(gemma):
+    pred = TimedPredictor(gemma, CAL, fake_timing(gemma, n_ubatch=256))
+    two = true_chunk_s(gemma, 0, 256) + true_chunk_s(gemma, 256, 256)
+    assert pred.prefill_s(512, 0, n_batch=2048) == pytest.approx(two, rel=1e-9)
+    assert pred.prefill_s(512, 0, n_batch=128) == pytest.approx(
+        sum(true_chunk_s(gemma, p, 128) for p in (0, 128, 256, 384)), rel=1e-9
+    )
+
+
+def test_a_chunk_longer_than_any_timed_grows_at_the_last_rate(tiny):
+    pred = TimedPredictor(tiny, CAL, fake_timing(tiny, n_ubatch=2048))
+    assert pred.chunk_s(0, 1024) == pytest.approx(true_chunk_s(tiny, 0, 1024), rel=1e-9)
+
+
+def test_batch_steps_are_the_timed_ones_and_move_with_the_context(gemma):
+    pred = TimedPredictor(gemma, CAL, fake_timing(gemma))
+    for b in (2, 4, 8, 16):
+        assert pred.tokens_step_s(20, 1, b) == pytest.approx(true_batch_s(b), rel=1e-9)
+    assert pred.tokens_step_s(20, 1, 6) == pytest.approx(true_batch_s(6), rel=1e-9)  # linear between 4 and 8
+    assert pred.tokens_step_s(20, 1, 1) == pred.step_s(20)[1]
+    extra = TRUTH["b"] * 4 * (decode_spans(gemma, 1000) - decode_spans(gemma, 20))
+    assert pred.tokens_step_s(1000, 1, 4) == pytest.approx(true_batch_s(4) + extra, rel=1e-9)
+    assert pred.tokens_step_s(20, 4, 1) > pred.tokens_step_s(20, 1, 1)  # a verify of 4 tokens
+
+
+def test_without_batch_steps_several_tokens_cost_a_chunk_and_the_head(gemma):
+    pred = TimedPredictor(gemma, CAL, fake_timing(gemma, batch=(), batch_ctx=0))
+    head_share = gemma.head_bytes / gemma.decode_weight_bytes
+    attention = TRUTH["b"] * sum(decode_spans(gemma, 100 + i) for i in range(4))  # four tokens from position 100
+    expected = true_matmul_s(4) + attention + 3 * head_share * true_decode_s(gemma, 0)
+    assert pred.tokens_step_s(100, 4, 1) == pytest.approx(expected, rel=1e-9)
+
+
+def test_e2e_is_ttft_plus_the_growing_steps(tiny):
+    pred = TimedPredictor(tiny, CAL, fake_timing(tiny))
+    steps = sum(true_decode_s(tiny, 100 + i) for i in range(1, 32))
+    assert pred.e2e_s(100, 32) == pytest.approx(pred.ttft_s(100) + steps, rel=1e-9)
+    assert pred.basis == "measured"
+
+
+def test_the_attention_cost_of_prefill_comes_from_the_chunk_after_cached_tokens(gemma):
+    # a model whose chunks cost more per attention cell: only the chunk timed after cached tokens says so
+    slow = dict(TRUTH, c=9e-8)
+    pred = TimedPredictor(gemma, CAL, fake_timing(gemma, slow))
+    assert pred.chunk_s(3000, 512) == pytest.approx(true_matmul_s(512) + 9e-8 * chunk_cells(gemma, 3000, 512))
+
+
+def _twins(spec, layers: int):
+    """A model of `layers` identical blocks: every figure t0 + layers x t1."""
+    per = dict(a=0.002, b=1e-9, m0=0.001, m1=1e-4, c=2e-9, w0=0.001, w1=2e-4)
+    fixed = dict(a=0.004, b=0.0, m0=0.003, m1=1e-5, c=0.0, w0=0.002, w1=1e-5)
+    return fake_timing(spec, {k: fixed[k] + layers * per[k] for k in per})
+
+
+def test_layer_extrapolation_is_exact_for_identical_blocks(tiny):
+    full = extrapolate_layers(_twins(tiny, 1), _twins(tiny, 3), 1, 3, 32)
+    truth = _twins(tiny, 32)
+    for got, want in zip(full.decode + full.prefill + full.batch, truth.decode + truth.prefill + truth.batch):
+        assert got[:-1] == want[:-1] and got[-1] == pytest.approx(want[-1], rel=1e-9)
+    assert full.source == "twins" and full.layers == (1, 3)
+
+
+def test_layer_extrapolation_refuses_twins_timed_on_other_points(tiny):
+    other = replace(_twins(tiny, 3), decode=((20, 0.01), (600, 0.02)))
+    with pytest.raises(ValueError, match="different decode points"):
+        extrapolate_layers(_twins(tiny, 1), other, 1, 3, 32)
+    with pytest.raises(ValueError, match="two different block counts"):
+        extrapolate_layers(_twins(tiny, 1), _twins(tiny, 3), 3, 3, 32)
+
+
+def test_a_timing_round_trips_through_json(gemma):
+    t = fake_timing(gemma, spread=0.03, other_cpu_cores=0.4, elapsed_s=2.5, created_unix_s=1.7e9, plan="quick")
+    assert ShapeTiming.from_dict(t.to_dict()) == t
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"decode": [[20, float("nan")]]},
+        {"decode": [[20, -1.0]]},
+        {"decode": [[20, float("inf")]]},
+        {"decode": []},
+        {"prefill": [[5, 64, 0.1]]},  # nothing from an empty cache
+        {"prefill": [[0, -3, 0.1]]},
+        {"batch": [[2, 0.0]]},
+        {"decode": [[n, 0.01] for n in range(100)]},
+        {"spread": float("nan")},
+        {"other_cpu_cores": -1},
+    ],
+)
+def test_a_damaged_timing_is_refused(gemma, damage):
+    d = {**fake_timing(gemma).to_dict(), **damage}
+    with pytest.raises((ValueError, TypeError)):
+        ShapeTiming.from_dict(d)
+
+
+def test_noise_is_said_in_the_prediction(gemma):
+    from ondevice.roofline.prediction import timing_notes
+
+    assert timing_notes(fake_timing(gemma)) == []
+    busy = timing_notes(fake_timing(gemma, other_cpu_cores=0.9, spread=0.2))
+    assert len(busy) == 1 and "other processes used 0.9 cores" in busy[0] and "20% apart" in busy[0]
+    twins = timing_notes(replace(fake_timing(gemma), source="twins", layers=(1, 3)))
+    assert twins == ["timed on twins of 1 and 3 layers, extrapolated in layers"]
+
+
+def test_decode_line_never_slopes_down(tiny):
+    # a noisy pair of decode points, the longer context faster: no attention cost rather than a negative one
+    t = replace(fake_timing(tiny), decode=((20, 0.013), (580, 0.012)))
+    pred = TimedPredictor(tiny, CAL, t)
+    assert pred.step_s(5000)[1] == pytest.approx(0.0125) and not math.isnan(pred.step_s(0)[1])

@@ -1,0 +1,167 @@
+"""Timing a model's shape on this machine (probing.timing) and caching it (probing.timingcache): what is
+timed, that it leaves the caller's engine as it was, the cache key, damage, a busy machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from ondevice.probing import timing as timing_mod
+from ondevice.probing import timing_for
+from ondevice.probing.timing import TimingPlan, plan_for_engine, time_engine
+from ondevice.probing.timingcache import load_timing, save_timing, timing_key, timing_path
+from ondevice.roofline.timing import ShapeTiming
+
+NaN = float("nan")
+TINY_PLAN = TimingPlan(name="full", chunks=(1, 4, 16), after=8, short_prompt=8, decode_steps=4, batch=(2,), rounds=2)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model):
+    from ondevice.engine import load
+
+    eng = load(tiny_model, n_ctx=256, n_threads=1)
+    yield eng
+    eng.close()
+
+
+def test_a_plan_is_cut_to_the_engines_context_and_micro_batch():
+    plan = TimingPlan()
+    assert plan_for_engine(plan, 4096, 512).chunks == (1, 4, 16, 64, 128, 512)
+    assert plan_for_engine(plan, 4096, 256).chunks == (1, 4, 16, 64, 128, 256)
+    small = plan_for_engine(plan, 256, 512).chunks  # 256 - 64 after - 8 steps - 8 spare = 176
+    assert small == (1, 4, 16, 64, 128, 176)
+
+
+def test_timing_an_engine_measures_every_point_of_the_plan(engine):
+    t = time_engine(engine, TINY_PLAN)
+    assert [k for pos, k, _s in t.prefill if pos == 0] == [1, 4, 16]
+    assert [(pos, k) for pos, k, _s in t.prefill if pos] == [(16, 8)]
+    assert [n for n, _s in t.decode] == [8 + 2, 16 + 8 + 2]  # contexts at the middle of each run's steps
+    assert [b for b, _s in t.batch] == [2] and t.batch_ctx == 10
+    assert t.n_ubatch == engine.info.n_ubatch and t.plan == "full" and t.source == "model"
+    assert t.spread >= 0 and t.other_cpu_cores >= 0 and t.elapsed_s > 0
+    assert ShapeTiming.from_dict(json.loads(json.dumps(t.to_dict()))) == t
+
+
+def test_timing_leaves_the_callers_seeds_and_cache_alone(engine):
+    before = engine.generate("the city", max_tokens=6, temperature=1.0, reuse_prefix=False)
+    engine.generate("the city", max_tokens=1, reuse_prefix=False)  # request k+1
+    with engine.side_requests():
+        engine.generate("x", max_tokens=1)
+    time_engine(engine, TINY_PLAN)
+    after = engine.generate("the city", max_tokens=6, temperature=1.0, reuse_prefix=False)  # request k+2
+    second = engine.generate("the city", max_tokens=6, temperature=1.0, reuse_prefix=False)  # request k+3
+    assert after.token_ids != before.token_ids or second.token_ids != before.token_ids  # seeds move per request...
+    # ...but the timing requests did not count: a fresh engine making the same user requests draws the same
+    from ondevice.engine import load
+
+    fresh = load(engine.info.model_path, n_ctx=256, n_threads=1)
+    try:
+        seq = [fresh.generate("the city", max_tokens=n, temperature=1.0, reuse_prefix=False) for n in (6, 1, 6, 6)]
+    finally:
+        fresh.close()
+    assert [g.token_ids for g in seq] == [before.token_ids, seq[1].token_ids, after.token_ids, second.token_ids]
+
+
+def test_timings_are_cached_per_shape_machine_build_and_settings(engine, tmp_path, monkeypatch):
+    calls = []
+    real = timing_mod.time_engine
+
+    def counting(eng, plan, progress=None):
+        calls.append(plan.name)
+        return real(eng, replace(TINY_PLAN, name=plan.name, rounds=1), progress=progress)
+
+    monkeypatch.setattr(timing_mod, "time_engine", counting)
+    first = timing_for(engine, plan=timing_mod.QUICK, cache_root=tmp_path)
+    assert timing_for(engine, plan=timing_mod.QUICK, cache_root=tmp_path) == first and calls == ["quick"]
+    full = timing_for(engine, cache_root=tmp_path)  # a quick timing does not serve the full plan
+    assert calls == ["quick", "full"] and full.plan == "full"
+    assert timing_for(engine, plan=timing_mod.QUICK, cache_root=tmp_path) == full  # the full one serves both
+    timing_for(engine, cache_root=tmp_path, refresh=True)
+    assert calls == ["quick", "full", "full"]
+
+
+def test_the_cache_key_changes_with_what_changes_speed(engine, monkeypatch):
+    from ondevice.probing import timingcache
+
+    base = timing_key("shape-a", engine.info)
+    assert timing_key("shape-b", engine.info).digest != base.digest
+    assert timing_key("shape-a", replace(engine.info, n_threads=7)).digest != base.digest
+    assert timing_key("shape-a", replace(engine.info, cache_type_k="q8_0")).digest != base.digest
+    assert timing_key("shape-a", replace(engine.info, n_ctx=999)).digest == base.digest  # the window: not speed
+    monkeypatch.setattr(timingcache, "build_id", lambda: "another-build")
+    assert timing_key("shape-a", engine.info).digest != base.digest
+    monkeypatch.undo()
+    monkeypatch.setattr(timingcache, "machine_id", lambda: "another-machine")
+    assert timing_key("shape-a", engine.info).digest != base.digest
+
+
+def test_a_model_and_its_renamed_copy_share_the_timing(engine, tiny_model, tmp_path):
+    from ondevice.probing import model_shape_key
+
+    copy = tmp_path / "renamed.gguf"
+    copy.write_bytes(tiny_model.read_bytes())
+    assert model_shape_key(copy) == model_shape_key(tiny_model)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        json.dumps({"schema": 1, "timing": {"decode": [[1, "x"]]}}),
+        json.dumps({"schema": 1, "timing": {"decode": [[1, -1]], "prefill": []}}),
+        "[" * 100000,
+        json.dumps({"schema": 1, "timing": {"decode": [[1, NaN]]}}),
+    ],
+)
+def test_a_damaged_timing_file_is_measured_again(engine, tmp_path, content, caplog):
+    key = timing_key("shape", engine.info)
+    path = timing_path(key, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    assert load_timing(key, tmp_path) is None
+    assert "damaged" in caplog.text and str(path) in caplog.text
+
+
+def test_a_timing_file_that_is_not_a_regular_file_or_is_huge_is_not_read(engine, tmp_path):
+    key = timing_key("shape", engine.info)
+    path = timing_path(key, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.mkdir()  # a directory where the file should be
+    assert load_timing(key, tmp_path) is None
+    path.rmdir()
+    path.write_text(" " * (2 << 20))
+    assert load_timing(key, tmp_path) is None
+
+
+def test_a_busy_machine_still_stores_its_timing_and_says_how_busy(engine, tmp_path):
+    hog = subprocess.Popen(
+        [sys.executable, "-c", "print('spinning', flush=True)\nwhile True: pass"], stdout=subprocess.PIPE
+    )
+    try:
+        assert hog.stdout.readline() == b"spinning\n"  # it runs from here on, whatever the timing takes
+        t = timing_for(engine, plan=replace(TINY_PLAN, rounds=3), cache_root=tmp_path, refresh=True)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert t.other_cpu_cores >= 0.5  # the hog kept a core busy throughout
+    assert load_timing(timing_key(_shape(engine), engine.info), tmp_path) == t  # stored, not thrown away
+
+
+def _shape(engine):
+    from ondevice.probing import model_shape_key
+
+    return model_shape_key(engine.info.model_path)
+
+
+def test_saving_is_atomic_and_refuses_a_non_finite_timing(engine, tmp_path):
+    key = timing_key("shape", engine.info)
+    t = time_engine(engine, replace(TINY_PLAN, rounds=1, batch=()))
+    save_timing(key, t, tmp_path)
+    assert load_timing(key, tmp_path) == t
+    assert [p.name for p in timing_path(key, tmp_path).parent.iterdir()] == [timing_path(key, tmp_path).name]
