@@ -56,7 +56,8 @@ def fake_result(
     )
 
 
-# A model's true speed for the timing tests: decode a + b x spans; a chunk m(k) + c x cells; a batch step w(B).
+# A model's true speed for the timing tests: decode a + b x spans; a chunk m(k) + k / 512 x c x (cells of a full
+# chunk at its position beyond those from an empty cache); a batch step w(B).
 TRUTH = {"a": 0.012, "b": 2e-8, "m0": 0.010, "m1": 1.3e-3, "c": 4e-8, "w0": 0.010, "w1": 3e-3}
 CHUNKS = (1, 4, 16, 64, 128, 512)
 
@@ -70,7 +71,7 @@ def true_matmul_s(k: int, p=TRUTH) -> float:
 
 
 def true_chunk_s(spec, pos: int, k: int, p=TRUTH) -> float:
-    return true_matmul_s(k, p) + p["c"] * chunk_cells(spec, pos, k)
+    return true_matmul_s(k, p) + k / 512 * p["c"] * (chunk_cells(spec, pos, 512) - chunk_cells(spec, 0, 512))
 
 
 def true_batch_s(b: int, p=TRUTH) -> float:
@@ -80,9 +81,9 @@ def true_batch_s(b: int, p=TRUTH) -> float:
 def fake_timing(spec, p=TRUTH, *, batch=(2, 4, 8, 16), batch_ctx: int = 20, **kw) -> ShapeTiming:
     """A ShapeTiming holding the true figures at the points the full plan times."""
     return ShapeTiming(
-        decode=((20, true_decode_s(spec, 20, p)), (580, true_decode_s(spec, 580, p))),
+        decode=((24, true_decode_s(spec, 24, p)), (2056, true_decode_s(spec, 2056, p))),
         prefill=tuple((0, k, true_chunk_s(spec, 0, k, p)) for k in CHUNKS)
-        + ((512, 64, true_chunk_s(spec, 512, 64, p)),),
+        + tuple((pos, 512, true_chunk_s(spec, pos, 512, p)) for pos in (512, 1024, 1536)),
         batch=tuple((b, true_batch_s(b, p)) for b in batch),
         batch_ctx=batch_ctx,
         **kw,

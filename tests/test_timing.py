@@ -55,12 +55,12 @@ def test_ttft_is_exact_for_any_prompt_and_cached_prefix(which, request):
         assert pred.ttft_s(n_prompt, cached, n_batch=2048) == pytest.approx(expected, rel=1e-9), (n_prompt, cached)
 
 
-def test_chunks_follow_the_timed_micro_batch(gemma):
-    pred = TimedPredictor(gemma, CAL, fake_timing(gemma, n_ubatch=256))
-    two = true_chunk_s(gemma, 0, 256) + true_chunk_s(gemma, 256, 256)
+def test_chunks_follow_the_timed_micro_batch(tiny):
+    pred = TimedPredictor(tiny, CAL, fake_timing(tiny, n_ubatch=256))
+    two = true_chunk_s(tiny, 0, 256) + true_chunk_s(tiny, 256, 256)
     assert pred.prefill_s(512, 0, n_batch=2048) == pytest.approx(two, rel=1e-9)
     assert pred.prefill_s(512, 0, n_batch=128) == pytest.approx(
-        sum(true_chunk_s(gemma, p, 128) for p in (0, 128, 256, 384)), rel=1e-9
+        sum(true_chunk_s(tiny, p, 128) for p in (0, 128, 256, 384)), rel=1e-9
     )
 
 
@@ -95,11 +95,16 @@ def test_e2e_is_ttft_plus_the_growing_steps(tiny):
     assert pred.basis == "measured"
 
 
-def test_the_attention_cost_of_prefill_comes_from_the_chunk_after_cached_tokens(gemma):
-    # a model whose chunks cost more per attention cell: only the chunk timed after cached tokens says so
+def test_the_attention_cost_of_prefill_comes_from_the_chain_of_chunks(gemma):
+    # a model whose chunks cost more per attention cell: only the chain timed after cached tokens says so
     slow = dict(TRUTH, c=9e-8)
     pred = TimedPredictor(gemma, CAL, fake_timing(gemma, slow))
-    assert pred.chunk_s(3000, 512) == pytest.approx(true_matmul_s(512) + 9e-8 * chunk_cells(gemma, 3000, 512))
+    for pos in (512, 1024, 1536, 3000, 8000):  # at the chain's positions, and past them by attention cells
+        assert pred.chunk_s(pos, 512) == pytest.approx(true_chunk_s(gemma, pos, 512, slow), rel=1e-9)
+    assert pred.chunk_s(1200, 100) == pytest.approx(true_chunk_s(gemma, 1200, 100, slow), rel=1e-9)
+    # inside the first window the chain's figures are interpolated in position (the window fills up there)
+    inside = pred.chunk_s(256, 512) - true_matmul_s(512)
+    assert inside == pytest.approx((true_chunk_s(gemma, 512, 512, slow) - true_matmul_s(512)) / 2, rel=1e-9)
 
 
 def _twins(spec, layers: int):

@@ -17,7 +17,7 @@ from ondevice.probing.timingcache import load_timing, save_timing, timing_key, t
 from ondevice.roofline.timing import ShapeTiming
 
 NaN = float("nan")
-TINY_PLAN = TimingPlan(name="full", chunks=(1, 4, 16), after=8, short_prompt=8, decode_steps=4, batch=(2,), rounds=2)
+TINY_PLAN = TimingPlan(name="full", chunks=(1, 4, 16), chain=2, short_prompt=8, decode_steps=4, batch=(2,), rounds=2)
 
 
 @pytest.fixture(scope="module")
@@ -33,15 +33,15 @@ def test_a_plan_is_cut_to_the_engines_context_and_micro_batch():
     plan = TimingPlan()
     assert plan_for_engine(plan, 4096, 512).chunks == (1, 4, 16, 64, 128, 512)
     assert plan_for_engine(plan, 4096, 256).chunks == (1, 4, 16, 64, 128, 256)
-    small = plan_for_engine(plan, 256, 512).chunks  # 256 - 64 after - 8 steps - 8 spare = 176
-    assert small == (1, 4, 16, 64, 128, 176)
+    small = plan_for_engine(plan, 2048, 512).chunks  # (2048 - 16 steps - 8 spare) / (1 + 3 in the chain) = 506
+    assert small == (1, 4, 16, 64, 128, 506)
 
 
 def test_timing_an_engine_measures_every_point_of_the_plan(engine):
     t = time_engine(engine, TINY_PLAN)
     assert [k for pos, k, _s in t.prefill if pos == 0] == [1, 4, 16]
-    assert [(pos, k) for pos, k, _s in t.prefill if pos] == [(16, 8)]
-    assert [n for n, _s in t.decode] == [8 + 2, 16 + 8 + 2]  # contexts at the middle of each run's steps
+    assert [(pos, k) for pos, k, _s in t.prefill if pos] == [(16, 16), (32, 16)]  # the chain of two on top
+    assert [n for n, _s in t.decode] == [8 + 2, 48 + 2]  # contexts at the middle of each run's steps
     assert [b for b, _s in t.batch] == [2] and t.batch_ctx == 10
     assert t.n_ubatch == engine.info.n_ubatch and t.plan == "full" and t.source == "model"
     assert t.spread >= 0 and t.other_cpu_cores >= 0 and t.elapsed_s > 0
@@ -102,11 +102,11 @@ def test_the_cache_key_changes_with_what_changes_speed(engine, monkeypatch):
 
 
 def test_a_model_and_its_renamed_copy_share_the_timing(engine, tiny_model, tmp_path):
-    from ondevice.probing import model_shape_key
+    from ondevice.quant.twin import read_header, shape_key
 
     copy = tmp_path / "renamed.gguf"
     copy.write_bytes(tiny_model.read_bytes())
-    assert model_shape_key(copy) == model_shape_key(tiny_model)
+    assert shape_key(read_header(copy)) == shape_key(read_header(tiny_model))
 
 
 @pytest.mark.parametrize(
@@ -154,9 +154,9 @@ def test_a_busy_machine_still_stores_its_timing_and_says_how_busy(engine, tmp_pa
 
 
 def _shape(engine):
-    from ondevice.probing import model_shape_key
+    from ondevice.quant.twin import read_header, shape_key
 
-    return model_shape_key(engine.info.model_path)
+    return shape_key(read_header(engine.info.model_path))
 
 
 def test_saving_is_atomic_and_refuses_a_non_finite_timing(engine, tmp_path):

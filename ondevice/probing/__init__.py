@@ -21,7 +21,16 @@ from typing import Any
 from ondevice.core import paths
 from ondevice.llama.devices import default_backend
 
-__all__ = ["probe", "cached_probe", "default_backend", "timing_for", "ProbeResult", "LOCK_TIMEOUT_S", "WAITING"]
+__all__ = [
+    "probe",
+    "cached_probe",
+    "default_backend",
+    "timing_for",
+    "timing_for_header",
+    "ProbeResult",
+    "LOCK_TIMEOUT_S",
+    "WAITING",
+]
 
 log = logging.getLogger(__name__)
 
@@ -185,17 +194,32 @@ def timing_for(
     cache_root: Path | None = None,
 ):
     """The ShapeTiming of the engine's model on this machine with the engine's settings: cached (a quick timing
-    serves only a quick plan), else timed now on the engine itself (plan: probing.timing.FULL by default) and
-    cached."""
+    serves only a quick plan), else timed now and cached: on the engine itself for a model of few bytes, else
+    on twins of fewer blocks with the engine's settings (probing.twins). plan: probing.timing.FULL by default."""
+    from ondevice.probing import cache
     from ondevice.probing.timing import FULL, time_engine
     from ondevice.probing.timingcache import load_timing, save_timing, timing_key
+    from ondevice.probing.twins import time_header, twin_blocks
+    from ondevice.quant.twin import read_header, shape_key
 
     plan = plan or FULL
-    key = timing_key(model_shape_key(engine.info.model_path), engine.info)
+    header = read_header(engine.info.model_path)
+    key = timing_key(shape_key(header), engine.info)
     found = None if refresh else load_timing(key, cache_root)
     if found is not None and (found.plan == "full" or plan.name == "quick"):
         return found
-    timing = time_engine(engine, plan, progress=progress)
+    if twin_blocks(engine.info.spec) is None:
+        timing = time_engine(engine, plan, progress=progress)
+    else:
+        work = cache.probe_dir(cache_root) / "twins"
+        timing, _info = time_header(
+            header,
+            engine.info.spec,
+            plan=plan,
+            work_dir=work,
+            engine_args=twin_engine_args(engine.info),
+            progress=progress,
+        )
     try:
         save_timing(key, timing, cache_root)
     except OSError as exc:  # a read-only cache: the timing still serves this run
@@ -203,8 +227,60 @@ def timing_for(
     return timing
 
 
-def model_shape_key(path: str | Path) -> str:
-    """The shape key of a GGUF file (quant.twin.shape_key of its header): what its timing is cached under."""
-    from ondevice.quant.twin import read_header, shape_key
+TWIN_N_CTX = 4096  # context of a twin's engine: room for the timing plan's chunks and chain
 
-    return shape_key(read_header(path))
+
+def twin_engine_args(info: Any) -> dict[str, Any]:
+    """ondevice.engine.load arguments that give a twin the settings of the engine it stands in for."""
+    offload = 0 if not info.n_gpu_layers else "auto"  # a twin has fewer blocks: offloaded all, or none
+    return dict(
+        n_ctx=TWIN_N_CTX,
+        n_threads=info.n_threads,
+        n_gpu_layers=offload,
+        n_batch=info.n_batch,
+        n_ubatch=info.n_ubatch,
+        flash_attn=info.flash_attn,
+        cache_type_k=info.cache_type_k,
+        cache_type_v=info.cache_type_v,
+    )
+
+
+def timing_for_header(
+    header: Any,
+    spec: Any,
+    *,
+    plan: Any = None,
+    engine_args: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+    refresh: bool = False,
+    cache_root: Path | None = None,
+):
+    """The ShapeTiming of a model known by its header alone (a config.json, a file not downloaded): cached under
+    its shape and the twin engine's settings, else timed now on its twins (probing.twins) and cached."""
+    from ondevice.probing import cache
+    from ondevice.probing.timing import FULL
+    from ondevice.probing.timingcache import load_timing, save_timing, timing_key
+    from ondevice.probing.twins import time_header
+    from ondevice.quant.twin import shape_key
+
+    plan, shape = plan or FULL, shape_key(header)
+
+    def cached(info):
+        found = None if refresh else load_timing(timing_key(shape, info), cache_root)
+        return found if found is not None and (found.plan == "full" or plan.name == "quick") else None
+
+    args = {"n_ctx": TWIN_N_CTX, **(engine_args or {})}
+    timing, info = time_header(
+        header,
+        spec,
+        plan=plan,
+        work_dir=cache.probe_dir(cache_root) / "twins",
+        engine_args=args,
+        progress=progress,
+        cached=cached,
+    )
+    try:
+        save_timing(timing_key(shape, info), timing, cache_root)
+    except OSError as exc:
+        log.warning("timing not cached: %s", exc)
+    return timing

@@ -3,14 +3,16 @@
 One engine (the model itself, or its twin) on the engine's own backend, threads and settings:
 
 - chunks of k tokens prefilled from an empty cache, for each k of the plan (up to n_ubatch);
-- after the longest, a chunk on top of it (what attention over the cached tokens adds), then decode
-  steps there (the long-context decode point);
+- after the longest, `chain` more chunks as long, each on top of the last (what attention over the
+  cached tokens adds as a prompt grows), then decode steps there (the long-context decode point);
 - decode steps after a short prompt (the short-context decode point);
 - with plan.batch, one decode step of B sequences for each B (speculative verify and batched decoding).
 
-Each point is timed in plan.rounds rounds, the points of a round one after another, and the fastest
-round's figure kept: what another process's burst adds to one round is not the model's speed (the
-timing says how much CPU other processes took meanwhile, and how far the rounds spread).
+A decode point is the mean of its steps (what TPOT, the mean inter-token latency, measures). Each point
+is timed in plan.rounds rounds, the points of a round one after another, and the median round's figure
+kept: one round's burst from another process is not the model's speed, and the median of three is no
+faster than a typical run either (the timing says how much CPU other processes took meanwhile, and how
+far the rounds spread).
 """
 
 from __future__ import annotations
@@ -36,31 +38,32 @@ class TimingPlan:
 
     name: str = "full"  # "full" or "quick" (ShapeTiming.plan)
     chunks: tuple[int, ...] = (1, 4, 16, 64, 128, 512)  # chunk sizes prefilled from an empty cache (<= n_ubatch)
-    after: int = 64  # a chunk of this many tokens on top of the longest: the attention slope of prefill
+    chain: int = (
+        3  # chunks as long as the longest prefilled on top of it, one after another: attention as a prompt grows
+    )
     short_prompt: int = 16  # prompt tokens before the short-context decode steps
-    decode_steps: int = 8  # decode steps timed at each context (their median counts)
+    decode_steps: int = 16  # decode steps timed at each context (their mean counts)
     batch: tuple[int, ...] = (2, 4, 8, 16)  # sequences per batched decode step
     rounds: int = 3  # every point is timed this many times; the fastest round counts
 
     @property
     def tokens(self) -> int:
         """Tokens one round computes (the chunk on top reuses the longest chunk's cache): what its cost grows with."""
-        on_top = self.after + self.decode_steps
+        on_top = self.chain * max(self.chunks) + self.decode_steps
         batch = sum(b * (self.short_prompt + self.decode_steps) for b in self.batch)
         return sum(self.chunks) + on_top + self.short_prompt + self.decode_steps + batch
 
 
 FULL = TimingPlan()  # `ondevice probe`, `ondevice predict`, `ondevice bench`
-QUICK = TimingPlan(
-    name="quick", chunks=(1, 16, 128, 512), batch=(), rounds=1
-)  # a first run: about a second on a small model
+# a first run: a second or two on a small model (chunks up to 256, one on top, fewer decode steps, one round)
+QUICK = TimingPlan(name="quick", chunks=(1, 16, 128, 256), chain=1, decode_steps=8, batch=(), rounds=1)
 
 
 def plan_for_engine(plan: TimingPlan, n_ctx: int, n_ubatch: int) -> TimingPlan:
     """The plan cut to what an engine's context holds: chunks of at most n_ubatch tokens (a longer one is
-    several passes) and, with the chunk on top and the decode steps, within n_ctx; the longest that fits
+    several passes) and, with the chain on top and the decode steps, within n_ctx; the longest that fits
     replaces the chunks that do not."""
-    room = n_ctx - plan.after - plan.decode_steps - 8
+    room = (n_ctx - plan.decode_steps - 8) // (1 + plan.chain)
     longest = min(n_ubatch, room)
     chunks = tuple(sorted(k for k in plan.chunks if k <= longest))  # the longest last: the chunk on top reuses it
     if len(chunks) < len(plan.chunks):  # the longest chunk the engine holds stands in for those it does not
@@ -85,14 +88,18 @@ def _round(engine: Any, plan: TimingPlan, salt: int) -> dict[tuple, float]:
     for k in plan.chunks:
         out[("prefill", 0, k)], _ = _first_token_s(engine, probe_ids(vocab, k, salt + k), reuse=False)
     longest = max(plan.chunks)
-    ids = probe_ids(vocab, longest, salt + longest) + probe_ids(vocab, plan.after + 1, salt + 1)[1:]
-    t, g = _first_token_s(engine, ids, reuse=True, max_tokens=1 + plan.decode_steps)
-    out[("prefill", longest, plan.after)] = t
-    out[("decode", len(ids) + plan.decode_steps // 2)] = statistics.median(g.timings.itl_s)
+    ids = probe_ids(vocab, longest, salt + longest)  # the longest chunk's prompt: the cache holds it now
+    for link in range(plan.chain):
+        ids += probe_ids(vocab, longest + 1, salt + 1 + link)[1:]
+        steps = plan.decode_steps if link == plan.chain - 1 else 0
+        t, g = _first_token_s(engine, ids, reuse=True, max_tokens=1 + steps)
+        out[("prefill", len(ids) - longest, longest)] = t
+    if plan.chain:
+        out[("decode", len(ids) + plan.decode_steps // 2)] = statistics.fmean(g.timings.itl_s)
     _t, g = _first_token_s(
         engine, probe_ids(vocab, plan.short_prompt, salt), reuse=False, max_tokens=1 + plan.decode_steps
     )
-    out[("decode", plan.short_prompt + plan.decode_steps // 2)] = statistics.median(g.timings.itl_s)
+    out[("decode", plan.short_prompt + plan.decode_steps // 2)] = statistics.fmean(g.timings.itl_s)
     return out
 
 
@@ -103,7 +110,7 @@ def _batch_round(batches: dict[int, Any], plan: TimingPlan, vocab: int, salt: in
         bg = ctx.generate(prompts, max_tokens=1 + plan.decode_steps, ignore_eos=True, seed=0)
         full = [s for s, n in zip(bg.step_s, bg.step_seqs) if n == b]
         if full:
-            out[("batch", b)] = statistics.median(full)
+            out[("batch", b)] = statistics.fmean(full)
     return out
 
 
@@ -138,11 +145,11 @@ def _name(info: Any) -> str:
 
 
 def _timing(rounds: list[dict[tuple, float]], plan: TimingPlan, info: Any, other: float, elapsed: float) -> ShapeTiming:
-    """The fastest round of each point, and the spread of the rounds."""
+    """The median round of each point, and the spread of the rounds."""
     points = {key: [r[key] for r in rounds if key in r] for key in rounds[0]}
     if not any(key[0] == "decode" for key in points):
         raise ProbeError(f"timing {_name(info)}: no decode steps were measured")
-    best = {key: min(ts) for key, ts in points.items()}
+    best = {key: statistics.median(ts) for key, ts in points.items()}
     spread = statistics.median([max(ts) / min(ts) - 1 for ts in points.values()]) if len(rounds) > 1 else 0.0
     return ShapeTiming(
         decode=tuple(sorted((key[1], t) for key, t in best.items() if key[0] == "decode")),

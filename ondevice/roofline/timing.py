@@ -5,16 +5,18 @@ tensors and types, random data; for a model you have, its own file) decodes and 
 as the model. ondevice.probing.timing times it on the engine's own backend, threads and settings:
 
 - decode: the step time at two contexts (a short one and one after a long prompt);
-- prefill: one chunk of k tokens from an empty cache for a few k up to the chunk size, and a chunk
-  after cached tokens (what attention over a longer context adds);
+- prefill: one chunk of k tokens from an empty cache for a few k up to the chunk size, then a chain of
+  chunks as long on top of it (what attention over a longer context adds, chunk by chunk);
 - batch: one decode step of B sequences at once (every token's logits kept), for a few B.
 
 The prediction reads those figures and moves them to other contexts and chunk sizes by attention
 arithmetic only (attention.py): a decode step at context s = a + b x (cached tokens attended over
 the layers), fitted through the decode points; a prefill chunk of k tokens after pos cached ones =
-M(k) + c x (attention cells of the chunk), M interpolated linearly in k between the measured chunks
-and c from the chunk after cached tokens. A twin of fewer layers than the model is extrapolated
-linearly in layers (extrapolate_layers), point by point.
+M(k) + k / K x A(pos): M interpolated linearly in k between the chunks timed from an empty cache, A
+what a full chunk of K tokens took at that position beyond the same chunk from an empty cache (the
+chain, linear between its positions; past the last, at its last cost per attention cell, windows
+capped). A twin of fewer layers than the model is extrapolated linearly in layers (extrapolate_layers),
+point by point.
 """
 
 from __future__ import annotations
@@ -134,7 +136,9 @@ class TimedPredictor(Predictor):
         super().__init__(spec, calibration)
         self.timing = timing
         self._decode_line = _line([(decode_spans(spec, s), t) for s, t in timing.decode])
-        self._chunk_k, self._chunk_m, self._cell_s = _chunk_model(spec, timing.prefill)
+        empty = sorted((k, t) for pos, k, t in timing.prefill if pos == 0)
+        self._chunk_k, self._chunk_m = [float(k) for k, _t in empty], [t for _k, t in empty]
+        self._chain_k, self._chain = _chain(timing.prefill, self._chunk_k, self._chunk_m)
         self._ubatch = max(1, timing.n_ubatch)
 
     @property
@@ -151,7 +155,19 @@ class TimedPredictor(Predictor):
     def chunk_s(self, pos: int, n_tokens: int) -> float:
         """One compute pass of n_tokens after pos cached tokens, up to the first token's logits and sample."""
         k = max(1, int(n_tokens))
-        return _interp(self._chunk_k, self._chunk_m, k) + self._cell_s * chunk_cells(self.spec, pos, k)
+        return _interp(self._chunk_k, self._chunk_m, k) + k / self._chain_k * self._attention_s(max(0, int(pos)))
+
+    def _attention_s(self, pos: int) -> float:
+        """What a full chunk (of the chain's length) takes after pos cached tokens beyond the same chunk from an
+        empty cache: the chain's figures, linear between them; past the last, its cost per attention cell
+        (least squares over the chain's chunks: one noisy chunk moves it less than it would a last segment)."""
+        positions, extra = [0.0] + [p for p, _a in self._chain], [0.0] + [a for _p, a in self._chain]
+        if pos <= positions[-1] or len(positions) < 2:
+            return _interp(positions, extra, pos) if len(positions) > 1 else 0.0
+        k = int(self._chain_k)
+        cells = [(chunk_cells(self.spec, int(p), k), a) for p, a in zip(positions, extra)]
+        _a, per_cell = _line(cells[1:] if len(cells) > 2 else cells)
+        return extra[-1] + per_cell * (chunk_cells(self.spec, pos, k) - cells[-1][0])
 
     def prefill_s(self, n_tokens: int, n_cached: int = 0, n_batch: int = 512) -> float:
         """Chunks of min(n_batch, the timed n_ubatch) tokens, each as timed (its attention moved to its position)."""
@@ -206,18 +222,15 @@ def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def _chunk_model(spec: ModelSpec, points: Sequence[tuple[int, int, float]]) -> tuple[list[float], list[float], float]:
-    """(chunk sizes, their times without attention, seconds per attention cell) from the prefill points.
-    The cell cost comes from chunks after cached tokens against the same chunk from an empty cache."""
-    empty = sorted((k, t) for pos, k, t in points if pos == 0)
-    ks, ts = [float(k) for k, _ in empty], [t for _, t in empty]
-    slopes = []
-    for pos, k, t in points:
-        extra = chunk_cells(spec, pos, k) - chunk_cells(spec, 0, k)
-        if pos > 0 and extra > 0:
-            slopes.append((t - _interp(ks, ts, k)) / extra)
-    cell_s = max(0.0, statistics.median(slopes)) if slopes else 0.0
-    return ks, [t - cell_s * chunk_cells(spec, 0, int(k)) for k, t in zip(ks, ts)], cell_s
+def _chain(points: Sequence[tuple[int, int, float]], ks: list[float], ts: list[float]) -> tuple[float, list]:
+    """(K, [(position, seconds beyond the same chunk from an empty cache)]) of the chunks timed after cached
+    tokens (the chain: chunks of one length K, the longest timed from an empty cache)."""
+    after = sorted((pos, k, t) for pos, k, t in points if pos > 0)
+    if not after:
+        return (ks[-1] if ks else 1.0), []
+    k_chain = max(k for _p, k, _t in after)
+    base = _interp(ks, ts, k_chain)
+    return float(k_chain), [(float(pos), t - base) for pos, k, t in after if k == k_chain]
 
 
 def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:

@@ -1,0 +1,200 @@
+"""How right is the prediction on models it never saw? Predicted against measured TTFT and decode, per model and
+prompt length, the prediction made the way a user gets it for a model known only by its header: its twin
+(random data, same tensors) timed on this machine, whole or as two twins of fewer blocks extrapolated in
+blocks. Nothing is fitted here or anywhere: every figure is timed.
+
+The models (built here, none of them ever timed to set anything):
+- the default model (Gemma 3 270M, Q4_K_M) and its requantized ladder: Q4_0, Q4_1, Q5_K_M, Q6_K, Q8_0, F16, IQ4_XS;
+- the chat model (SmolLM2 135M Instruct, Q4_1) when its package is installed;
+- files in the shapes of public models (their Hugging Face config.json, tests/data/hf_configs): Qwen2.5 0.5B,
+  Qwen3 0.6B, Gemma 3 1B, and at reduced depth Llama 3.1 8B (6 of 32 blocks), Mistral 7B (6 of 32), Phi-3-mini
+  (8 of 32), Qwen3-30B-A3B (a MoE, 4 of 48 blocks); random data, so their twins are other random files of the
+  same header (a large one's are two twins of fewer blocks, extrapolated to the file's blocks).
+
+Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
+loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
+next OUTPUT tokens. The error of a row is the median over rounds of predicted / measured - 1 (paired). A row
+meets the target when its decode is within +-10% and its TTFT within +-15%; the script exits 1 when fewer than
+90% of the rows do.
+
+    python benchmarks/prediction_accuracy.py [--rounds 3] [--models all|default,ladder,chat,shapes] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+DECODE_TOLERANCE, TTFT_TOLERANCE, ROWS_NEEDED = 0.10, 0.15, 0.90
+PROMPTS = (128, 1024, 4096)
+OUTPUT = 32
+LADDER = ("Q4_0", "Q4_1", "Q5_K_M", "Q6_K", "Q8_0", "F16", "IQ4_XS")
+CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs"
+# (config file, file type, blocks kept of the model's: None = all)
+SHAPES = (
+    ("qwen2.5-0.5b.json", "Q8_0", None),
+    ("qwen3-0.6b.json", "Q4_K_M", None),
+    ("gemma-3-1b-pt.json", "Q4_K_M", None),
+    ("llama-3.1-8b.json", "Q4_K_M", 6),
+    ("mistral-7b-v0.1.json", "Q4_0", 6),
+    ("phi-3-mini-4k-instruct.json", "Q4_0", 8),
+    ("qwen3-30b-a3b.json", "Q4_K_M", 4),
+)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def say(msg: str) -> None:
+    print(f"  {msg}", file=sys.stderr, flush=True)
+
+
+def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
+    """(label, GGUF path) of every model measured, built in work/ (kept there between runs)."""
+    from ondevice.models.materialize import resolve_model
+    from ondevice.quant.quantize import quantize
+
+    default = resolve_model(None)
+    out = [("gemma3-270m Q4_K_M", default)] if "default" in which else []
+    if "ladder" in which:
+        for qtype in LADDER:
+            path = work / f"gemma3-270m-{qtype}.gguf"
+            if not path.exists():
+                say(f"quantizing the default model to {qtype}")
+                quantize(default, path, qtype, allow_requantize=True)
+            out.append((f"gemma3-270m {qtype}", path))
+    if "chat" in which:
+        try:
+            out.append(("smollm2-135m-instruct Q4_1", resolve_model("smollm2-135m-instruct")))
+        except Exception as exc:  # noqa: BLE001 - the chat model is optional here
+            say(f"chat model left out: {exc}")
+    if "shapes" in which:
+        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in SHAPES]
+    return out
+
+
+def shape_model(config: str, qtype: str, keep: int | None, work: Path) -> tuple[str, Path]:
+    """A random-data model file in a public model's shape (its config.json), quantized as llama.cpp would."""
+    from ondevice.quant.hfconfig import header_from_hf_config
+    from ondevice.quant.twin import quantized_header, reduce_layers, write_twin
+
+    stem = config.removesuffix(".json")
+    path = work / f"{stem}-{qtype}{f'-{keep}blk' if keep else ''}.gguf"
+    if not path.exists():
+        say(f"writing {path.name}")
+        header = quantized_header(header_from_hf_config(CONFIGS / config), qtype)
+        if keep:
+            header = reduce_layers(header, keep)
+        write_twin(header, path, seed=12345)  # another seed than any twin: the model is not its twin's copy
+    return f"{stem} {qtype}" + (f" ({keep} blocks)" if keep else ""), path
+
+
+def predicted(path: Path, cache: Path):
+    """The predictor a user of this header gets: its twin timed now (the full plan, nothing cached)."""
+    from ondevice.gguf.spec import inspect
+    from ondevice.probing import timing_for_header
+    from ondevice.probing.twins import twin_blocks
+    from ondevice.quant.twin import read_header
+    from ondevice.roofline import Calibration, TimedPredictor
+
+    spec = inspect(path)
+    timing = timing_for_header(read_header(path), spec, refresh=True, cache_root=cache)
+    how = "whole" if twin_blocks(spec) is None else "twins of {} and {} blocks".format(*twin_blocks(spec))
+    return TimedPredictor(spec, Calibration("CPU", ceiling_gbs=1e3), timing), how, timing.elapsed_s
+
+
+def measured(path: Path, prompts: tuple[int, ...], salt: int) -> tuple[dict[int, tuple[float, float]], int]:
+    """{P: (TTFT s, TPOT s)} of the model loaded afresh, and its chunk (min(n_batch, n_ubatch))."""
+    from ondevice.engine import load
+    from ondevice.probing.timing import probe_ids
+
+    engine = load(path, n_ctx=max(prompts) + OUTPUT + 256)
+    try:
+        engine.generate(probe_ids(engine.n_vocab, 8, salt), max_tokens=2, ignore_eos=True, reuse_prefix=False)
+        out = {}
+        for p in prompts:
+            g = engine.generate(probe_ids(engine.n_vocab, p, salt + p), max_tokens=OUTPUT, ignore_eos=True,
+                                reuse_prefix=False, seed=0)
+            out[p] = (g.timings.ttft_s, g.timings.tpot_s)
+        return out, min(engine.info.n_batch, engine.info.n_ubatch)
+    finally:
+        engine.close()
+
+
+def prompts_for(path: Path) -> tuple[int, ...]:
+    from ondevice.gguf.spec import inspect
+
+    limit = inspect(path).n_ctx_train or 4096
+    return tuple(p for p in PROMPTS if p + OUTPUT + 256 <= limit)
+
+
+def run(models: list[tuple[str, Path]], rounds: int, work: Path) -> list[dict]:
+    rows: dict[tuple[str, int], dict] = {}
+    for r in range(rounds):
+        for label, path in models:
+            say(f"round {r + 1}/{rounds}: {label}")
+            pred, how, timing_s = predicted(path, work / "cache")
+            prompts = prompts_for(path)
+            meas, chunk = measured(path, prompts, salt=1000 * (r + 1))
+            for p in prompts:
+                ttft, tpot = meas[p]
+                row = rows.setdefault((label, p), {"model": label, "prompt": p, "twin": how, "rounds": []})
+                row["rounds"].append({
+                    "ttft_s": ttft, "tpot_s": tpot, "timing_s": timing_s,
+                    "predicted_ttft_s": pred.ttft_s(p, 0, chunk),
+                    "predicted_tpot_s": pred.decode_s(p, OUTPUT) / (OUTPUT - 1),
+                })
+    for row in rows.values():
+        rs = row["rounds"]
+        row["ttft_error"] = statistics.median(x["predicted_ttft_s"] / x["ttft_s"] - 1 for x in rs)
+        row["decode_error"] = statistics.median(x["tpot_s"] / x["predicted_tpot_s"] - 1 for x in rs)  # tok/s
+        row["meets"] = abs(row["decode_error"]) <= DECODE_TOLERANCE and abs(row["ttft_error"]) <= TTFT_TOLERANCE
+    return list(rows.values())
+
+
+def report(rows: list[dict]) -> str:
+    lines = [f"{'model':<34} {'P':>5}  {'decode err':>10}  {'TTFT err':>9}  twin", "-" * 80]
+    for row in rows:
+        mark = "" if row["meets"] else "   MISS"
+        lines.append(f"{row['model']:<34} {row['prompt']:>5}  {100 * row['decode_error']:>+9.1f}%  "
+                     f"{100 * row['ttft_error']:>+8.1f}%  {row['twin']}{mark}")
+    met = sum(r["meets"] for r in rows)
+    lines.append(f"{met}/{len(rows)} rows within decode +-{100 * DECODE_TOLERANCE:.0f}% and TTFT "
+                 f"+-{100 * TTFT_TOLERANCE:.0f}% (decode error: predicted / measured decode tok/s - 1)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--models", default="all", help="all, or some of default,ladder,chat,shapes")
+    ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
+    ap.add_argument("--json", type=Path, help="write every round's figures here")
+    args = ap.parse_args(argv)
+    which = {"default", "ladder", "chat", "shapes"} if args.models == "all" else set(args.models.split(","))
+    args.work.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    models = build_models(which, args.work)
+    rows = run(models, args.rounds, args.work)
+    print(f"CPU: {cpu_name()}; {args.rounds} rounds; {time.time() - started:.0f} s")
+    print(report(rows))
+    if args.json:
+        args.json.write_text(json.dumps({"cpu": cpu_name(), "rounds": args.rounds, "rows": rows}, indent=1))
+    met = sum(r["meets"] for r in rows)
+    return 0 if rows and met >= ROWS_NEEDED * len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Time a model from its header: its twin (the same tensors, names, shapes and types, random data) on this
+machine. A model of few bytes is timed whole; a larger one as two twins of fewer blocks, the figures
+extrapolated linearly in blocks (roofline.extrapolate_layers), so timing an 8B model takes seconds.
+
+The twins' blocks follow the model's: as many as the sliding-window pattern's period (so a twin's windowed
+and full-context layers come in the model's proportion), and each twin's block types in the model's mix of
+quantization types (quant.twin.matching_blocks). The twin files are written in the cache dir, timed, and
+removed; the timing is cached under the model's shape like any other (probing.timing_for).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ondevice.core import paths
+from ondevice.gguf.spec import ModelSpec
+from ondevice.roofline.timing import ShapeTiming, extrapolate_layers
+
+__all__ = ["time_header", "twin_blocks", "WHOLE_BYTES", "window_period"]
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+WHOLE_BYTES = 768 << 20  # a model of at most this many weight bytes is timed whole (one twin, or its own file)
+
+
+def window_period(spec: ModelSpec) -> int:
+    """The period of a model's sliding-window layer pattern (1 without windows): gemma 3's five windowed layers
+    and one global layer repeat every 6 blocks."""
+    n = spec.n_layer or 0
+    swa = set(spec.swa_layers) if spec.sliding_window else set()
+    if not swa or n < 2:
+        return 1
+    pattern = [i in swa for i in range(n)]
+    return next((p for p in range(1, n) if all(pattern[i] == pattern[i % p] for i in range(n))), n)
+
+
+def twin_blocks(spec: ModelSpec) -> tuple[int, int] | None:
+    """(fewer, more) blocks of the two twins of a model too large to time whole, or None (time it whole): the
+    fewer is one window period, the more three (two periods apart: a mix of two block types comes out even)."""
+    period = window_period(spec)
+    few, more = period, 3 * period
+    if spec.weight_bytes <= WHOLE_BYTES or (spec.n_layer or 0) <= more:
+        return None
+    return few, more
+
+
+def time_header(
+    header: Any,
+    spec: ModelSpec,
+    *,
+    plan: Any,
+    work_dir: Path,
+    engine_args: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+    blocks: tuple[int, int] | None | str = "auto",
+    cached: Callable[[Any], ShapeTiming | None] | None = None,
+) -> tuple[ShapeTiming, Any]:
+    """(the model's timing from twins of its header, the EngineInfo of a twin engine: its settings key the
+    cache). blocks: "auto" (twin_blocks), None (one twin of every block), or (fewer, more). cached(info): a
+    timing already stored for these settings, asked once the first twin's engine says what they are (then
+    nothing is timed)."""
+    from ondevice.quant.twin import matching_blocks, reduce_layers
+
+    say = progress or (lambda _msg: None)
+    blocks = twin_blocks(spec) if blocks == "auto" else blocks
+    if blocks is None:
+        timing, info, found = _time_twin(header, work_dir, "all", plan, engine_args or {}, say, cached)
+        return (timing if found else replace(timing, source="twin")), info
+    few, more = blocks
+    timings = []
+    for n in (few, more):
+        twin = reduce_layers(header, n, matching_blocks(header, n))
+        timing, info, found = _time_twin(twin, work_dir, f"{n}-blocks", plan, engine_args or {}, say, cached)
+        if found:
+            return timing, info
+        cached = None  # the settings are known now, and nothing was stored for them
+        timings.append(timing)
+    return extrapolate_layers(timings[0], timings[1], few, more, spec.n_layer), info
+
+
+def _time_twin(
+    header: Any,
+    work_dir: Path,
+    tag: str,
+    plan: Any,
+    engine_args: dict[str, Any],
+    say: Progress,
+    cached: Callable[[Any], ShapeTiming | None] | None,
+):
+    from ondevice.engine import load
+    from ondevice.probing.timing import time_engine
+
+    with _twin_file(header, work_dir, tag, say) as path:
+        engine = load(path, **engine_args)
+        try:
+            found = cached(engine.info) if cached is not None else None
+            if found is not None:
+                return found, engine.info, True
+            return time_engine(engine, plan, progress=say), engine.info, False
+        finally:
+            engine.close()
+
+
+@contextlib.contextmanager
+def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress) -> Iterator[Path]:
+    """A twin of header written in work_dir for the time of the with block (removed after, whatever happens)."""
+    from ondevice.quant.twin import shape_key, write_twin
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    paths.remove_stale_temps(work_dir, owned=True)
+    path = work_dir / f"twin-{shape_key(header)}-{tag}.gguf"
+    say(f"writing a twin ({tag} blocks)")
+    write_twin(header, path)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
