@@ -31,6 +31,7 @@ from gguf import (
     Keys,
     LlamaFileType,
     RopeScalingType,
+    TokenType,
 )
 from ondevice.quant.header import Field, Header, TensorSpec
 from ondevice.quant.synth import synthetic_vocab
@@ -70,6 +71,7 @@ _GEMMA3_DEFAULTS = {"vocab_size": 262208, "sliding_window": 4096, "rope_theta": 
 # config's vocab_size is larger (262208 in the 4B-27B configs: rows no token reaches)
 _GEMMA3_TOKENIZER_SIZE = 262144
 _MISSING = object()
+_ENDOFTEXT = "<|endoftext|>"
 
 
 def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str | None = None) -> Header:
@@ -406,8 +408,11 @@ _BUILDERS = {
 
 
 def _vocab(kv: _KV, n_vocab: int) -> None:
-    """synth's synthetic vocabulary (<unk>, <s>, </s>, 256 byte tokens, word pieces) of n_vocab tokens."""
+    """synth's synthetic vocabulary (<unk>, <s>, </s>, 256 byte tokens, word pieces) of n_vocab tokens,
+    its last token "<|endoftext|>": llama.cpp looks that token up by its text (and fails to load
+    without it) in every model whose general.name says Phi-3."""
     tokens, scores, types = synthetic_vocab(n_vocab)
+    tokens[-1], types[-1] = _ENDOFTEXT, int(TokenType.CONTROL)
     kv.string(Keys.Tokenizer.MODEL, "llama")
     kv.put(Keys.Tokenizer.LIST, Field.array(tokens, GGUFValueType.STRING))
     kv.put(Keys.Tokenizer.SCORES, Field.array(scores, GGUFValueType.FLOAT32))

@@ -179,11 +179,18 @@ def _cut_fields(header: Header, n_keep: int) -> dict[str, Field]:
 def quantized_header(header: Header, qtype: str, *, pure: bool = False) -> Header:
     """`header` (a float model's: F16, BF16 or F32 matrices) as llama.cpp's quantizer would write it
     in file type `qtype` ("Q4_K_M", "Q8_0", ...): each tensor's type from the quantizer's dry run on
-    a sparse copy (nothing quantized, no data written), general.file_type and quantization_version
-    set as the quantizer sets them. QuantError for an unknown type or a refusal."""
+    a sparse copy (nothing quantized, no data written), in the quantizer's tensor order, with
+    general.file_type and quantization_version set as it sets them. QuantError for an unknown type
+    or a refusal."""
     from ondevice.llama.quantize import supports_file_type, tensor_types
 
     ftype = file_type(qtype)
+    quantized = sorted({t.type for t in header.tensors if block_format(t.type).is_quantized})
+    if quantized:
+        raise QuantError(
+            f"the header is already quantized ({', '.join(quantized)}); a file type applies to a float model's header "
+            "(F16, BF16 or F32 matrices, as from a config.json)"
+        )
     if not supports_file_type(ftype.name, ftype.value):
         raise QuantError(f"this llama.cpp build does not support {qtype}")
     with tempfile.TemporaryDirectory(prefix="ondevice-twin-") as folder:
@@ -197,7 +204,15 @@ def quantized_header(header: Header, qtype: str, *, pure: bool = False) -> Heade
     }
     fields[Keys.General.QUANTIZATION_VERSION] = Field.u32(GGML_QUANT_VERSION)
     fields[Keys.General.FILE_TYPE] = Field.u32(ftype.value)
-    return Header(fields, tuple(replace(t, type=types[t.name]) for t in header.tensors))
+    tensors = sorted(header.tensors, key=_quantizer_order)
+    return Header(fields, tuple(replace(t, type=types[t.name]) for t in tensors))
+
+
+def _quantizer_order(t: TensorSpec) -> tuple[int, str]:
+    """The order llama.cpp's quantizer writes tensors in: those outside blocks first, then block by
+    block; by name within each."""
+    where = _block_of(t.name)
+    return (-1 if where is None else where[0], t.name)
 
 
 def write_twin(
