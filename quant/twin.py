@@ -1,32 +1,251 @@
-"""PROVISIONAL (the twin builder replaces this file): a GGUF header and its shape key."""
+"""A model's twin: the same architecture, metadata and tensors (names, shapes, per-tensor types) with
+valid random data, written in seconds. Kernel speed does not depend on the weights' values, so a
+twin decodes and prefills as fast as the model it copies: timing it says how fast a model runs here
+before its weights are downloaded. A large model's twin keeps fewer blocks (`reduce_layers`), with
+the blocks' type mix matched to the whole model's (`matching_blocks`); a header comes from a GGUF
+(`read_header`), from a Hugging Face config.json (ondevice.quant.hfconfig), and in any file type
+llama.cpp's quantizer would give it (`quantized_header`, from its dry run).
+
+    header = read_header("model.gguf")                       # or header_from_hf_config(...)
+    small = reduce_layers(header, 3, matching_blocks(header, 3))
+    write_twin(small, "twin.gguf")
+
+The token embedding is gathered one row per token, not read whole (unless the head is tied to it),
+so `write_twin(..., hole_embedding=True)` leaves it as a sparse hole (zeros, no disk writes); the
+default writes it, which costs its bytes of writing and keeps a MoE router's choices varied.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from ondevice.gguf.reader import ArrayRef, read_gguf
+import numpy as np
+from gguf import GGML_QUANT_VERSION, GGUFValueType, Keys
+from ondevice.quant.formats import block_format
+from ondevice.quant.header import Field, Header, TensorSpec, data_layout, encode_header, read_header
+from ondevice.quant.quantize import file_type
+from ondevice.quant.twindata import block_pool, write_tiled
 
-__all__ = ["Header", "read_header", "shape_key"]
+from ondevice.core import paths
+from ondevice.core.errors import QuantError, SpecError
 
+__all__ = [
+    "Field",
+    "Header",
+    "TensorSpec",
+    "read_header",
+    "shape_key",
+    "layer_signatures",
+    "reduce_layers",
+    "matching_blocks",
+    "quantized_header",
+    "write_twin",
+]
 
-@dataclass(frozen=True)
-class Header:
-    arch: str
-    fields: dict
-    tensors: tuple
-
-
-def read_header(path: str | Path) -> Header:
-    g = read_gguf(path)
-    fields = {k: (f"array[{v.count}]" if isinstance(v, ArrayRef) else v) for k, v in g.metadata.items()}
-    tensors = tuple((t.name, t.shape, t.type_name) for t in g.tensors)
-    return Header(str(g.metadata.get("general.architecture")), fields, tensors)
+_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")  # gguf's per-block tensor names: "blk.{bid}.attn_q.weight"
+_EMBED, _HEAD = "token_embd.weight", "output.weight"
+# general.* keys that decide speed; every other general.* key is a label (name, licence, tags, file type)
+_GENERAL_KEPT = (Keys.General.ARCHITECTURE, Keys.General.ALIGNMENT, Keys.General.QUANTIZATION_VERSION)
+# arrays that are not per layer even when their length happens to equal the layer count
+_NOT_PER_LAYER = (Keys.Rope.DIMENSION_SECTIONS, Keys.Classifier.OUTPUT_LABELS)
 
 
 def shape_key(header: Header) -> str:
-    kv = {k: v for k, v in header.fields.items() if not k.startswith("general.") and not isinstance(v, list)}
-    text = json.dumps([header.arch, sorted(kv.items(), key=lambda x: x[0]), header.tensors], default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    """A stable hash (16 hex digits) of what decides a model's speed: the architecture, every
+    hyperparameter, the vocabulary's size, and each tensor's name, shape and type. Labels (general.name,
+    descriptions, licence), the tokenizer's strings, scores and special ids, and the file's name are
+    left out; a float32 value counts as float32 (as a file holds it), an int whatever its width."""
+    fields = {key: _canonical(f) for key, f in header.fields.items() if _decides_speed(key)}
+    tokens = header.fields.get(Keys.Tokenizer.LIST)
+    payload = {
+        "fields": fields,
+        "n_vocab": len(tokens.value) if tokens is not None and tokens.type == GGUFValueType.ARRAY else None,
+        "tensors": sorted([t.name, list(t.shape), t.type] for t in header.tensors),
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _decides_speed(key: str) -> bool:
+    if key.startswith("general."):
+        return key in _GENERAL_KEPT
+    return not key.startswith(("tokenizer.", "quantize.", "split."))  # provenance and tokenization
+
+
+def _canonical(field: Field):
+    if field.type != GGUFValueType.ARRAY:
+        return float(np.float32(field.value)) if field.type == GGUFValueType.FLOAT32 else field.value
+    if field.item_type == GGUFValueType.ARRAY:
+        return [_canonical(inner) for inner in field.value]
+    if field.item_type == GGUFValueType.FLOAT32:
+        return [float(v) for v in np.asarray(field.value, dtype=np.float32)]
+    return list(field.value)
+
+
+def _block_of(name: str) -> tuple[int, str] | None:
+    match = _BLOCK.match(name)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def layer_signatures(header: Header) -> list[tuple[tuple[str, tuple[int, ...], str], ...]]:
+    """Per block, its tensors' (name within the block, shape, type), sorted: blocks of a quant mix
+    such as Q4_K_M differ (attn_v and ffn_down get more bits in some layers)."""
+    n_layer = header.n_layer
+    per_block: list[list[tuple[str, tuple[int, ...], str]]] = [[] for _ in range(n_layer)]
+    for t in header.tensors:
+        where = _block_of(t.name)
+        if where is not None and where[0] < n_layer:
+            per_block[where[0]].append((where[1], t.shape, t.type))
+    return [tuple(sorted(block)) for block in per_block]
+
+
+def matching_blocks(header: Header, k: int) -> list[int]:
+    """k block indices whose signatures (layer_signatures) come in the whole model's proportions,
+    each signature getting its share of k by largest remainder, the blocks of one signature taken
+    evenly across the model; sorted. With reduce_layers(header, k, matching_blocks(header, k)) a
+    twin of k blocks has the model's type mix as nearly as k blocks allow."""
+    sigs = layer_signatures(header)
+    n = len(sigs)
+    if not 1 <= k <= n:
+        raise SpecError(f"blocks to keep must be 1..{n}, not {k}")
+    groups: dict[tuple, list[int]] = {}
+    for i, sig in enumerate(sigs):
+        groups.setdefault(sig, []).append(i)
+    members = list(groups.values())
+    exact = [k * len(m) / n for m in members]
+    quota = [int(q) for q in exact]
+    by_remainder = sorted(range(len(members)), key=lambda g: (-(exact[g] - quota[g]), members[g][0]))
+    for g in by_remainder[: k - sum(quota)]:
+        quota[g] += 1
+    picks = []
+    for m, q in zip(members, quota):
+        picks += [m[int((j + 0.5) * len(m) / q)] for j in range(q)]
+    return sorted(picks)
+
+
+def reduce_layers(header: Header, n_keep: int, types_from: Sequence[int] | None = None) -> Header:
+    """The header of the first `n_keep` blocks: block_count and every per-layer array cut to n_keep;
+    block i keeps its own shapes and takes the tensor types of original block `types_from[i]`
+    (default: its own). Tensors outside the blocks are kept as they are."""
+    n_layer = header.n_layer
+    if not 1 <= n_keep <= n_layer:
+        raise SpecError(f"blocks to keep must be 1..{n_layer}, not {n_keep}")
+    source = list(range(n_keep)) if types_from is None else [int(i) for i in types_from]
+    if len(source) != n_keep or any(not 0 <= i < n_layer for i in source):
+        raise SpecError(f"types_from must give {n_keep} block indices in 0..{n_layer - 1}, not {list(source)}")
+    types = [{} for _ in range(n_layer)]
+    for t in header.tensors:
+        where = _block_of(t.name)
+        if where is not None and where[0] < n_layer:
+            types[where[0]][where[1]] = t.type
+    tensors = []
+    for t in header.tensors:
+        where = _block_of(t.name)
+        if where is None:
+            tensors.append(t)
+        elif where[0] < n_keep:
+            tensors.append(replace(t, type=_borrowed_type(t, where[1], types[source[where[0]]], source[where[0]])))
+    return Header(_cut_fields(header, n_keep), tuple(tensors))
+
+
+def _borrowed_type(t: TensorSpec, suffix: str, types: dict[str, str], block: int) -> str:
+    new = types.get(suffix)
+    if new is None:
+        raise SpecError(f"block {block} has no tensor {suffix!r} to take the type of {t.name} from")
+    if t.shape[0] % block_format(new).block_elements:
+        raise SpecError(f"{t.name}: a row of {t.shape[0]} cannot hold {new} blocks (the type of block {block})")
+    return new
+
+
+def _cut_fields(header: Header, n_keep: int) -> dict[str, Field]:
+    n_layer, prefix = header.n_layer, header.arch + "."
+    skip = {header.key(k) for k in _NOT_PER_LAYER}
+    fields = {}
+    for key, f in header.fields.items():
+        if key == header.key(Keys.LLM.BLOCK_COUNT):
+            f = replace(f, value=n_keep)
+        elif key.startswith(prefix) and key not in skip and f.type == GGUFValueType.ARRAY and len(f.value) == n_layer:
+            f = replace(f, value=f.value[:n_keep])
+        fields[key] = f
+    return fields
+
+
+def quantized_header(header: Header, qtype: str, *, pure: bool = False) -> Header:
+    """`header` (a float model's: F16, BF16 or F32 matrices) as llama.cpp's quantizer would write it
+    in file type `qtype` ("Q4_K_M", "Q8_0", ...): each tensor's type from the quantizer's dry run on
+    a sparse copy (nothing quantized, no data written), in the quantizer's tensor order, with
+    general.file_type and quantization_version set as it sets them. QuantError for an unknown type
+    or a refusal."""
+    from ondevice.llama.quantize import supports_file_type, tensor_types
+
+    ftype = file_type(qtype)
+    quantized = sorted({t.type for t in header.tensors if block_format(t.type).is_quantized})
+    if quantized:
+        raise QuantError(
+            f"the header is already quantized ({', '.join(quantized)}); a file type applies to a float model's header "
+            "(F16, BF16 or F32 matrices, as from a config.json)"
+        )
+    if not supports_file_type(ftype.name, ftype.value):
+        raise QuantError(f"this llama.cpp build does not support {qtype}")
+    with tempfile.TemporaryDirectory(prefix="ondevice-twin-") as folder:
+        src = write_twin(header, Path(folder) / "source.gguf", sparse=True)
+        rc, types = tensor_types(src, ftype.value, pure=pure)
+    missing = [t.name for t in header.tensors if t.name not in types]
+    if rc != 0 or missing:
+        raise QuantError(f"llama.cpp's quantizer refused {qtype} for this header (status {rc}, {len(missing)} tensors)")
+    fields = {
+        k: f for k, f in header.fields.items() if k not in (Keys.General.QUANTIZATION_VERSION, Keys.General.FILE_TYPE)
+    }
+    fields[Keys.General.QUANTIZATION_VERSION] = Field.u32(GGML_QUANT_VERSION)
+    fields[Keys.General.FILE_TYPE] = Field.u32(ftype.value)
+    tensors = sorted(header.tensors, key=_quantizer_order)
+    return Header(fields, tuple(replace(t, type=types[t.name]) for t in tensors))
+
+
+def _quantizer_order(t: TensorSpec) -> tuple[int, str]:
+    """The order llama.cpp's quantizer writes tensors in: those outside blocks first, then block by
+    block; by name within each."""
+    where = _block_of(t.name)
+    return (-1 if where is None else where[0], t.name)
+
+
+def write_twin(
+    header: Header, path: str | Path, *, seed: int = 0, sparse: bool = False, hole_embedding: bool = False
+) -> Path:
+    """Write a GGUF of `header` with valid random data of each tensor's type (ondevice.quant.twindata),
+    atomically; return the path. Same header and seed, same bytes. `sparse`: the header only, the
+    data region a hole of its full size (for tools that read headers, like the quantizer's dry run).
+    `hole_embedding`: the token embedding left a hole (zeros) unless the output head is tied to it."""
+    path = Path(path)
+    raw = encode_header(header)
+    start, offsets = data_layout(header, len(raw))
+    ends = [start + off + t.n_bytes for t, off in zip(header.tensors, offsets)]
+    total = max(ends, default=start)
+    total = -(-total // header.alignment) * header.alignment if header.tensors else start
+    tied = not any(t.name == _HEAD for t in header.tensors)
+    holes = {_EMBED} if hole_embedding and not tied else set()
+    with paths.atomic_path(path) as tmp, open(tmp, "r+b") as out:
+        out.write(raw)
+        if not sparse:
+            _write_data(out, header, start, offsets, holes, np.random.default_rng(seed))
+        out.truncate(total)
+    return path
+
+
+def _write_data(out, header: Header, start: int, offsets: list[int], holes: set[str], rng) -> None:
+    pools: dict[str, np.ndarray] = {}
+    for t, offset in zip(header.tensors, offsets):
+        if t.name in holes:
+            continue
+        if t.type not in pools:
+            pools[t.type] = block_pool(t.type, rng)
+        pool = pools[t.type]
+        step = block_format(t.type).block_bytes
+        out.seek(start + offset)
+        write_tiled(out, pool, t.n_bytes, start=int(rng.integers(0, pool.size // step)) * step)

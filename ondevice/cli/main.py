@@ -20,6 +20,7 @@ _COMMAND_MODULES = (
     "ondevice.cli.quant",
     "ondevice.cli.probe",
     "ondevice.cli.predict",
+    "ondevice.cli.twin",
 )
 
 EXIT_BAD_INPUT = 2

@@ -1,0 +1,485 @@
+"""A Hugging Face config.json -> the header of the F16 GGUF llama.cpp's converter (convert_hf_to_gguf.py)
+would write for it: the same keys and value types, tensor names, shapes and types, with a synthetic
+vocabulary of the config's vocab_size in place of the tokenizer's strings (their count is what
+decides speed). With ondevice.quant.twin it gives a twin of a model that was never downloaded:
+
+    header = quantized_header(header_from_hf_config("config.json"), "Q4_K_M")
+
+Supported (`architectures`[0], or `model_type`): Llama and Mistral (llama), Mixtral (llama with
+experts), Qwen2, Qwen3, Qwen3-MoE, Gemma 2, Gemma 3 (text; Gemma3ForConditionalGeneration's
+text_config), Phi-3. A field the converter needs that is missing or invalid is a SpecError naming
+it. Fields transformers fills in when the converter loads a config (AutoConfig) are filled here
+with the same defaults where the converter relies on them (Gemma 3's text_config).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from gguf import (
+    GGML_QUANT_VERSION,
+    MODEL_ARCH,
+    MODEL_ARCH_NAMES,
+    MODEL_TENSOR,
+    MODEL_TENSORS,
+    TENSOR_NAMES,
+    GGUFValueType,
+    Keys,
+    LlamaFileType,
+    RopeScalingType,
+    TokenType,
+)
+from ondevice.quant.header import Field, Header, TensorSpec
+from ondevice.quant.synth import synthetic_vocab
+
+from ondevice.core.errors import SpecError
+
+__all__ = ["header_from_hf_config", "SUPPORTED"]
+
+# architectures[0] -> (gguf arch, builder key); model_type -> architectures name
+SUPPORTED: dict[str, MODEL_ARCH] = {
+    "LlamaForCausalLM": MODEL_ARCH.LLAMA,
+    "MistralForCausalLM": MODEL_ARCH.LLAMA,
+    "MixtralForCausalLM": MODEL_ARCH.LLAMA,
+    "Qwen2ForCausalLM": MODEL_ARCH.QWEN2,
+    "Qwen3ForCausalLM": MODEL_ARCH.QWEN3,
+    "Qwen3MoeForCausalLM": MODEL_ARCH.QWEN3MOE,
+    "Gemma2ForCausalLM": MODEL_ARCH.GEMMA2,
+    "Gemma3ForCausalLM": MODEL_ARCH.GEMMA3,
+    "Gemma3ForConditionalGeneration": MODEL_ARCH.GEMMA3,
+    "Phi3ForCausalLM": MODEL_ARCH.PHI3,
+}
+_MODEL_TYPES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "gemma3": "Gemma3ForConditionalGeneration",
+    "phi3": "Phi3ForCausalLM",
+}
+# Gemma3TextConfig's defaults, which the converter sees for fields a config.json leaves out
+_GEMMA3_DEFAULTS = {"vocab_size": 262208, "sliding_window": 4096, "rope_theta": 1_000_000.0}
+# Every Gemma 3 shares one tokenizer of 262144 tokens; the converter cuts the embedding to it where a
+# config's vocab_size is larger (262208 in the 4B-27B configs: rows no token reaches)
+_GEMMA3_TOKENIZER_SIZE = 262144
+_MISSING = object()
+_ENDOFTEXT = "<|endoftext|>"
+
+
+def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str | None = None) -> Header:
+    """The F16 GGUF header llama.cpp's converter writes for this config (see the module docstring)."""
+    cfg = _load(config)
+    hf_arch = _hf_arch(cfg)
+    text = cfg.get("text_config")
+    if text is not None and not isinstance(text, Mapping):
+        raise SpecError("config.json: 'text_config' must be an object")
+    hp = _Params({**cfg, **(text or {})})  # the converter moves text_config to the top level
+    arch = SUPPORTED[hf_arch]
+    if arch == MODEL_ARCH.GEMMA3:
+        hp = _Params({**_GEMMA3_DEFAULTS, **hp.values})
+    dims = _Dims.read(hp, arch, hf_arch)
+    kv = _KV(MODEL_ARCH_NAMES[arch])
+    kv.string(Keys.General.ARCHITECTURE, MODEL_ARCH_NAMES[arch])
+    kv.string(Keys.General.TYPE, "model")
+    kv.string(Keys.General.NAME, name or str(cfg.get("_name_or_path") or hf_arch))
+    extra = _BUILDERS[arch](kv, hp, dims)  # tensors the converter makes from the config (rope factors)
+    _vocab(kv, dims.n_vocab)
+    kv.u32(Keys.General.QUANTIZATION_VERSION, GGML_QUANT_VERSION)
+    return Header(kv.fields, tuple(extra) + _tensors(arch, dims))
+
+
+def _load(config: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
+    if isinstance(config, Mapping):
+        return config
+    path = Path(config)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(f"{path}: not a readable JSON config ({exc})") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a config.json holds a JSON object, not {type(data).__name__}")
+    return data
+
+
+def _hf_arch(cfg: Mapping[str, Any]) -> str:
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs and archs[0] in SUPPORTED:
+        return archs[0]
+    if cfg.get("model_type") in _MODEL_TYPES:
+        return _MODEL_TYPES[cfg["model_type"]]
+    given = archs[0] if isinstance(archs, list) and archs else cfg.get("model_type")
+    raise SpecError(
+        f"config.json: 'architectures' / 'model_type' {given!r} is not a supported model; "
+        f"supported: {', '.join(SUPPORTED)}"
+    )
+
+
+class _Params:
+    """The config's fields, read with the name of the one that is missing or wrong in the error."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self.values = dict(values)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.values.get(key)
+        return default if value is None else value
+
+    def int(self, key: str, default: Any = _MISSING) -> int:
+        value = self.values.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise SpecError(f"config.json: {key!r} is missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"config.json: {key!r} must be a positive integer, not {value!r}")
+        return value
+
+    def float(self, key: str, default: Any = _MISSING) -> float:
+        value = self.values.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise SpecError(f"config.json: {key!r} is missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise SpecError(f"config.json: {key!r} must be a number, not {value!r}")
+        return float(value)
+
+    def rope(self) -> Mapping[str, Any]:
+        """Rope parameters of the full-attention layers: transformers' rope_parameters, or the older
+        rope_scaling ({} for none)."""
+        rope = self.values.get("rope_parameters") or self.values.get("rope_scaling") or {}
+        if isinstance(rope, Mapping) and isinstance(rope.get("full_attention"), Mapping):
+            rope = rope["full_attention"]
+        if not isinstance(rope, Mapping):
+            raise SpecError(f"config.json: 'rope_scaling' must be an object or null, not {rope!r}")
+        return rope
+
+    def rope_theta(self, default: Any = None) -> float | None:
+        theta = self.rope().get("rope_theta", self.values.get("rope_theta"))
+        if theta is None:
+            if default is _MISSING:
+                raise SpecError("config.json: 'rope_theta' is missing")
+            return default
+        return self._number("rope_theta", theta)
+
+    def _number(self, key: str, value: Any) -> float:
+        return _Params({key: value}).float(key)
+
+
+@dataclass(frozen=True)
+class _Dims:
+    """The numbers that decide the tensors' shapes."""
+
+    n_vocab: int
+    d_model: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    tied: bool
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+
+    @classmethod
+    def read(cls, hp: _Params, arch: MODEL_ARCH, hf_arch: str) -> _Dims:
+        d, n_head = hp.int("hidden_size"), hp.int("num_attention_heads", 8 if arch == MODEL_ARCH.GEMMA3 else _MISSING)
+        n_kv = hp.int("num_key_value_heads", 4 if arch == MODEL_ARCH.GEMMA3 else n_head)
+        default_hd = 256 if arch == MODEL_ARCH.GEMMA3 else (d // n_head if d % n_head == 0 else _MISSING)
+        head_dim = hp.int("head_dim", default_hd)
+        if n_head % n_kv:
+            raise SpecError(
+                f"config.json: num_attention_heads {n_head} is not a multiple of num_key_value_heads {n_kv}"
+            )
+        n_vocab = hp.int("vocab_size")
+        if arch == MODEL_ARCH.GEMMA3:
+            n_vocab = min(n_vocab, _GEMMA3_TOKENIZER_SIZE)
+        if n_vocab < 259:
+            raise SpecError(f"config.json: 'vocab_size' {n_vocab} is too small (at least 259)")
+        tied = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3) or bool(hp.get("tie_word_embeddings", False))
+        dims = cls(n_vocab, d, hp.int("num_hidden_layers"), n_head, n_kv, head_dim, hp.int("intermediate_size"), tied)
+        return _with_experts(dims, hp, hf_arch)
+
+
+def _with_experts(dims: _Dims, hp: _Params, hf_arch: str) -> _Dims:
+    if hf_arch == "MixtralForCausalLM":
+        n_exp, n_ff_exp = hp.int("num_local_experts"), dims.n_ff
+    elif hf_arch == "Qwen3MoeForCausalLM":
+        n_exp, n_ff_exp = hp.int("num_experts"), hp.int("moe_intermediate_size")
+        if hp.get("mlp_only_layers") or hp.int("decoder_sparse_step", 1) != 1:
+            raise SpecError(
+                "config.json: 'mlp_only_layers' / 'decoder_sparse_step': dense layers in a Qwen3-MoE are not supported"
+            )
+    else:
+        return dims
+    used = hp.int("num_experts_per_tok")
+    if used > n_exp:
+        raise SpecError(f"config.json: 'num_experts_per_tok' {used} is more than the {n_exp} experts")
+    return replace(dims, n_expert=n_exp, n_expert_used=used, n_ff_exp=n_ff_exp)
+
+
+class _KV:
+    """Metadata in the order written; a key set twice keeps its first place (as gguf's writer does)."""
+
+    def __init__(self, arch: str):
+        self.arch, self.fields = arch, {}
+
+    def put(self, template: str, value: Field) -> None:
+        self.fields[template.format(arch=self.arch)] = value
+
+    def u32(self, template: str, value: int) -> None:
+        self.put(template, Field.u32(value))
+
+    def f32(self, template: str, value: float) -> None:
+        self.put(template, Field.f32(value))
+
+    def string(self, template: str, value: str) -> None:
+        self.put(template, Field.string(value))
+
+
+# ---------- per-architecture metadata, as the converter's set_gguf_parameters writes it ----------
+
+
+def _base(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+    """TextModel.set_gguf_parameters: what every converter class built on it writes."""
+    kv.u32(Keys.LLM.BLOCK_COUNT, dims.n_layer)
+    for key in ("max_position_embeddings", "n_ctx", "n_positions"):
+        if hp.get(key) is not None:
+            kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.int(key))
+            break
+    kv.u32(Keys.LLM.EMBEDDING_LENGTH, dims.d_model)
+    kv.u32(Keys.LLM.FEED_FORWARD_LENGTH, dims.n_ff)
+    if hp.get("num_attention_heads") is not None:
+        kv.u32(Keys.Attention.HEAD_COUNT, dims.n_head)
+    if hp.get("num_key_value_heads") is not None:
+        kv.u32(Keys.Attention.HEAD_COUNT_KV, dims.n_head_kv)
+    _rope_scaling(kv, hp)
+    if (theta := hp.rope_theta()) is not None:
+        kv.f32(Keys.Rope.FREQ_BASE, theta)
+    if hp.get("rms_norm_eps") is not None:
+        kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.float("rms_norm_eps"))
+    if hp.get("num_local_experts") is not None:
+        kv.u32(Keys.LLM.EXPERT_COUNT, dims.n_expert)
+    if hp.get("num_experts_per_tok") is not None:
+        kv.u32(Keys.LLM.EXPERT_USED_COUNT, dims.n_expert_used)
+    if hp.get("head_dim") is not None:
+        kv.u32(Keys.Attention.KEY_LENGTH, dims.head_dim)
+        kv.u32(Keys.Attention.VALUE_LENGTH, dims.head_dim)
+    kv.u32(Keys.General.FILE_TYPE, LlamaFileType.MOSTLY_F16.value)
+    return []
+
+
+def _rope_scaling(kv: _KV, hp: _Params) -> None:
+    rope = hp.rope()
+    kind = str(rope.get("rope_type", rope.get("type", ""))).lower()
+    factor = rope.get("factor")
+    if kind == "linear" and factor is not None:
+        kv.string(Keys.Rope.SCALING_TYPE, RopeScalingType.LINEAR.value)
+        kv.f32(Keys.Rope.SCALING_FACTOR, hp._number("rope_scaling.factor", factor))
+    elif kind == "yarn" and factor is not None:
+        kv.string(Keys.Rope.SCALING_TYPE, RopeScalingType.YARN.value)
+        kv.f32(Keys.Rope.SCALING_FACTOR, hp._number("rope_scaling.factor", factor))
+        orig = _Params(rope).int("original_max_position_embeddings")
+        kv.u32(Keys.Rope.SCALING_ORIG_CTX_LEN, orig)
+        for name, key in (
+            ("extrapolation_factor", Keys.Rope.SCALING_YARN_EXT_FACTOR),
+            ("attention_factor", Keys.Rope.SCALING_YARN_ATTN_FACTOR),
+            ("beta_fast", Keys.Rope.SCALING_YARN_BETA_FAST),
+            ("beta_slow", Keys.Rope.SCALING_YARN_BETA_SLOW),
+        ):
+            if rope.get(name) is not None:
+                kv.f32(key, hp._number(f"rope_scaling.{name}", rope[name]))
+    elif kind in ("su", "longrope"):
+        kv.string(Keys.Rope.SCALING_TYPE, RopeScalingType.LONGROPE.value)
+
+
+def _llama(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+    _base(kv, hp, dims)
+    kv.u32(Keys.LLM.VOCAB_SIZE, dims.n_vocab)
+    kv.u32(Keys.Rope.DIMENSION_COUNT, dims.head_dim)
+    if str(hp.rope().get("rope_type", "")).lower() == "llama3":  # Llama 3.1's rope: per-frequency factors
+        return [_spec(MODEL_ARCH.LLAMA, MODEL_TENSOR.ROPE_FREQS, (dims.head_dim // 2,))]
+    return []
+
+
+def _qwen3moe(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+    _base(kv, hp, dims)
+    kv.u32(Keys.LLM.EXPERT_COUNT, dims.n_expert)
+    kv.u32(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, dims.n_ff_exp)
+    return []
+
+
+def _gemma2(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+    kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.int("max_position_embeddings"))
+    kv.u32(Keys.LLM.EMBEDDING_LENGTH, dims.d_model)
+    kv.u32(Keys.LLM.BLOCK_COUNT, dims.n_layer)
+    kv.u32(Keys.LLM.FEED_FORWARD_LENGTH, dims.n_ff)
+    kv.u32(Keys.Attention.HEAD_COUNT, dims.n_head)
+    kv.u32(Keys.Attention.HEAD_COUNT_KV, dims.n_head_kv)
+    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.float("rms_norm_eps"))
+    kv.u32(Keys.Attention.KEY_LENGTH, hp.int("head_dim"))
+    kv.u32(Keys.Attention.VALUE_LENGTH, hp.int("head_dim"))
+    kv.u32(Keys.General.FILE_TYPE, LlamaFileType.MOSTLY_F16.value)
+    kv.f32(Keys.LLM.ATTN_LOGIT_SOFTCAPPING, hp.float("attn_logit_softcapping"))
+    kv.f32(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, hp.float("final_logit_softcapping"))
+    kv.u32(Keys.Attention.SLIDING_WINDOW, hp.int("sliding_window"))
+    return []
+
+
+def _gemma3(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+    _base(kv, hp, dims)
+    kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.int("max_position_embeddings", 131072))
+    kv.u32(Keys.Attention.HEAD_COUNT, dims.n_head)
+    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.float("rms_norm_eps", 1e-6))
+    kv.u32(Keys.Attention.KEY_LENGTH, dims.head_dim)
+    kv.u32(Keys.Attention.VALUE_LENGTH, dims.head_dim)
+    kv.f32(Keys.Rope.FREQ_BASE, hp.rope_theta(1_000_000.0))
+    if hp.get("final_logit_softcapping"):
+        kv.f32(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, hp.float("final_logit_softcapping"))
+    if hp.get("sliding_window_pattern") != 1:
+        kv.u32(Keys.Attention.SLIDING_WINDOW, hp.int("sliding_window"))
+    kv.u32(Keys.Attention.HEAD_COUNT_KV, dims.n_head_kv)
+    return []
+
+
+def _phi3(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+    rope = hp.rope()
+    orig = _Params({**hp.values, **rope}).int("original_max_position_embeddings")
+    rope_dims = int(hp.float("partial_rotary_factor", 1.0) * dims.d_model) // dims.n_head
+    kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.int("max_position_embeddings"))
+    kv.u32(Keys.Rope.SCALING_ORIG_CTX_LEN, orig)
+    kv.u32(Keys.LLM.EMBEDDING_LENGTH, dims.d_model)
+    kv.u32(Keys.LLM.FEED_FORWARD_LENGTH, dims.n_ff)
+    kv.u32(Keys.LLM.BLOCK_COUNT, dims.n_layer)
+    kv.u32(Keys.Attention.HEAD_COUNT, dims.n_head)
+    kv.u32(Keys.Attention.HEAD_COUNT_KV, dims.n_head_kv)
+    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.float("rms_norm_eps"))
+    kv.u32(Keys.Rope.DIMENSION_COUNT, rope_dims)
+    kv.f32(Keys.Rope.FREQ_BASE, hp.rope_theta(_MISSING))
+    kv.u32(Keys.General.FILE_TYPE, LlamaFileType.MOSTLY_F16.value)
+    kv.u32(Keys.Attention.SLIDING_WINDOW, hp.int("sliding_window", 0) if hp.get("sliding_window") else 0)
+    return _phi3_long_rope(kv, hp, rope, orig, rope_dims)
+
+
+def _phi3_long_rope(kv: _KV, hp: _Params, rope: Mapping, orig: int, rope_dims: int) -> list[TensorSpec]:
+    """Phi-3's long-context models: an attention factor and the long and short rope factors as tensors."""
+    import math
+
+    long, short = rope.get("long_factor"), rope.get("short_factor")
+    if not long:
+        return []
+    kind = str(rope.get("rope_type", rope.get("type", ""))).lower()
+    scale = hp.int("max_position_embeddings") / orig
+    if kind in ("su", "longrope"):
+        factor = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0
+    elif kind == "yarn":
+        factor = 0.1 * math.log(scale) + 1.0 if scale > 1.0 else 1.0
+    else:
+        raise SpecError(f"config.json: rope_scaling type {kind!r} is not supported for Phi-3")
+    if not isinstance(short, list) or len(long) != len(short) or 2 * len(long) != rope_dims:
+        raise SpecError(f"config.json: rope_scaling long_factor and short_factor must have {rope_dims // 2} values")
+    kv.f32(Keys.Rope.SCALING_ATTN_FACTOR, factor)
+    return [
+        _spec(MODEL_ARCH.PHI3, kind, (rope_dims // 2,))
+        for kind in (MODEL_TENSOR.ROPE_FACTORS_LONG, MODEL_TENSOR.ROPE_FACTORS_SHORT)
+    ]
+
+
+_BUILDERS = {
+    MODEL_ARCH.LLAMA: _llama,
+    MODEL_ARCH.QWEN2: _base,
+    MODEL_ARCH.QWEN3: _base,
+    MODEL_ARCH.QWEN3MOE: _qwen3moe,
+    MODEL_ARCH.GEMMA2: _gemma2,
+    MODEL_ARCH.GEMMA3: _gemma3,
+    MODEL_ARCH.PHI3: _phi3,
+}
+
+
+def _vocab(kv: _KV, n_vocab: int) -> None:
+    """synth's synthetic vocabulary (<unk>, <s>, </s>, 256 byte tokens, word pieces) of n_vocab tokens,
+    its last token "<|endoftext|>": llama.cpp looks that token up by its text (and fails to load
+    without it) in every model whose general.name says Phi-3."""
+    tokens, scores, types = synthetic_vocab(n_vocab)
+    tokens[-1], types[-1] = _ENDOFTEXT, int(TokenType.CONTROL)
+    kv.string(Keys.Tokenizer.MODEL, "llama")
+    kv.put(Keys.Tokenizer.LIST, Field.array(tokens, GGUFValueType.STRING))
+    kv.put(Keys.Tokenizer.SCORES, Field.array(scores, GGUFValueType.FLOAT32))
+    kv.put(Keys.Tokenizer.TOKEN_TYPE, Field.array(types, GGUFValueType.INT32))
+    kv.u32(Keys.Tokenizer.BOS_ID, 1)
+    kv.u32(Keys.Tokenizer.EOS_ID, 2)
+    kv.u32(Keys.Tokenizer.UNK_ID, 0)
+    kv.put(Keys.Tokenizer.ADD_BOS, Field.boolean(True))
+    kv.put(Keys.Tokenizer.ADD_EOS, Field.boolean(False))
+    kv.put(Keys.Tokenizer.ADD_PREFIX, Field.boolean(False))
+
+
+# ---------- tensors, as llama.cpp's loader takes them for each architecture ----------
+
+
+def _tensors(arch: MODEL_ARCH, dims: _Dims) -> tuple[TensorSpec, ...]:
+    d, v = dims.d_model, dims.n_vocab
+    out = [_spec(arch, MODEL_TENSOR.TOKEN_EMBD, (d, v))]
+    for bid in range(dims.n_layer):
+        out += _block(arch, dims, bid)
+    out.append(_spec(arch, MODEL_TENSOR.OUTPUT_NORM, (d,)))
+    if not dims.tied:
+        out.append(_spec(arch, MODEL_TENSOR.OUTPUT, (d, v)))
+    return tuple(out)
+
+
+def _block(arch: MODEL_ARCH, dims: _Dims, bid: int) -> list[TensorSpec]:
+    d, hd = dims.d_model, dims.head_dim
+    q, kv = dims.n_head * hd, dims.n_head_kv * hd
+    gemma, T = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3), MODEL_TENSOR
+    parts: list[tuple[MODEL_TENSOR, tuple[int, ...], str]] = [(T.ATTN_NORM, (d,), "weight")]
+    if arch == MODEL_ARCH.PHI3:
+        parts.append((T.ATTN_QKV, (d, q + 2 * kv), "weight"))
+    else:
+        parts += [(T.ATTN_Q, (d, q), "weight"), (T.ATTN_K, (d, kv), "weight"), (T.ATTN_V, (d, kv), "weight")]
+    if arch == MODEL_ARCH.QWEN2:
+        parts += [(T.ATTN_Q, (q,), "bias"), (T.ATTN_K, (kv,), "bias"), (T.ATTN_V, (kv,), "bias")]
+    if arch in (MODEL_ARCH.QWEN3, MODEL_ARCH.QWEN3MOE, MODEL_ARCH.GEMMA3):
+        parts += [(T.ATTN_Q_NORM, (hd,), "weight"), (T.ATTN_K_NORM, (hd,), "weight")]
+    parts.append((T.ATTN_OUT, (q, d), "weight"))
+    if gemma:
+        parts.append((T.ATTN_POST_NORM, (d,), "weight"))
+    parts.append((T.FFN_PRE_NORM if gemma else T.FFN_NORM, (d,), "weight"))  # one name, two roles in gguf
+    parts += _ffn(arch, dims)
+    if gemma:
+        parts.append((T.FFN_POST_NORM, (d,), "weight"))
+    return [_spec(arch, kind, shape, bid, suffix) for kind, shape, suffix in parts]
+
+
+def _ffn(arch: MODEL_ARCH, dims: _Dims) -> list[tuple[MODEL_TENSOR, tuple[int, ...], str]]:
+    d, ff, T = dims.d_model, dims.n_ff, MODEL_TENSOR
+    if dims.n_expert:
+        e, fe = dims.n_expert, dims.n_ff_exp
+        return [
+            (T.FFN_GATE_INP, (d, e), "weight"),
+            (T.FFN_GATE_EXP, (d, fe, e), "weight"),
+            (T.FFN_UP_EXP, (d, fe, e), "weight"),
+            (T.FFN_DOWN_EXP, (fe, d, e), "weight"),
+        ]
+    if arch == MODEL_ARCH.PHI3:  # gate and up fused into one matrix of twice the width
+        return [(T.FFN_UP, (d, 2 * ff), "weight"), (T.FFN_DOWN, (ff, d), "weight")]
+    return [(T.FFN_GATE, (d, ff), "weight"), (T.FFN_UP, (d, ff), "weight"), (T.FFN_DOWN, (ff, d), "weight")]
+
+
+def _spec(arch: MODEL_ARCH, kind: MODEL_TENSOR, shape: tuple[int, ...], bid: int = 0, suffix: str = "weight"):
+    """A tensor as the converter writes it in F16: matrices F16; vectors, biases and the expert router F32."""
+    if kind not in MODEL_TENSORS[arch]:  # gguf's table of what each architecture holds
+        raise SpecError(f"{MODEL_ARCH_NAMES[arch]} has no {TENSOR_NAMES[kind]} tensor")
+    f32 = len(shape) == 1 or kind == MODEL_TENSOR.FFN_GATE_INP
+    return TensorSpec(f"{TENSOR_NAMES[kind].format(bid=bid)}.{suffix}", shape, "F32" if f32 else "F16")

@@ -1,0 +1,215 @@
+"""Hugging Face config.json -> GGUF header: full-size public configs give the published models'
+parameter counts and shapes; a tiny config of every architecture loads in llama.cpp and generates;
+Gemma 3 270M's config, quantized by the dry run, is the default model's header; a missing or
+invalid field is a SpecError that names it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import Keys
+from ondevice.quant.hfconfig import SUPPORTED, header_from_hf_config
+from ondevice.quant.twin import quantized_header, read_header, shape_key, write_twin
+
+from ondevice.core.errors import SpecError
+from ondevice.gguf.spec import inspect
+from ondevice.llama.logits import LogitsModel
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+
+# Published parameter counts (the models' safetensors totals) and a few shapes to check.
+PUBLISHED = {
+    "llama-3.1-8b": (8_030_261_248, {"n_layer": 32, "d_model": 4096, "n_head_kv": 8, "n_vocab": 128256}),
+    "mistral-7b-v0.1": (7_241_732_096, {"n_layer": 32, "n_head_kv": 8, "n_vocab": 32000}),
+    "mixtral-8x7b-v0.1": (46_702_792_704, {"n_layer": 32, "n_expert": 8, "n_expert_used": 2}),
+    "qwen2.5-0.5b": (494_032_768, {"n_layer": 24, "d_model": 896, "n_head_kv": 2, "tied_output": True}),
+    "qwen3-0.6b": (596_049_920, {"n_layer": 28, "head_dim_k": 128, "tied_output": True}),
+    "qwen3-30b-a3b": (30_532_122_624, {"n_layer": 48, "n_expert": 128, "n_expert_used": 8, "head_dim_k": 128}),
+    "gemma-2-2b": (2_614_341_888, {"n_layer": 26, "head_dim_k": 256, "sliding_window": 4096}),
+    "gemma-3-1b-pt": (999_885_952, {"n_layer": 26, "n_head_kv": 1, "sliding_window": 512}),
+    "gemma-3-270m": (268_098_176, {"n_layer": 18, "d_model": 640, "n_vocab": 262144}),
+    "phi-3-mini-4k-instruct": (3_821_079_552, {"n_layer": 32, "d_model": 3072, "n_vocab": 32064}),
+}
+
+
+def _config(name: str) -> dict:
+    return json.loads((CONFIGS / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_full_size_config_matches_the_published_model(tmp_path, name):
+    count, shape = PUBLISHED[name]
+    header = header_from_hf_config(CONFIGS / f"{name}.json")
+    spec = inspect(write_twin(header, tmp_path / "twin.gguf", sparse=True))
+    assert abs(spec.n_params / count - 1) < 0.01, (spec.n_params, count)
+    assert {k: getattr(spec, k) for k in shape} == shape
+    assert spec.quant == "F16" and not spec.warnings
+    assert {t for t in spec.bytes_by_type} <= {"F16", "F32"}
+
+
+def test_llama_31_has_rope_freqs_and_the_converters_keys():
+    header = header_from_hf_config(_config("llama-3.1-8b"))
+    rope = [t for t in header.tensors if t.name == "rope_freqs.weight"]
+    assert [(t.shape, t.type) for t in rope] == [((64,), "F32")]
+    assert header.value("llama.rope.freq_base") == 500000.0 and header.value("llama.vocab_size") == 128256
+    assert header.value("llama.rope.dimension_count") == 128
+    assert header.value(Keys.General.FILE_TYPE) == 1  # MOSTLY_F16
+    assert len(header.value(Keys.Tokenizer.LIST)) == 128256
+    blk0 = {t.name: t.shape for t in header.tensors if t.name.startswith("blk.0.")}
+    assert blk0["blk.0.attn_k.weight"] == (4096, 1024) and blk0["blk.0.ffn_down.weight"] == (14336, 4096)
+
+
+def test_gemma3_conditional_generation_uses_its_text_config():
+    header = header_from_hf_config(_config("gemma-3-4b-it"))
+    assert header.arch == "gemma3" and header.n_layer == 34
+    assert header.value("gemma3.rope.scaling.type") == "linear" and header.value("gemma3.rope.scaling.factor") == 8.0
+    assert header.value("gemma3.attention.head_count") == 8 and header.value("gemma3.attention.head_count_kv") == 4
+    assert header.value("gemma3.attention.sliding_window") == 1024
+    embed = next(t for t in header.tensors if t.name == "token_embd.weight")
+    assert embed.shape == (2560, 262144)  # the tokenizer's 262144 rows, not vocab_size 262208
+    assert not any(t.name == "output.weight" for t in header.tensors)
+
+
+def test_qwen3_moe_and_mixtral_experts():
+    qwen = header_from_hf_config(_config("qwen3-30b-a3b"))
+    shapes = {t.name: (t.shape, t.type) for t in qwen.tensors}
+    assert shapes["blk.0.ffn_gate_exps.weight"] == ((2048, 768, 128), "F16")
+    assert shapes["blk.0.ffn_down_exps.weight"] == ((768, 2048, 128), "F16")
+    assert shapes["blk.0.ffn_gate_inp.weight"] == ((2048, 128), "F32")
+    assert qwen.value("qwen3moe.expert_feed_forward_length") == 768 and qwen.value("qwen3moe.expert_count") == 128
+    mixtral = header_from_hf_config(_config("mixtral-8x7b-v0.1"))
+    assert mixtral.arch == "llama" and mixtral.value("llama.expert_count") == 8
+    assert {t.name for t in mixtral.tensors if t.name.startswith("blk.0.ffn_") and "norm" not in t.name} == {
+        f"blk.0.ffn_{p}.weight" for p in ("gate_inp", "gate_exps", "up_exps", "down_exps")
+    }
+
+
+def test_phi3_long_rope_factors():
+    cfg = _config("phi-3-mini-4k-instruct") | {"max_position_embeddings": 131072}
+    cfg["rope_scaling"] = {"type": "longrope", "long_factor": [1.5] * 48, "short_factor": [1.0] * 48}
+    header = header_from_hf_config(cfg)
+    factors = {t.name: t.shape for t in header.tensors if t.name.startswith("rope_factors")}
+    assert factors == {"rope_factors_long.weight": (48,), "rope_factors_short.weight": (48,)}
+    assert header.value("phi3.rope.scaling.attn_factor") == pytest.approx(1.1902380714238083)
+    cfg["rope_scaling"]["short_factor"] = [1.0] * 47
+    with pytest.raises(SpecError, match="48 values"):
+        header_from_hf_config(cfg)
+
+
+# ---------- tiny configs: every architecture loads and generates ----------
+
+TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}
+TINY |= {"num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 512}
+TINY_IF_PRESENT = {"moe_intermediate_size": 64, "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2}
+TINY_IF_PRESENT |= {"sliding_window": 64}
+TINY_IF_PRESENT |= {"original_max_position_embeddings": 512, "head_dim": 16, "rope_scaling": None}
+ARCH_CONFIGS = {  # one public config per architecture (and per HF class that reads differently)
+    "LlamaForCausalLM": "llama-3.1-8b",
+    "MistralForCausalLM": "mistral-7b-v0.1",
+    "MixtralForCausalLM": "mixtral-8x7b-v0.1",
+    "Qwen2ForCausalLM": "qwen2.5-0.5b",
+    "Qwen3ForCausalLM": "qwen3-0.6b",
+    "Qwen3MoeForCausalLM": "qwen3-30b-a3b",
+    "Gemma2ForCausalLM": "gemma-2-2b",
+    "Gemma3ForCausalLM": "gemma-3-1b-pt",
+    "Gemma3ForConditionalGeneration": "gemma-3-4b-it",
+    "Phi3ForCausalLM": "phi-3-mini-4k-instruct",
+}
+
+
+def tiny_config(name: str) -> dict:
+    """A public config with small widths and two layers (inside text_config where it has one)."""
+    cfg = _config(name)
+    text = dict(cfg.get("text_config", cfg))
+    text |= TINY | {k: v for k, v in TINY_IF_PRESENT.items() if k in text}
+    if name.startswith("gemma"):
+        text["head_dim"] = 16
+    if name == "llama-3.1-8b":
+        text["rope_scaling"] = cfg["rope_scaling"]  # keep the llama3 rope (its rope_freqs tensor)
+    return cfg | {"text_config": text} if "text_config" in cfg else text
+
+
+def test_every_supported_architecture_has_a_config():
+    assert set(ARCH_CONFIGS) == set(SUPPORTED)
+
+
+@pytest.mark.parametrize("hf_arch", sorted(ARCH_CONFIGS))
+@pytest.mark.parametrize("qtype", [None, "Q8_0"])
+def test_tiny_config_twin_loads_and_generates(tmp_path, hf_arch, qtype):
+    from ondevice.engine import load
+
+    header = header_from_hf_config(tiny_config(ARCH_CONFIGS[hf_arch]))
+    if qtype:
+        header = quantized_header(header, qtype)
+    path = write_twin(header, tmp_path / "tiny.gguf")
+    with load(path, n_ctx=256, n_threads=1) as eng:
+        g = eng.generate("hello there", max_tokens=4, temperature=0, ignore_eos=True)
+    assert len(g.timings.itl_s) == 3
+    with LogitsModel(path, n_ctx=256, n_threads=1) as m:
+        logits = m.window_logits([1, 300, 301, 302], 1)
+    assert np.isfinite(logits).all() and logits.std() > 0
+
+
+@pytest.mark.default_model
+def test_gemma3_270m_config_quantized_is_the_default_model(default_model):
+    real = read_header(default_model)
+    twin = quantized_header(header_from_hf_config(CONFIGS / "gemma-3-270m.json"), "Q4_K_M")
+    assert twin.tensors == real.tensors  # names, shapes, llama.cpp's Q4_K_M mix with its fallbacks, order
+
+    def hparams(h):
+        return {k: f for k, f in h.fields.items() if k.startswith("gemma3.")}
+
+    assert {k: (f.type, float(np.float32(f.value))) for k, f in hparams(twin).items()} == {
+        k: (f.type, float(np.float32(f.value))) for k, f in hparams(real).items()
+    }
+    assert shape_key(twin) == shape_key(real)
+
+
+# ---------- bad input ----------
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"hidden_size": None}, "'hidden_size' is missing"),
+        ({"num_hidden_layers": "32"}, "'num_hidden_layers' must be a positive integer"),
+        ({"intermediate_size": 0}, "'intermediate_size' must be a positive integer"),
+        ({"vocab_size": True}, "'vocab_size' must be a positive integer"),
+        ({"vocab_size": 100}, "'vocab_size' 100 is too small"),
+        ({"num_key_value_heads": 5}, "not a multiple of num_key_value_heads"),
+        ({"rms_norm_eps": "small"}, "'rms_norm_eps' must be a number"),
+        ({"rope_scaling": [1, 2]}, "'rope_scaling' must be an object"),
+        ({"architectures": ["BertModel"], "model_type": "bert"}, "'BertModel' is not a supported model"),
+        ({"architectures": None, "model_type": None}, "is not a supported model"),
+    ],
+)
+def test_invalid_config_names_the_field(change, match):
+    cfg = {k: v for k, v in (_config("llama-3.1-8b") | change).items() if v is not None}
+    with pytest.raises(SpecError, match=match):
+        header_from_hf_config(cfg)
+
+
+def test_invalid_moe_and_text_config():
+    with pytest.raises(SpecError, match="'num_experts_per_tok' 9 is more than the 8 experts"):
+        header_from_hf_config(_config("mixtral-8x7b-v0.1") | {"num_experts_per_tok": 9})
+    with pytest.raises(SpecError, match="'num_local_experts' is missing"):
+        header_from_hf_config({k: v for k, v in _config("mixtral-8x7b-v0.1").items() if k != "num_local_experts"})
+    with pytest.raises(SpecError, match="dense layers"):
+        header_from_hf_config(_config("qwen3-30b-a3b") | {"mlp_only_layers": [0]})
+    with pytest.raises(SpecError, match="'text_config' must be an object"):
+        header_from_hf_config(_config("gemma-3-4b-it") | {"text_config": [1]})
+    with pytest.raises(SpecError, match="'head_dim' is missing"):  # Gemma 2 has no default head size
+        header_from_hf_config({k: v for k, v in _config("gemma-2-2b").items() if k != "head_dim"})
+
+
+@pytest.mark.parametrize("content, match", [("{not json", "not a readable JSON"), ("[1, 2]", "JSON object")])
+def test_config_file_that_is_not_a_config(tmp_path, content, match):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    with pytest.raises(SpecError, match=match):
+        header_from_hf_config(path)
+    with pytest.raises(SpecError, match="no such file"):
+        header_from_hf_config(tmp_path / "missing.json")
