@@ -40,11 +40,12 @@ SHAPES = (
     ("qwen2.5-0.5b.json", "Q8_0", None),
     ("qwen3-0.6b.json", "Q4_K_M", None),
     ("gemma-3-1b-pt.json", "Q4_K_M", None),
-    ("llama-3.1-8b.json", "Q4_K_M", 6),
+    ("llama-3.1-8b.json", "Q4_K_M", 16),
     ("mistral-7b-v0.1.json", "Q4_0", 6),
     ("phi-3-mini-4k-instruct.json", "Q4_0", 8),
     ("qwen3-30b-a3b.json", "Q4_K_M", 4),
 )
+LONG_PROMPT_BYTES = 2 << 30  # a model larger than this is measured at the shorter prompts only (minutes each)
 
 
 def cpu_name() -> str:
@@ -136,8 +137,10 @@ def measured(path: Path, prompts: tuple[int, ...], salt: int) -> tuple[dict[int,
 def prompts_for(path: Path) -> tuple[int, ...]:
     from ondevice.gguf.spec import inspect
 
-    limit = inspect(path).n_ctx_train or 4096
-    return tuple(p for p in PROMPTS if p + OUTPUT + 256 <= limit)
+    spec = inspect(path)
+    limit = spec.n_ctx_train or 4096
+    prompts = PROMPTS if spec.weight_bytes <= LONG_PROMPT_BYTES else PROMPTS[:2]
+    return tuple(p for p in prompts if p + OUTPUT + 256 <= limit)
 
 
 def run(models: list[tuple[str, Path]], rounds: int, work: Path) -> list[dict]:

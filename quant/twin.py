@@ -46,6 +46,7 @@ __all__ = [
     "matching_blocks",
     "quantized_header",
     "write_twin",
+    "header_spec",
 ]
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")  # gguf's per-block tensor names: "blk.{bid}.attn_q.weight"
@@ -249,3 +250,12 @@ def _write_data(out, header: Header, start: int, offsets: list[int], holes: set[
         step = block_format(t.type).block_bytes
         out.seek(start + offset)
         write_tiled(out, pool, t.n_bytes, start=int(rng.integers(0, pool.size // step)) * step)
+
+
+def header_spec(header: Header):
+    """The ModelSpec of a header (ondevice.gguf.spec), read from a sparse twin written for the purpose."""
+    from ondevice.gguf.spec import inspect
+
+    with tempfile.TemporaryDirectory(prefix="ondevice-header-") as folder:
+        path = write_twin(header, Path(folder) / "header.gguf", sparse=True)
+        return inspect(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+import psutil
 import pytest
 
 from ondevice.bench.oscache import PeakRss
@@ -43,28 +44,18 @@ def test_resident_fraction_of_an_empty_file(tmp_path):
     assert resident_fraction(f) in (0.0, None)
 
 
-def _rss_file_bytes() -> int:
-    """RssFile of this process (Linux /proc/self/status), bytes."""
-    for line in open("/proc/self/status").read().splitlines():
-        if line.startswith("RssFile:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM reset is Linux-only")
 def test_peak_rss_is_per_span():
     meter = PeakRss()
     if not meter.method.startswith("VmHWM"):
         pytest.skip("/proc/self/clear_refs not writable here")
     meter.reset()
-    base, file_pages = meter.read_bytes(), _rss_file_bytes()
+    before = psutil.Process().memory_info().rss  # the resident set may shrink after the reset (freed memory)
     block = bytearray(64 << 20)
     block[::4096] = b"x" * len(block[::4096])  # touch every page
     peak = meter.read_bytes()
-    # the kernel may drop clean pages of mapped files (earlier tests' models) meanwhile: what it took back
-    # from the resident set is not what the block added
-    dropped = max(0, file_pages - _rss_file_bytes())
-    assert peak - base >= (60 << 20) - dropped
+    # the kernel's resident-set counters are kept per CPU and folded in lazily: a few MB either way
+    assert peak - before >= 48 << 20
     del block
     meter.reset()
     assert meter.read_bytes() < peak - (32 << 20)

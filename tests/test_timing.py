@@ -122,8 +122,20 @@ def test_layer_extrapolation_is_exact_for_identical_blocks(tiny):
     assert full.source == "twins" and full.layers == (1, 3)
 
 
+def test_attention_points_timed_on_the_fewer_twin_alone_scale_with_the_blocks(gemma):
+    """The larger twin skips the chain and the long-context decode (the costly part of a large model's timing):
+    attention is the same in every block, so the fewer twin's figures there scale to the model's blocks."""
+    many = _twins(gemma, 18)
+    many = replace(many, prefill=tuple(p for p in many.prefill if p[0] == 0), decode=many.decode[:1])
+    full = extrapolate_layers(_twins(gemma, 6), many, 6, 18, 36)
+    truth = _twins(gemma, 36)
+    assert [p[:-1] for p in full.prefill] == [p[:-1] for p in truth.prefill]
+    for got, want in zip(full.decode + full.prefill, truth.decode + truth.prefill):
+        assert got[-1] == pytest.approx(want[-1], rel=1e-9), got
+
+
 def test_layer_extrapolation_refuses_twins_timed_on_other_points(tiny):
-    other = replace(_twins(tiny, 3), decode=((20, 0.01), (600, 0.02)))
+    other = replace(_twins(tiny, 3), decode=((20, 0.01), (600, 0.02), (700, 0.03)))
     with pytest.raises(ValueError, match="different decode points"):
         extrapolate_layers(_twins(tiny, 1), other, 1, 3, 32)
     with pytest.raises(ValueError, match="two different block counts"):

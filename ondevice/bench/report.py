@@ -191,6 +191,9 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
         f.write(buf.getvalue())
 
 
+OTHER_CPU_SAID = 0.1  # a cell's note says how much CPU other processes used from this many cores on
+
+
 def _notes(r: ScenarioResult, slo: Any) -> str:
     parts = []
     if r.scenario in LOAD_SCENARIOS and r.ok_runs:
@@ -214,6 +217,8 @@ def _notes(r: ScenarioResult, slo: Any) -> str:
         parts.append(
             f"SLO {'pass' if slo.passed else 'FAIL'}, goodput {rate} ({100 * slo.good_share:.0f}% of requests)"
         )
+    if r.other_cpu_cores is not None and r.other_cpu_cores >= OTHER_CPU_SAID:
+        parts.append(f"other processes used {r.other_cpu_cores:.1f} cores")
     if r.failures:
         reasons = sorted({f["reason"] for f in r.failures})
         parts.append(f"{len(r.failures)} not ok: {reasons[0]}" + (" ..." if len(reasons) > 1 else ""))

@@ -70,6 +70,7 @@ class RunRecord:
         None  # server runs (bench --url): what the client saw beyond Timings (ondevice.bench.serve.measure)
     )
     attribution: dict[str, float] | None = None  # where the request's E2E went (results.Attribution.to_dict), seconds
+    other_cpu_cores: float | None = None  # CPU other processes used during the request, cores (Generation's)
     speculative: dict[str, Any] | None = (
         None  # speculative runs: SpecStats.to_dict() + the paired plain run's decode_tok_s
     )
@@ -107,6 +108,7 @@ class RunRecord:
             "finish_reason": self.finish_reason,
             "load_s": self.load_s,
             "load_call_s": self.load_call_s,
+            "other_cpu_cores": self.other_cpu_cores,
             "resident_before_load": self.resident_before_load,
             **(
                 {"cold_start_s": self.cold_start_s, "cold_start_rest_s": self.cold_start_rest_s}

@@ -124,6 +124,7 @@ def record(
         peak_rss_bytes=ctx.rss.read_bytes(),
         seed=seed,
         attribution=g.attribution.to_dict() if g and g.attribution else None,
+        other_cpu_cores=g.other_cpu_cores if g else None,
         **{k: v for k, v in extra.items() if k != "prompt_tokens"},
     )
 

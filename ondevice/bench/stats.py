@@ -74,6 +74,7 @@ class ScenarioResult:
         None  # speculative scenario: acceptance, per-step counts, speedups (bench.speculative)
     )
     cold_start: ColdStartPrediction | None = None  # cold_start: the predicted cold start and its parts
+    other_cpu_cores: float | None = None  # median over the runs of the CPU other processes used meanwhile, cores
 
     def summary(self, metric: str) -> Summary:
         return self.summaries.get(metric) or summarize(())
@@ -104,6 +105,7 @@ class ScenarioResult:
             kv_bytes=self.kv_bytes,
             cached_prompt_tokens=self.cached_prompt_tokens,
             kv_cache_speedup=self.kv_cache_speedup,
+            other_cpu_cores=self.other_cpu_cores,
             failures=list(self.failures),
             notes=list(self.notes),
             runs=[r.to_dict() for r in self.runs],
@@ -227,6 +229,9 @@ def build_result(
         kv_bytes=kv,
         cached_prompt_tokens=cached,
         kv_cache_speedup=None,
+        other_cpu_cores=median(others)
+        if (others := [r.other_cpu_cores for r in ok if r.other_cpu_cores is not None])
+        else None,
         failures=tuple({"repeat": r.repeat, "status": r.status, "reason": r.reason} for r in runs if not r.ok),
         notes=tuple(notes),
         runs=tuple(runs),

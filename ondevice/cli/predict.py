@@ -33,9 +33,13 @@ def register(sub) -> None:
     )
     p.add_argument("--bandwidth", type=float, help="GB/s to use instead of this machine's (pure ceiling only)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    g = p.add_argument_group("a model you have not downloaded (instead of MODEL)")
+    g = p.add_argument_group(
+        "a model you have not downloaded (instead of MODEL): its twin is timed here; with --params, give "
+        "--d-model and --vocab too (else only the bound and an estimate)"
+    )
+    g.add_argument("--config", metavar="CONFIG.json", help="its Hugging Face config.json (with --quant)")
     g.add_argument("--params", help="parameters, e.g. 8B or 8.03e9")
-    g.add_argument("--quant", help="file type, e.g. Q4_K_M, Q8_0, F16")
+    g.add_argument("--quant", help="file type, e.g. Q4_K_M, Q8_0, F16 (default with --config: Q4_K_M)")
     g.add_argument("--layers", type=int, help="transformer blocks")
     g.add_argument("--kv-heads", type=int, help="key/value heads")
     g.add_argument("--head-dim", type=int, help="head dimension")
@@ -50,44 +54,60 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+_FLAGS = (
+    "params",
+    "quant",
+    "layers",
+    "kv_heads",
+    "head_dim",
+    "d_model",
+    "vocab",
+    "heads",
+    "ctx_train",
+    "active_params",
+)
+
+
 def _spec(args):
+    """(the ModelSpec predicted, the header of a model given by --config or enough flags to write its twin, or None)."""
     from ondevice.core.errors import SpecError
 
-    flags = (
-        "params",
-        "quant",
-        "layers",
-        "kv_heads",
-        "head_dim",
-        "d_model",
-        "vocab",
-        "heads",
-        "ctx_train",
-        "active_params",
-    )
-    given = {f: getattr(args, f) for f in flags if getattr(args, f) is not None}
+    given = {f: getattr(args, f) for f in _FLAGS if getattr(args, f) is not None}
+    if args.config is not None:
+        if args.model or set(given) - {"quant"} or args.tied:
+            raise SpecError("give --config with --quant only (not MODEL or the other spec flags)")
+        return _header_spec(_config_header(args.config, args.quant or "Q4_K_M"))
     if not given and not args.tied:
         from ondevice.gguf.spec import inspect
         from ondevice.models.materialize import resolve_model
 
-        return inspect(resolve_model(args.model))
+        return inspect(resolve_model(args.model)), None
     if args.model:
         raise SpecError("give either MODEL or a spec (--params, --quant, ...), not both")
     from ondevice.roofline.spec import parameter_count, spec_from_flags
 
-    return spec_from_flags(
-        params=None if args.params is None else parameter_count(args.params),
-        quant=args.quant,
-        layers=args.layers,
-        kv_heads=args.kv_heads,
-        head_dim=args.head_dim,
-        d_model=args.d_model,
-        vocab=args.vocab,
-        heads=args.heads,
-        ctx_train=args.ctx_train,
-        tied=args.tied,
-        active_params=args.active_params,
-    )
+    kw = dict(given, params=None if args.params is None else parameter_count(args.params), tied=args.tied)
+    spec = spec_from_flags(**kw)  # checks every flag (SpecError naming it) whether or not a twin is written
+    if args.d_model and args.vocab and not args.active_params:
+        from ondevice.quant.hfconfig import llama_config
+
+        names = ("params", "layers", "d_model", "vocab", "kv_heads", "head_dim", "heads", "ctx_train", "tied")
+        config = llama_config(**{k: kw[k] for k in names if kw.get(k) is not None})
+        return _header_spec(_config_header(config, args.quant))
+    return spec, None
+
+
+def _config_header(config, quant: str):
+    from ondevice.quant.hfconfig import header_from_hf_config
+    from ondevice.quant.twin import quantized_header
+
+    return quantized_header(header_from_hf_config(config), quant)
+
+
+def _header_spec(header):
+    from ondevice.quant.twin import header_spec
+
+    return header_spec(header), header
 
 
 def _contexts(text: str | None, spec) -> tuple[int, ...]:
@@ -110,7 +130,8 @@ def run(args) -> int:
     from ondevice.core.errors import InvalidParameterError
     from ondevice.roofline.prediction import check_contexts
 
-    spec = _spec(args).with_kv_cache(args.cache_type_k, args.cache_type_v)
+    spec, header = _spec(args)
+    spec = spec.with_kv_cache(args.cache_type_k, args.cache_type_v)
     contexts = check_contexts(_contexts(args.ctx, spec), spec)  # before any probing (a minute on a first run)
     if args.prompt is not None and args.prompt <= 0:
         raise InvalidParameterError(f"--prompt must be a positive number of tokens, not {args.prompt}")
@@ -126,7 +147,9 @@ def run(args) -> int:
     target, args.bandwidth = target_from_args(args)  # another machine: its bandwidth (from --device too)
     probe = _probe(args)
     timing = None
-    if args.bandwidth is None and spec.path:  # a model file: its shape timed on this machine (cached)
+    if args.bandwidth is None and header is not None:  # a model not downloaded: its twin timed here (cached)
+        timing = _header_timing(args, header, spec)
+    elif args.bandwidth is None and spec.path:  # a model file: its shape timed on this machine (cached)
         timing, spec = _timing(args, spec)
     pred = predict(
         spec,
@@ -172,6 +195,14 @@ def _timing(args, spec):
         return timing_for(engine, progress=_say(args)), engine.info.spec
     finally:
         engine.close()
+
+
+def _header_timing(args, header, spec):
+    """The timing of a model known by its header: its twins on this machine (cached under its shape)."""
+    from ondevice.probing import timing_for_header
+
+    kv = {"cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v}
+    return timing_for_header(header, spec, engine_args=kv, progress=_say(args))
 
 
 def render(p, spec, probe, *, width: int | None = None, target=None) -> str:

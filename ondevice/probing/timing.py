@@ -17,9 +17,11 @@ far the rounds spread).
 
 from __future__ import annotations
 
+import contextlib
+import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,7 +29,7 @@ from ondevice.core.cpuload import OtherCpu
 from ondevice.core.errors import ProbeError
 from ondevice.roofline.timing import ShapeTiming
 
-__all__ = ["TimingPlan", "FULL", "QUICK", "time_engine", "probe_ids", "plan_for_engine"]
+__all__ = ["TimingPlan", "FULL", "QUICK", "TWINS", "time_engine", "time_pair", "probe_ids", "plan_for_engine"]
 
 Progress = Callable[[str], None]
 
@@ -55,6 +57,8 @@ class TimingPlan:
 
 
 FULL = TimingPlan()  # `ondevice probe`, `ondevice predict`, `ondevice bench`
+# the full plan on a large model's twins (probing.twins): one round, the chain of two (a twin's blocks are many)
+TWINS = TimingPlan(name="full", chunks=(1, 16, 128, 512), chain=2, decode_steps=16, batch=(2, 4, 8), rounds=1)
 # a first run: a second or two on a small model (chunks up to 256, one on top, fewer decode steps, one round)
 QUICK = TimingPlan(name="quick", chunks=(1, 16, 128, 256), chain=1, decode_steps=8, batch=(), rounds=1)
 
@@ -82,36 +86,96 @@ def _first_token_s(engine: Any, ids: list[int], reuse: bool, max_tokens: int = 1
     return g.timings.ttft_s - g.timings.tokenize_s, g
 
 
-def _round(engine: Any, plan: TimingPlan, salt: int) -> dict[tuple, float]:
-    """One round: every point of the plan once -> {point: seconds}."""
+Measure = Callable[[Any, int], float]  # (engine, salt) -> seconds of one point
+_BATCH_STEPS = 8  # batched decode steps timed per batch size (each step decodes every sequence: a long one)
+
+
+def _shared_points(plan: TimingPlan, vocab: int, batches: dict[int, dict[int, Any]]) -> list[tuple[tuple, Measure]]:
+    """The points a round times on any engine: decode after a short prompt, batched steps (batches: id(engine) ->
+    {B: its batch context}), chunks from an empty cache, the longest last (the chain goes on top of it)."""
+
+    def chunk(k: int) -> Measure:
+        return lambda eng, salt: _first_token_s(eng, probe_ids(vocab, k, salt + k), reuse=False)[0]
+
+    def short(eng: Any, salt: int) -> float:
+        g = _first_token_s(
+            eng, probe_ids(vocab, plan.short_prompt, salt), reuse=False, max_tokens=1 + plan.decode_steps
+        )[1]
+        return statistics.fmean(g.timings.itl_s)
+
+    def batch(b: int) -> Measure:
+        def step(eng: Any, salt: int) -> float:
+            prompts = [probe_ids(vocab, plan.short_prompt, salt + i) for i in range(b)]
+            bg = batches[id(eng)][b].generate(prompts, max_tokens=1 + _BATCH_STEPS, ignore_eos=True, seed=0)
+            full = [s for s, n in zip(bg.step_s, bg.step_seqs) if n == b]
+            return statistics.fmean(full) if full else float("nan")
+
+        return step
+
+    points = [(("decode", plan.short_prompt + plan.decode_steps // 2), short)]
+    points += [(("batch", b), batch(b)) for b in plan.batch]
+    return points + [(("prefill", 0, k), chunk(k)) for k in sorted(plan.chunks)]  # the longest last: the chain's base
+
+
+def _chain_points(engine: Any, plan: TimingPlan, salt: int, decode: bool = True) -> tuple[dict[tuple, float], list]:
+    """The chain of chunks on top of the longest (which the cache must hold: the round timed it last among the
+    chunks) and, with `decode`, the decode steps after it -> ({point: seconds}, the chain's prompt)."""
     vocab, out = engine.n_vocab, {}
-    for k in plan.chunks:
-        out[("prefill", 0, k)], _ = _first_token_s(engine, probe_ids(vocab, k, salt + k), reuse=False)
     longest = max(plan.chunks)
-    ids = probe_ids(vocab, longest, salt + longest)  # the longest chunk's prompt: the cache holds it now
+    ids = probe_ids(vocab, longest, salt + longest)
+    g = None
     for link in range(plan.chain):
         ids += probe_ids(vocab, longest + 1, salt + 1 + link)[1:]
-        steps = plan.decode_steps if link == plan.chain - 1 else 0
+        steps = plan.decode_steps if decode and link == plan.chain - 1 else 0
         t, g = _first_token_s(engine, ids, reuse=True, max_tokens=1 + steps)
         out[("prefill", len(ids) - longest, longest)] = t
-    if plan.chain:
+    if g is not None and decode:
         out[("decode", len(ids) + plan.decode_steps // 2)] = statistics.fmean(g.timings.itl_s)
-    _t, g = _first_token_s(
-        engine, probe_ids(vocab, plan.short_prompt, salt), reuse=False, max_tokens=1 + plan.decode_steps
-    )
-    out[("decode", plan.short_prompt + plan.decode_steps // 2)] = statistics.fmean(g.timings.itl_s)
-    return out
+    return out, ids
 
 
-def _batch_round(batches: dict[int, Any], plan: TimingPlan, vocab: int, salt: int) -> dict[tuple, float]:
-    out = {}
-    for b, ctx in batches.items():
-        prompts = [probe_ids(vocab, plan.short_prompt, salt + i) for i in range(b)]
-        bg = ctx.generate(prompts, max_tokens=1 + plan.decode_steps, ignore_eos=True, seed=0)
-        full = [s for s, n in zip(bg.step_s, bg.step_seqs) if n == b]
-        if full:
-            out[("batch", b)] = statistics.fmean(full)
-    return out
+_BURST = 4  # _decode_bursts: decode steps of one context before switching to the other
+
+
+def _decode_bursts(
+    long_engine: Any, long_ids: list, short_engine: Any, short_ids: list, steps: int
+) -> tuple[float, float]:
+    """(mean step at the long context, at the short one): two engines decoding in alternating bursts of _BURST
+    steps, so what the longer context adds is measured in the same moments as what it adds to (a drifting
+    machine moves both alike)."""
+    streams = [
+        eng.stream(ids, max_tokens=1 + steps, ignore_eos=True, seed=0, reuse_prefix=True)
+        for eng, ids in ((long_engine, long_ids), (short_engine, short_ids))
+    ]
+    times: tuple[list[float], list[float]] = ([], [])
+    try:
+        for stream in streams:
+            next(stream)  # the prompt (the long one is in the cache but its last token) and the first token
+        for _burst in range(max(1, steps // _BURST)):
+            for stream, taken in zip(streams, times):
+                for _ in range(_BURST):
+                    t = time.perf_counter()
+                    next(stream)
+                    taken.append(time.perf_counter() - t)
+    finally:
+        for stream in streams:
+            stream.close()
+    return statistics.fmean(times[0]), statistics.fmean(times[1])
+
+
+@contextlib.contextmanager
+def _timing_session(engines: list[Any], plan: TimingPlan) -> Iterator[dict[int, dict[int, Any]]]:
+    """Engines warmed up, their batch contexts open, their requests kept off the callers' seeds."""
+    with contextlib.ExitStack() as stack:
+        batches: dict[int, dict[int, Any]] = {}
+        for eng in engines:
+            stack.enter_context(eng.side_requests())
+            eng.generate(probe_ids(eng.n_vocab, 8), max_tokens=2, ignore_eos=True, seed=0, reuse_prefix=False)
+            seq = plan.short_prompt + _BATCH_STEPS + 8
+            batches[id(eng)] = {
+                b: stack.enter_context(contextlib.closing(eng.batched(b, seq_tokens=seq))) for b in plan.batch
+            }
+        yield batches
 
 
 def time_engine(engine: Any, plan: TimingPlan = FULL, *, progress: Progress | None = None) -> ShapeTiming:
@@ -122,22 +186,54 @@ def time_engine(engine: Any, plan: TimingPlan = FULL, *, progress: Progress | No
     plan = plan_for_engine(plan, info.n_ctx, info.n_ubatch)
     other, t0 = OtherCpu(), time.perf_counter()
     rounds: list[dict[tuple, float]] = []
-    batches = {}
-    with engine.side_requests():
-        try:
-            engine.generate(probe_ids(engine.n_vocab, 8), max_tokens=2, ignore_eos=True, seed=0, reuse_prefix=False)
-            batches = {b: engine.batched(b, seq_tokens=plan.short_prompt + plan.decode_steps + 8) for b in plan.batch}
-            say(f"timing {_name(info)} on this machine, once (cached for its shape and these settings)")
-            for r in range(plan.rounds):
-                if plan.rounds > 1:
-                    say(f"timing {_name(info)}: round {r + 1} of {plan.rounds}")
-                points = _round(engine, plan, salt=r * 131)
-                points.update(_batch_round(batches, plan, engine.n_vocab, salt=r * 131))
-                rounds.append(points)
-        finally:
-            for ctx in batches.values():
-                ctx.close()
+    with _timing_session([engine], plan) as batches:
+        points = _shared_points(plan, engine.n_vocab, batches)
+        say(f"timing {_name(info)} on this machine, once (cached for its shape and these settings)")
+        for r in range(plan.rounds):
+            if plan.rounds > 1:
+                say(f"timing {_name(info)}: round {r + 1} of {plan.rounds}")
+            out = {key: measure(engine, r * 131) for key, measure in points}
+            out.update(_chain_points(engine, plan, salt=r * 131)[0])
+            rounds.append(out)
     return _timing(rounds, plan, info, other.cores(), time.perf_counter() - t0)
+
+
+def time_pair(
+    few: Any, many: Any, plan: TimingPlan, *, few_again: Any, progress: Progress | None = None
+) -> tuple[ShapeTiming, ShapeTiming]:
+    """Time two twins of one model, of fewer and more blocks, point by point in turn (which goes first alternates),
+    so that a machine whose speed drifts moves both alike: the many-block figure of a point is the fewer one's
+    plus the median of the paired differences. The chain and the decode after it are timed on the fewer alone
+    (roofline.extrapolate_layers scales them: attention is the same in every block), that decode in bursts
+    alternating with the short-context decode of a second engine on the fewer twin (few_again): the difference,
+    which extrapolation multiplies by the model's blocks over the twin's, comes from the same moments."""
+    say = progress or (lambda _msg: None)
+    plan = plan_for_engine(plan, min(few.info.n_ctx, many.info.n_ctx), few.info.n_ubatch)
+    other, t0 = OtherCpu(), time.perf_counter()
+    rounds_few: list[dict[tuple, float]] = []
+    diffs: dict[tuple, list[float]] = {}
+    short = ("decode", plan.short_prompt + plan.decode_steps // 2)
+    with _timing_session([few, many, few_again], plan) as batches:
+        points = _shared_points(plan, few.n_vocab, batches)
+        for r in range(plan.rounds):
+            say(f"timing the twins: round {r + 1} of {plan.rounds}")
+            out = {}
+            for i, (key, measure) in enumerate(points):
+                first, second = (few, many) if (r + i) % 2 == 0 else (many, few)
+                a, b = measure(first, r * 131), measure(second, r * 131)
+                out[key], many_s = (a, b) if first is few else (b, a)
+                diffs.setdefault(key, []).append(many_s - out[key])
+            chain, ids = _chain_points(few, plan, salt=r * 131, decode=False)
+            short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
+            long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, plan.decode_steps)
+            chain[("decode", len(ids) + plan.decode_steps // 2)] = out[short] + long_s - short_s
+            out.update(chain)
+            rounds_few.append(out)
+    elapsed = time.perf_counter() - t0
+    few_timing = _timing(rounds_few, plan, few.info, other.cores(), elapsed)
+    shared = {key: statistics.median(d) for key, d in diffs.items()}
+    many_rounds = [{key: r[key] + shared[key] for key in shared} for r in rounds_few]
+    return few_timing, _timing(many_rounds, replace(plan, chain=0), many.info, other.cores(), 0.0)
 
 
 def _name(info: Any) -> str:
@@ -146,7 +242,8 @@ def _name(info: Any) -> str:
 
 def _timing(rounds: list[dict[tuple, float]], plan: TimingPlan, info: Any, other: float, elapsed: float) -> ShapeTiming:
     """The median round of each point, and the spread of the rounds."""
-    points = {key: [r[key] for r in rounds if key in r] for key in rounds[0]}
+    points = {key: [r[key] for r in rounds if key in r and math.isfinite(r[key])] for key in rounds[0]}
+    points = {key: ts for key, ts in points.items() if ts}  # a batch that never ran every sequence: no point
     if not any(key[0] == "decode" for key in points):
         raise ProbeError(f"timing {_name(info)}: no decode steps were measured")
     best = {key: statistics.median(ts) for key, ts in points.items()}
@@ -155,7 +252,7 @@ def _timing(rounds: list[dict[tuple, float]], plan: TimingPlan, info: Any, other
         decode=tuple(sorted((key[1], t) for key, t in best.items() if key[0] == "decode")),
         prefill=tuple(sorted((key[1], key[2], t) for key, t in best.items() if key[0] == "prefill")),
         batch=tuple(sorted((key[1], t) for key, t in best.items() if key[0] == "batch")),
-        batch_ctx=plan.short_prompt + plan.decode_steps // 2 if plan.batch else 0,
+        batch_ctx=plan.short_prompt + _BATCH_STEPS // 2 if plan.batch else 0,
         n_ubatch=int(info.n_ubatch),
         plan=plan.name,
         spread=spread,

@@ -17,6 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gguf import Keys
+
 from ondevice.core import paths
 from ondevice.gguf.spec import ModelSpec
 from ondevice.roofline.timing import ShapeTiming, extrapolate_layers
@@ -70,18 +72,32 @@ def time_header(
     say = progress or (lambda _msg: None)
     blocks = twin_blocks(spec) if blocks == "auto" else blocks
     if blocks is None:
-        timing, info, found = _time_twin(header, work_dir, "all", plan, engine_args or {}, say, cached)
+        timing, info, found = _time_twin(header, work_dir, f"{spec.n_layer}", plan, engine_args or {}, say, cached)
         return (timing if found else replace(timing, source="twin")), info
     few, more = blocks
-    timings = []
-    for n in (few, more):
-        twin = reduce_layers(header, n, matching_blocks(header, n))
-        timing, info, found = _time_twin(twin, work_dir, f"{n}-blocks", plan, engine_args or {}, say, cached)
-        if found:
-            return timing, info
-        cached = None  # the settings are known now, and nothing was stored for them
-        timings.append(timing)
-    return extrapolate_layers(timings[0], timings[1], few, more, spec.n_layer), info
+    if plan.name == "full":
+        from ondevice.probing.timing import TWINS
+
+        plan = TWINS
+    twins = [reduce_layers(header, n, matching_blocks(header, n)) for n in (few, more)]
+    with _twin_file(twins[0], work_dir, f"{few}", say) as a, _twin_file(twins[1], work_dir, f"{more}", say) as b:
+        with _engines((a, b, a), engine_args or {}) as (few_engine, many_engine, few_again):
+            found = cached(few_engine.info) if cached is not None else None
+            if found is not None:
+                return found, few_engine.info
+            from ondevice.probing.timing import time_pair
+
+            timing_few, timing_many = time_pair(few_engine, many_engine, plan, few_again=few_again, progress=say)
+            return extrapolate_layers(timing_few, timing_many, few, more, spec.n_layer), few_engine.info
+
+
+@contextlib.contextmanager
+def _engines(files: tuple[Path, ...], engine_args: dict[str, Any]) -> Iterator[list[Any]]:
+    """An engine on each file (the same file twice: two engines on it), all closed after."""
+    from ondevice.engine import load
+
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(load(path, **engine_args)) for path in files]
 
 
 def _time_twin(
@@ -116,7 +132,9 @@ def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress) -> Iterator
     paths.remove_stale_temps(work_dir, owned=True)
     path = work_dir / f"twin-{shape_key(header)}-{tag}.gguf"
     say(f"writing a twin ({tag} blocks)")
-    write_twin(header, path)
+    # a dense model's embedding is gathered a row per token: left a hole (zeros), it costs no writing; a mixture
+    # of experts keeps it, so that its router sends tokens to varied experts
+    write_twin(header, path, hole_embedding=not header.value(header.key(Keys.LLM.EXPERT_COUNT), 0))
     try:
         yield path
     finally:

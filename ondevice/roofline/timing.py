@@ -101,9 +101,11 @@ def _check_points(name: str, points: Sequence[tuple], width: int) -> None:
 
 
 def extrapolate_layers(few: ShapeTiming, many: ShapeTiming, n_few: int, n_many: int, n_layer: int) -> ShapeTiming:
-    """The timing of a model of n_layer blocks from twins of n_few and n_many blocks timed on the same points:
-    each figure linear in the blocks (exact for identical blocks; the twins' blocks are chosen to match the
-    model's mix of weight types and window pattern)."""
+    """The timing of a model of n_layer blocks from twins of n_few and n_many blocks. A point both twins timed is
+    linear in the blocks (exact for identical blocks; the twins' blocks match the model's mix of weight types
+    and window pattern). A point only the fewer timed (the chain's chunks after cached tokens, decode at a long
+    context) is the model's figure at its base point (the same chunk from an empty cache; decode at the shortest
+    context) plus n_layer / n_few times what it adds there: attention, which is the same in every block."""
     if not 0 < n_few < n_many:
         raise ValueError("twins of two different block counts are needed, the fewer first")
     f = (n_layer - n_few) / (n_many - n_few)
@@ -111,16 +113,29 @@ def extrapolate_layers(few: ShapeTiming, many: ShapeTiming, n_few: int, n_many: 
     def line(a: float, b: float) -> float:
         return max(a + f * (b - a), 1e-9)  # a noisy pair must not give a negative time
 
-    def merged(xs: Sequence[tuple], ys: Sequence[tuple], what: str) -> tuple:
-        if [x[:-1] for x in xs] != [y[:-1] for y in ys]:
+    def merged(xs: Sequence[tuple], ys: Sequence[tuple], base, what: str) -> tuple:
+        shared = {y[:-1]: y[-1] for y in ys}
+        if not set(shared) <= {x[:-1] for x in xs}:
             raise ValueError(f"the twins were timed on different {what} points")
-        return tuple((*x[:-1], line(x[-1], y[-1])) for x, y in zip(xs, ys))
+        lines = {x[:-1]: line(x[-1], shared[x[:-1]]) for x in xs if x[:-1] in shared}
+        out = []
+        for x in xs:
+            if x[:-1] in lines:
+                out.append((*x[:-1], lines[x[:-1]]))
+                continue
+            b = base(x)
+            if b not in lines:
+                raise ValueError(f"the twins share no base point for the {what} point {x[:-1]}")
+            few_base = next(y[-1] for y in xs if y[:-1] == b)
+            out.append((*x[:-1], max(lines[b] + n_layer / n_few * (x[-1] - few_base), 1e-9)))
+        return tuple(out)
 
+    shortest = (min(s for s, _t in many.decode),) if many.decode else ()
     return replace(
         many,
-        decode=merged(few.decode, many.decode, "decode"),
-        prefill=merged(few.prefill, many.prefill, "prefill"),
-        batch=merged(few.batch, many.batch, "batch") if few.batch and many.batch else (),
+        decode=merged(few.decode, many.decode, lambda x: shortest, "decode"),
+        prefill=merged(few.prefill, many.prefill, lambda x: (0, x[1]), "prefill"),
+        batch=merged(few.batch, many.batch, lambda x: x[:-1], "batch") if few.batch and many.batch else (),
         source="twins",
         layers=(n_few, n_many),
         spread=max(few.spread, many.spread),
