@@ -67,3 +67,17 @@ def test_default_threads_is_positive_and_bounded():
 
     n = devices.default_threads()
     assert 1 <= n <= (os.cpu_count() or 1)
+
+
+def test_load_warms_the_model_up_and_leaves_the_cache_empty(tiny_model, monkeypatch):
+    """One llama_decode at load (the weights faulted in there, not in the first request's TTFT), then an
+    empty cache: the first request computes its whole prompt."""
+    from ondevice.engine import load, loader
+
+    calls = []
+    real = loader.warm_up
+    monkeypatch.setattr(loader, "warm_up", lambda handle: calls.append(handle) or real(handle))
+    with load(tiny_model, n_ctx=256, n_threads=1) as eng:
+        assert len(calls) == 1 and eng.kv_cache_tokens == 0
+        g = eng.generate([1, 5, 9, 13], max_tokens=2, ignore_eos=True)
+        assert g.cached_prompt_tokens == 0 and g.timings.prefill_tok_s

@@ -41,7 +41,9 @@ def test_timing_an_engine_measures_every_point_of_the_plan(engine):
     t = time_engine(engine, TINY_PLAN)
     assert [k for pos, k, _s in t.prefill if pos == 0] == [1, 4, 16]
     assert [(pos, k) for pos, k, _s in t.prefill if pos] == [(16, 16), (32, 16)]  # the chain of two on top
-    assert [n for n, _s in t.decode] == [8 + 2, 48 + 2]  # contexts at the middle of each run's steps
+    # decode after each chunk (4 steps), after the short prompt (its 4 steps), after each link of the chain:
+    # at the context of the middle of the steps
+    assert [n for n, _s in t.decode] == [1 + 2, 4 + 2, 8 + 2, 16 + 2, 32 + 2, 48 + 2]
     assert [b for b, _s in t.batch] == [2] and t.batch_ctx == 8 + 4  # the short prompt and half the 8 batch steps
     assert t.n_ubatch == engine.info.n_ubatch and t.plan == "full" and t.source == "model"
     assert t.spread >= 0 and t.other_cpu_cores >= 0 and t.elapsed_s > 0

@@ -86,51 +86,62 @@ def _first_token_s(engine: Any, ids: list[int], reuse: bool, max_tokens: int = 1
     return g.timings.ttft_s - g.timings.tokenize_s, g
 
 
-Measure = Callable[[Any, int], float]  # (engine, salt) -> seconds of one point
+Measure = Callable[[Any, int], dict[tuple, float]]  # (engine, salt) -> {point: seconds}
 _BATCH_STEPS = 8  # batched decode steps timed per batch size (each step decodes every sequence: a long one)
+_AFTER_CHUNK = 4  # decode steps after each timed chunk: decode points at many contexts and moments
+
+
+def _decode_point(g: Any, n_prompt: int) -> dict[tuple, float]:
+    """The decode point of a generation's steps after an n_prompt prompt: at the context of their middle."""
+    return (
+        {("decode", n_prompt + len(g.timings.itl_s) // 2): statistics.fmean(g.timings.itl_s)} if g.timings.itl_s else {}
+    )
 
 
 def _shared_points(plan: TimingPlan, vocab: int, batches: dict[int, dict[int, Any]]) -> list[tuple[tuple, Measure]]:
-    """The points a round times on any engine: decode after a short prompt, batched steps (batches: id(engine) ->
-    {B: its batch context}), chunks from an empty cache, the longest last (the chain goes on top of it)."""
+    """What a round times on any engine: decode after a short prompt, batched steps (batches: id(engine) ->
+    {B: its batch context}), chunks from an empty cache (each followed by a few decode steps: decode at their
+    context), the longest last (the chain goes on top of it)."""
 
     def chunk(k: int) -> Measure:
-        return lambda eng, salt: _first_token_s(eng, probe_ids(vocab, k, salt + k), reuse=False)[0]
+        def measure(eng: Any, salt: int) -> dict[tuple, float]:
+            t, g = _first_token_s(eng, probe_ids(vocab, k, salt + k), reuse=False, max_tokens=1 + _AFTER_CHUNK)
+            return {("prefill", 0, k): t, **_decode_point(g, k)}
 
-    def short(eng: Any, salt: int) -> float:
-        g = _first_token_s(
-            eng, probe_ids(vocab, plan.short_prompt, salt), reuse=False, max_tokens=1 + plan.decode_steps
-        )[1]
-        return statistics.fmean(g.timings.itl_s)
+        return measure
+
+    def short(eng: Any, salt: int) -> dict[tuple, float]:
+        ids = probe_ids(vocab, plan.short_prompt, salt)
+        return _decode_point(_first_token_s(eng, ids, reuse=False, max_tokens=1 + plan.decode_steps)[1], len(ids))
 
     def batch(b: int) -> Measure:
-        def step(eng: Any, salt: int) -> float:
+        def step(eng: Any, salt: int) -> dict[tuple, float]:
             prompts = [probe_ids(vocab, plan.short_prompt, salt + i) for i in range(b)]
             bg = batches[id(eng)][b].generate(prompts, max_tokens=1 + _BATCH_STEPS, ignore_eos=True, seed=0)
             full = [s for s, n in zip(bg.step_s, bg.step_seqs) if n == b]
-            return statistics.fmean(full) if full else float("nan")
+            return {("batch", b): statistics.fmean(full)} if full else {}
 
         return step
 
-    points = [(("decode", plan.short_prompt + plan.decode_steps // 2), short)]
+    points: list[tuple[tuple, Measure]] = [(("short",), short)]
     points += [(("batch", b), batch(b)) for b in plan.batch]
-    return points + [(("prefill", 0, k), chunk(k)) for k in sorted(plan.chunks)]  # the longest last: the chain's base
+    return points + [(("chunk", k), chunk(k)) for k in sorted(plan.chunks)]  # the longest last: the chain's base
 
 
 def _chain_points(engine: Any, plan: TimingPlan, salt: int, decode: bool = True) -> tuple[dict[tuple, float], list]:
     """The chain of chunks on top of the longest (which the cache must hold: the round timed it last among the
-    chunks) and, with `decode`, the decode steps after it -> ({point: seconds}, the chain's prompt)."""
+    chunks), each followed by a few decode steps, the last (with `decode`) by plan.decode_steps ->
+    ({point: seconds}, the chain's prompt)."""
     vocab, out = engine.n_vocab, {}
     longest = max(plan.chunks)
     ids = probe_ids(vocab, longest, salt + longest)
-    g = None
     for link in range(plan.chain):
         ids += probe_ids(vocab, longest + 1, salt + 1 + link)[1:]
-        steps = plan.decode_steps if decode and link == plan.chain - 1 else 0
+        last = link == plan.chain - 1
+        steps = (plan.decode_steps if decode else 0) if last else _AFTER_CHUNK
         t, g = _first_token_s(engine, ids, reuse=True, max_tokens=1 + steps)
         out[("prefill", len(ids) - longest, longest)] = t
-    if g is not None and decode:
-        out[("decode", len(ids) + plan.decode_steps // 2)] = statistics.fmean(g.timings.itl_s)
+        out.update(_decode_point(g, len(ids)))  # (the next link reuses ids, not the tokens decoded after them)
     return out, ids
 
 
@@ -192,7 +203,9 @@ def time_engine(engine: Any, plan: TimingPlan = FULL, *, progress: Progress | No
         for r in range(plan.rounds):
             if plan.rounds > 1:
                 say(f"timing {_name(info)}: round {r + 1} of {plan.rounds}")
-            out = {key: measure(engine, r * 131) for key, measure in points}
+            out = {}
+            for _key, measure in points:
+                out.update(measure(engine, r * 131))
             out.update(_chain_points(engine, plan, salt=r * 131)[0])
             rounds.append(out)
     return _timing(rounds, plan, info, other.cores(), time.perf_counter() - t0)
@@ -218,11 +231,13 @@ def time_pair(
         for r in range(plan.rounds):
             say(f"timing the twins: round {r + 1} of {plan.rounds}")
             out = {}
-            for i, (key, measure) in enumerate(points):
+            for i, (_key, measure) in enumerate(points):
                 first, second = (few, many) if (r + i) % 2 == 0 else (many, few)
                 a, b = measure(first, r * 131), measure(second, r * 131)
-                out[key], many_s = (a, b) if first is few else (b, a)
-                diffs.setdefault(key, []).append(many_s - out[key])
+                mine, theirs = (a, b) if first is few else (b, a)
+                out.update(mine)
+                for key in mine.keys() & theirs.keys():
+                    diffs.setdefault(key, []).append(theirs[key] - mine[key])
             chain, ids = _chain_points(few, plan, salt=r * 131, decode=False)
             short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
             long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, plan.decode_steps)
