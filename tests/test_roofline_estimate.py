@@ -332,10 +332,10 @@ def test_cli_spec_mode_prints_the_estimate_and_the_vram_verdict(empty_cache, cap
 
 
 def test_cli_device_alone_fills_bandwidth_and_unified_memory(empty_cache, capsys):
-    assert main(["predict", *SPEC, "--device", "M2 Max", "--memory", "8", "--ctx", "8192", "--json"]) == 0
+    assert main(["predict", *SPEC, "--device", "M2 Max", "--memory", "6", "--ctx", "8192", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["bandwidth_gbs"] == 400.0 and d["backend"] == "Metal"
-    assert d["memory"]["where"] == "unified memory" and d["memory"]["available_bytes"] == int(8 * 2**30 * 0.75)
+    assert d["memory"]["where"] == "unified memory" and d["memory"]["available_bytes"] == int(6 * 2**30 * 0.75)
     assert d["memory"]["verdict"] == "does not fit" and "Metal fit" in d["estimates"][0]["basis"]
     assert d["ttft"]["compute_gflops"] == 13600.0
 

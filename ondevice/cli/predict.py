@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
-from ondevice.cli.engine_args import add_kv_cache_args
+from ondevice.cli.engine_args import add_fit_arg, add_kv_cache_args
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.cli.target_args import add_target_args, estimate_lines, memory_where_text, target_from_args
 from ondevice.core.fmt import MS_THEN_S, fold_lines, human_bytes, millis, number, table
@@ -46,6 +46,7 @@ def register(sub) -> None:
     g.add_argument("--active-params", type=float, help="parameters used per token (MoE)")
     g.add_argument("--tied", action="store_true", help="output head tied to the embedding")
     add_kv_cache_args(p)
+    add_fit_arg(p)
     add_target_args(p)
     p.set_defaults(func=run)
 
@@ -134,13 +135,42 @@ def run(args) -> int:
         output_tokens=args.output,
         target=target,
     )
+    fit = fit_choice(spec, contexts, target, args) if args.fit else None
     if args.json:
         d = pred.to_dict()
         d["probe_age_s"] = probe.age_s if probe is not None else None
+        d["fit"] = None if fit is None else {"n_ctx": fit.n_ctx, "n_gpu_layers": fit.n_gpu_layers, "reason": fit.reason}
         dump_json(d)
     else:
         print(render(pred, spec, probe, width=terminal_width(), target=target))
+        if fit is not None:
+            print(f"--fit: {fit.reason}")
     return 0
+
+
+def fit_choice(spec, contexts, target, args):
+    """--fit: the largest context (up to --ctx's largest when given, else the trained context) and offload that
+    fit this machine's free memory, or the target's --memory (its RAM is not weighed then)."""
+    from ondevice.core.errors import InvalidParameterError
+    from ondevice.roofline.memory import fit_memory
+
+    ctx_max = max(contexts) if args.ctx else (spec.n_ctx_train or max(contexts))
+    if target is None:
+        from ondevice.engine.memcheck import plan_fit
+
+        path = spec.path if spec.path else None
+        return plan_fit(path, spec, ctx_max=ctx_max, n_ubatch=None, flash_attn="auto")
+    if not target.memory_bytes:
+        raise InvalidParameterError("--fit for another machine needs its memory: give --memory GB")
+    vram = target.memory_where == "VRAM"
+    return fit_memory(
+        spec,
+        ctx_max=ctx_max,
+        backend=target.backend or "CUDA",
+        device_free_bytes=target.memory_bytes if vram else None,
+        host_free_bytes=1 << 62 if vram else target.memory_bytes,
+        unified=target.memory_where == "unified memory",
+    )
 
 
 def _probe(args):

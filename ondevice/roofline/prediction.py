@@ -9,6 +9,7 @@ from pathlib import Path
 from ondevice.core.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.gguf.spec import ModelSpec, inspect
 from ondevice.roofline.estimate import Estimate, estimated_calibration, estimates_for
+from ondevice.roofline.memory import FITS_SHARE, MemoryVerdict, memory_verdict
 from ondevice.roofline.model import Calibration, Predictor
 from ondevice.roofline.spec import positive_number
 from ondevice.roofline.target import Target, ttft_compute
@@ -30,7 +31,6 @@ __all__ = [
 
 DEFAULT_PROMPT_TOKENS = 1024  # the request predicted when no prompt length is given
 POOR_FIT = 0.10  # a kernel-probe fit whose rms relative residual is above this is called poor
-FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
 _UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
 
 
@@ -70,18 +70,6 @@ class RequestPrediction:
     prefill_share: float | None  # ttft_s / e2e_s: which side of the wait a lever can shorten
     basis: str  # "calibrated" (kernel probe: prefill and decode measured on this machine), "estimate" (decode
     # fitted on published llama.cpp runs; TTFT a floor at the compute figure) or "bound" (both bounds)
-
-
-@dataclass(frozen=True)
-class MemoryVerdict:
-    weight_bytes: int  # all weights (every expert)
-    kv_bytes: int  # KV cache at n_ctx, every layer holding n_ctx cells (llama.cpp's default)
-    buffer_bytes: int  # compute buffers, estimated: 4 B x n_batch x max(n_vocab + d, n_head x n_ctx + 4d)
-    total_bytes: int  # sum of the three
-    n_ctx: int  # context the KV cache is sized for, tokens
-    available_bytes: int | None  # free RAM (CPU) or VRAM (GPU) when known
-    where: str  # "RAM", "VRAM", "unified memory"
-    verdict: str  # "fits" (<= 80% of available), "tight" (<= 100%), "does not fit", "unknown"
 
 
 @dataclass(frozen=True)
@@ -197,7 +185,16 @@ def predict(
         where, avail = target.memory_where, available_bytes if available_bytes is not None else target.memory_bytes
     else:
         where, avail = _memory_budget(probe, cal.backend, available_bytes)
-    memory = memory_verdict(spec, n_ctx=max(contexts), n_batch=n_batch, available_bytes=avail, where=where)
+    mem_backend = (target.backend if target is not None else cal.backend) or "CPU"
+    memory = memory_verdict(
+        spec,
+        n_ctx=max(contexts),
+        n_batch=n_batch,
+        available_bytes=avail,
+        where=where,
+        backend=mem_backend,
+        n_gpu_layers=(spec.n_layer or 0) + 1 if where != "RAM" else 0,
+    )
     return Prediction(
         model=spec.path or spec.name or "spec",
         quant=spec.quant,
@@ -327,38 +324,3 @@ def _memory_budget(probe, backend: str, given: int | None) -> tuple[str, int | N
         return "unified memory", given if given is not None else avail
     vram = host.gpus[0].vram_free_bytes if host.gpus else None
     return "VRAM", given if given is not None else vram
-
-
-def memory_verdict(
-    spec: ModelSpec, *, n_ctx: int, n_batch: int, available_bytes: int | None, where: str
-) -> MemoryVerdict:
-    """All weights + KV at n_ctx + compute buffers, against what is available.
-
-    KV: every layer holds n_ctx cells (llama.cpp allocates sliding-window layers in full by
-    default, swa_full). Buffers, f32 per batch token: the larger of the logits (n_vocab) and
-    the attention scores of every head over the context (n_head x n_ctx, no flash attention),
-    plus a few d_model-wide activations; within a few % of llama.cpp's reported compute buffer
-    for the default model and the synthetic ones.
-    """
-    kv = n_ctx * spec.kv_bytes_per_token
-    d = spec.d_model or 0
-    buffers = 4 * n_batch * max((spec.n_vocab or 0) + d, (spec.n_head or 1) * n_ctx + 4 * d)
-    total = spec.weight_bytes + kv + buffers
-    if not available_bytes:
-        verdict = "unknown"
-    elif total <= FITS_SHARE * available_bytes:
-        verdict = "fits"
-    elif total <= available_bytes:
-        verdict = "tight"
-    else:
-        verdict = "does not fit"
-    return MemoryVerdict(
-        weight_bytes=spec.weight_bytes,
-        kv_bytes=kv,
-        buffer_bytes=buffers,
-        total_bytes=total,
-        n_ctx=n_ctx,
-        available_bytes=available_bytes,
-        where=where,
-        verdict=verdict,
-    )
