@@ -31,7 +31,11 @@ def register(sub) -> None:
         default=None,
         help="output tokens of the request: predict its decode time, E2E and the prefill share",
     )
-    p.add_argument("--bandwidth", type=float, help="GB/s to use instead of this machine's (pure ceiling only)")
+    p.add_argument(
+        "--bandwidth",
+        type=float,
+        help="GB/s of another machine: the bound, and beside it an estimate fitted on published llama.cpp runs",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     g = p.add_argument_group("a model you have not downloaded (instead of MODEL)")
     g.add_argument("--params", help="parameters, e.g. 8B or 8.03e9")
@@ -124,6 +128,7 @@ def run(args) -> int:
             f"--prompt {args.prompt} + --output {args.output or 0} tokens is longer than the "
             f"model's trained context of {spec.n_ctx_train} tokens"
         )
+    given_bandwidth = args.bandwidth
     target, args.bandwidth = target_from_args(args)  # another machine: its bandwidth (from --device too)
     probe = _probe(args)
     pred = predict(
@@ -139,13 +144,22 @@ def run(args) -> int:
     if args.json:
         d = pred.to_dict()
         d["probe_age_s"] = probe.age_s if probe is not None else None
+        d["bandwidth_source"] = _bandwidth_source(pred, given_bandwidth, args.device)
         d["fit"] = None if fit is None else {"n_ctx": fit.n_ctx, "n_gpu_layers": fit.n_gpu_layers, "reason": fit.reason}
         dump_json(d)
     else:
-        print(render(pred, spec, probe, width=terminal_width(), target=target))
+        label = _bandwidth_source(pred, given_bandwidth, args.device)
+        print(render(pred, spec, probe, width=terminal_width(), target=target, bandwidth_label=label))
         if fit is not None:
             print(f"--fit: {fit.reason}")
     return 0
+
+
+def _bandwidth_source(pred, given, device) -> str:
+    """Where the bandwidth came from: "measured", "given", or "nameplate: <device>" (--device's table)."""
+    if pred.bandwidth_source == "given" and given is None and device:
+        return f"nameplate: {device}"
+    return pred.bandwidth_source
 
 
 def fit_choice(spec, contexts, target, args):
@@ -188,7 +202,7 @@ def _probe(args):
     return probe(progress=None if args.json else (lambda m: print(f"probing: {m}", file=sys.stderr, flush=True)))
 
 
-def render(p, spec, probe, *, width: int | None = None, target=None) -> str:
+def render(p, spec, probe, *, width: int | None = None, target=None, bandwidth_label: str | None = None) -> str:
     from ondevice.cli.probe import age_text
 
     name = spec.name or p.model
@@ -198,7 +212,8 @@ def render(p, spec, probe, *, width: int | None = None, target=None) -> str:
         f"  reads {human_bytes(spec.decode_weight_bytes)} of weights per token; "
         f"KV {spec.kv_bytes_per_token} B per token of context ({'/'.join(spec.kv_cache_types)} cache)"
     )
-    src = f"measured by the probe {age_text(probe.age_s)}" if p.bandwidth_source == "measured" and probe else "given"
+    src = bandwidth_label or p.bandwidth_source
+    src = f"measured by the probe {age_text(probe.age_s)}" if src == "measured" and probe else src
     backend = f"backend {p.backend}; " if p.backend != "given" else ""
     lines.append(f"  {backend}ceiling bandwidth {p.bandwidth_gbs:.1f} GB/s ({src})")
     lines.append("")
@@ -256,6 +271,15 @@ def request_lines(r) -> list[str]:
         "calibrated": "predicted",
         "estimate": "estimated (decode fitted on published llama.cpp runs; TTFT a floor at the compute figure)",
     }.get(r.basis, "at best (bounds: no kernel calibration)")
+    if r.ttft_s is None:
+        if r.output_tokens is None:
+            return [f"request of {r.prompt_tokens} prompt tokens: TTFT unknown (the device's compute is unknown)"]
+        return [
+            f"request of {r.prompt_tokens} prompt + {r.output_tokens} output tokens, decode estimated (fitted on "
+            "published llama.cpp runs):",
+            f"  decode {_secs(r.decode_s)} ({r.output_tokens - 1} steps, TPOT {millis(r.tpot_s)}); TTFT and E2E "
+            "unknown (the device's compute is unknown: give --compute TFLOPS)",
+        ]
     if r.output_tokens is None:
         return [f"request of {r.prompt_tokens} prompt tokens, {what}: TTFT {_secs(r.ttft_s)}"]
     out = [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ondevice.core.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.gguf.spec import ModelSpec, inspect
-from ondevice.roofline.estimate import Estimate, estimated_calibration, estimates_for
+from ondevice.roofline.estimate import Estimate, caveats, estimated_calibration, estimates_for
 from ondevice.roofline.memory import FITS_SHARE, MemoryVerdict, memory_verdict
 from ondevice.roofline.model import Calibration, Predictor
 from ondevice.roofline.spec import positive_number
@@ -62,7 +62,7 @@ class RequestPrediction:
 
     prompt_tokens: int  # P, all computed (nothing cached)
     output_tokens: int | None  # N (None: TTFT only)
-    ttft_s: float  # predicted time to first token, seconds
+    ttft_s: float | None  # predicted time to first token, seconds (None: another machine whose compute is unknown)
     decode_s: float | None  # predicted time of the N - 1 decode steps after it, seconds
     e2e_s: float | None  # ttft_s + decode_s
     tpot_s: float | None  # decode_s / (N - 1): the mean inter-token latency (None for N < 2)
@@ -195,6 +195,10 @@ def predict(
         backend=mem_backend,
         n_gpu_layers=(spec.n_layer or 0) + 1 if where != "RAM" else 0,
     )
+    estimates = () if calibrated else estimates_for(pred, contexts, target.backend if target else cal.backend)
+    notes += _estimate_notes(spec, contexts, target.backend if target else cal.backend, cal, estimates, memory)
+    if request is not None and target is not None and not gflops:  # no compute figure there: no TTFT, no E2E
+        request = replace(request, ttft_s=None, e2e_s=None, output_tok_s=None, prefill_share=None)
     return Prediction(
         model=spec.path or spec.name or "spec",
         quant=spec.quant,
@@ -206,9 +210,23 @@ def predict(
         ttft=ttft,
         memory=memory,
         notes=tuple(notes),
-        estimates=() if calibrated else estimates_for(pred, contexts, target.backend if target else cal.backend),
+        estimates=estimates,
         request=request,
     )
+
+
+def _estimate_notes(spec, contexts, backend, cal, estimates, memory) -> list[str]:
+    """What the estimate does not cover for this model and machine (roofline.estimate.caveats), and a model that
+    does not fit there."""
+    if not estimates:
+        return []
+    out = list(caveats(spec, contexts, backend, cal.ceiling_gbs, estimates))
+    if memory.verdict == "does not fit":
+        out.append(
+            f"the model does not fit the {memory.where} there: the estimate is for a machine where it does "
+            "(layers left in RAM decode at RAM speed)"
+        )
+    return out
 
 
 def request_prediction(

@@ -69,7 +69,7 @@ def make_target(
         if memory_gb is not None
         else None
     )
-    is_unified = unified if unified else bool(device_unified)
+    is_unified = unified or bool(device_unified) or name == "Metal"  # Metal runs on Apple's unified memory
     where = "RAM" if name == "CPU" else "unified memory" if is_unified else "VRAM"
     usable = int(total * UNIFIED_GPU_SHARE) if total is not None and where == "unified memory" else total
     return Target(
