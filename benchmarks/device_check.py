@@ -13,15 +13,17 @@ Here, on the CPU, to test the script end to end (no build, this interpreter's in
 Each step runs guarded and time-bounded (a failure or a time-out is recorded and the next step
 runs), the JSON is rewritten after every step (a killed run keeps what it did), and a step that
 cannot start with its budget left before the deadline (--deadline, 540 s) is recorded as skipped.
-Steps: gpu (nvidia-smi, compute capability), build (llama-cpp-python for that one architecture,
-parallel, timed; the wheel comes back in $OUT in parts, and a later run that carries them in
-.device/cache/ installs it instead of building), install (the wheels and this project, not
-editable), system (llama.cpp's system info, ondevice's detection), model (the default model's
-header with zero weights: same shapes, same speed on a GPU, a meaningless answer), run (README's
-first command, full offload, llama.cpp's buffer log), info, predict, bench (quick suite), probe
-(the GPU's bandwidth from llama.cpp's kernels), twin8b (a Llama 3.1 8B twin, `ondevice twin`,
-then predict and bench), batch (bench --batch 1,4,16), fit (run --fit), memory (the verdict
-against the device memory used), tests (pytest -m gpu).
+Steps, in order: gpu (nvidia-smi, compute capability), build (llama-cpp-python for that one
+architecture, parallel, timed; the wheel comes back in $OUT in parts, and a later run that carries
+them in .device/cache/ installs it instead of building), install (the wheels and this project, not
+editable), then, in the venv the build made: system (llama.cpp's system info, ondevice's detection),
+model (the default model's header with zero weights: same shapes, same speed on a GPU, a meaningless
+answer), run (README's first command, full offload, llama.cpp's buffer log), info, probe (the GPU's
+bandwidth from llama.cpp's kernels), predict, bench (quick suite: measured beside predicted), fit
+(run --fit), batch (bench --batch 1,4,16), memory (the verdict against the device memory used),
+config8b (`ondevice predict --config` on Llama 3.1 8B's config.json), twin8b (its twin, `ondevice
+twin`, then predict and bench), tests (pytest -m gpu). The first run on a fresh machine spends most
+of its time building; carry the wheel parts it returns in .device/cache/ and run it again for the rest.
 """
 
 from __future__ import annotations
@@ -395,6 +397,15 @@ def later(c: Check, args, work: Path, wanted) -> None:
                 lambda: [*memory, "--paths", model(), "--record", tmp / "memory.json"],
                 lambda d: _memory(c, tmp / "memory.json"),
                 cmd=[py],
+            ),
+        ),
+        (
+            "config8b",
+            60,
+            cli(
+                "config8b",
+                lambda: ["predict", "--config", CONFIG_8B, "--quant", "Q4_K_M", "--json"],
+                parse_json_into(c, "predict_config_8b"),
             ),
         ),
         ("twin8b", 180, lambda b: _twin8b(c, od, models, tmp, quick, b)),

@@ -253,6 +253,36 @@ def summary(rows: list[dict]) -> tuple[list[str], bool]:
     return out, met
 
 
+def solve(report: dict, work: Path) -> dict:
+    """The estimate's CPU constants from the fit rows alone: the tokenizer's bytes (after-load growth less the
+    file, the repacked copy, the KV cache and the output buffer, against n_vocab) and the activations a pass
+    writes (full-context growth less all that and the masks, against d_model and the feed-forward width)."""
+    import numpy as np
+
+    from ondevice.engine.memcheck import repacked_bytes_here
+    from ondevice.gguf.spec import inspect
+    from ondevice.roofline import memory as mem
+
+    rows = [r for r in report["rows"] if "error" not in r and r["group"] == "fit" and r["backend"] == "CPU"]
+    models = build_models(sorted({r["model"] for r in rows}), work)
+    load_x, load_y, full_x, full_y = [], [], [], []
+    for r in rows:
+        spec = inspect(models[r["model"]]).with_kv_cache(r["kv"], r["kv"])
+        known = spec.file_bytes + repacked_bytes_here(models[r["model"]], "CPU", 0, spec.n_layer)
+        known += r["n_ctx"] * spec.kv_bytes_per_token + 4 * spec.n_vocab
+        load, full = measured(r)
+        load_x.append([spec.n_vocab, 1.0])
+        load_y.append(load - known)
+        ub = min(r["n_ubatch"], r["n_ctx"])
+        masks = mem._masks(spec) * r["n_ctx"] * ub * 2
+        full_x.append([4 * ub * spec.d_model, 4 * ub * mem._d_ff(spec)])
+        full_y.append(full - known - masks)
+    (alpha, beta), *_ = np.linalg.lstsq(np.array(load_x), np.array(load_y), rcond=None)
+    tokenizer = np.array(load_x) @ [alpha, beta]
+    (a, b), *_ = np.linalg.lstsq(np.array(full_x), np.array(full_y) - tokenizer, rcond=None)
+    return {"VOCAB_ENTRY_BYTES": alpha, "VOCAB_FIXED_BYTES": beta, "ACT_FLOATS_D": a, "ACT_FLOATS_FF": b}
+
+
 def replay(report: dict, work: Path) -> int:
     """The recorded measurements against this code's prediction (the synthetic models are rebuilt: same bytes)."""
     rows = [r for r in report["rows"] if "error" not in r]
@@ -279,9 +309,15 @@ def main(argv=None) -> int:
     ap.add_argument("--append", action="store_true", help="add the rows to those already in --record's file")
     ap.add_argument("--paths", help="comma-separated GGUF files to measure instead of --models (named by file)")
     ap.add_argument("--replay", type=Path, help="a recorded run: predict its rows again (models rebuilt in --work)")
+    ap.add_argument(
+        "--solve", action="store_true", help="with --replay: the estimate's CPU constants from its fit rows"
+    )
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
+        return 0
+    if args.replay and args.solve:
+        print(solve(json.loads(args.replay.read_text()), args.work or Path(tempfile.mkdtemp(prefix="ondevice-mem-"))))
         return 0
     if args.replay:
         return replay(json.loads(args.replay.read_text()), args.work or Path(tempfile.mkdtemp(prefix="ondevice-mem-")))

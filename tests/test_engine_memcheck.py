@@ -98,3 +98,24 @@ def test_predict_fit_for_another_machine(capsys):
     assert main(["predict", *spec, "--bandwidth", "100", "--backend", "CPU", "--memory", "2", "--fit"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not fit even at 256 tokens" in err[0]
+
+
+SPEC8B = ["--params", "8B", "--quant", "Q4_K_M", "--layers", "32", "--kv-heads", "8", "--head-dim", "128"]
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--device", "RTX 9999"], "not in the nameplate table"),
+        (["--device", "RTX 4090", "--memory", "-1"], "--memory must be positive"),
+        (["--device", "RTX 4090", "--memory", "1e12"], "beyond any machine"),
+        (["--bandwidth", "1e9"], "beyond any machine"),
+        (["--device", "RTX 4090", "--compute", "1e9"], "beyond any machine"),
+        (["--bandwidth", "100", "--backend", "CPU", "--memory", "1", "--fit"], "does not fit even at 256 tokens"),
+        (["--device", "RTX 4090", "--fit"], "--fit for another machine needs its memory"),
+    ],
+)
+def test_bad_machine_input_is_one_line_and_exit_2(extra, said, capsys):
+    assert main(["predict", *SPEC8B, *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]

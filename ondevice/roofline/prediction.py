@@ -136,7 +136,7 @@ def predict(
             f"than the model's trained context of {spec.n_ctx_train} tokens"
         )
     if bandwidth_gbs is not None:
-        bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s")
+        bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s", most=1e5)
     if target is not None and bandwidth_gbs is None:
         raise InvalidParameterError("a target machine needs its bandwidth (bandwidth_gbs)")
     if probe is None and bandwidth_gbs is None:
