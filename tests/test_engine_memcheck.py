@@ -119,3 +119,38 @@ def test_bad_machine_input_is_one_line_and_exit_2(extra, said, capsys):
     assert main(["predict", *SPEC8B, *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0]
+
+
+class _CudaBuild:
+    """llama_cpp as a CUDA build on the recorded H200 reports itself (offload on, its system info)."""
+
+    def __init__(self, system_info: str):
+        self.info = system_info.encode()
+
+    def llama_supports_gpu_offload(self) -> bool:
+        return True
+
+    def llama_print_system_info(self) -> bytes:
+        return self.info
+
+
+def test_offload_decisions_on_the_recorded_h200(monkeypatch, default_model):
+    from pathlib import Path
+
+    from ondevice.llama import devices
+    from ondevice.probing.hardware import parse_nvidia_smi
+
+    hw = Path(__file__).parent / "data" / "hw"
+    lib = _CudaBuild((hw / "sysinfo_cuda13_h200.txt").read_text())
+    monkeypatch.setattr(devices, "_device_backends", lambda: [])  # this machine's ggml has no GPU: the recorded text
+    assert devices.detect_backends(lib) == ["CUDA", "CPU"] and devices.default_backend(lib) == "CUDA"
+    assert devices.gpu_layers(lib, "auto", 18) == (-1, 19) and devices.gpu_layers(lib, 5, 18) == (5, 5)
+    assert devices.gpu_layers(lib, 100, 18) == (100, 19)
+    assert memcheck.backend_for(lib, 19) == "CUDA" and memcheck.backend_for(lib, 0) == "CPU"
+    gpu = parse_nvidia_smi((hw / "nvidia_smi_h200.csv").read_text())[0]
+    h200 = (LlamaDevice("CUDA0", gpu.name, "GPU", gpu.vram_total_bytes, gpu.vram_free_bytes),)
+    monkeypatch.setattr(memcheck, "llama_devices", lambda: h200)
+    spec = inspect(default_model)
+    choice = memcheck.plan_fit(default_model, spec, ctx_max=32768, n_ubatch=None, flash_attn="auto", lib=lib)
+    assert choice.n_ctx == 32768 and choice.n_gpu_layers == 19 and "all 19 layers on the GPU" in choice.reason
+    assert choice.need.device_bytes > 514 * 2**20 and choice.need.host_bytes < spec.file_bytes
