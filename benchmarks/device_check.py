@@ -145,6 +145,8 @@ def summary(doc: dict) -> str:
         if f.get(key) is not None:
             lines.append(f"{key}: {f[key]}")
     for r in f.get("bench", []):
+        if r.get("decode_tok_s") is None:  # the load scenarios time loads, not decoding
+            continue
         eff = f"{r['efficiency']:.2f}" if r.get("efficiency") else "-"
         lines.append(
             f"bench {r['model']} {r['scenario']} {r['workload']}: decode {r['decode_tok_s'] or 0:.1f} tok/s "
@@ -374,6 +376,7 @@ def later(c: Check, args, work: Path, wanted) -> None:
     bench = ["--json", tmp / "bench.json", "--force", *quick]
     batch = ["--batch", "1,4,16", "-p", "64", "-n", "32", "--json", tmp / "batch.json", "--force"]
     memory = [ROOT / "benchmarks" / "memory_accuracy.py", "--contexts", mem_ctx, "--kv", "f16"]
+    mem = tmp / "memory.json"
     tests = ["-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", ROOT / "tests"]
     steps = [
         ("system", 60, step_system(c, py)),
@@ -384,21 +387,20 @@ def later(c: Check, args, work: Path, wanted) -> None:
         (
             "predict",
             60,
-            cli("predict", lambda: ["predict", model(), "--json", "--output", "128"], parse_json_into(c, "predict")),
+            cli(
+                "predict",
+                lambda: ["predict", model(), "--json", "--prompt", "256", "--output", "128"],
+                parse_json_into(c, "predict"),
+            ),
         ),
         ("bench", 120, cli("bench", lambda: ["bench", model(), *bench], parse_bench(c, tmp / "bench.json"))),
         ("fit", 60, cli("fit", lambda: ["run", "--fit", model(), "Hello", "-n", "4"], lambda d: _fit_line(c, d))),
-        ("batch", 120, cli("batch", lambda: ["bench", model(), *batch])),
         (
-            "memory",
-            150,
-            cli(
-                "memory",
-                lambda: [*memory, "--paths", model(), "--record", tmp / "memory.json"],
-                lambda d: _memory(c, tmp / "memory.json"),
-                cmd=[py],
-            ),
+            "batch",
+            120,
+            cli("batch", lambda: ["bench", model(), *batch], parse_json_file(c, "batch", tmp / "batch.json")),
         ),
+        ("memory", 150, lambda b: _memory(c, [py, *map(str, memory), "--paths", model(), "--record", str(mem)], b)),
         (
             "config8b",
             60,
@@ -421,10 +423,22 @@ def _fit_line(c: Check, done) -> dict:
     return {"note": c.facts["fit_line"] or "no --fit line"}
 
 
-def _memory(c: Check, path: Path) -> dict:
-    doc = json.loads(path.read_text())
+def _memory(c: Check, argv: list[str], budget: float) -> dict:
+    """The memory verdict against what the load took; a missed target (exit 1) is a finding, not a failure."""
+    done = c.sh(argv, budget)
+    if done.returncode not in (0, 1):
+        checked(done, "memory")
+    doc = json.loads(Path(argv[argv.index("--record") + 1]).read_text())
     c.facts["memory"] = doc.get("summary", []) + [doc.get("table", "")]
     return {"note": "; ".join(doc.get("summary", []))[:200]}
+
+
+def parse_json_file(c: Check, key: str, path: Path):
+    def parse(done):
+        c.facts[key] = json.loads(path.read_text())
+        return {"note": f"{key} recorded"}
+
+    return parse
 
 
 def _twin8b(c: Check, od, models: Path, tmp: Path, quick, budget) -> dict:

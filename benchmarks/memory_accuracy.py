@@ -11,8 +11,9 @@ the context has been filled to its last cell (a prompt of n_ctx - 1 tokens, one 
 The growth is held against ondevice.roofline.memory's predicted total for the same settings, and
 llama.cpp's logged buffer sizes are kept beside it. Targets: every row within ±10% of the growth
 after a full context, and no row, after load or full, under by more than 5%. Rows are split by
-model into the ones the estimate's constants were set on ("fit": the default model and the 50 MB
-synthetic one) and the rest ("score"), both reported. Exit 1 when a target is missed.
+model into the ones the estimate's constants were solved on ("fit": the default model, the 50 MB
+synthetic one and a 1 MB one; --replay FILE --solve) and the rest ("score"), both reported.
+Exit 1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 TOLERANCE, UNDER = 0.10, 0.05
-FIT_MODELS = ("default", "synth-50MB")  # the rows the estimate's constants were read from
+FIT_MODELS = ("default", "synth-50MB", "synth-tiny")  # the rows the estimate's constants were solved on (--solve)
 # name -> (SynthConfig fields, quantize to or None). Sizes are the file's.
 SYNTH = {
+    "synth-tiny": (dict(), None),  # the tests' 2-layer model (1 MB): what a load and a request cost whatever the model
     "synth-50MB": (
         dict(d_model=384, n_layer=4, n_head=6, n_head_kv=2, d_ff=1024, n_vocab=32000, n_ctx_train=8192),
         None,
