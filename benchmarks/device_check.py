@@ -16,7 +16,8 @@ cannot start with its budget left before the deadline (--deadline, 540 s) is rec
 Steps, in order: gpu (nvidia-smi, compute capability), build (llama-cpp-python for that one
 architecture, parallel, timed; the wheel comes back in $OUT in parts, and a later run that carries
 them in .device/cache/ installs it instead of building), install (the wheels and this project, not
-editable), then, in the venv the build made: system (llama.cpp's system info, ondevice's detection),
+editable; with pip's --target into /tmp/odv-site, since the image's python3 is itself a venv), then,
+with that on PYTHONPATH: system (llama.cpp's system info, ondevice's detection),
 model (the default model's header with zero weights: same shapes, same speed on a GPU, a meaningless
 answer), run (README's first command, full offload, llama.cpp's buffer log), info, probe (the GPU's
 bandwidth from llama.cpp's kernels), predict, bench (quick suite: measured beside predicted), fit
@@ -42,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = ROOT / ".device"
 PROMPT = "The Eiffel Tower is located in the city of"
+PIP_TARGET = ["-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation", "--upgrade", "--target"]
 WHEEL_PART_BYTES = 15 << 20  # a file back from $OUT may be 16 MiB
 CONFIG_8B = ROOT / "benchmarks" / "data" / "configs" / "llama-3.1-8b.json"
 
@@ -184,9 +186,8 @@ def step_gpu(c: Check, cpu: bool):
     return run
 
 
-def step_build(c: Check, py: str, venv: Path):
+def step_build(c: Check, py: str, site: Path):
     def run(budget):
-        checked(c.sh([sys.executable, "-m", "venv", "--system-site-packages", venv], 60), "venv")
         cached = sorted(glob.glob(str(DEVICE / "cache" / "*.whl.part*")))
         wheel_dir = Path("/tmp/odv-wheel")
         wheel_dir.mkdir(exist_ok=True)
@@ -229,22 +230,19 @@ def step_build(c: Check, py: str, venv: Path):
                 for i in range(0, len(data), WHEEL_PART_BYTES):
                     (c.out / f"{whl.name}.part{i // WHEEL_PART_BYTES:02d}").write_bytes(data[i : i + WHEEL_PART_BYTES])
         (whl,) = wheel_dir.glob("llama_cpp_python-*.whl")
-        checked(c.sh([py, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", whl], 120), "install")
+        checked(c.sh([py, *PIP_TARGET, site, whl], 120), "install")
         return {"note": note}
 
     return run
 
 
-def step_install(c: Check, py: str):
+def step_install(c: Check, py: str, site: Path):
     def run(budget):
         wheels = sorted(str(p) for p in (DEVICE / "wheels").glob("*.whl"))
         if wheels:
-            checked(c.sh([py, "-m", "pip", "install", "--no-deps", "--no-index", *wheels], budget), "wheels")
-        checked(
-            c.sh([py, "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation", ROOT], budget),
-            "project",
-        )
-        return {"note": f"{len(wheels)} wheels and the project"}
+            checked(c.sh([py, *PIP_TARGET, site, *wheels], budget), "wheels")
+        checked(c.sh([py, *PIP_TARGET, site, ROOT], budget), "project")
+        return {"note": f"{len(wheels)} wheels and the project into {site}"}
 
     return run
 
@@ -294,7 +292,7 @@ def step_cli(c: Check, ondevice: list[str], name: str, args: list[str], parse=No
 
 def parse_run(c: Check):
     def parse(done):
-        from ondevice.llama.memlog import parse_buffer_log  # the venv's (or, with --cpu, this) install
+        from ondevice.llama.memlog import parse_buffer_log  # the site's install (with --cpu, this interpreter's)
 
         err = [x for x in done.stderr.splitlines() if x.strip()]
         c.facts.update(
@@ -331,26 +329,29 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole check")
     ap.add_argument("--steps", help="comma-separated subset of the steps")
     ap.add_argument("--work", type=Path, default=Path("/tmp/odv-work"), help="models, caches and bench files")
-    ap.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)  # the steps after install, in the venv
+    ap.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)  # the steps after install, with the site
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    work, venv = args.work, Path("/tmp/odv")
+    work, site = args.work, Path("/tmp/odv-site")  # installed with --target: the image's python3 is itself a venv
     c = Check(args.out, args.deadline, {"PYTHONUNBUFFERED": "1", "ONDEVICE_CACHE_DIR": str(work / "cache")})
     wanted = set(args.steps.split(",")) if args.steps else None
     if args.resume:
         doc = json.loads((args.out / "device_check.json").read_text())
         c.steps, c.facts = doc["steps"], doc["facts"]
+        c.t0 -= doc["elapsed_s"]  # one clock for the whole check: the steps before the exec count
+        c.deadline_s += doc["elapsed_s"]
     else:
-        py = str(venv / "bin" / "python")
+        py = sys.executable
         first = [("gpu", 30, step_gpu(c, args.cpu))]
         if not args.cpu:
-            first += [("build", 420, step_build(c, sys.executable, venv)), ("install", 90, step_install(c, py))]
+            first += [("build", 420, step_build(c, py, site)), ("install", 90, step_install(c, py, site))]
         for name, budget, fn in first:
             if wanted is None or name in wanted:
                 c.step(name, budget, fn)
-        if not args.cpu:  # the rest runs in the venv the build made (ondevice and llama_cpp importable there)
+        if not args.cpu:  # the rest runs with what was installed (ondevice and llama_cpp importable from the site)
             c.save()
             c.log.close()
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
             rest = ["--out", str(args.out), "--work", str(work), "--deadline", str(max(1.0, c.left())), "--resume"]
             os.execv(py, [py, __file__, *rest, *(["--steps", args.steps] if args.steps else [])])
     later(c, args, work, wanted)

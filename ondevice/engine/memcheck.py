@@ -4,6 +4,7 @@ load never ends in an allocation failure inside llama.cpp."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,20 @@ def repacked_bytes_here(path: Path | None, backend: str, offloaded: int, n_layer
     """Weights CPU_REPACK copies on this machine when layers stay on the CPU (0 with everything offloaded or
     when the crash guard allows no extra buffers)."""
     from ondevice.llama.guard import cpu_buffer_verdict
-    from ondevice.llama.model import repacked_bytes
 
     if path is None or (is_gpu_backend(backend) and offloaded > (n_layer or 0)):
         return 0
     if cpu_buffer_verdict().mode == "none":
         return 0
+    st = Path(path).stat()
+    return _repacked(str(path), st.st_size, st.st_mtime_ns, lib)
+
+
+@functools.lru_cache(maxsize=16)
+def _repacked(path: str, _size: int, _mtime_ns: int, lib: Any) -> int:
+    """repacked_bytes, once per file version in a process (it reads the tensor table: ~0.1 s for the default model)."""
+    from ondevice.llama.model import repacked_bytes
+
     return repacked_bytes(path, lib)
 
 
