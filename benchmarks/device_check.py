@@ -242,6 +242,7 @@ def step_install(c: Check, py: str, site: Path):
         if wheels:
             checked(c.sh([py, *PIP_TARGET, site, *wheels], budget), "wheels")
         checked(c.sh([py, *PIP_TARGET, site, ROOT], budget), "project")
+        shutil.rmtree(ROOT / "build", ignore_errors=True)  # setuptools' in-tree build: not part of the checkout
         return {"note": f"{len(wheels)} wheels and the project into {site}"}
 
     return run

@@ -154,3 +154,19 @@ def test_offload_decisions_on_the_recorded_h200(monkeypatch, default_model):
     choice = memcheck.plan_fit(default_model, spec, ctx_max=32768, n_ubatch=None, flash_attn="auto", lib=lib)
     assert choice.n_ctx == 32768 and choice.n_gpu_layers == 19 and "all 19 layers on the GPU" in choice.reason
     assert choice.need.device_bytes > 514 * 2**20 and choice.need.host_bytes < spec.file_bytes
+
+
+def test_chat_fit_decides_before_the_app_and_says_so(tiny_model, capsys):
+    from ondevice.cli.chat import _fit
+
+    kw = {
+        "n_ctx": None,
+        "n_ubatch": None,
+        "flash_attn": "auto",
+        "n_gpu_layers": "auto",
+        "cache_type_k": "f16",
+        "cache_type_v": "f16",
+    }
+    chosen = _fit(tiny_model, kw)
+    assert chosen["n_ctx"] == 512 and chosen["n_gpu_layers"] == 0
+    assert capsys.readouterr().err.startswith("ondevice: --fit: context 512 (the most asked for)")

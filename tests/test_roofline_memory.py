@@ -131,3 +131,35 @@ def test_fit_leaves_layers_in_ram_when_the_gpu_is_too_small():
 def test_fit_refuses_with_the_figures_when_nothing_fits():
     with pytest.raises(InvalidParameterError, match=r"does not fit even at 256 tokens.*needs .* GB of RAM, 1\.00 GB"):
         fit_memory(llama(), ctx_max=8192, host_free_bytes=int(1 * GB))
+
+
+RECORDED = Path(__file__).parents[1] / "benchmarks" / "data" / "memory_accuracy"
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("memory_accuracy", RECORDED.parents[1] / "memory_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recorded_rows_meet_the_targets_and_are_this_codes_prediction(default_model, tmp_path):
+    """The rows benchmarks/memory_accuracy.py recorded on this project's CPU machine: every one of a model file
+    from 50 MB up within ±10% of the RSS growth after a full context and never under by more than 5%; the rows
+    of the models a test can rebuild (the default model, the 1 MB and 50 MB synthetic ones) predicted again by
+    this code, to the byte."""
+    import json
+
+    bench = _bench_module()
+    rows = [r for f in sorted(RECORDED.glob("*.json")) for r in json.loads(f.read_text())["rows"] if "error" not in r]
+    assert len(rows) >= 20 and {r["group"] for r in rows} == {"fit", "score"}
+    for r in (r for r in rows if bench._group(r) != "small"):  # model files from 50 MB up
+        e_load, e_full = bench.errors(r)
+        assert -0.05 <= e_full <= 0.10 and e_load >= -0.05, (r["model"], r["n_ctx"], r["kv"], e_load, e_full)
+    models = bench.build_models(["synth-tiny", "synth-50MB"], tmp_path) | {"default": default_model}
+    again = [r for r in rows if r["model"] in models]
+    assert len(again) >= 8
+    for r in again:
+        assert bench.predicted(models[r["model"]], r["n_ctx"], r["kv"], r) == r["predicted"], (r["model"], r["n_ctx"])

@@ -16,15 +16,16 @@ Two kinds of memory behave differently, and the estimate follows each:
   logits (n_vocab floats); the tokenizer's tables cost about VOCAB_ENTRY_BYTES an entry. The
   compute buffer is only address space until written, and a pass writes its activations, not the
   n_ubatch x n_vocab logits llama.cpp reserves room for (the engine keeps one token's logits):
-  ACT_FLOATS_D x d_model + ACT_FLOATS_FF x d_ff floats a token, plus the attention mask
-  (n_ctx x n_ubatch halves per mask; f32 scores of every head without flash attention).
+  ACT_FLOATS x (d_model + d_ff) floats a token, plus the attention mask (n_ctx x n_ubatch halves per
+  mask; f32 scores of every head without flash attention), plus what a first request allocates.
 
 Unified memory (Metal) is one pool: the mapped file (Metal reads it in place), the KV cache and
 the reserved compute buffer.
 
-The constants were set on the default model and a 50 MB synthetic one (benchmarks/memory_accuracy.py
-"fit" rows) and checked on synthetic models up to 3 GB ("score" rows); the data are in
-benchmarks/data/memory_accuracy/.
+The CPU constants were solved on the default model and 1 MB and 50 MB synthetic ones
+(benchmarks/memory_accuracy.py's "fit" rows) and checked on synthetic models of 300 MB to 3 GB
+(Q4_0, Q8_0, F16: its "score" rows); the data are in benchmarks/data/memory_accuracy/. The GPU
+terms are llama.cpp's own reservations, not fitted; benchmarks/device_check.py measures them.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ __all__ = [
 
 FITS_SHARE = 0.8  # the verdict says "fits" up to 80% of the memory available; "tight" up to 100%
 FIT_SHARE = 0.9  # --fit chooses settings whose need is at most 90% of what is free (a 10% margin)
-VOCAB_ENTRY_BYTES = 193  # llama.cpp's tokenizer tables, per vocabulary entry (RSS, measured)
-VOCAB_FIXED_BYTES = 3 << 20  # and the rest of what a load adds to the process whatever the model
-ACT_FLOATS_D = 11.6  # f32 activations a CPU pass writes per token, in units of d_model ...
-ACT_FLOATS_FF = 1.5  # ... and of the feed-forward width
+# Solved on the fit rows of benchmarks/data/memory_accuracy (memory_accuracy.py --replay FILE --solve), rounded:
+VOCAB_ENTRY_BYTES = 160  # llama.cpp's tokenizer tables (and ondevice's reading of them), per vocabulary entry
+VOCAB_FIXED_BYTES = 6_300_000  # the rest of what a load adds to the process whatever the model
+ACT_FLOATS = 4.3  # f32 a CPU pass writes per token, per unit of d_model + feed-forward width
+REQUEST_FIXED_BYTES = 1_600_000  # what the first request adds whatever the model (batch, sampler, token lists)
 _MIN_CTX = 256  # llama.cpp's smallest context (and the step it pads every context to)
 
 
@@ -123,7 +125,7 @@ def _reserved_compute(spec: ModelSpec, n_ctx: int, n_ubatch: int, flash_attn: bo
 def _touched_compute(spec: ModelSpec, n_ctx: int, n_ubatch: int, flash_attn: bool) -> int:
     """The part of a CPU compute buffer a pass writes (RSS)."""
     d = spec.d_model or 0
-    acts = 4 * n_ubatch * (ACT_FLOATS_D * d + ACT_FLOATS_FF * _d_ff(spec))
+    acts = 4 * n_ubatch * ACT_FLOATS * (d + _d_ff(spec)) + REQUEST_FIXED_BYTES
     scores = _masks(spec) * n_ctx * n_ubatch * 2 if flash_attn else 4 * n_ubatch * n_ctx * ((spec.n_head or 1) + 1)
     return int(acts + scores)
 
