@@ -445,7 +445,11 @@ def parse_json_file(c: Check, key: str, path: Path):
 
 def _twin8b(c: Check, od, models: Path, tmp: Path, quick, budget) -> dict:
     twin = models / "llama-3.1-8b-Q4_K_M-twin.gguf"
-    checked(c.sh([*od, "twin", "--config", CONFIG_8B, "--quant", "Q4_K_M", twin], budget / 3, cwd="/tmp"), "twin")
+    # --sparse: the data region a hole (zero weights): a GPU decodes them as fast, and nothing 4.9 GB is written
+    checked(
+        c.sh([*od, "twin", "--config", CONFIG_8B, "--quant", "Q4_K_M", "--sparse", twin], budget / 3, cwd="/tmp"),
+        "twin",
+    )
     pred = checked(c.sh([*od, "predict", twin, "--json", "--prompt", "256", "--output", "128"], budget / 3), "predict")
     c.facts["predict_8b"] = json.loads(pred.stdout)
     checked(c.sh([*od, "bench", twin, *quick, "--json", tmp / "bench8b.json", "--force"], budget / 3), "bench")

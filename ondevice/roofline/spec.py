@@ -173,7 +173,8 @@ def spec_from_flags(
 def positive_number(
     what: str, v, error: type[Exception] = SpecError, unit: str = "", most: float | None = None
 ) -> float:
-    """float(v) when it is a finite number above zero (and at most `most`); else `error` naming `what` (and its unit)."""
+    """float(v) when it is a finite number above zero (and at most `most`); else `error` naming `what` (and its
+    unit)."""
     try:
         x = float(v)
     except (TypeError, ValueError):
