@@ -22,7 +22,13 @@ from ondevice.roofline.target import UNIFIED_GPU_SHARE, make_target
 from tests.probe_fakes import fake_result, fake_timing, nvidia_host
 
 LOO_BOUND = 0.15  # the issue's aim: leave-one-out median error of 15% or better (the shipped fit: ~5.8%)
-CTX = {"tg64": 32, "tg128": 64, "tg512": 256, "main1024": 494 + 512}  # mean context of the generated tokens
+CTX = {
+    "tg64": 32,
+    "tg128": 64,
+    "tg512": 256,
+    "tg1024": 512,
+    "main1024": 494 + 512,
+}  # mean context of the generated tokens
 SPEC = [
     "--params",
     "8.03B",
@@ -49,8 +55,14 @@ def rows():
 
 
 @pytest.fixture(scope="module")
-def refit(rows):
-    return est.fit(rows)
+def fitted(rows):
+    """The rows the shipped fit rests on (split=fit)."""
+    return est.fit_rows(rows)
+
+
+@pytest.fixture(scope="module")
+def refit(fitted):
+    return est.fit(fitted)
 
 
 def test_table_has_sourced_rows_across_backends_types_and_sizes(rows):
@@ -115,13 +127,35 @@ def test_fit_is_physical(refit):
     assert refit.pooled_ratio_high - refit.pooled_ratio_low >= refit.ratio_high - refit.ratio_low
 
 
-def test_leave_one_out_median_error_is_within_the_bound(rows, refit):
-    err = est.loo_median_error(rows)
+def test_leave_one_out_median_error_is_within_the_bound(fitted, refit):
+    err = est.loo_median_error(fitted)
     assert err == pytest.approx(refit.loo_median_abs_error)
     assert err <= LOO_BOUND
-    assert est.loo_median_error(rows, pooled=True) <= LOO_BOUND
+    assert est.loo_median_error(fitted, pooled=True) <= LOO_BOUND
     # the bound alone is far off: the fit earns its place
-    assert sorted(1 - m.tok_s * m.ceiling_s for m in rows)[len(rows) // 2] > 2 * err
+    assert sorted(1 - m.tok_s * m.ceiling_s for m in fitted)[len(fitted) // 2] > 2 * err
+
+
+def test_held_out_rows_are_scored_not_fitted(rows, fitted, refit):
+    held = est.score_rows(rows)
+    assert len(held) >= 25 and len(held) + len(fitted) == len(rows) and refit.n_rows == len(fitted)
+    assert {m.device for m in held} - {m.device for m in fitted}  # devices the fit never saw
+    errors, inside = [], 0
+    for m in held:
+        e = est.estimate(m.backend, m.quant, m.bytes_per_token, m.nameplate_gbs)
+        errors.append(abs(m.tok_s / e.tok_s - 1))
+        inside += e.low_tok_s <= m.tok_s <= e.high_tok_s
+    errors.sort()
+    assert errors[len(errors) // 2] <= 0.07  # measured on the shipped fit: 6.1% (benchmarks/estimate_accuracy.py)
+    assert sum(e <= 0.15 for e in errors) >= 0.85 * len(held) and inside >= 0.75 * len(held)
+
+
+def test_hbm_cards_reach_less_of_their_bandwidth(refit):
+    a100 = est.estimate("CUDA", "Q4_K_M", 4.68e9, 2039.0, refit)
+    consumer = est.estimate("CUDA", "Q4_K_M", 4.68e9, 1008.0, refit)
+    assert refit.hbm_extra > 0 and a100.efficiency < 0.6 * consumer.efficiency / (consumer.tok_s / a100.tok_s) + 1
+    assert "an HBM card" in a100.basis and "HBM" not in consumer.basis
+    assert a100.efficiency < consumer.efficiency
 
 
 def test_estimate_for_a_published_row_is_within_its_range(rows):
@@ -328,16 +362,16 @@ def test_cli_spec_mode_prints_the_estimate_and_the_vram_verdict(empty_cache, cap
     assert main(["predict", *SPEC, "--bandwidth", "504", "--device", "RTX 4070", "--memory", "12", "--ctx", "128"]) == 0
     out = capsys.readouterr().out
     assert "backend CUDA; ceiling bandwidth 504.0 GB/s (given)" in out
-    assert "estimated 73.7 tok/s (range 64.4–81.5) at 128 tokens of context, 68% of the 108.7 tok/s bound" in out
+    assert "estimated 73.7 tok/s (range 64.5–81.9) at 128 tokens of context, 68% of the 108.7 tok/s bound" in out
     assert "12.0 GiB VRAM available: FITS" in out
     assert "TTFT floor uses RTX 4070's 116.6 TFLOPS FP16" in out
 
 
 def test_cli_device_alone_fills_bandwidth_and_unified_memory(empty_cache, capsys):
-    assert main(["predict", *SPEC, "--device", "M2 Max", "--memory", "8", "--ctx", "8192", "--json"]) == 0
+    assert main(["predict", *SPEC, "--device", "M2 Max", "--memory", "6", "--ctx", "8192", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["bandwidth_gbs"] == 400.0 and d["backend"] == "Metal"
-    assert d["memory"]["where"] == "unified memory" and d["memory"]["available_bytes"] == int(8 * 2**30 * 0.75)
+    assert d["memory"]["where"] == "unified memory" and d["memory"]["available_bytes"] == int(6 * 2**30 * 0.75)
     assert d["memory"]["verdict"] == "does not fit" and "Metal fit" in d["estimates"][0]["basis"]
     assert d["ttft"]["compute_gflops"] == 13600.0
 
@@ -363,3 +397,37 @@ def test_cli_corrupt_fit_is_one_line_and_exit_2(empty_cache, capsys, monkeypatch
     assert main(["predict", *SPEC, "--bandwidth", "504"]) == 2
     err = capsys.readouterr().err
     assert "cannot read the estimate fit" in err and len(err.strip().splitlines()) == 1
+
+
+def _llama(**kw):
+    base = dict(params=8.03e9, quant="Q4_K_M", layers=32, kv_heads=8, head_dim=128, d_model=4096, vocab=128256)
+    return spec_from_flags(**{**base, **kw})
+
+
+def test_caveats_flag_what_the_fit_does_not_cover():
+    from dataclasses import replace
+
+    moe = replace(_llama(), n_expert=8, n_expert_used=2)
+    assert any(c.startswith("MoE (2 of 8 experts") for c in est.caveats(moe, (128,), "CUDA", 1008.0))
+    assert any(c.startswith("Q2_K: ") for c in est.caveats(_llama(quant="Q2_K"), (128,), "CUDA", 1008.0))
+    assert any("contexts past" in c for c in est.caveats(_llama(), (128, 8192), "CUDA", 1008.0))
+    assert any("4800 GB/s is outside the fit's devices" in c for c in est.caveats(_llama(), (128,), "CUDA", 4800.0))
+    assert est.caveats(_llama(), (128, 512), "CUDA", 1008.0) == ()  # inside the fit's reach: nothing to flag
+    tiny = _llama(params=1.5e8, layers=4, d_model=512, vocab=32000)
+    small = est.estimate("Metal", "Q4_K_M", 1e8, 400.0)
+    assert any("near the" in c and "on Metal" in c for c in est.caveats(tiny, (128,), "Metal", 400.0, (small,)))
+
+
+def test_labels_say_where_figures_come_from(empty_cache, capsys):
+    assert main(["predict", *SPEC, "--device", "M2 Max", "--ctx", "128"]) == 0
+    assert "ceiling bandwidth 400.0 GB/s (nameplate: M2 Max)" in capsys.readouterr().out
+    assert main(["predict", *SPEC, "--bandwidth", "400", "--backend", "Metal", "--output", "64", "--ctx", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "TTFT and E2E unknown (the device's compute is unknown" in out and "TTFT floor for" not in out
+    assert "unified memory" in out  # Metal runs on unified memory
+    assert main(["predict", *SPEC, "--bandwidth", "400", "--backend", "Metal", "--ctx", "8192", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["request"]["ttft_s"] is None and any("contexts past" in n for n in d["notes"])
+    assert main(["predict", *SPEC, "--device", "RTX 4060", "--memory", "4", "--ctx", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out and "the model does not fit the VRAM there: the estimate is for a machine" in out

@@ -72,6 +72,7 @@ class BenchConfig:
     n_ubatch: int | None = None  # tokens per compute pass inside a call (None: llama.cpp's default)
     cache_type_k: str = "f16"  # K cache element type
     cache_type_v: str = "f16"  # V cache element type
+    fit: bool = False  # choose the context and offload that fit the free memory (ondevice.load's fit)
     sampling: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SAMPLING))  # sampler settings
     seed: int = 0  # prompt text and sampling seeds derive from it
     timeout_s: float | None = None  # per request, seconds
@@ -250,6 +251,7 @@ def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
         seed=config.seed,
         cache_type_k=config.cache_type_k,
         cache_type_v=config.cache_type_v,
+        **({"fit": True} if config.fit else {}),
     )
     p.warmed = False
     if not p.engine_info:
@@ -272,6 +274,8 @@ def _info_dict(info: Any) -> dict[str, Any]:
         "cache_type_v",
         "cpu_buffers",
         "cpu_buffers_reason",
+        "fit_reason",
+        "memory_need_bytes",
         "llama_cpp_version",
         "seed",
     )

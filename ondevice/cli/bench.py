@@ -162,6 +162,9 @@ def _report(args, outcome, digests, slo_bounds) -> int:
             if s is not None:
                 slo[(r.model, r.scenario, r.workload)] = s
     doc = report.result_document(record, results, slo)
+    for plan in outcome.models:
+        if plan.engine_info.get("fit_reason"):
+            print(f"ondevice: --fit: {plan.label}: {plan.engine_info['fit_reason']}", file=sys.stderr)
     sys.stdout.write(report.render_table(record, results, slo, width=terminal_width()))
     _write_outputs(args, doc, record, results, slo)
     return _exit_code(outcome, slo)

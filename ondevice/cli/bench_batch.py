@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ondevice.cli.engine_args import say_fit
 from ondevice.core.errors import BenchError
 
 __all__ = ["run_batch", "batch_workload"]
@@ -84,6 +85,7 @@ def run_batch(
     digests = model_digests([plan])
     started = time.time()
     engine = load_plan(config, plan)
+    say_fit(engine.info)
     try:
         outcome = _run(engine, sweep, args, progress)
     finally:

@@ -106,10 +106,31 @@ def run(args) -> int:
     store = None if args.no_history else HistoryStore(args.history_db)
     resume = _resume_id(store, args.resume)
     load_kwargs = {"n_ctx": args.n_ctx, "n_threads": args.threads, "n_gpu_layers": layers, **engine_kwargs(args)}
+    if load_kwargs.pop("fit"):  # chosen before the app takes the screen, and said on the terminal
+        load_kwargs.update(_fit(path, load_kwargs))
     from ondevice.llama.guard import cpu_buffer_verdict
 
     cpu_buffer_verdict()  # a first-contact self-test, and its one line, before the app takes the screen
     return _run_app(path, settings, store, resume, load_kwargs)
+
+
+def _fit(path: Path, kw: dict) -> dict:
+    """--fit: the context and offload that fit, said in one line; engine.load's n_ctx and n_gpu_layers."""
+    from ondevice.engine.loader import resolve_n_ctx
+    from ondevice.engine.memcheck import plan_fit
+    from ondevice.gguf.spec import inspect
+
+    spec = inspect(path).with_kv_cache(kw["cache_type_k"], kw["cache_type_v"])
+    choice = plan_fit(
+        path,
+        spec,
+        ctx_max=resolve_n_ctx(kw["n_ctx"] or 0, spec.n_ctx_train),
+        n_ubatch=kw["n_ubatch"],
+        flash_attn=kw["flash_attn"],
+        n_gpu_layers=kw["n_gpu_layers"],
+    )
+    print(f"ondevice: --fit: {choice.reason}", file=sys.stderr, flush=True)
+    return {"n_ctx": choice.n_ctx, "n_gpu_layers": choice.n_gpu_layers if kw["n_gpu_layers"] != 0 else 0}
 
 
 def _run_app(path: Path, settings, store, resume: int | None, load_kwargs: dict) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.kvtypes import DEFAULT_KV_TYPE, KV_CACHE_TYPES
 
-__all__ = ["add_engine_args", "add_kv_cache_args", "engine_kwargs", "settings_text"]
+__all__ = ["add_engine_args", "add_kv_cache_args", "add_fit_arg", "engine_kwargs", "settings_text", "say_fit"]
 
 _FLASH = {"auto": "auto", "on": True, "off": False}
 
@@ -63,6 +63,16 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         help="tokens per compute pass inside a call (default: llama.cpp's 512)",
     )
     add_kv_cache_args(p)
+    add_fit_arg(p)
+
+
+def add_fit_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fit",
+        action="store_true",
+        help="choose the largest context (up to -c, else the trained one) and, on a GPU, the most offloaded layers "
+        "that fit the free memory with a 10%% margin, and say what was chosen and why",
+    )
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,6 +87,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "n_ubatch": args.n_ubatch,
         "cache_type_k": args.cache_type_k,
         "cache_type_v": args.cache_type_v,
+        "fit": bool(getattr(args, "fit", False)),
     }
 
 
@@ -87,3 +98,11 @@ def settings_text(info: Any) -> str:
         f"batch {info.n_batch}/{info.n_ubatch}, flash attn {fa}, KV {info.cache_type_k}/{info.cache_type_v}, "
         f"CPU buffers {info.cpu_buffers}"
     )
+
+
+def say_fit(info: Any) -> None:
+    """One line on stderr: what --fit chose and why (nothing without --fit)."""
+    import sys
+
+    if getattr(info, "fit_reason", ""):
+        print(f"ondevice: --fit: {info.fit_reason}", file=sys.stderr, flush=True)

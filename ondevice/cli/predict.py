@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
-from ondevice.cli.engine_args import add_kv_cache_args
+from ondevice.cli.engine_args import add_fit_arg, add_kv_cache_args
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.cli.target_args import add_target_args, estimate_lines, memory_where_text, target_from_args
 from ondevice.core.fmt import MS_THEN_S, fold_lines, human_bytes, millis, number, table
@@ -31,7 +31,11 @@ def register(sub) -> None:
         default=None,
         help="output tokens of the request: predict its decode time, E2E and the prefill share",
     )
-    p.add_argument("--bandwidth", type=float, help="GB/s to use instead of this machine's (pure ceiling only)")
+    p.add_argument(
+        "--bandwidth",
+        type=float,
+        help="GB/s of another machine: the bound, and beside it an estimate fitted on published llama.cpp runs",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     g = p.add_argument_group(
         "a model you have not downloaded (instead of MODEL): its twin is timed here; with --params, give "
@@ -50,6 +54,7 @@ def register(sub) -> None:
     g.add_argument("--active-params", type=float, help="parameters used per token (MoE)")
     g.add_argument("--tied", action="store_true", help="output head tied to the embedding")
     add_kv_cache_args(p)
+    add_fit_arg(p)
     add_target_args(p)
     p.set_defaults(func=run)
 
@@ -144,6 +149,7 @@ def run(args) -> int:
             f"--prompt {args.prompt} + --output {args.output or 0} tokens is longer than the "
             f"model's trained context of {spec.n_ctx_train} tokens"
         )
+    given_bandwidth = args.bandwidth
     target, args.bandwidth = target_from_args(args)  # another machine: its bandwidth (from --device too)
     probe = _probe(args)
     timing = None
@@ -161,17 +167,55 @@ def run(args) -> int:
         output_tokens=args.output,
         target=target,
     )
+    fit = fit_choice(spec, contexts, target, args) if args.fit else None
     if args.json:
         d = pred.to_dict()
         d["probe_age_s"] = probe.age_s if probe is not None else None
+        d["bandwidth_source"] = _bandwidth_source(pred, given_bandwidth, args.device)
+        d["fit"] = None if fit is None else {"n_ctx": fit.n_ctx, "n_gpu_layers": fit.n_gpu_layers, "reason": fit.reason}
         dump_json(d)
     else:
-        print(render(pred, spec, probe, width=terminal_width(), target=target))
+        label = _bandwidth_source(pred, given_bandwidth, args.device)
+        print(render(pred, spec, probe, width=terminal_width(), target=target, bandwidth_label=label))
+        if fit is not None:
+            print(f"--fit: {fit.reason}")
     return 0
 
 
 def _say(args):
     return None if args.json else (lambda m: print(f"ondevice: {m}", file=sys.stderr, flush=True))
+
+
+def _bandwidth_source(pred, given, device) -> str:
+    """Where the bandwidth came from: "measured", "given", or "nameplate: <device>" (--device's table)."""
+    if pred.bandwidth_source == "given" and given is None and device:
+        return f"nameplate: {device}"
+    return pred.bandwidth_source
+
+
+def fit_choice(spec, contexts, target, args):
+    """--fit: the largest context (up to --ctx's largest when given, else the trained context) and offload that
+    fit this machine's free memory, or the target's --memory (its RAM is not weighed then)."""
+    from ondevice.core.errors import InvalidParameterError
+    from ondevice.roofline.memory import fit_memory
+
+    ctx_max = max(contexts) if args.ctx else (spec.n_ctx_train or max(contexts))
+    if target is None:
+        from ondevice.engine.memcheck import plan_fit
+
+        path = spec.path if spec.path else None
+        return plan_fit(path, spec, ctx_max=ctx_max, n_ubatch=None, flash_attn="auto")
+    if not target.memory_bytes:
+        raise InvalidParameterError("--fit for another machine needs its memory: give --memory GB")
+    vram = target.memory_where == "VRAM"
+    return fit_memory(
+        spec,
+        ctx_max=ctx_max,
+        backend=target.backend or "CUDA",
+        device_free_bytes=target.memory_bytes if vram else None,
+        host_free_bytes=1 << 62 if vram else target.memory_bytes,
+        unified=target.memory_where == "unified memory",
+    )
 
 
 def _probe(args):
@@ -205,7 +249,7 @@ def _header_timing(args, header, spec):
     return timing_for_header(header, spec, engine_args=kv, progress=_say(args))
 
 
-def render(p, spec, probe, *, width: int | None = None, target=None) -> str:
+def render(p, spec, probe, *, width: int | None = None, target=None, bandwidth_label: str | None = None) -> str:
     from ondevice.cli.probe import age_text
 
     name = spec.name or p.model
@@ -215,7 +259,8 @@ def render(p, spec, probe, *, width: int | None = None, target=None) -> str:
         f"  reads {human_bytes(spec.decode_weight_bytes)} of weights per token; "
         f"KV {spec.kv_bytes_per_token} B per token of context ({'/'.join(spec.kv_cache_types)} cache)"
     )
-    src = f"measured by the probe {age_text(probe.age_s)}" if p.bandwidth_source == "measured" and probe else "given"
+    src = bandwidth_label or p.bandwidth_source
+    src = f"measured by the probe {age_text(probe.age_s)}" if src == "measured" and probe else src
     backend = f"backend {p.backend}; " if p.backend != "given" else ""
     lines.append(f"  {backend}ceiling bandwidth {p.bandwidth_gbs:.1f} GB/s ({src})")
     lines.append("")
@@ -273,6 +318,18 @@ def request_lines(r) -> list[str]:
         "calibrated": "predicted",
         "estimate": "estimated (decode fitted on published llama.cpp runs; TTFT a floor at the compute figure)",
     }.get(r.basis, "at best (bounds: nothing timed)")
+
+
+    }.get(r.basis, "at best (bounds: no kernel calibration)")
+    if r.ttft_s is None:
+        if r.output_tokens is None:
+            return [f"request of {r.prompt_tokens} prompt tokens: TTFT unknown (the device's compute is unknown)"]
+        return [
+            f"request of {r.prompt_tokens} prompt + {r.output_tokens} output tokens, decode estimated (fitted on "
+            "published llama.cpp runs):",
+            f"  decode {_secs(r.decode_s)} ({r.output_tokens - 1} steps, TPOT {millis(r.tpot_s)}); TTFT and E2E "
+            "unknown (the device's compute is unknown: give --compute TFLOPS)",
+        ]
     if r.output_tokens is None:
         return [f"request of {r.prompt_tokens} prompt tokens, {what}: TTFT {_secs(r.ttft_s)}"]
     out = [

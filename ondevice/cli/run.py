@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from ondevice.cli.engine_args import add_engine_args, engine_kwargs, settings_text
+from ondevice.cli.engine_args import add_engine_args, engine_kwargs, say_fit, settings_text
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.fmt import MS_THEN_S, millis, number, rate
 from ondevice.engine.sampling import DEFAULTS
@@ -98,6 +98,7 @@ def run(args) -> int:
         progress=_say,
         **engine_kwargs(args),
     )
+    say_fit(engine.info)
     try:
         stream = engine.stream(
             prompt,

@@ -13,6 +13,7 @@ __all__ = [
     "ContextOverflowError",
     "InvalidParameterError",
     "ModelLoadError",
+    "InsufficientMemoryError",
     "ProbeError",
     "SpecError",
     "EstimateDataError",
@@ -48,6 +49,17 @@ class EngineError(OndeviceError):
 
 class ModelLoadError(EngineError):
     """llama.cpp could not load the model or create a context."""
+
+
+class InsufficientMemoryError(ModelLoadError):
+    """A load would not fit the memory that is free: refused before llama.cpp allocates anything.
+    needed_bytes and available_bytes give the figures, where says which memory ("RAM", "VRAM", ...)."""
+
+    def __init__(self, message: str, *, needed_bytes: int, available_bytes: int, where: str):
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
+        self.available_bytes = available_bytes
+        self.where = where
 
 
 class EngineBusyError(EngineError):

@@ -41,6 +41,7 @@ def load(
     n_ubatch: int | None = None,
     cache_type_k: str = "f16",
     cache_type_v: str = "f16",
+    fit: bool = False,
 ) -> Engine:
     """Load a model (None = the default model, a registry name, or a GGUF path) into an Engine.
 
@@ -52,7 +53,10 @@ def load(
     attention). n_gpu_layers "auto" offloads every layer when this llama.cpp build can
     offload, else none. predictor: an object with step_s(n_ctx) -> (ceiling_step_s,
     calibrated_step_s) that each token event is held against, or None (ondevice.load passes
-    the one from this machine's cached probe).
+    the one from this machine's cached probe). A load that will not fit the free memory is refused before
+    llama.cpp allocates anything (InsufficientMemoryError, with the figures); fit=True instead chooses the
+    largest context up to n_ctx (None: the trained context) and the most GPU layers that fit
+    (engine.info.fit_reason says what was chosen and why).
     """
     from ondevice.gguf.loadcheck import inspect_for_load
     from ondevice.models.materialize import resolve_model
@@ -73,6 +77,7 @@ def load(
         seed=seed,
         cache_type_k=cache_type_k,
         cache_type_v=cache_type_v,
+        fit=fit,
     )
     return Engine(handle, info, pred)
 

@@ -48,6 +48,8 @@ class EngineInfo:
     cache_type_v: str = DEFAULT_KV_TYPE  # V cache element type
     cpu_buffers: str = "all"  # extra CPU buffer types allowed: "all" | "repack" | "none" (the crash guard's verdict)
     cpu_buffers_reason: str = ""  # why, e.g. "self-test: all: crashed (SIGSEGV); repack: ok"
+    memory_need_bytes: int = 0  # what the load was predicted to take (ondevice.roofline.memory), RAM + device
+    fit_reason: str = ""  # with fit=True: the context and offload chosen, and why
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "spec"}
@@ -136,10 +138,15 @@ def open_model(
     n_ubatch: Any = None,
     cache_type_k: str = DEFAULT_KV_TYPE,
     cache_type_v: str = DEFAULT_KV_TYPE,
+    fit: bool = False,
 ) -> tuple[LlamaHandle, EngineInfo]:
     """Load `path` (already validated into `spec`) and create a one-sequence context.
 
-    n_batch / n_ubatch None keep llama.cpp's defaults (2048 / 512, capped at n_ctx)."""
+    n_batch / n_ubatch None keep llama.cpp's defaults (2048 / 512, capped at n_ctx). Before llama.cpp
+    allocates anything the need is held against the free memory: InsufficientMemoryError when it does
+    not fit. fit: choose the largest context up to n_ctx (None or 0: the trained context) and the most
+    GPU layers that fit instead (EngineInfo.fit_reason says what and why)."""
+    fit_ctx_max = resolve_n_ctx(0 if n_ctx is None else n_ctx, spec.n_ctx_train) if fit else None
     n_ctx = resolve_n_ctx(n_ctx, spec.n_ctx_train)
     n_threads = default_threads() if n_threads is None else _positive("n_threads", n_threads)
     n_batch = None if n_batch is None else _positive("n_batch", n_batch)
@@ -156,6 +163,9 @@ def open_model(
 
     fa_type = _flash_attn_type(lib, flash_attn)
     requested_layers, offloaded = gpu_layers(lib, n_gpu_layers, spec.n_layer)
+    n_ctx, requested_layers, offloaded, need, fit_reason = _memory_plan(
+        path, spec, lib, n_ctx, fit_ctx_max, n_ubatch, flash_attn, requested_layers, offloaded
+    )
     t0 = time.perf_counter_ns()
     model, placement = load_model(path, n_gpu_layers=requested_layers, lib=lib)
     try:
@@ -200,5 +210,40 @@ def open_model(
         cache_type_v=cache_type_v.lower(),
         cpu_buffers=placement.cpu_buffers,
         cpu_buffers_reason=placement.reason,
+        memory_need_bytes=need.total_bytes,
+        fit_reason=fit_reason,
     )
     return handle, info
+
+
+def _memory_plan(path, spec, lib, n_ctx, fit_ctx_max, n_ubatch, flash_attn, requested_layers, offloaded):
+    """(n_ctx, n_gpu_layers to ask for, layers offloaded, MemoryNeed, fit reason): the request checked
+    against the free memory, or, with fit_ctx_max, the settings chosen to fit it."""
+    from ondevice.engine.memcheck import backend_for, check_memory, free_memory, plan_fit, repacked_bytes_here
+
+    reason = ""
+    if fit_ctx_max is not None:
+        choice = plan_fit(
+            path,
+            spec,
+            ctx_max=fit_ctx_max,
+            n_ubatch=n_ubatch,
+            flash_attn=flash_attn,
+            n_gpu_layers=requested_layers,
+            lib=lib,
+        )
+        n_ctx, reason = choice.n_ctx, choice.reason
+        if offloaded:
+            requested_layers = offloaded = choice.n_gpu_layers
+    backend = backend_for(lib, offloaded)
+    need = check_memory(
+        spec,
+        free_memory(backend),
+        n_ctx=n_ctx,
+        n_ubatch=min(n_ubatch or 512, n_ctx),
+        flash_attn=flash_attn,
+        backend=backend,
+        offloaded=offloaded if backend != "CPU" else 0,
+        repacked=repacked_bytes_here(path, backend, offloaded, spec.n_layer, lib),
+    )
+    return n_ctx, requested_layers, offloaded, need, reason

@@ -30,6 +30,7 @@ __all__ = [
     "place_weights",
     "new_context",
     "repack_plan",
+    "repacked_bytes",
     "chat_formatter",
     "ErrorLines",
 ]
@@ -147,6 +148,15 @@ def repack_plan(path: Path | str, lib: Any = None) -> list[str]:
     raw = lib.llama_print_system_info()
     features = cpu_features(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))
     return repack_tensors([(t.name, t.type_name, tuple(t.shape)) for t in read_gguf(path).tensors], features)
+
+
+def repacked_bytes(path: Path | str, lib: Any = None) -> int:
+    """Bytes of the weights CPU_REPACK copies out of `path` on this CPU (a second copy in RAM beside the
+    mapped file); 0 when the build has no CPU_REPACK or nothing qualifies."""
+    from ondevice.gguf.reader import read_gguf
+
+    names = set(repack_plan(path, lib))
+    return sum(t.n_bytes for t in read_gguf(path).tensors if t.name in names) if names else 0
 
 
 def place_weights(mparams: Any, path: Path, verdict: Verdict, lib: Any = None) -> TensorOverrides | None:

@@ -80,6 +80,18 @@ NAMEPLATE_GBS: dict[str, tuple[float, str]] = {
     "rtx 5000 ada generation": (576.0, ""),
     "rtx 4000 ada generation": (360.0, ""),
     "rtx a6000": (768.0, ""),
+    # NVIDIA datacenter cards (as nvidia-smi names them): HBM, beyond the consumer cards' bandwidth
+    "a100 80gb pcie": (1935.0, ""),
+    "a100 pcie 40gb": (1555.0, ""),
+    "a100 sxm4 80gb": (2039.0, ""),
+    "a100 sxm4 40gb": (1555.0, ""),
+    "h100 pcie": (2000.0, ""),
+    "h100 80gb hbm3": (3350.0, "the SXM card"),
+    "h200": (4800.0, ""),
+    "a40": (696.0, ""),
+    "l40s": (864.0, ""),
+    "l40": (864.0, ""),
+    "l4": (300.0, ""),
     # AMD Radeon (desktop cards) and the Strix Halo APU
     "rx 9070 xt": (644.6, ""),
     "rx 9070": (644.6, ""),
@@ -138,6 +150,17 @@ NAMEPLATE_FP16_TFLOPS: dict[str, tuple[float, str]] = {
     "rtx 3090": (142.3, "nvidia"),
     "rtx 3080 ti": (136.4, "nvidia"),
     "rtx 3080": (119.1, "nvidia"),
+    "a100 80gb pcie": (312.0, "nvidia-dc"),
+    "a100 pcie 40gb": (312.0, "nvidia-dc"),
+    "a100 sxm4 80gb": (312.0, "nvidia-dc"),
+    "a100 sxm4 40gb": (312.0, "nvidia-dc"),
+    "h100 pcie": (756.0, "nvidia-dc"),
+    "h100 80gb hbm3": (989.0, "nvidia-dc"),
+    "h200": (989.0, "nvidia-dc"),
+    "a40": (149.7, "nvidia-dc"),
+    "l40s": (366.0, "nvidia-dc"),
+    "l40": (181.0, "nvidia-dc"),
+    "l4": (121.0, "nvidia-dc"),
     "rtx 3070 ti": (87.0, "nvidia"),
     "rtx 3070": (81.3, "nvidia"),
     "rtx 3060 ti": (64.8, "nvidia"),
@@ -169,11 +192,13 @@ COMPUTE_SOURCES = {
     "apple-derived": "derived: GPU cores x 128 ALUs x 2 FLOP x peak clock (Apple publishes no figure)",
     "nvidia": "NVIDIA architecture whitepapers (Ampere GA102, Ada, Blackwell): dense FP16 tensor TFLOPS with "
     "FP16 accumulate, no sparsity (4x the card's FP32 boost TFLOPS)",
+    "nvidia-dc": "NVIDIA datasheets (A100, H100, H200, A40, L40/L40S, L4): dense FP16 tensor TFLOPS, no sparsity",
     "nvidia-turing": "NVIDIA Turing whitepaper: dense FP16 tensor TFLOPS with FP16 accumulate (reference card)",
     "amd": "AMD product pages: peak half-precision (FP16) TFLOPS, dense (matrix units on RDNA 4)",
     "amd-derived": "derived: 40 CUs x 2.9 GHz x 512 FP16 FLOP per CU per clock (AMD Radeon 8060S)",
 }
 
+_NVIDIA_KEYS = ("rtx", "a100", "h100", "h200", "a40", "l40", "l4")  # normalised names of NVIDIA cards
 _VENDOR_WORDS = {"nvidia", "geforce", "amd", "radeon", "apple", "graphics", "gpu", "(tm)", "(r)"}
 
 
@@ -249,4 +274,4 @@ def default_backend(name: str | None) -> str | None:
         return None
     if re.fullmatch(r"m\d+( pro| max| ultra)?", key):
         return "Metal"
-    return "CUDA" if key.startswith("rtx") else "ROCm"
+    return "CUDA" if key.startswith(_NVIDIA_KEYS) else "ROCm"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ondevice.core.errors import InvalidParameterError, ProbeError, SpecError
 from ondevice.gguf.spec import ModelSpec, inspect
-from ondevice.roofline.estimate import Estimate, estimated_calibration, estimates_for
+from ondevice.roofline.estimate import Estimate, caveats, estimated_calibration, estimates_for
+from ondevice.roofline.memory import FITS_SHARE, MemoryVerdict, memory_verdict
 from ondevice.roofline.model import Calibration, Predictor, chunk_flops
 from ondevice.roofline.spec import positive_number
 from ondevice.roofline.target import Target, ttft_compute
@@ -30,7 +31,6 @@ __all__ = [
 ]
 
 DEFAULT_PROMPT_TOKENS = 1024  # the request predicted when no prompt length is given
-FITS_SHARE = 0.8  # "fits" up to 80% of the memory available; "tight" up to 100%
 _UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
 
 
@@ -62,7 +62,7 @@ class RequestPrediction:
 
     prompt_tokens: int  # P, all computed (nothing cached)
     output_tokens: int | None  # N (None: TTFT only)
-    ttft_s: float  # predicted time to first token, seconds
+    ttft_s: float | None  # predicted time to first token, seconds (None: another machine whose compute is unknown)
     decode_s: float | None  # predicted time of the N - 1 decode steps after it, seconds
     e2e_s: float | None  # ttft_s + decode_s
     tpot_s: float | None  # decode_s / (N - 1): the mean inter-token latency (None for N < 2)
@@ -70,18 +70,6 @@ class RequestPrediction:
     prefill_share: float | None  # ttft_s / e2e_s: which side of the wait a lever can shorten
     basis: str  # "calibrated" (the model's shape timed on this machine), "estimate" (decode
     # fitted on published llama.cpp runs; TTFT a floor at the compute figure) or "bound" (both bounds)
-
-
-@dataclass(frozen=True)
-class MemoryVerdict:
-    weight_bytes: int  # all weights (every expert)
-    kv_bytes: int  # KV cache at n_ctx, every layer holding n_ctx cells (llama.cpp's default)
-    buffer_bytes: int  # compute buffers, estimated: 4 B x n_batch x max(n_vocab + d, n_head x n_ctx + 4d)
-    total_bytes: int  # sum of the three
-    n_ctx: int  # context the KV cache is sized for, tokens
-    available_bytes: int | None  # free RAM (CPU) or VRAM (GPU) when known
-    where: str  # "RAM", "VRAM", "unified memory"
-    verdict: str  # "fits" (<= 80% of available), "tight" (<= 100%), "does not fit", "unknown"
 
 
 @dataclass(frozen=True)
@@ -150,7 +138,7 @@ def predict(
             f"than the model's trained context of {spec.n_ctx_train} tokens"
         )
     if bandwidth_gbs is not None:
-        bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s")
+        bandwidth_gbs = positive_number("bandwidth", bandwidth_gbs, InvalidParameterError, unit="GB/s", most=1e5)
     if target is not None and bandwidth_gbs is None:
         raise InvalidParameterError("a target machine needs its bandwidth (bandwidth_gbs)")
     if probe is None and bandwidth_gbs is None:
@@ -193,7 +181,20 @@ def predict(
         where, avail = target.memory_where, available_bytes if available_bytes is not None else target.memory_bytes
     else:
         where, avail = _memory_budget(probe, cal.backend, available_bytes)
-    memory = memory_verdict(spec, n_ctx=max(contexts), n_batch=n_batch, available_bytes=avail, where=where)
+    mem_backend = (target.backend if target is not None else cal.backend) or "CPU"
+    memory = memory_verdict(
+        spec,
+        n_ctx=max(contexts),
+        n_batch=n_batch,
+        available_bytes=avail,
+        where=where,
+        backend=mem_backend,
+        n_gpu_layers=(spec.n_layer or 0) + 1 if where != "RAM" else 0,
+    )
+    estimates = () if calibrated else estimates_for(pred, contexts, target.backend if target else cal.backend)
+    notes += _estimate_notes(spec, contexts, target.backend if target else cal.backend, cal, estimates, memory)
+    if request is not None and target is not None and not gflops:  # no compute figure there: no TTFT, no E2E
+        request = replace(request, ttft_s=None, e2e_s=None, output_tok_s=None, prefill_share=None)
     return Prediction(
         model=spec.path or spec.name or "spec",
         quant=spec.quant,
@@ -205,7 +206,7 @@ def predict(
         ttft=ttft,
         memory=memory,
         notes=tuple(notes),
-        estimates=() if calibrated else estimates_for(pred, contexts, target.backend if target else cal.backend),
+        estimates=estimates,
         request=request,
     )
 
@@ -226,6 +227,20 @@ def timing_notes(timing: ShapeTiming) -> list[str]:
             "times it again"
         )
     return notes
+
+
+def _estimate_notes(spec, contexts, backend, cal, estimates, memory) -> list[str]:
+    """What the estimate does not cover for this model and machine (roofline.estimate.caveats), and a model that
+    does not fit there."""
+    if not estimates:
+        return []
+    out = list(caveats(spec, contexts, backend, cal.ceiling_gbs, estimates))
+    if memory.verdict == "does not fit":
+        out.append(
+            f"the model does not fit the {memory.where} there: the estimate is for a machine where it does "
+            "(layers left in RAM decode at RAM speed)"
+        )
+    return out
 
 
 def request_prediction(
@@ -330,38 +345,3 @@ def _memory_budget(probe, backend: str, given: int | None) -> tuple[str, int | N
         return "unified memory", given if given is not None else avail
     vram = host.gpus[0].vram_free_bytes if host.gpus else None
     return "VRAM", given if given is not None else vram
-
-
-def memory_verdict(
-    spec: ModelSpec, *, n_ctx: int, n_batch: int, available_bytes: int | None, where: str
-) -> MemoryVerdict:
-    """All weights + KV at n_ctx + compute buffers, against what is available.
-
-    KV: every layer holds n_ctx cells (llama.cpp allocates sliding-window layers in full by
-    default, swa_full). Buffers, f32 per batch token: the larger of the logits (n_vocab) and
-    the attention scores of every head over the context (n_head x n_ctx, no flash attention),
-    plus a few d_model-wide activations; within a few % of llama.cpp's reported compute buffer
-    for the default model and the synthetic ones.
-    """
-    kv = n_ctx * spec.kv_bytes_per_token
-    d = spec.d_model or 0
-    buffers = 4 * n_batch * max((spec.n_vocab or 0) + d, (spec.n_head or 1) * n_ctx + 4 * d)
-    total = spec.weight_bytes + kv + buffers
-    if not available_bytes:
-        verdict = "unknown"
-    elif total <= FITS_SHARE * available_bytes:
-        verdict = "fits"
-    elif total <= available_bytes:
-        verdict = "tight"
-    else:
-        verdict = "does not fit"
-    return MemoryVerdict(
-        weight_bytes=spec.weight_bytes,
-        kv_bytes=kv,
-        buffer_bytes=buffers,
-        total_bytes=total,
-        n_ctx=n_ctx,
-        available_bytes=available_bytes,
-        where=where,
-        verdict=verdict,
-    )

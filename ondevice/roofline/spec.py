@@ -170,14 +170,19 @@ def spec_from_flags(
     )
 
 
-def positive_number(what: str, v, error: type[Exception] = SpecError, unit: str = "") -> float:
-    """float(v) when it is a finite number above zero; else `error` naming `what` (and its unit)."""
+def positive_number(
+    what: str, v, error: type[Exception] = SpecError, unit: str = "", most: float | None = None
+) -> float:
+    """float(v) when it is a finite number above zero (and at most `most`); else `error` naming `what` (and its
+    unit)."""
     try:
         x = float(v)
     except (TypeError, ValueError):
         raise error(f"{what} must be a number{f' of {unit}' if unit else ''}, not {v!r}") from None
     if not math.isfinite(x) or x <= 0:
         raise error(f"{what} must be positive{f' ({unit})' if unit else ''}, not {v!r}")
+    if most is not None and x > most:
+        raise error(f"{what} of {x:g}{f' {unit}' if unit else ''} is beyond any machine (at most {most:g})")
     return x
 
 

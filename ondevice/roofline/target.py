@@ -20,6 +20,8 @@ __all__ = ["Target", "make_target", "ttft_compute", "UNIFIED_GPU_SHARE", "GIB"]
 
 UNIFIED_GPU_SHARE = 0.75  # share of unified memory a GPU may wire (macOS default working-set limit)
 GIB = 1 << 30  # makers' "GB" of memory are GiB: a "12 GB" card holds 12 GiB
+MOST_MEMORY_GB = 65536.0  # beyond any one machine's memory (64 TiB): a typo, not a machine
+MOST_TFLOPS = 1e5  # likewise for peak FP16 compute
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def make_target(
             raise InvalidParameterError(f"--backend must be one of CUDA, Metal, ROCm, Vulkan, CPU, not {backend!r}")
     name = name or device_backend
     tflops = (
-        positive_number("--compute", compute_tflops, InvalidParameterError, unit="TFLOPS")
+        positive_number("--compute", compute_tflops, InvalidParameterError, unit="TFLOPS", most=MOST_TFLOPS)
         if compute_tflops is not None
         else None
     )
@@ -65,11 +67,11 @@ def make_target(
     if tflops is None and device_compute is not None:
         tflops, source = device_compute.fp16_tflops, f"nameplate: {device_compute.source}"
     total = (
-        int(positive_number("--memory", memory_gb, InvalidParameterError, unit="GB") * GIB)
+        int(positive_number("--memory", memory_gb, InvalidParameterError, unit="GB", most=MOST_MEMORY_GB) * GIB)
         if memory_gb is not None
         else None
     )
-    is_unified = unified if unified else bool(device_unified)
+    is_unified = unified or bool(device_unified) or name == "Metal"  # Metal runs on Apple's unified memory
     where = "RAM" if name == "CPU" else "unified memory" if is_unified else "VRAM"
     usable = int(total * UNIFIED_GPU_SHARE) if total is not None and where == "unified memory" else total
     return Target(
