@@ -318,9 +318,6 @@ def request_lines(r) -> list[str]:
         "calibrated": "predicted",
         "estimate": "estimated (decode fitted on published llama.cpp runs; TTFT a floor at the compute figure)",
     }.get(r.basis, "at best (bounds: nothing timed)")
-
-
-    }.get(r.basis, "at best (bounds: no kernel calibration)")
     if r.ttft_s is None:
         if r.output_tokens is None:
             return [f"request of {r.prompt_tokens} prompt tokens: TTFT unknown (the device's compute is unknown)"]
