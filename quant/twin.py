@@ -253,9 +253,10 @@ def _write_data(out, header: Header, start: int, offsets: list[int], holes: set[
 
 
 def header_spec(header: Header):
-    """The ModelSpec of a header (ondevice.gguf.spec), read from a sparse twin written for the purpose."""
+    """The ModelSpec of a header (ondevice.gguf.spec), read from a sparse twin written for the purpose: no file
+    stays behind, so the spec has no path."""
     from ondevice.gguf.spec import inspect
 
     with tempfile.TemporaryDirectory(prefix="ondevice-header-") as folder:
         path = write_twin(header, Path(folder) / "header.gguf", sparse=True)
-        return inspect(path)
+        return replace(inspect(path), path=None)

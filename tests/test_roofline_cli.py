@@ -101,4 +101,53 @@ def test_probe_json(seeded_cache, tiny_model, capsys):
     assert main(["probe", str(tiny_model), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["from_cache"] and d["memory"]["read_gbs"] == 20.0 and d["model"] == "tiny-f16.gguf"
-    assert d["timing"]["plan"] == "full" and len(d["timing"]["decode"]) == 2
+    assert d["timing"]["plan"] == "full" and len(d["timing"]["decode"]) >= 2
+
+
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 1024,
+    "rms_norm_eps": 1e-5,
+}
+
+
+def test_predict_from_a_config_times_its_twin_here(seeded_cache, tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY_CONFIG))
+    assert main(["predict", "--config", str(cfg), "--quant", "Q8_0", "--ctx", "128", "--prompt", "64", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["calibrated"] and d["request"]["basis"] == "calibrated" and d["quant"] == "Q8_0"
+    assert d["contexts"][0]["predicted_tok_s"] > 0
+    # the twin was timed once and cached under the model's shape: asked again, nothing is written or timed
+    assert main(["predict", "--config", str(cfg), "--quant", "Q8_0", "--ctx", "128", "--prompt", "64"]) == 0
+    assert "writing a twin" not in capsys.readouterr().err
+
+
+def test_predict_from_flags_with_the_embedding_times_a_llama_twin(seeded_cache, capsys):
+    argv = ["predict", "--params", "250000", "--layers", "2", "--kv-heads", "2", "--head-dim", "16", "--heads", "4",
+            "--d-model", "64", "--vocab", "512", "--quant", "F16", "--ctx", "128", "--prompt", "32", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["calibrated"]
+
+
+@pytest.mark.parametrize(
+    "config, msg",
+    [
+        ({k: v for k, v in TINY_CONFIG.items() if k != "hidden_size"}, "hidden_size"),
+        ({**TINY_CONFIG, "architectures": ["NoSuchForCausalLM"]}, "NoSuchForCausalLM"),
+        ({**TINY_CONFIG, "num_hidden_layers": -2}, "num_hidden_layers"),
+        ("[not a config", "config"),
+    ],
+)
+def test_a_config_that_cannot_be_built_is_one_line_and_exit_2(seeded_cache, tmp_path, capsys, config, msg):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(config if isinstance(config, str) else json.dumps(config))
+    assert main(["predict", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and msg in err[0], err

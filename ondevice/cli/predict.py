@@ -91,9 +91,11 @@ def _spec(args):
         raise SpecError("give either MODEL or a spec (--params, --quant, ...), not both")
     from ondevice.roofline.spec import parameter_count, spec_from_flags
 
-    kw = dict(given, params=None if args.params is None else parameter_count(args.params), tied=args.tied)
+    kw = {f: getattr(args, f) for f in _FLAGS}
+    kw.update(params=None if args.params is None else parameter_count(args.params), tied=args.tied)
     spec = spec_from_flags(**kw)  # checks every flag (SpecError naming it) whether or not a twin is written
-    if args.d_model and args.vocab and not args.active_params:
+    another_machine = args.bandwidth is not None or args.device is not None
+    if args.d_model and args.vocab and not args.active_params and not another_machine:
         from ondevice.quant.hfconfig import llama_config
 
         names = ("params", "layers", "d_model", "vocab", "kv_heads", "head_dim", "heads", "ctx_train", "tied")

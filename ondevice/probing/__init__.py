@@ -230,6 +230,11 @@ def timing_for(
 TWIN_N_CTX = 4096  # context of a twin's engine: room for the timing plan's chunks and chain
 
 
+def twin_n_ctx(spec: Any) -> int:
+    """A twin engine's context: TWIN_N_CTX, or the model's trained context when that is shorter."""
+    return min(TWIN_N_CTX, spec.n_ctx_train or TWIN_N_CTX)
+
+
 def twin_engine_args(info: Any) -> dict[str, Any]:
     """ondevice.engine.load arguments that give a twin the settings of the engine it stands in for."""
     offload = 0 if not info.n_gpu_layers else "auto"  # a twin has fewer blocks: offloaded all, or none
@@ -256,31 +261,23 @@ def timing_for_header(
     cache_root: Path | None = None,
 ):
     """The ShapeTiming of a model known by its header alone (a config.json, a file not downloaded): cached under
-    its shape and the twin engine's settings, else timed now on its twins (probing.twins) and cached."""
+    its shape and the engine arguments asked, else timed now on its twins (probing.twins) and cached."""
     from ondevice.probing import cache
     from ondevice.probing.timing import FULL
-    from ondevice.probing.timingcache import load_timing, save_timing, timing_key
+    from ondevice.probing.timingcache import load_timing, requested_key, save_timing
     from ondevice.probing.twins import time_header
     from ondevice.quant.twin import shape_key
 
-    plan, shape = plan or FULL, shape_key(header)
-
-    def cached(info):
-        found = None if refresh else load_timing(timing_key(shape, info), cache_root)
-        return found if found is not None and (found.plan == "full" or plan.name == "quick") else None
-
-    args = {"n_ctx": TWIN_N_CTX, **(engine_args or {})}
-    timing, info = time_header(
-        header,
-        spec,
-        plan=plan,
-        work_dir=cache.probe_dir(cache_root) / "twins",
-        engine_args=args,
-        progress=progress,
-        cached=cached,
+    plan, args = plan or FULL, {"n_ctx": twin_n_ctx(spec), **(engine_args or {})}
+    key = requested_key(shape_key(header), args)
+    found = None if refresh else load_timing(key, cache_root)
+    if found is not None and (found.plan == "full" or plan.name == "quick"):
+        return found
+    timing, _info = time_header(
+        header, spec, plan=plan, work_dir=cache.probe_dir(cache_root) / "twins", engine_args=args, progress=progress
     )
     try:
-        save_timing(timing_key(shape, info), timing, cache_root)
+        save_timing(key, timing, cache_root)
     except OSError as exc:
         log.warning("timing not cached: %s", exc)
     return timing

@@ -22,7 +22,16 @@ from ondevice.llama.build import build_id
 from ondevice.probing.cache import machine_id, probe_dir
 from ondevice.roofline.timing import ShapeTiming
 
-__all__ = ["TimingKey", "timing_key", "engine_settings", "load_timing", "save_timing", "timing_path", "SCHEMA"]
+__all__ = [
+    "TimingKey",
+    "timing_key",
+    "requested_key",
+    "engine_settings",
+    "load_timing",
+    "save_timing",
+    "timing_path",
+    "SCHEMA",
+]
 
 log = logging.getLogger(__name__)
 SCHEMA = 1
@@ -59,6 +68,28 @@ def engine_settings(info: Any) -> tuple[tuple[str, Any], ...]:
 
 def timing_key(shape: str, info: Any) -> TimingKey:
     return TimingKey(shape=shape, machine=machine_id(), build=build_id(), settings=engine_settings(info))
+
+
+def requested_key(shape: str, engine_args: dict[str, Any]) -> TimingKey:
+    """The key of a model timed on twins for engine arguments as asked (before any engine resolves them): a
+    `predict --config` asked again finds its timing without writing a twin."""
+    from ondevice.llama.devices import default_backend, default_threads
+    from ondevice.llama.guard import cpu_buffer_verdict
+
+    asked = {
+        "backend": default_backend(),
+        "n_threads": default_threads(),
+        "n_gpu_layers": "auto",
+        "n_ubatch": None,
+        "flash_attn": "auto",
+        "cache_type_k": "f16",
+        "cache_type_v": "f16",
+        "cpu_buffers": cpu_buffer_verdict().mode,
+    }
+    asked.update({k: v for k, v in engine_args.items() if k in asked and v is not None})
+    return TimingKey(
+        shape=shape, machine=machine_id(), build=build_id(), settings=(("asked", True), *sorted(asked.items()))
+    )
 
 
 def timing_path(key: TimingKey, root: Path | None = None) -> Path:

@@ -61,19 +61,16 @@ def time_header(
     engine_args: dict[str, Any] | None = None,
     progress: Progress | None = None,
     blocks: tuple[int, int] | None | str = "auto",
-    cached: Callable[[Any], ShapeTiming | None] | None = None,
 ) -> tuple[ShapeTiming, Any]:
-    """(the model's timing from twins of its header, the EngineInfo of a twin engine: its settings key the
-    cache). blocks: "auto" (twin_blocks), None (one twin of every block), or (fewer, more). cached(info): a
-    timing already stored for these settings, asked once the first twin's engine says what they are (then
-    nothing is timed)."""
+    """(the model's timing from twins of its header, the EngineInfo of a twin engine). blocks: "auto"
+    (twin_blocks), None (one twin of every block), or (fewer, more)."""
     from ondevice.quant.twin import matching_blocks, reduce_layers
 
     say = progress or (lambda _msg: None)
     blocks = twin_blocks(spec) if blocks == "auto" else blocks
     if blocks is None:
-        timing, info, found = _time_twin(header, work_dir, f"{spec.n_layer}", plan, engine_args or {}, say, cached)
-        return (timing if found else replace(timing, source="twin")), info
+        timing, info = _time_twin(header, work_dir, f"{spec.n_layer}", plan, engine_args or {}, say)
+        return replace(timing, source="twin"), info
     few, more = blocks
     if plan.name == "full":
         from ondevice.probing.timing import TWINS
@@ -82,13 +79,27 @@ def time_header(
     twins = [reduce_layers(header, n, matching_blocks(header, n)) for n in (few, more)]
     with _twin_file(twins[0], work_dir, f"{few}", say) as a, _twin_file(twins[1], work_dir, f"{more}", say) as b:
         with _engines((a, b, a), engine_args or {}) as (few_engine, many_engine, few_again):
-            found = cached(few_engine.info) if cached is not None else None
-            if found is not None:
-                return found, few_engine.info
             from ondevice.probing.timing import time_pair
 
             timing_few, timing_many = time_pair(few_engine, many_engine, plan, few_again=few_again, progress=say)
             return extrapolate_layers(timing_few, timing_many, few, more, spec.n_layer), few_engine.info
+
+
+@contextlib.contextmanager
+def _engines(files: tuple[Path, ...], engine_args: dict[str, Any]) -> Iterator[list[Any]]:
+    """An engine on each file (the same file twice: two engines on it), all closed after."""
+    from ondevice.engine import load
+
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(load(path, **engine_args)) for path in files]
+
+
+def _time_twin(header: Any, work_dir: Path, tag: str, plan: Any, engine_args: dict[str, Any], say: Progress):
+    from ondevice.engine import load
+    from ondevice.probing.timing import time_engine
+
+    with _twin_file(header, work_dir, tag, say) as path, load(path, **engine_args) as engine:
+        return time_engine(engine, plan, progress=say), engine.info
 
 
 @contextlib.contextmanager
