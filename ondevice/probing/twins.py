@@ -111,29 +111,6 @@ def _engines(files: tuple[Path, ...], engine_args: dict[str, Any]) -> Iterator[l
         yield [stack.enter_context(load(path, **engine_args)) for path in files]
 
 
-def _time_twin(
-    header: Any,
-    work_dir: Path,
-    tag: str,
-    plan: Any,
-    engine_args: dict[str, Any],
-    say: Progress,
-    cached: Callable[[Any], ShapeTiming | None] | None,
-):
-    from ondevice.engine import load
-    from ondevice.probing.timing import time_engine
-
-    with _twin_file(header, work_dir, tag, say) as path:
-        engine = load(path, **engine_args)
-        try:
-            found = cached(engine.info) if cached is not None else None
-            if found is not None:
-                return found, engine.info, True
-            return time_engine(engine, plan, progress=say), engine.info, False
-        finally:
-            engine.close()
-
-
 @contextlib.contextmanager
 def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress) -> Iterator[Path]:
     """A twin of header written in work_dir for the time of the with block (removed after, whatever happens)."""
