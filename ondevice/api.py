@@ -22,7 +22,7 @@ from ondevice.probing import cached_probe, timing_for
 from ondevice.roofline import Calibration, Prediction, Predictor, TimedPredictor
 from ondevice.roofline import predict as roofline_predict
 
-__all__ = ["load", "predict", "auto_predictor", "first_contact", "estimated_calibration", "FIRST_CONTACT"]
+__all__ = ["load", "predict", "auto_predictor", "host_probe", "first_contact", "estimated_calibration", "FIRST_CONTACT"]
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -52,6 +52,8 @@ def load(
             f"predictor must be 'auto', None or an object with step_s(n_ctx), not {predictor!r}"
         )
     given = None if isinstance(predictor, str) else predictor
+    if predictor == "auto":  # the machine first: its probe's arrays come and go before the model's weights load
+        host_probe(_engine_backend(engine_args), progress)
     engine = load_engine(model, predictor=given, **engine_args)
     if predictor == "auto":
         try:
@@ -60,6 +62,18 @@ def load(
             engine.close()
             raise
     return engine
+
+
+def _engine_backend(engine_args: dict[str, Any]) -> str:
+    """The backend an engine loaded with these arguments runs on: the CPU without offload, else the build's."""
+    from ondevice.probing import default_backend
+
+    return "CPU" if engine_args.get("n_gpu_layers") == 0 else default_backend()
+
+
+def host_probe(backend: str, progress: Progress | None = None):
+    """This machine's cached host probe for `backend`, or the first-contact probe run (and cached) now."""
+    return cached_probe(backend) or first_contact(backend, progress)
 
 
 def auto_predictor(engine: Engine, progress: Progress | None = None, *, full: bool = False) -> Predictor | None:
@@ -71,7 +85,7 @@ def auto_predictor(engine: Engine, progress: Progress | None = None, *, full: bo
     spec = engine.info.spec
     if not spec.decode_weight_bytes:
         return None
-    result = cached_probe(engine.info.backend) or first_contact(engine.info.backend, progress)
+    result = host_probe(engine.info.backend, progress)
     timing = timing_for(engine, plan=FULL if full else QUICK, progress=progress)
     return TimedPredictor(spec, result.calibration(), timing)
 
@@ -124,7 +138,7 @@ def predict(
     compute and memory (ondevice.roofline.target.make_target).
     """
     if probe is None and bandwidth_gbs is None:
-        probe = cached_probe() or first_contact(_backend(), progress)
+        probe = host_probe(_engine_backend(engine_args or {}), progress)
     if bandwidth_gbs is None and timing is None and not isinstance(model_or_spec, ModelSpec):
         timing, model_or_spec = _time_file(model_or_spec, progress, engine_args or {})
     return roofline_predict(
@@ -139,12 +153,6 @@ def predict(
         target=target,
         timing=timing,
     )
-
-
-def _backend() -> str:
-    from ondevice.probing import default_backend
-
-    return default_backend()
 
 
 def _time_file(model: str | Path | None, progress: Progress | None, engine_args: dict[str, Any]):
