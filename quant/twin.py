@@ -139,7 +139,7 @@ def reduce_layers(header: Header, n_keep: int, types_from: Sequence[int] | None 
     source = list(range(n_keep)) if types_from is None else [int(i) for i in types_from]
     if len(source) != n_keep or any(not 0 <= i < n_layer for i in source):
         raise SpecError(f"types_from must give {n_keep} block indices in 0..{n_layer - 1}, not {list(source)}")
-    types = [{} for _ in range(n_layer)]
+    types: list[dict[str, str]] = [{} for _ in range(n_layer)]
     for t in header.tensors:
         where = _block_of(t.name)
         if where is not None and where[0] < n_layer:

@@ -69,7 +69,7 @@ def write_tiled(out: BinaryIO, pool: np.ndarray, n_bytes: int, start: int = 0) -
     left = n_bytes
     while left:
         n = min(left, CHUNK_BYTES)
-        out.write(memoryview(chunk)[start : start + n])
+        out.write(chunk.data[start : start + n])
         start = (start + n) % period
         left -= n
 
