@@ -134,7 +134,7 @@ class _Params:
         value = self.values.get(key)
         return default if value is None else value
 
-    def int(self, key: str, default: Any = _MISSING) -> int:
+    def integer(self, key: str, default: Any = _MISSING) -> int:
         value = self.values.get(key)
         if value is None:
             if default is _MISSING:
@@ -144,7 +144,7 @@ class _Params:
             raise SpecError(f"config.json: {key!r} must be a positive integer, not {value!r}")
         return value
 
-    def float(self, key: str, default: Any = _MISSING) -> float:
+    def number(self, key: str, default: Any = _MISSING) -> float:
         value = self.values.get(key)
         if value is None:
             if default is _MISSING:
@@ -164,16 +164,19 @@ class _Params:
             raise SpecError(f"config.json: 'rope_scaling' must be an object or null, not {rope!r}")
         return rope
 
-    def rope_theta(self, default: Any = None) -> float | None:
+    def rope_theta(self) -> float | None:
         theta = self.rope().get("rope_theta", self.values.get("rope_theta"))
-        if theta is None:
-            if default is _MISSING:
-                raise SpecError("config.json: 'rope_theta' is missing")
-            return default
-        return self._number("rope_theta", theta)
+        return None if theta is None else self._number("rope_theta", theta)
+
+    def rope_theta_or(self, default: float | None) -> float:
+        """rope_theta, else `default`; SpecError when both are missing."""
+        theta = self.rope_theta()
+        if theta is None and default is None:
+            raise SpecError("config.json: 'rope_theta' is missing")
+        return theta if theta is not None else float(default or 0)
 
     def _number(self, key: str, value: Any) -> float:
-        return _Params({key: value}).float(key)
+        return _Params({key: value}).number(key)
 
 
 @dataclass(frozen=True)
@@ -194,36 +197,41 @@ class _Dims:
 
     @classmethod
     def read(cls, hp: _Params, arch: MODEL_ARCH, hf_arch: str) -> _Dims:
-        d, n_head = hp.int("hidden_size"), hp.int("num_attention_heads", 8 if arch == MODEL_ARCH.GEMMA3 else _MISSING)
-        n_kv = hp.int("num_key_value_heads", 4 if arch == MODEL_ARCH.GEMMA3 else n_head)
+        d, n_head = (
+            hp.integer("hidden_size"),
+            hp.integer("num_attention_heads", 8 if arch == MODEL_ARCH.GEMMA3 else _MISSING),
+        )
+        n_kv = hp.integer("num_key_value_heads", 4 if arch == MODEL_ARCH.GEMMA3 else n_head)
         default_hd = 256 if arch == MODEL_ARCH.GEMMA3 else (d // n_head if d % n_head == 0 else _MISSING)
-        head_dim = hp.int("head_dim", default_hd)
+        head_dim = hp.integer("head_dim", default_hd)
         if n_head % n_kv:
             raise SpecError(
                 f"config.json: num_attention_heads {n_head} is not a multiple of num_key_value_heads {n_kv}"
             )
-        n_vocab = hp.int("vocab_size")
+        n_vocab = hp.integer("vocab_size")
         if arch == MODEL_ARCH.GEMMA3:
             n_vocab = min(n_vocab, _GEMMA3_TOKENIZER_SIZE)
         if n_vocab < 259:
             raise SpecError(f"config.json: 'vocab_size' {n_vocab} is too small (at least 259)")
         tied = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3) or bool(hp.get("tie_word_embeddings", False))
-        dims = cls(n_vocab, d, hp.int("num_hidden_layers"), n_head, n_kv, head_dim, hp.int("intermediate_size"), tied)
+        dims = cls(
+            n_vocab, d, hp.integer("num_hidden_layers"), n_head, n_kv, head_dim, hp.integer("intermediate_size"), tied
+        )
         return _with_experts(dims, hp, hf_arch)
 
 
 def _with_experts(dims: _Dims, hp: _Params, hf_arch: str) -> _Dims:
     if hf_arch == "MixtralForCausalLM":
-        n_exp, n_ff_exp = hp.int("num_local_experts"), dims.n_ff
+        n_exp, n_ff_exp = hp.integer("num_local_experts"), dims.n_ff
     elif hf_arch == "Qwen3MoeForCausalLM":
-        n_exp, n_ff_exp = hp.int("num_experts"), hp.int("moe_intermediate_size")
-        if hp.get("mlp_only_layers") or hp.int("decoder_sparse_step", 1) != 1:
+        n_exp, n_ff_exp = hp.integer("num_experts"), hp.integer("moe_intermediate_size")
+        if hp.get("mlp_only_layers") or hp.integer("decoder_sparse_step", 1) != 1:
             raise SpecError(
                 "config.json: 'mlp_only_layers' / 'decoder_sparse_step': dense layers in a Qwen3-MoE are not supported"
             )
     else:
         return dims
-    used = hp.int("num_experts_per_tok")
+    used = hp.integer("num_experts_per_tok")
     if used > n_exp:
         raise SpecError(f"config.json: 'num_experts_per_tok' {used} is more than the {n_exp} experts")
     return replace(dims, n_expert=n_exp, n_expert_used=used, n_ff_exp=n_ff_exp)
@@ -233,7 +241,8 @@ class _KV:
     """Metadata in the order written; a key set twice keeps its first place (as gguf's writer does)."""
 
     def __init__(self, arch: str):
-        self.arch, self.fields = arch, {}
+        self.arch = arch
+        self.fields: dict[str, Field] = {}
 
     def put(self, template: str, value: Field) -> None:
         self.fields[template.format(arch=self.arch)] = value
@@ -256,7 +265,7 @@ def _base(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
     kv.u32(Keys.LLM.BLOCK_COUNT, dims.n_layer)
     for key in ("max_position_embeddings", "n_ctx", "n_positions"):
         if hp.get(key) is not None:
-            kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.int(key))
+            kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.integer(key))
             break
     kv.u32(Keys.LLM.EMBEDDING_LENGTH, dims.d_model)
     kv.u32(Keys.LLM.FEED_FORWARD_LENGTH, dims.n_ff)
@@ -268,7 +277,7 @@ def _base(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
     if (theta := hp.rope_theta()) is not None:
         kv.f32(Keys.Rope.FREQ_BASE, theta)
     if hp.get("rms_norm_eps") is not None:
-        kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.float("rms_norm_eps"))
+        kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.number("rms_norm_eps"))
     if hp.get("num_local_experts") is not None:
         kv.u32(Keys.LLM.EXPERT_COUNT, dims.n_expert)
     if hp.get("num_experts_per_tok") is not None:
@@ -290,7 +299,7 @@ def _rope_scaling(kv: _KV, hp: _Params) -> None:
     elif kind == "yarn" and factor is not None:
         kv.string(Keys.Rope.SCALING_TYPE, RopeScalingType.YARN.value)
         kv.f32(Keys.Rope.SCALING_FACTOR, hp._number("rope_scaling.factor", factor))
-        orig = _Params(rope).int("original_max_position_embeddings")
+        orig = _Params(rope).integer("original_max_position_embeddings")
         kv.u32(Keys.Rope.SCALING_ORIG_CTX_LEN, orig)
         for name, key in (
             ("extrapolation_factor", Keys.Rope.SCALING_YARN_EXT_FACTOR),
@@ -321,54 +330,54 @@ def _qwen3moe(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
 
 
 def _gemma2(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
-    kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.int("max_position_embeddings"))
+    kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.integer("max_position_embeddings"))
     kv.u32(Keys.LLM.EMBEDDING_LENGTH, dims.d_model)
     kv.u32(Keys.LLM.BLOCK_COUNT, dims.n_layer)
     kv.u32(Keys.LLM.FEED_FORWARD_LENGTH, dims.n_ff)
     kv.u32(Keys.Attention.HEAD_COUNT, dims.n_head)
     kv.u32(Keys.Attention.HEAD_COUNT_KV, dims.n_head_kv)
-    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.float("rms_norm_eps"))
-    kv.u32(Keys.Attention.KEY_LENGTH, hp.int("head_dim"))
-    kv.u32(Keys.Attention.VALUE_LENGTH, hp.int("head_dim"))
+    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.number("rms_norm_eps"))
+    kv.u32(Keys.Attention.KEY_LENGTH, hp.integer("head_dim"))
+    kv.u32(Keys.Attention.VALUE_LENGTH, hp.integer("head_dim"))
     kv.u32(Keys.General.FILE_TYPE, LlamaFileType.MOSTLY_F16.value)
-    kv.f32(Keys.LLM.ATTN_LOGIT_SOFTCAPPING, hp.float("attn_logit_softcapping"))
-    kv.f32(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, hp.float("final_logit_softcapping"))
-    kv.u32(Keys.Attention.SLIDING_WINDOW, hp.int("sliding_window"))
+    kv.f32(Keys.LLM.ATTN_LOGIT_SOFTCAPPING, hp.number("attn_logit_softcapping"))
+    kv.f32(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, hp.number("final_logit_softcapping"))
+    kv.u32(Keys.Attention.SLIDING_WINDOW, hp.integer("sliding_window"))
     return []
 
 
 def _gemma3(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
     _base(kv, hp, dims)
-    kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.int("max_position_embeddings", 131072))
+    kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.integer("max_position_embeddings", 131072))
     kv.u32(Keys.Attention.HEAD_COUNT, dims.n_head)
-    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.float("rms_norm_eps", 1e-6))
+    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.number("rms_norm_eps", 1e-6))
     kv.u32(Keys.Attention.KEY_LENGTH, dims.head_dim)
     kv.u32(Keys.Attention.VALUE_LENGTH, dims.head_dim)
-    kv.f32(Keys.Rope.FREQ_BASE, hp.rope_theta(1_000_000.0))
+    kv.f32(Keys.Rope.FREQ_BASE, hp.rope_theta_or(1_000_000.0))
     if hp.get("final_logit_softcapping"):
-        kv.f32(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, hp.float("final_logit_softcapping"))
+        kv.f32(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, hp.number("final_logit_softcapping"))
     if hp.get("sliding_window_pattern") != 1:
-        kv.u32(Keys.Attention.SLIDING_WINDOW, hp.int("sliding_window"))
+        kv.u32(Keys.Attention.SLIDING_WINDOW, hp.integer("sliding_window"))
     kv.u32(Keys.Attention.HEAD_COUNT_KV, dims.n_head_kv)
     return []
 
 
 def _phi3(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
     rope = hp.rope()
-    orig = _Params({**hp.values, **rope}).int("original_max_position_embeddings")
-    rope_dims = int(hp.float("partial_rotary_factor", 1.0) * dims.d_model) // dims.n_head
-    kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.int("max_position_embeddings"))
+    orig = _Params({**hp.values, **rope}).integer("original_max_position_embeddings")
+    rope_dims = int(hp.number("partial_rotary_factor", 1.0) * dims.d_model) // dims.n_head
+    kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.integer("max_position_embeddings"))
     kv.u32(Keys.Rope.SCALING_ORIG_CTX_LEN, orig)
     kv.u32(Keys.LLM.EMBEDDING_LENGTH, dims.d_model)
     kv.u32(Keys.LLM.FEED_FORWARD_LENGTH, dims.n_ff)
     kv.u32(Keys.LLM.BLOCK_COUNT, dims.n_layer)
     kv.u32(Keys.Attention.HEAD_COUNT, dims.n_head)
     kv.u32(Keys.Attention.HEAD_COUNT_KV, dims.n_head_kv)
-    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.float("rms_norm_eps"))
+    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.number("rms_norm_eps"))
     kv.u32(Keys.Rope.DIMENSION_COUNT, rope_dims)
-    kv.f32(Keys.Rope.FREQ_BASE, hp.rope_theta(_MISSING))
+    kv.f32(Keys.Rope.FREQ_BASE, hp.rope_theta_or(None))
     kv.u32(Keys.General.FILE_TYPE, LlamaFileType.MOSTLY_F16.value)
-    kv.u32(Keys.Attention.SLIDING_WINDOW, hp.int("sliding_window", 0) if hp.get("sliding_window") else 0)
+    kv.u32(Keys.Attention.SLIDING_WINDOW, hp.integer("sliding_window", 0) if hp.get("sliding_window") else 0)
     return _phi3_long_rope(kv, hp, rope, orig, rope_dims)
 
 
@@ -380,7 +389,7 @@ def _phi3_long_rope(kv: _KV, hp: _Params, rope: Mapping, orig: int, rope_dims: i
     if not long:
         return []
     kind = str(rope.get("rope_type", rope.get("type", ""))).lower()
-    scale = hp.int("max_position_embeddings") / orig
+    scale = hp.integer("max_position_embeddings") / orig
     if kind in ("su", "longrope"):
         factor = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0
     elif kind == "yarn":

@@ -11,8 +11,9 @@ llama.cpp's quantizer would give it (`quantized_header`, from its dry run).
     write_twin(small, "twin.gguf")
 
 The token embedding is gathered one row per token, not read whole (unless the head is tied to it),
-so `write_twin(..., hole_embedding=True)` leaves it as a sparse hole (zeros, no disk writes); the
-default writes it, which costs its bytes of writing and keeps a MoE router's choices varied.
+so `write_twin(..., hole_embedding=True)` leaves it as a sparse hole (zeros, no disk writes). That
+decodes as fast on a dense model, but its activations are all zero, and a MoE router would send every
+token to the same experts; the default writes it.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def reduce_layers(header: Header, n_keep: int, types_from: Sequence[int] | None 
     source = list(range(n_keep)) if types_from is None else [int(i) for i in types_from]
     if len(source) != n_keep or any(not 0 <= i < n_layer for i in source):
         raise SpecError(f"types_from must give {n_keep} block indices in 0..{n_layer - 1}, not {list(source)}")
-    types = [{} for _ in range(n_layer)]
+    types: list[dict[str, str]] = [{} for _ in range(n_layer)]
     for t in header.tensors:
         where = _block_of(t.name)
         if where is not None and where[0] < n_layer:
@@ -182,7 +183,8 @@ def quantized_header(header: Header, qtype: str, *, pure: bool = False) -> Heade
     in file type `qtype` ("Q4_K_M", "Q8_0", ...): each tensor's type from the quantizer's dry run on
     a sparse copy (nothing quantized, no data written), in the quantizer's tensor order, with
     general.file_type and quantization_version set as it sets them. QuantError for an unknown type
-    or a refusal."""
+    or a refusal. Give the header of the whole model, then reduce_layers the result: the quantizer
+    picks some layers' types by their place in the depth (Q4_K_M's extra bits in attn_v and ffn_down)."""
     from ondevice.llama.quantize import supports_file_type, tensor_types
 
     ftype = file_type(qtype)

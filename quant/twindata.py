@@ -2,9 +2,10 @@
 
 Kernel speed does not depend on the weights' values, only on their type and shape, so a model's
 twin needs data that is valid (every scale a small normal number, no NaN/Inf, no subnormals:
-formats.SCALE_FIELDS) but not distinct per weight. One pool of POOL_BYTES per type is drawn from
-the seed and repeated over every tensor of that type, each tensor starting at its own point of the
-pool; writing is then a memory copy, a few hundred MB per second of a core or more.
+formats.SCALE_FIELDS), its scales spread as a quantized model's are (formats.SCALE_SPREAD: on x86
+the spread of scale values moves decode time), but not distinct per weight. One pool of POOL_BYTES
+per type is drawn from the seed and repeated over every tensor of that type, each tensor starting
+at its own point of the pool; writing is then a memory copy.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ from __future__ import annotations
 from typing import BinaryIO
 
 import numpy as np
-from ondevice.quant.formats import FLOAT_TYPES, INTEGER_TYPES, SCALE_FIELDS, ScaleField, block_format
+from ondevice.quant.formats import (
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    SCALE_FIELDS,
+    SCALE_MANTISSA_BITS,
+    SCALE_SPREAD,
+    ScaleField,
+    block_format,
+)
 
 from ondevice.core.errors import QuantError
 
@@ -60,7 +69,7 @@ def write_tiled(out: BinaryIO, pool: np.ndarray, n_bytes: int, start: int = 0) -
     left = n_bytes
     while left:
         n = min(left, CHUNK_BYTES)
-        out.write(memoryview(chunk)[start : start + n])
+        out.write(chunk.data[start : start + n])
         start = (start + n) % period
         left -= n
 
@@ -76,14 +85,24 @@ def _float_bytes(values: np.ndarray, type_name: str) -> np.ndarray:
     return bf16.view(np.uint8)
 
 
+def _scale_sizes(magnitude: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n values log-normally spread around `magnitude` (SCALE_SPREAD binades), mantissas cut to
+    SCALE_MANTISSA_BITS bits, none below f16's smallest normal."""
+    log2 = rng.normal(np.log2(magnitude), SCALE_SPREAD, n)
+    exponent = np.floor(log2)
+    step = 2.0**-SCALE_MANTISSA_BITS
+    mantissa = np.floor((np.exp2(log2 - exponent) - 1) / step) * step
+    return np.maximum((1 + mantissa) * np.exp2(exponent), _F16_MIN_NORMAL)
+
+
 def _fill_scale(blocks: np.ndarray, field: ScaleField, rng: np.random.Generator) -> None:
-    """Overwrite one scale field of every block with small normal values near field.magnitude."""
+    """Overwrite one scale field of every block with small normal values around field.magnitude."""
     n = blocks.shape[0] * field.count
-    size = field.magnitude * np.exp2(rng.uniform(-0.5, 0.5, n))  # within a factor sqrt(2) of the magnitude
+    size = _scale_sizes(field.magnitude, n, rng)
     span = slice(field.offset, field.offset + field.n_bytes)
     if field.encoding == "f16":
         sign = rng.choice(np.array([-1.0, 1.0]), n)
-        value = (sign * np.maximum(size, _F16_MIN_NORMAL)).astype(np.float16)
+        value = (sign * size).astype(np.float16)
         blocks[:, span] = value.view(np.uint8).reshape(blocks.shape[0], -1)
     elif field.encoding == "e8m0":  # decoded (as ggml's half) to 2**(e - 128)
         blocks[:, span] = np.clip(np.rint(np.log2(size)) + 128, 2, 254).astype(np.uint8).reshape(-1, field.count)
@@ -92,7 +111,7 @@ def _fill_scale(blocks: np.ndarray, field: ScaleField, rng: np.random.Generator)
         man = rng.integers(0, 8, n, dtype=np.uint8)
         blocks[:, span] = ((exp << 3) | man).reshape(-1, field.count)
     elif field.encoding == "f16_nibbles":  # IQ1_M: bits 4k..4k+3 of the f16 in the top nibble of uint16 k
-        d = np.maximum(size, _F16_MIN_NORMAL).astype(np.float16).view(np.uint16)
+        d = size.astype(np.float16).view(np.uint16)
         words = blocks[:, span].copy().view(np.uint16)  # (n_blocks, 4)
         for k in range(4):
             words[:, k] = (words[:, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12)

@@ -61,8 +61,7 @@ def _bad(args: list[str], capsys, match: str) -> None:
 
 def test_bad_input_is_one_line_and_exit_2(model, tiny_config, tmp_path, capsys):
     out = str(tmp_path / "out.gguf")
-    _bad([out], capsys, "either MODEL or --config")
-    _bad([str(model), out, "--config", str(tiny_config)], capsys, "either MODEL or --config")
+    _bad([str(model), out, "--config", str(tiny_config)], capsys, "MODEL or --config CONFIG.json, not both")
     _bad([str(model), out, "--quant", "Q4_0"], capsys, "--quant goes with --config")
     _bad([str(model), out, "--layers", "0"], capsys, "--layers must be 1..3")
     _bad([str(model), out, "--layers", "4"], capsys, "--layers must be 1..3")
@@ -83,3 +82,11 @@ def test_bad_input_is_one_line_and_exit_2(model, tiny_config, tmp_path, capsys):
 def test_special_destination_refused_even_with_force(model, tmp_path, capsys, kind):
     dst = special_file(tmp_path, kind)
     _bad([str(model), str(dst), "--force"], capsys, "not a regular file")
+
+
+@pytest.mark.default_model
+def test_twin_of_the_default_model(default_model, tmp_path, capsys):
+    out = tmp_path / "default-twin.gguf"
+    assert main(["twin", str(out), "--sparse"]) == 0  # no MODEL: the built-in model, as other commands
+    assert read_header(out) == read_header(default_model)
+    assert out.stat().st_size == default_model.stat().st_size

@@ -11,7 +11,14 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 from ondevice.quant import twindata
-from ondevice.quant.formats import FLOAT_TYPES, INTEGER_TYPES, SCALE_FIELDS, block_format
+from ondevice.quant.formats import (
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    SCALE_FIELDS,
+    SCALE_MANTISSA_BITS,
+    SCALE_SPREAD,
+    block_format,
+)
 from ondevice.quant.twindata import block_pool, supported_types, write_tiled
 
 from ondevice.core.errors import QuantError
@@ -67,6 +74,19 @@ def test_every_scale_is_a_small_normal_number(name):
     scales = np.abs(_decoded_scales(name, blocks))
     assert np.isfinite(scales).all()
     assert scales.min() >= _F16_MIN_NORMAL and scales.max() < 0.1  # no subnormals, nothing large
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_0", "Q5_1", "IQ4_NL", "TQ2_0"])
+def test_scales_spread_as_a_quantized_models(name):
+    """log2|d| spreads SCALE_SPREAD binades around the magnitude, mantissas cut to SCALE_MANTISSA_BITS:
+    the spread of distinct scale values moves decode time on x86 (ggml's f16 lookup table)."""
+    fmt, field = block_format(name), SCALE_FIELDS[name][0]
+    blocks = block_pool(name, np.random.default_rng(4), 1 << 20).reshape(-1, fmt.block_bytes)
+    raw = np.ascontiguousarray(blocks[:, field.offset : field.offset + 2]).view(np.uint16).ravel()
+    log2 = np.log2(np.abs(raw.view(np.float16).astype(np.float64)))
+    assert abs(log2.mean() - np.log2(field.magnitude)) < 0.05
+    assert abs(log2.std() - SCALE_SPREAD) < 0.03
+    assert not (raw & ((1 << (10 - SCALE_MANTISSA_BITS)) - 1)).any()  # the low mantissa bits are zero
 
 
 @pytest.mark.parametrize("name", [n for n in BLOCK_TYPES if n not in NO_DEQUANTIZER] + ["BF16"])

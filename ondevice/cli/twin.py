@@ -1,5 +1,6 @@
-"""`ondevice twin (MODEL | --config CONFIG.json [--quant TYPE]) OUT.gguf [--layers N] [--force]`: write a
-model's twin, its header with valid random data (ondevice.quant.twin), to time how fast it runs here."""
+"""`ondevice twin ([MODEL] | --config CONFIG.json [--quant TYPE]) OUT.gguf [--layers N] [--force]`: write a
+model's twin, its header with valid random data (ondevice.quant.twin), to time how fast it runs here.
+No MODEL and no --config: the default model's twin."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def register(sub) -> None:
         "twin",
         help="write a model's twin: its architecture, metadata and tensors with random data (times like the model)",
     )
-    p.add_argument("model", nargs="?", help="registry name or .gguf path whose header is copied (or --config)")
+    p.add_argument(
+        "model", nargs="?", help="registry name or .gguf path whose header is copied (default: the built-in model)"
+    )
     p.add_argument("out", help="output .gguf path")
     p.add_argument("--config", metavar="CONFIG.json", help="a Hugging Face config.json instead of MODEL")
     p.add_argument("--quant", metavar="TYPE", help="file type of a --config twin: Q4_K_M, Q8_0, ... (default F16)")
@@ -40,8 +43,8 @@ def run(args) -> int:
     from ondevice.core.paths import check_destination
     from ondevice.quant.twin import matching_blocks, reduce_layers, shape_key, write_twin
 
-    if (args.model is None) == (args.config is None):
-        raise InvalidParameterError("give either MODEL or --config CONFIG.json (one of them)")
+    if args.model is not None and args.config is not None:
+        raise InvalidParameterError("give MODEL or --config CONFIG.json, not both")
     if args.quant and not args.config:
         raise InvalidParameterError("--quant goes with --config (a model's twin keeps the model's own types)")
     out = check_destination(Path(args.out), force=args.force)  # before any work
