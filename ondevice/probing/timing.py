@@ -88,7 +88,7 @@ def _first_token_s(engine: Any, ids: list[int], reuse: bool, max_tokens: int = 1
 
 Measure = Callable[[Any, int], dict[tuple, float]]  # (engine, salt) -> {point: seconds}
 _BATCH_STEPS = 8  # batched decode steps timed per batch size (each step decodes every sequence: a long one)
-_AFTER_CHUNK = 4  # decode steps after each timed chunk: decode points at many contexts and moments
+_AFTER_CHUNK = 5  # decode steps after each timed chunk (the first left out): decode at many contexts and moments
 
 
 def _decode_point(g: Any, n_prompt: int) -> dict[tuple, float]:

@@ -227,14 +227,15 @@ class TimedPredictor(Predictor):
 
 
 def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares (a, b) of t = a + b x; b >= 0 (attending more tokens never makes a step faster)."""
+    """(a, b) of t = a + b x through the points, robustly: b the median of the pairwise slopes, a the median of
+    t - b x (Theil-Sen: one point a busy moment slowed moves neither); b >= 0 (attending more tokens never makes a
+    step faster)."""
     xs, ys = [x for x, _ in points], [y for _, y in points]
     if len(set(xs)) < 2:
         return statistics.median(ys), 0.0
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
-    b = max(b, 0.0)
-    return my - b * mx, b
+    slopes = [(y1 - y0) / (x1 - x0) for i, (x0, y0) in enumerate(points) for x1, y1 in points[i + 1 :] if x1 != x0]
+    b = max(statistics.median(slopes), 0.0)
+    return statistics.median(y - b * x for x, y in points), b
 
 
 def _chain(points: Sequence[tuple[int, int, float]], ks: list[float], ts: list[float]) -> tuple[float, list]:
