@@ -8,17 +8,11 @@ least 4x the last-level cache, filled first so no page is the shared zero page. 
 libc's memchr where the C library is one that vectorizes it (glibc, macOS), else numpy's sum
 (read_kernel_name; MemoryProbe.read_kernel says which measured).
 
-No triad: numpy has no fused a = b + s*c, so a triad is either two passes over memory (5
-arrays' worth of traffic, not the 3 STREAM counts: 23.9 GB/s counted as 3, 39.8 as 5, one
-thread here) or a loop over cache-sized blocks through a temporary, which moves the 3 arrays
-but times numpy's per-block call overhead with them. That overhead depends on the machine: on
-an AMD EPYC VM (2 threads, 256 MiB arrays, median of 5 rounds interleaved with a C OpenMP
-triad) the blocked triad gave 42.2 GB/s against C's 44.1; on an Intel Xeon VM 16 against 28.
-A figure that measures the interpreter on one machine and the memory on another is not a
-bound; decode reads weights, and the ceiling is the best of read, copy and llama.cpp's own
-kernels (ProbeResult.ceiling_gbs), so the triad is not measured (the host probe is a third
-shorter). Where the triad was the best figure the ceiling drops to the next (here 38.4 -> 37.3
-GB/s in one cached probe).
+No triad: numpy has no fused a = b + s*c, so a triad is either two passes over memory (5 arrays'
+worth of traffic, not the 3 STREAM counts) or a loop over cache-sized blocks through a temporary,
+which times numpy's per-block call overhead with the memory, and that overhead depends on the
+machine (benchmarks/README.md has the figures). Decode reads weights; the ceiling is the best of
+read and copy (ProbeResult.ceiling_gbs), so the triad is not measured.
 
 The disk read (probe_disk) is what a cold start pays before the weights are in memory: a
 temporary file written in the cache dir (the file system the default model lives on), dropped
@@ -191,12 +185,9 @@ def _slices(n: int, k: int) -> list[tuple[int, int]]:
 
 def read_words(view: np.ndarray) -> int:
     """Read every byte of a contiguous array once (the read-bandwidth kernel): a wrapping integer sum
-    of its 64-bit words. A max falls behind a DRAM read: numpy's float max checks for NaN and is
-    compute-bound near 30 GB/s on two threads (AMD EPYC Zen 5 VM: C read kernel 41.6 GB/s, float64 max
-    31.9); on a Zen 4 VM the uint64 max reached 0.84 of C when the machine ran fast (about 58 GB/s)
-    where the sum reached 0.97 (0.96 and 0.99 at about 34 GB/s; 32 rounds, kernels in turn). A 64-bit
-    add is one instruction on AVX2 and NEON, which have no 64-bit max; in cache the sum still reads
-    70 GB/s a thread."""
+    of its 64-bit words. A max falls behind a DRAM read (numpy's float max checks for NaN and is
+    compute-bound; AVX2 and NEON have no 64-bit integer max), while a 64-bit add is one instruction
+    on both (benchmarks/README.md: the kernels against a C read kernel)."""
     return int(view.view(np.uint64).sum())
 
 
@@ -216,10 +207,9 @@ def _libc_memchr():
     """libc's memchr through ctypes (which lets the GIL go for the call) where the C library is one that
     vectorizes it for long scans (glibc: SSE2/AVX2/EVEX on x86-64, ASIMD on arm64; macOS), else None.
 
-    A scan for a byte the array does not hold reads every byte once, as a C read kernel does. numpy's
-    sum falls a little behind one (AMD EPYC Zen 4 VM, 256 MiB, passes interleaved with a C OpenMP
-    kernel's: one thread 0.95-0.97 of C, memchr 0.98; two threads 0.973 against 0.983 over 20 rounds);
-    elsewhere (musl's, Windows' C runtime) its speed is not known, and numpy's sum reads."""
+    A scan for a byte the array does not hold reads every byte once, as a C read kernel does; numpy's
+    sum falls a little behind one (benchmarks/host_accuracy.py measures both against C). Elsewhere
+    (musl's, Windows' C runtime) its speed is not known, and numpy's sum reads."""
     if sys.platform != "darwin":
         try:
             if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):

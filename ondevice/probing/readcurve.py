@@ -2,13 +2,10 @@
 
 A decode step reads the same bytes (weights, then the KV cache) every token. When they fit in
 the last-level cache, or in what share of it a VM's slice gets, they come back faster than from
-DRAM; the size the OS reports is no guide (a 2-vCPU VM reported a 480 MiB shared L3). So the
-probe measures it: numpy's sum (host.read_words) over arrays from 2 MiB growing by sqrt(2) up to the
-DRAM size the memory probe uses. roofline.read_speedup interpolates it. The roofline uses the curve
-against itself (each size over its DRAM size), and its share past the knee was fitted on curves read
-this way, so it keeps numpy's sum where the memory probe reads with libc's memchr (host module
-docstring): in the caches memchr reads faster (AMD EPYC Zen 4 VM, one thread: 88 against 67 GB/s at 1
-MiB, 82 against 77 at 16 MiB), which would move every cached share without a fresh fit.
+DRAM; the size the OS reports is no guide in a VM. So the probe measures it: numpy's sum
+(host.read_words) over arrays from 2 MiB growing by sqrt(2) up to the DRAM size the memory probe
+uses. roofline.read_speedup interpolates it: the bound of a model that small is scaled by it (the
+curve against itself, each size over its DRAM size, so one kernel reads every size).
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ _MIN_TIMED_BYTES = 64 * _MB  # each timed pass reads at least this much per thre
 def curve_sizes(dram_bytes: int, smallest: int = 2 * _MB) -> list[int]:
     """Working-set sizes from `smallest` growing by sqrt(2) (whole 64 KiB) while below dram_bytes, then
     dram_bytes itself. A cache's edge is a cliff, not a slope (a working set read in a cycle just past
-    a least-recently-used cache gets no hits: a 51 MB model decoded at DRAM speed on a VM whose 32 MiB
-    L3 read at 51 GB/s against 32 from DRAM), so the sizes are close enough that interpolating
+    a least-recently-used cache gets no hits), so the sizes are close enough that interpolating
     between two of them cannot lend a model much of a speed-up it does not get."""
     sizes, k = [], 0
     while (size := int(smallest * 2 ** (k / 2)) // _GRAIN * _GRAIN) < dram_bytes:
