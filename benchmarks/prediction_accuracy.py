@@ -143,7 +143,9 @@ def prompts_for(path: Path) -> tuple[int, ...]:
     return tuple(p for p in prompts if p + OUTPUT + 256 <= limit)
 
 
-def run(models: list[tuple[str, Path]], rounds: int, work: Path) -> list[dict]:
+def run(models: list[tuple[str, Path]], rounds: int, work: Path, keep=None) -> list[dict]:
+    """Every round's figures per (model, prompt) row, with its median errors; `keep(rows)` after every model (the
+    run is long: what finished is kept if it stops)."""
     rows: dict[tuple[str, int], dict] = {}
     for r in range(rounds):
         for label, path in models:
@@ -159,6 +161,12 @@ def run(models: list[tuple[str, Path]], rounds: int, work: Path) -> list[dict]:
                     "predicted_ttft_s": pred.ttft_s(p, 0, chunk),
                     "predicted_tpot_s": pred.decode_s(p, OUTPUT) / (OUTPUT - 1),
                 })
+            if keep:
+                keep(_with_errors(rows))
+    return _with_errors(rows)
+
+
+def _with_errors(rows: dict[tuple[str, int], dict]) -> list[dict]:
     for row in rows.values():
         rs = row["rounds"]
         row["ttft_error"] = statistics.median(x["predicted_ttft_s"] / x["ttft_s"] - 1 for x in rs)
@@ -190,11 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.time()
     models = build_models(which, args.work)
-    rows = run(models, args.rounds, args.work)
+
+    def keep(rows: list[dict]) -> None:
+        if args.json:
+            args.json.write_text(json.dumps({"cpu": cpu_name(), "rounds": args.rounds, "rows": rows}, indent=1))
+
+    rows = run(models, args.rounds, args.work, keep)
     print(f"CPU: {cpu_name()}; {args.rounds} rounds; {time.time() - started:.0f} s")
     print(report(rows))
-    if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu_name(), "rounds": args.rounds, "rows": rows}, indent=1))
+    keep(rows)
     met = sum(r["meets"] for r in rows)
     return 0 if rows and met >= ROWS_NEEDED * len(rows) else 1
 
