@@ -59,7 +59,6 @@ def load_cached(backend: str, *, build: str | None = None, root: Path | None = N
     (one line naming it and the way out): predictions from it would be wrong, and silently
     measuring again would hide the damage."""
     from ondevice.core.errors import ProbeError
-
     from ondevice.core.stored import StoredFileError, load_json
 
     path = cache_path(backend, build, root=root)
