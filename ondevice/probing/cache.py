@@ -67,8 +67,9 @@ def load_cached(backend: str, *, build: str | None = None, root: Path | None = N
     except FileNotFoundError:
         return None
     except (OSError, StoredFileError) as exc:
+        reason = str(exc).removeprefix(f"{path}: ") if isinstance(exc, StoredFileError) else _short(exc)
         raise ProbeError(
-            f"probe cache {path} is unreadable ({_short(exc)}); delete it or run `ondevice probe --refresh`"
+            f"probe cache {path} is unreadable ({reason}); delete it or run `ondevice probe --refresh`"
         ) from None
     if isinstance(data, dict) and data.get("schema") != SCHEMA_VERSION and isinstance(data.get("schema"), int):
         log.info("probe cache %s has schema %s, not %s: measuring again", path, data.get("schema"), SCHEMA_VERSION)
