@@ -163,3 +163,12 @@ def test_printable_strips_control_characters(raw):
     shown = printable(raw)
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in shown)
     assert shown.encode("utf-8")
+
+
+@pytest.mark.parametrize("kind", SPECIAL)
+def test_quality_text_refuses_special_files(tmp_path, kind):
+    from ondevice.core.errors import QuantError
+    from quant.quality import _read_text
+
+    with pytest.raises(QuantError, match="not a regular file|cannot open"):
+        _read_text(_special(tmp_path, kind))
