@@ -172,3 +172,19 @@ def test_quality_text_refuses_special_files(tmp_path, kind):
 
     with pytest.raises(QuantError, match="not a regular file|cannot open"):
         _read_text(_special(tmp_path, kind))
+
+
+@pytest.mark.parametrize("kind", [*SPECIAL, "deep", "not-utf8"])
+def test_user_registry_damaged_or_special_is_one_line(tmp_path, kind):
+    from ondevice.core.errors import RegistryError
+    from ondevice.models.registry import load_registry
+
+    user = tmp_path / "models.toml"
+    if kind == "deep":
+        user.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    elif kind == "not-utf8":
+        user.write_bytes(b"default = '\xff'\n")
+    else:
+        user = _special(tmp_path, kind)
+    with pytest.raises(RegistryError, match=str(user.name)):
+        load_registry(user=user)
