@@ -112,10 +112,6 @@ def load_timing(key: TimingKey, root: Path | None = None) -> ShapeTiming | None:
         return None
 
 
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number")
-
-
 def save_timing(key: TimingKey, timing: ShapeTiming, root: Path | None = None) -> Path:
     path = timing_path(key, root)
     doc = {
