@@ -188,3 +188,14 @@ def test_user_registry_damaged_or_special_is_one_line(tmp_path, kind):
         user = _special(tmp_path, kind)
     with pytest.raises(RegistryError, match=str(user.name)):
         load_registry(user=user)
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--layers", "200000000"), ("--ctx-train", "99999999999"), ("--vocab", "1000000000")]
+)
+def test_predict_spec_numbers_are_bounded(capsys, flag, value):
+    args = ["predict", "--params", "1e9", "--quant", "Q4_K_M", "--layers", "16", "--kv-heads", "8", "--head-dim", "64"]
+    args += [flag, value]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert flag in err and len(err.splitlines()) == 1
