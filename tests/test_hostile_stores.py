@@ -199,3 +199,17 @@ def test_predict_spec_numbers_are_bounded(capsys, flag, value):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert flag in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", [*SPECIAL, "deep", "list"])
+def test_guard_verdict_damaged_or_special_is_checked_again(tmp_path, kind):
+    from ondevice.llama import guard
+
+    path = tmp_path / "verdict.json"
+    if kind == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif kind == "list":
+        path.write_text("[1, 2]")
+    else:
+        path = _special(tmp_path, kind)
+    assert guard._read(path) is None
