@@ -26,3 +26,15 @@ def test_bench_refuses_non_finite_numbers(tmp_path, capsys, flags):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ("--timeout" in err or "--temperature" in err), err
+
+
+def test_server_error_text_reaches_the_table_without_control_characters():
+    import json
+
+    from ondevice.bench.serve.sse import Event, StreamError, parse_chunk
+
+    evil = {"error": {"message": "\x1b[2J\x1b[31mboom\r\x07\nforged line"}}
+    with pytest.raises(StreamError) as e:
+        parse_chunk(Event(0, "message", json.dumps(evil)))
+    assert e.value.kind == "server_error"
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in str(e.value)), repr(str(e.value))

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ondevice.core.textclean import printable
+
 __all__ = ["Event", "Delta", "StreamError", "iter_events", "parse_chunk", "server_timings"]
 
 MAX_LINE = 1 << 20  # a longer line is malformed
@@ -144,10 +146,11 @@ def _str(v: Any) -> str:
 
 
 def _error_text(obj: Any) -> str:
+    """The server's error message, control characters removed: it reaches the terminal in the table."""
     err = obj.get("error") if isinstance(obj, dict) else obj
     if isinstance(err, dict):
-        return str(err.get("message") or err.get("type") or err)[:300]
-    return str(err)[:300]
+        return printable(str(err.get("message") or err.get("type") or err)[:300])
+    return printable(str(err)[:300])
 
 
 def _short(text: str, n: int = 120) -> str:
