@@ -38,3 +38,20 @@ def test_server_error_text_reaches_the_table_without_control_characters():
         parse_chunk(Event(0, "message", json.dumps(evil)))
     assert e.value.kind == "server_error"
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in str(e.value)), repr(str(e.value))
+
+
+@pytest.mark.parametrize("field, raw", [("prompt_n", "1e400"), ("predicted_ms", "-1e400"), ("prompt_n", "-3")])
+def test_a_bad_server_number_is_that_requests_labelled_failure(field, raw):
+    import json
+
+    from ondevice.bench.serve.sse import Event, StreamError, parse_chunk
+
+    timings = {"predicted_n": 3, "predicted_ms": 10.0, "prompt_n": 5, "prompt_ms": 2.0}
+    data = (
+        '{"choices": [], "timings": '
+        + str(timings).replace("'", '"').replace(f'"{field}": ', f'"{field}": {raw}, "x": ')
+        + "}"
+    )
+    with pytest.raises(StreamError) as e:
+        parse_chunk(Event(0, "message", data))
+    assert e.value.kind == "malformed" and field in str(e.value)
