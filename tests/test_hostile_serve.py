@@ -47,11 +47,8 @@ def test_a_bad_server_number_is_that_requests_labelled_failure(field, raw):
     from ondevice.bench.serve.sse import Event, StreamError, parse_chunk
 
     timings = {"predicted_n": 3, "predicted_ms": 10.0, "prompt_n": 5, "prompt_ms": 2.0}
-    data = (
-        '{"choices": [], "timings": '
-        + str(timings).replace("'", '"').replace(f'"{field}": ', f'"{field}": {raw}, "x": ')
-        + "}"
-    )
+    text = json.dumps(timings).replace(f'"{field}": ', f'"{field}": {raw}, "x": ')  # a literal json cannot write
+    data = '{"choices": [], "timings": ' + text + "}"
     with pytest.raises(StreamError) as e:
         parse_chunk(Event(0, "message", data))
     assert e.value.kind == "malformed" and field in str(e.value)
