@@ -63,7 +63,7 @@ def load_json(path: str | Path, max_bytes: int, max_nesting: int = MAX_NESTING) 
     try:
         return json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
-        raise StoredFileError(f"{path}: not valid JSON ({_short(exc)})") from None
+        raise StoredFileError(f"{path}: not JSON ({_short(exc)})") from None
 
 
 def load_toml(path: str | Path, max_bytes: int, max_nesting: int = MAX_NESTING) -> dict[str, Any]:
