@@ -22,6 +22,7 @@ import numpy as np
 from gguf import Keys
 
 from ondevice.core.errors import InvalidParameterError, QuantError
+from ondevice.core.stored import StoredFileError, read_regular_file
 from ondevice.gguf.reader import ArrayRef, GGUFFile, read_gguf
 from ondevice.llama.logits import LogitsModel
 
@@ -91,13 +92,21 @@ def default_text() -> str:
     return "\n\n".join(folder.joinpath(name).read_text(encoding="utf-8") for name in DEFAULT_TEXT)
 
 
+MAX_TEXT_BYTES = 64 << 20  # an evaluation text: far more than --max-tokens ever scores
+
+
 def _read_text(text: str | Path | None) -> tuple[str, str]:
     if text is None:
         return default_text(), "+".join(DEFAULT_TEXT)
     path = Path(text)
     try:
-        return path.read_text(encoding="utf-8"), path.name
-    except (OSError, UnicodeDecodeError) as exc:
+        data = read_regular_file(path, MAX_TEXT_BYTES)  # a FIFO or /dev/zero is refused, not read forever
+        return data.decode("utf-8"), path.name
+    except FileNotFoundError:
+        raise QuantError(f"cannot read text file {path}: no such file") from None
+    except StoredFileError as exc:
+        raise QuantError(f"cannot read text file {exc}") from None
+    except UnicodeDecodeError as exc:
         raise QuantError(f"cannot read text file {path}: {exc}") from None
 
 

@@ -284,16 +284,19 @@ def test_closed_and_open_loop_bounds():
 
 def test_ctrl_c_keeps_what_finished():
     import _thread
-    import time
+    import threading
 
     from ondevice.bench.serve.load import LoadInterrupted
+
+    stop = threading.Event()
 
     def send(i):
         if i == 2:
             _thread.interrupt_main()  # Ctrl-C while request 2 is in flight
-            time.sleep(0.3)
+            stop.wait(30)  # request 2 ends only once the main thread has taken the Ctrl-C (30 s: a hang guard)
         return i
 
     with pytest.raises(LoadInterrupted) as e:
-        closed_loop(send, 6, 1, 30)
+        closed_loop(send, 6, 1, 30, stop=stop)
+    assert stop.is_set()
     assert e.value.results[:2] == [0, 1] and e.value.results[3:] == [None, None, None]

@@ -25,7 +25,6 @@ still shown. Files of schema ondevice-bench/1 and /2 are read.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ import numpy as np
 from ondevice.bench.comparable import differences
 from ondevice.bench.record import READABLE_SCHEMAS, SCHEMA
 from ondevice.core.errors import BenchError
+from ondevice.core.stored import StoredFileError, load_json
 
 __all__ = [
     "MetricComparison",
@@ -91,17 +91,18 @@ class ScenarioComparison:
         }
 
 
+MAX_RESULTS_BYTES = 256 << 20  # a bench file of many thousands of runs is a few MB
+
+
 def load_results(path: str | Path) -> dict[str, Any]:
     """Read a bench --json file; BenchError (one line) for anything else."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = load_json(path, MAX_RESULTS_BYTES)
     except FileNotFoundError:
         raise BenchError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BenchError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise BenchError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except StoredFileError as exc:
+        raise BenchError(str(exc)) from None
     record = doc.get("record") if isinstance(doc, dict) else None
     if (
         not isinstance(record, dict)

@@ -16,6 +16,7 @@ a directory, device, FIFO or socket never.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -25,6 +26,7 @@ from ondevice.core.errors import BenchError
 from ondevice.engine.sampling import DEFAULTS
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+MAX_TIMEOUT_S = 1e6  # seconds per request: about 11 days, far inside every timer's range
 
 
 def register(sub) -> None:
@@ -251,10 +253,12 @@ def _config(args: argparse.Namespace):
         resolve_n_ctx(
             args.n_ctx
         )  # llama.cpp's smallest context, as in run and chat (the runner checks the trained one)
-    if args.timeout is not None and not args.timeout > 0:
-        raise BenchError(f"--timeout {args.timeout}: must be a positive number of seconds")
-    if args.temperature < 0:
-        raise BenchError(f"--temperature {args.temperature}: must be 0 or more")
+    # finite numbers only: an infinite time-out overflows the watchdog's and the socket's timers,
+    # a NaN temperature fails every run
+    if args.timeout is not None and not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S):
+        raise BenchError(f"--timeout {args.timeout}: must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise BenchError(f"--temperature {args.temperature}: must be a finite number, 0 or more")
     gpu = args.n_gpu_layers
     if gpu != "auto":
         try:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
 from ondevice.core.errors import InvalidParameterError
+from ondevice.core.paths import check_destination
+from ondevice.core.textclean import printable
 from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
 
 __all__ = ["register", "run"]
@@ -68,7 +70,8 @@ def register(sub) -> None:
     p.add_argument("--history-db", type=Path, default=None, help=argparse.SUPPRESS)  # tests, scripts
     p.add_argument("--list", action="store_true", help="list saved conversations and exit")
     p.add_argument("--export", metavar="ID", help="write a saved conversation to --out and exit")
-    p.add_argument("--out", type=Path, help="export file: .md (Markdown) or .json")
+    p.add_argument("--out", type=Path, help="export file: .md (Markdown) or .json; its folder must exist")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file (refused without it)")
     p.add_argument(
         "--speculative",
         choices=("lookup",),
@@ -178,11 +181,14 @@ def _history_command(args) -> int:
         if args.export:
             if args.out is None:
                 raise InvalidParameterError("--export needs --out FILE (.md or .json)")
+            # the rule for every file the CLI writes: an existing file only with --force, never a
+            # directory or special file, and the folder must already exist
+            check_destination(args.out, force=args.force)
             print(store.export(_int_arg("--export", args.export), args.out))
             return 0
         for c in store.list_conversations(limit=1000):
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated_at))
-            print(f"{c.id:>5}  {when}  {c.n_messages:>3} msg  {c.model}  {c.title}")
+            print(f"{c.id:>5}  {when}  {c.n_messages:>3} msg  {printable(c.model)}  {printable(c.title)}")
         return 0
     finally:
         store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.core.fmt import fold_lines, human_bytes, human_count, layer_ranges, table
+from ondevice.core.textclean import printable
 from ondevice.gguf.spec import ModelSpec, inspect
 from ondevice.models.materialize import resolve_model
 
@@ -44,7 +45,7 @@ def cpu_buffers(spec: ModelSpec) -> dict:
 
 
 def render(s: ModelSpec, buffers: dict | None = None, *, width: int | None = None) -> str:
-    lines = [f"{s.path}" + (f"  ({s.name})" if s.name else "")]
+    lines = [printable(str(s.path)) + (f"  ({printable(s.name)})" if s.name else "")]  # names come from the file
 
     def row(label: str, value: object) -> None:
         lines.append(f"  {label:<16}{value}")

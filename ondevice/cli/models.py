@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.core.fmt import human_bytes, table
+from ondevice.core.textclean import printable
 from ondevice.models.registry import load_registry, user_registry_path
 
 
@@ -54,11 +55,11 @@ def run(args) -> int:
             ["name", "quant", "size", "present", "source"],
             [
                 [
-                    r["name"] + (" (default)" if r["default"] else ""),
-                    r["quant"],
+                    printable(r["name"]) + (" (default)" if r["default"] else ""),  # registry text
+                    printable(r["quant"]),
                     human_bytes(r["size_bytes"]) if r["size_bytes"] else "?",
                     "yes" if r["present"] else "no",
-                    r["source"],
+                    printable(r["source"]),
                 ]
                 for r in rows
             ],

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["clean_text", "decode_utf8"]
+__all__ = ["clean_text", "decode_utf8", "printable"]
 
 _SURROGATES = re.compile("[\ud800-\udfff]+")
 _REPLACEMENT = "\ufffd".encode("utf-8")
+# C0 and C1 controls and DEL: ESC starts terminal escape sequences, CR/BEL/newline rewrite the line
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def clean_text(text: str) -> str:
@@ -22,6 +24,13 @@ def clean_text(text: str) -> str:
     surrogate-escaped bytes is decoded as UTF-8 (invalid bytes becoming U+FFFD), any other
     surrogate becomes U+FFFD. Text without surrogates is returned as it is."""
     return _SURROGATES.sub(_replace_run, text) if _SURROGATES.search(text) else text
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on one terminal line: every control character (ESC, CR, BEL, newline,
+    tab, C1 controls) becomes U+FFFD, so a name from a file or a server cannot move the cursor,
+    recolour the terminal or forge a line. For strings that came from outside the program."""
+    return _CONTROLS.sub("\ufffd", clean_text(str(text)))
 
 
 def decode_utf8(data: bytes) -> str:

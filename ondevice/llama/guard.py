@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ondevice.core import paths
+from ondevice.core.stored import StoredFileError, load_json
 from ondevice.llama.buffers import MODES, REPACK, extra_buffer_types
 from ondevice.llama.build import build_id, build_info
 
@@ -231,13 +232,13 @@ def _cpu_fingerprint() -> str:
 
 def _read(path: Path) -> Verdict | None:
     try:
-        data = json.loads(path.read_text())
-        if data.get("schema") != SCHEMA or data.get("mode") not in (*MODES, "unusable"):
+        data = load_json(path, 64 << 10)  # regular files only, bounded: a verdict is a few hundred bytes
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or data.get("mode") not in (*MODES, "unusable"):
             raise ValueError("unknown schema or mode")
         return Verdict(data["mode"], "cache", str(data["reason"]))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, StoredFileError, ValueError, KeyError, TypeError, AttributeError) as exc:
         _log.info("native check: ignoring unreadable verdict %s (%s); checking again", path, exc)
         return None
 

@@ -10,12 +10,12 @@ import difflib
 import importlib.util
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ondevice.core import paths
 from ondevice.core.errors import ModelNotFoundError, RegistryError
+from ondevice.core.stored import StoredFileError, load_toml
 
 __all__ = [
     "ModelEntry",
@@ -115,7 +115,7 @@ def load_registry(builtin: Path | None = None, user: Path | None = None) -> Regi
     user = user or user_registry_path()
     default_name, entries = _parse_file(builtin, required=True)
     files = [builtin]
-    if user.is_file():
+    if user.exists() or user.is_symlink():  # a directory, FIFO or dangling link there is refused, not ignored
         user_default, user_entries = _parse_file(user, required=False)
         entries.update(user_entries)
         default_name = user_default or default_name
@@ -127,15 +127,18 @@ def load_registry(builtin: Path | None = None, user: Path | None = None) -> Regi
     return Registry(entries=entries, default_name=default_name, files=tuple(files))
 
 
+MAX_REGISTRY_BYTES = 4 << 20  # a registry of thousands of models is well under 1 MB
+
+
 def _parse_file(path: Path, required: bool) -> tuple[str | None, dict[str, ModelEntry]]:
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = load_toml(path, MAX_REGISTRY_BYTES)
     except FileNotFoundError:
         if required:
             raise RegistryError(f"{path}: registry file not found") from None
         return None, {}
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise RegistryError(f"{path}: not valid TOML: {exc}") from None
+    except StoredFileError as exc:
+        raise RegistryError(str(exc)) from None
     unknown = set(raw) - {"default", "models"}
     if unknown:
         raise RegistryError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")

@@ -24,6 +24,8 @@ __all__ = ["cache_path", "load_cached", "save", "build_id", "machine_id", "probe
 
 log = logging.getLogger(__name__)
 
+MAX_CACHE_BYTES = 1 << 20  # a probe result is a few KB
+
 
 def probe_dir(root: Path | None = None) -> Path:
     return (root or paths.cache_dir()) / "probe"
@@ -57,15 +59,17 @@ def load_cached(backend: str, *, build: str | None = None, root: Path | None = N
     (one line naming it and the way out): predictions from it would be wrong, and silently
     measuring again would hide the damage."""
     from ondevice.core.errors import ProbeError
+    from ondevice.core.stored import StoredFileError, load_json
 
     path = cache_path(backend, build, root=root)
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path, MAX_CACHE_BYTES)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, StoredFileError) as exc:
+        reason = str(exc).removeprefix(f"{path}: ") if isinstance(exc, StoredFileError) else _short(exc)
         raise ProbeError(
-            f"probe cache {path} is unreadable ({_short(exc)}); delete it or run `ondevice probe --refresh`"
+            f"probe cache {path} is unreadable ({reason}); delete it or run `ondevice probe --refresh`"
         ) from None
     if isinstance(data, dict) and data.get("schema") != SCHEMA_VERSION and isinstance(data.get("schema"), int):
         log.info("probe cache %s has schema %s, not %s: measuring again", path, data.get("schema"), SCHEMA_VERSION)

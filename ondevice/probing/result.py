@@ -105,13 +105,31 @@ class ProbeResult:
             backend=str(d["backend"]),
             build_id=str(d["build_id"]),
             created_unix_s=float(d["created_unix_s"]),
-            memory=MemoryProbe(**_known(MemoryProbe, d["memory"])),
-            compute=ComputeProbe(**_known(ComputeProbe, d["compute"])) if d.get("compute") else None,
+            memory=MemoryProbe(**_positive(_known(MemoryProbe, d["memory"]), _MEMORY_FIGURES)),
+            compute=ComputeProbe(**_positive(_known(ComputeProbe, d["compute"]), ("f32_gflops",)))
+            if d.get("compute")
+            else None,
             nameplate=Nameplate(**_known(Nameplate, d["nameplate"])) if d.get("nameplate") else None,
-            read_curve=tuple((int(b), float(g)) for b, g in d.get("read_curve") or ()),
+            read_curve=tuple((int(b), _figure("read_curve", g)) for b, g in d.get("read_curve") or ()),
             disk=DiskProbe(**_known(DiskProbe, d["disk"])) if d.get("disk") else None,
             from_cache=from_cache,
         )
+
+
+_MEMORY_FIGURES = ("read_gbs", "copy_gbs")
+_MAX_FIGURE = 1e7  # GB/s or GFLOP/s: far above any machine, far below overflow
+
+
+def _figure(name: str, value: Any) -> float:
+    """A measured figure read back: a real number, finite, above 0 and below _MAX_FIGURE; ValueError otherwise
+    (a cached -1 or 0 GB/s would silently change every prediction)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < _MAX_FIGURE:
+        raise ValueError(f"{name} = {value!r} is not a measured figure")
+    return float(value)
+
+
+def _positive(d: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: _figure(k, v) if k in names else v for k, v in d.items()}
 
 
 def _known(cls, d: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ondevice.core import paths
+from ondevice.core.stored import StoredFileError, load_json
 from ondevice.llama.build import build_id
 from ondevice.probing.cache import machine_id, probe_dir
 from ondevice.roofline.timing import ShapeTiming
@@ -100,21 +101,15 @@ def load_timing(key: TimingKey, root: Path | None = None) -> ShapeTiming | None:
     """The cached timing for key; None when there is none, or it is damaged (logged: it is measured again)."""
     path = timing_path(key, root)
     try:
-        if not path.is_file():
-            return None
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{path.stat().st_size} bytes")
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        data = load_json(path, MAX_FILE_BYTES)  # regular files only, bounded in size and nesting
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             return None
         return ShapeTiming.from_dict(data["timing"])
-    except (OSError, ValueError, TypeError, KeyError, RecursionError) as exc:
+    except FileNotFoundError:
+        return None
+    except (OSError, StoredFileError, ValueError, TypeError, KeyError, RecursionError) as exc:
         log.warning("timing cache %s is damaged (%s): measuring again", path, f"{type(exc).__name__}: {exc}"[:120])
         return None
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number")
 
 
 def save_timing(key: TimingKey, timing: ShapeTiming, root: Path | None = None) -> Path:

@@ -69,6 +69,20 @@ def mix_bits_per_weight(mix: Mapping[str, float]) -> float:
     return sum(share * bits_per_weight(t) for t, share in mix.items())
 
 
+# Upper bounds for the spec numbers: far above any published model, low enough that the
+# per-layer and per-token arrays the estimate builds stay small (an unbounded --layers
+# allocated gigabytes)
+SPEC_INT_LIMITS = {
+    "--layers": 10_000,
+    "--kv-heads": 100_000,
+    "--head-dim": 100_000,
+    "--d-model": 1_000_000,
+    "--vocab": 100_000_000,
+    "--heads": 100_000,
+    "--ctx-train": 1 << 30,
+}
+
+
 def spec_from_flags(
     *,
     params: float | None,
@@ -111,8 +125,8 @@ def spec_from_flags(
         ("--heads", heads),
         ("--ctx-train", ctx_train),
     ):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-            raise SpecError(f"{flag} must be a positive integer, not {v!r}")
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= SPEC_INT_LIMITS[flag]):
+            raise SpecError(f"{flag} must be a positive integer (at most {SPEC_INT_LIMITS[flag]}), not {v!r}")
     mix, head_type = mix_for(quant)
     embed = vocab * d_model if vocab and d_model else 0
     if 2 * embed >= n_params and not tied:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from ondevice.bench.serve.sse import MAX_LINE, StreamError, iter_events, parse_chunk
 from ondevice.core.errors import BenchError
+from ondevice.core.textclean import printable
 
 __all__ = ["Target", "Chunk", "StreamLog", "stream_request", "get_json", "parse_base_url"]
 
@@ -180,7 +181,7 @@ def _cut(conn: http.client.HTTPConnection, fired: threading.Event) -> None:
 def _read(resp: http.client.HTTPResponse, log: StreamLog) -> None:
     ctype = resp.getheader("Content-Type", "") or ""
     if resp.status >= 400:
-        raise StreamError("http", f"HTTP {resp.status} {resp.reason}: {_snippet(resp)}")
+        raise StreamError("http", f"HTTP {resp.status} {printable(resp.reason)}: {_snippet(resp)}")
     if "text/event-stream" not in ctype.lower():
         raise StreamError(
             "not_openai", f"not an SSE stream (HTTP {resp.status}, Content-Type {ctype or 'none'!r}): {_snippet(resp)}"

@@ -14,9 +14,12 @@ it), finish_reason, usage (`stream_options.include_usage`), and the server's own
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from ondevice.core.textclean import printable
 
 __all__ = ["Event", "Delta", "StreamError", "iter_events", "parse_chunk", "server_timings"]
 
@@ -110,33 +113,52 @@ def parse_chunk(event: Event) -> Delta:
 
 
 def server_timings(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The server's own counts and durations, normalised: tokens and seconds."""
+    """The server's own counts and durations, normalised: tokens and seconds. StreamError
+    ("malformed") for a count or duration that is negative, NaN, infinite or absurdly large
+    (JSON's 1e400 parses as inf): that request fails, labelled, and the bench goes on."""
     t = obj.get("timings")
-    if isinstance(t, dict) and isinstance(t.get("predicted_n"), (int, float)):
+    if isinstance(t, dict) and _is_number(t.get("predicted_n")):
         return {
             "source": "llama-server timings",
-            "output_tokens": int(t["predicted_n"]),
-            "decode_s": _num(t.get("predicted_ms"), 1e-3),
-            "prompt_tokens": _int(t.get("prompt_n")),
-            "prompt_s": _num(t.get("prompt_ms"), 1e-3),
+            "output_tokens": _int("predicted_n", t["predicted_n"]),
+            "decode_s": _num("predicted_ms", t.get("predicted_ms"), 1e-3),
+            "prompt_tokens": _int("prompt_n", t.get("prompt_n")),
+            "prompt_s": _num("prompt_ms", t.get("prompt_ms"), 1e-3),
         }
-    if isinstance(obj.get("eval_count"), (int, float)):
+    if _is_number(obj.get("eval_count")):
         return {
             "source": "ollama eval counts",
-            "output_tokens": int(obj["eval_count"]),
-            "decode_s": _num(obj.get("eval_duration"), 1e-9),
-            "prompt_tokens": _int(obj.get("prompt_eval_count")),
-            "prompt_s": _num(obj.get("prompt_eval_duration"), 1e-9),
+            "output_tokens": _int("eval_count", obj["eval_count"]),
+            "decode_s": _num("eval_duration", obj.get("eval_duration"), 1e-9),
+            "prompt_tokens": _int("prompt_eval_count", obj.get("prompt_eval_count")),
+            "prompt_s": _num("prompt_eval_duration", obj.get("prompt_eval_duration"), 1e-9),
         }
     return None
 
 
-def _num(v: Any, scale: float) -> float | None:
-    return float(v) * scale if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+_MAX_SERVER_NUMBER = 1e15  # tokens, ms or ns: far above any real request, far below overflow
 
 
-def _int(v: Any) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _checked(name: str, v: Any) -> float | None:
+    if not _is_number(v):
+        return None
+    if not (math.isfinite(v) and 0 <= v <= _MAX_SERVER_NUMBER):
+        raise StreamError("malformed", f"server timing {name} = {_short(str(v), 40)} is not a count or duration")
+    return float(v)
+
+
+def _num(name: str, v: Any, scale: float) -> float | None:
+    value = _checked(name, v)
+    return None if value is None else value * scale
+
+
+def _int(name: str, v: Any) -> int | None:
+    value = _checked(name, v)
+    return None if value is None else int(value)
 
 
 def _str(v: Any) -> str:
@@ -144,10 +166,11 @@ def _str(v: Any) -> str:
 
 
 def _error_text(obj: Any) -> str:
+    """The server's error message, control characters removed: it reaches the terminal in the table."""
     err = obj.get("error") if isinstance(obj, dict) else obj
     if isinstance(err, dict):
-        return str(err.get("message") or err.get("type") or err)[:300]
-    return str(err)[:300]
+        return printable(str(err.get("message") or err.get("type") or err)[:300])
+    return printable(str(err)[:300])
 
 
 def _short(text: str, n: int = 120) -> str:
