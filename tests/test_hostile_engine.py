@@ -9,8 +9,6 @@ import pytest
 from ondevice.core.errors import EngineError
 from tests._engine_models import build_successor_model, byte_ids
 
-pytestmark = pytest.mark.model
-
 
 def _hammer(engine, call, started: threading.Event, stop: threading.Event, outcomes: list) -> None:
     """Call `call(engine)` until the engine refuses; record what ended the loop."""
