@@ -43,3 +43,50 @@ def test_close_while_tokenizing_gives_typed_errors(tmp_path, call):
         w.join(60)
     stop.set()
     assert len(outcomes) == 4 and all(o == "EngineError" for o in outcomes), outcomes
+
+
+# ---- the crash guard's self-test: killed from outside, or hanging ------------------------------
+@pytest.fixture
+def guard_cache(monkeypatch, tmp_path):
+    """The crash guard with its verdict in tmp_path and no memo from earlier tests."""
+    from ondevice.llama import guard
+
+    monkeypatch.setattr(guard, "_memo", {})
+    monkeypatch.delenv(guard.ENV_VAR, raising=False)
+    monkeypatch.setattr(guard.paths, "cache_dir", lambda: tmp_path)
+    return guard
+
+
+def test_a_self_test_killed_by_sigkill_is_inconclusive_not_a_crash(guard_cache):
+    import os
+    import signal
+    import sys
+
+    kill_self = [sys.executable, "-c", f"import os; os.kill(os.getpid(), {int(signal.SIGKILL)})"]
+    outcome = guard_cache.run_check("all", guard_cache.paths.cache_dir(), argv=kill_self)
+    assert not outcome.ok and not outcome.crashed and "SIGKILL" in outcome.detail
+    verdict = guard_cache.cpu_buffer_verdict(check=lambda mode, work: outcome, available=["CPU_REPACK"])
+    assert verdict.source == "fallback" and not os.path.exists(guard_cache.verdict_path())
+
+
+def test_a_hanging_self_test_is_stored_once_with_a_short_timeout(guard_cache):
+    import sys
+
+    assert guard_cache.CHECK_TIMEOUT_S <= 30
+    hang = guard_cache.run_check(
+        "all",
+        guard_cache.paths.cache_dir(),
+        argv=[sys.executable, "-c", "import threading; threading.Event().wait()"],
+        timeout_s=0.5,
+    )
+    assert hang.hung and not hang.crashed
+    asked = []
+
+    def check(mode, work):
+        asked.append(mode)
+        return hang
+
+    first = guard_cache.cpu_buffer_verdict(check=check, available=["CPU_REPACK"])
+    guard_cache._memo.clear()  # a later command: a new process reads the stored verdict
+    again = guard_cache.cpu_buffer_verdict(check=check, available=["CPU_REPACK"])
+    assert first.mode == again.mode == "none" and again.source == "cache" and asked == ["all"]
