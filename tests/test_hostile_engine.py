@@ -26,7 +26,7 @@ def _hammer(engine, call, started: threading.Event, stop: threading.Event, outco
 
 @pytest.mark.parametrize(
     "call",
-    [lambda e: e.tokenize("hello there " * 20), lambda e: e.detokenize(byte_ids("hello there " * 20))],
+    [lambda e: e.tokenize("hello there " * 20000), lambda e: e.detokenize(byte_ids("hello there " * 20000))],
     ids=["tokenize", "detokenize"],
 )
 def test_close_while_tokenizing_gives_typed_errors(tmp_path, call):
