@@ -90,3 +90,14 @@ def test_a_hanging_self_test_is_stored_once_with_a_short_timeout(guard_cache):
     guard_cache._memo.clear()  # a later command: a new process reads the stored verdict
     again = guard_cache.cpu_buffer_verdict(check=check, available=["CPU_REPACK"])
     assert first.mode == again.mode == "none" and again.source == "cache" and asked == ["all"]
+
+
+@pytest.mark.parametrize("command", ["info"])
+def test_a_model_name_too_long_is_one_line_exit_2(tmp_path, capsys, command):
+    from ondevice.cli.main import main
+
+    too_long = str(tmp_path / ("m" * 300 + ".gguf"))
+    argv = [command, too_long] + (["hi"] if command == "run" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ondevice: error:"), err
