@@ -18,7 +18,7 @@ from ondevice.llama.guard import CheckOutcome, cpu_buffer_verdict, run_check
 DATA = Path(__file__).parent / "data" / "hw"
 OK = CheckOutcome(True, False, "ok")
 CRASH = CheckOutcome(False, True, "crashed (SIGILL)")
-HANG = CheckOutcome(False, False, "timed out after 90 s")
+HANG = CheckOutcome(False, False, "timed out after 30 s", hung=True)
 
 
 @pytest.fixture(autouse=True)
@@ -138,10 +138,10 @@ def test_every_mode_crashing_makes_loads_refuse(tmp_path):
         load_model(tmp_path / "never-opened.gguf", n_gpu_layers=0, verdict=v)
 
 
-def test_a_hang_falls_back_for_this_process_and_is_not_stored():
+def test_a_hang_loads_with_plain_buffers_and_is_stored_so_no_command_waits_again():
     v = cpu_buffer_verdict(check=Script(all=HANG), available=BOTH)
-    assert v.mode == "none" and v.source == "fallback" and "timed out" in v.note
-    assert not guard.verdict_path().exists()
+    assert v.mode == "none" and v.source == "self-test" and "hung" in v.note
+    assert json.loads(guard.verdict_path().read_text())["mode"] == "none"
 
 
 def test_a_stored_verdict_is_used_without_checking(monkeypatch):

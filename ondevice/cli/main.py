@@ -67,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a path the system refuses (name too long, permission denied): one line, not a traceback
+        if exc.filename is None:
+            raise
+        print(f"ondevice: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def _take_late_positionals(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> None:

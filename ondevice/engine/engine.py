@@ -100,6 +100,9 @@ class Engine:
         self._kv = KVCache(handle)
         self._token_info = _token_reader(handle)
         self._busy = threading.Lock()
+        # Held around tokenize/detokenize (which may run beside a generation) so close() cannot free the
+        # vocabulary under them; close() takes it after _busy, tokenize never takes _busy, so no cycle.
+        self._native = threading.RLock()
         self._cancel: threading.Event | None = None
         self._requests = 0  # requests started: the default draw seed is info.seed + this
         self._closed = False
@@ -142,8 +145,12 @@ class Engine:
         Lone surrogates (bytes that were not UTF-8, escaped by Python) become U+FFFD, as in llama.cpp's tokenizer."""
         if not isinstance(text, str):
             raise InvalidParameterError(f"text must be a string, not {type(text).__name__}")
-        self._check_open()
-        lib, raw = self._h.lib, clean_text(text).encode("utf-8")
+        with self._native:
+            self._check_open()
+            return self._tokenize_open(clean_text(text).encode("utf-8"), add_bos, special)
+
+    def _tokenize_open(self, raw: bytes, add_bos: bool, special: bool) -> list[int]:
+        lib = self._h.lib
         cap = len(raw) + 8
         buf = (ctypes.c_int32 * cap)()
         n = lib.llama_tokenize(self._h.vocab, raw, len(raw), buf, cap, add_bos, special)
@@ -157,10 +164,15 @@ class Engine:
 
     def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
         """Token ids -> text (invalid UTF-8 becomes U+FFFD)."""
-        self._check_open()
         ids = self._check_ids(ids, allow_empty=True)
         if not ids:
+            self._check_open()
             return ""
+        with self._native:
+            self._check_open()
+            return self._detokenize_open(ids, special)
+
+    def _detokenize_open(self, ids: list[int], special: bool) -> str:
         lib = self._h.lib
         arr = (ctypes.c_int32 * len(ids))(*ids)
         cap = 8 * len(ids) + 16
@@ -416,7 +428,8 @@ class Engine:
         if not self._busy.acquire(blocking=False):
             raise EngineBusyError("cannot close the engine while a generation is running; cancel it first")
         try:
-            self._closed = True
+            with self._native:
+                self._closed = True
             for batch in list(self._batches):
                 batch.close()
             for d in self._drafts.values():

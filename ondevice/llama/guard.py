@@ -36,7 +36,10 @@ __all__ = ["ENV_VAR", "Verdict", "CheckOutcome", "cpu_buffer_verdict", "run_chec
 
 ENV_VAR = "ONDEVICE_CPU_BUFFERS"
 SCHEMA = 2  # verdict file format; another number means check again (2: the child runs CPU-only on GPU builds)
-CHECK_TIMEOUT_S = 90.0  # one child's budget (a normal check takes a few seconds)
+CHECK_TIMEOUT_S = 30.0  # one child's budget (a normal check takes a few seconds); a hang is stored, not retried
+# Signals sent from outside (the OOM killer's SIGKILL, a user's Ctrl-C or kill): the check is inconclusive,
+# not a native crash, so nothing is turned off for good because of them.
+_OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", signal.SIGTERM)})
 _log = logging.getLogger("ondevice.llama")
 _memo: dict[str, Verdict] = {}  # "<verdict file>|<setting>" -> this process's verdict: read or checked once
 
@@ -62,7 +65,8 @@ class CheckOutcome:
 
     ok: bool  # exited 0
     crashed: bool  # died by a signal (or a Windows crash status)
-    detail: str  # "ok", "crashed (SIGSEGV)", "timed out after 90 s", "failed: <last line>"
+    detail: str  # "ok", "crashed (SIGSEGV)", "timed out after 30 s", "failed: <last line>"
+    hung: bool = False  # ran past its timeout: stored (so later commands do not wait again), unlike other failures
 
 
 Check = Callable[[str, Path], CheckOutcome]
@@ -144,7 +148,13 @@ def _check_all(available: list[str], check: Check) -> Verdict:
             reason = "; ".join(tried)
             if outcome.ok:
                 return Verdict(mode, "self-test", reason, _turned_off_note(mode, available, outcome, tried))
-            if not outcome.crashed:  # a hang or a failure of the check itself: safe fallback, not stored
+            if outcome.hung:  # stored with plain buffers, so no later command waits for the timeout again
+                note = (
+                    f"llama.cpp's native self-test hung ({outcome.detail}); loading without extra CPU buffer "
+                    f"types ({ENV_VAR}=all forces them; `probe --refresh` tries again)"
+                )
+                return Verdict("none", "self-test", reason, note)
+            if not outcome.crashed:  # a failure of the check itself, or killed from outside: fallback, not stored
                 note = (
                     f"llama.cpp's native self-test did not pass ({outcome.detail}); loading without extra "
                     f"CPU buffer types this time ({ENV_VAR}=all forces them)"
@@ -180,11 +190,14 @@ def run_check(
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return CheckOutcome(False, False, f"timed out after {timeout_s:.0f} s")
+        return CheckOutcome(False, False, f"timed out after {timeout_s:.0f} s", hung=True)
     except OSError as exc:
         return CheckOutcome(False, False, f"could not start ({exc.strerror or exc})")
     if proc.returncode == 0:
         return CheckOutcome(True, False, "ok")
+    if proc.returncode < 0 and -proc.returncode in _OUTSIDE_SIGNALS:
+        name = signal.Signals(-proc.returncode).name
+        return CheckOutcome(False, False, f"killed from outside ({name}; out of memory?), inconclusive")
     crash = _crash_name(proc.returncode)
     stderr = (proc.stderr or b"").decode("utf-8", "replace")
     if crash:
