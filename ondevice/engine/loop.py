@@ -94,11 +94,12 @@ class KVCache:
         return n
 
     def reuse(self, ids: Sequence[int], allow: bool) -> int:
-        """Keep the longest common prefix with `ids` (at least one token left to compute); return its length."""
+        """Keep the longest common prefix with `ids`; return its length. All of `ids` only when the logits after
+        them are kept too (whole_prompt_held), else at least one token is left to compute."""
         if not allow:
             self.clear()
             return 0
-        whole = self.whole_prompt_held(ids)
+        whole = self.whole_prompt_held(ids) and self.restore_prompt_logits()
         n = len(ids) if whole else self.common_prefix(ids)
         if n < self.prompt_logits_len:
             self.drop_prompt_logits()  # positions the logits depend on are about to be trimmed
@@ -109,8 +110,6 @@ class KVCache:
             self.clear()
             return 0
         del cached[n:]
-        if whole and not self.restore_prompt_logits():
-            return self.reuse(ids, False)
         if n and self._h.n_swa > 0:
             # A sliding-window cache that already dropped old positions cannot resume at n.
             pos_min = int(lib.llama_memory_seq_pos_min(mem, 0))
