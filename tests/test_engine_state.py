@@ -99,3 +99,22 @@ def test_special_files_are_refused(tiny_model, tmp_path):
         for path in (tmp_path, link, tmp_path / "missing.kv"):
             with pytest.raises(StateFileError):
                 eng.load_state(path)
+
+
+@pytest.mark.parametrize(
+    ("state_bytes", "disk_gbs", "recompute_s", "restore", "restore_s"),
+    [
+        (100_000_000, 1.0, 0.5, True, 0.1),  # 0.1 s read beats 0.5 s prefill
+        (100_000_000, 0.1, 0.5, False, 1.0),  # a slow disk: 1 s read loses to 0.5 s prefill
+        (100_000_000, None, 0.5, True, None),  # no disk figure: restoring is never a wrong answer
+        (100_000_000, 1.0, None, True, 0.1),
+    ],
+)
+def test_restore_or_recompute_is_the_predicted_faster(state_bytes, disk_gbs, recompute_s, restore, restore_s):
+    from ondevice.engine.state import choose_resume
+
+    choice = choose_resume(state_bytes, disk_gbs, recompute_s)
+    assert choice.restore is restore and choice.recompute_s == recompute_s
+    assert choice.restore_s == (pytest.approx(restore_s) if restore_s is not None else None)
+    text = choice.text()
+    assert ("restoring" if restore else "recomputing") in text and "restore predicted" in text and "recompute" in text

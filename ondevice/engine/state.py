@@ -17,13 +17,14 @@ import json
 import os
 import stat
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ondevice.core import paths
 from ondevice.core.errors import StateFileError
 
-__all__ = ["MAGIC", "state_binding", "write_state", "read_state", "model_identity"]
+__all__ = ["MAGIC", "state_binding", "write_state", "read_state", "model_identity", "ResumeChoice", "choose_resume"]
 
 MAGIC = b"ONDEVICE-KV-STATE-1\n"
 _HEADER_MAX_BYTES = 64 << 20  # the header holds at most n_ctx token ids as JSON
@@ -136,3 +137,28 @@ def logits_bytes(buf: Any) -> bytes:
 
 def as_float_array(raw: bytes) -> Any:
     return (ctypes.c_float * (len(raw) // 4)).from_buffer_copy(raw)
+
+
+@dataclass(frozen=True)
+class ResumeChoice:
+    """Restore a saved state or recompute its tokens, whichever is predicted faster, with both figures."""
+
+    restore: bool
+    restore_s: float | None  # predicted: state bytes / the disk's read rate (None: no disk figure)
+    recompute_s: float | None  # predicted prefill of the saved tokens (None: no prediction)
+
+    def text(self) -> str:
+        def secs(s: float | None) -> str:
+            return "unknown" if s is None else f"{s * 1e3:.0f} ms"
+
+        verb = "restoring the saved state" if self.restore else "recomputing the conversation"
+        return f"{verb}: restore predicted {secs(self.restore_s)}, recompute {secs(self.recompute_s)}"
+
+
+def choose_resume(state_bytes: int, disk_read_gbs: float | None, recompute_s: float | None) -> ResumeChoice:
+    """Restore when its predicted time (bytes / disk read rate) is below the predicted recompute. Without one of
+    the figures, restore: a state that loads gives the same cache, so it is never a wrong answer."""
+    restore_s = state_bytes / (disk_read_gbs * 1e9) if disk_read_gbs else None
+    if restore_s is None or recompute_s is None:
+        return ResumeChoice(True, restore_s, recompute_s)
+    return ResumeChoice(restore_s < recompute_s, restore_s, recompute_s)
