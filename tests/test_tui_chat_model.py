@@ -39,3 +39,15 @@ async def test_the_chat_model_answers_in_the_tui(tmp_path):
                 break
             await asyncio.sleep(0.05)
         eng.close()
+
+
+@pytest.mark.default_model
+def test_the_chat_model_repeats_a_greedy_request_with_prefix_reuse():
+    """The same greedy request twice in one engine: the second is served from the cache and gives the same text."""
+    with ondevice.load(resolve_chat_model(), n_ctx=1024) as eng:
+        prompt = "Once upon a time there was a lighthouse keeper who had nothing but"
+        first = eng.generate(prompt, max_tokens=32, temperature=0, ignore_eos=True)
+        again = eng.generate(prompt, max_tokens=32, temperature=0, ignore_eos=True)
+        cold = eng.generate(prompt, max_tokens=32, temperature=0, ignore_eos=True, reuse_prefix=False)
+        assert again.cached_prompt_tokens == again.prompt_tokens
+        assert again.text == first.text == cold.text
