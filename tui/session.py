@@ -11,15 +11,17 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ondevice.tui.live import generation_stats
 from ondevice.tui.store import Conversation, HistoryError, HistoryStore
 
-from ondevice.core.errors import ContextOverflowError, InvalidParameterError
+from ondevice.core.errors import ContextOverflowError, InvalidParameterError, OndeviceError, StateFileError
 from ondevice.core.results import Generation, TokenEvent
 from ondevice.core.textclean import clean_text
 from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
+from ondevice.engine.state import choose_resume
 
 __all__ = ["ChatSettings", "ChatSession", "TurnResult", "dropped_note"]
 
@@ -78,6 +80,7 @@ class ChatSession:
     extra_sampling: Mapping[str, Any] = field(default_factory=dict)  # passed to every stream (e.g. ignore_eos)
     conversation_id: int | None = None  # history row; created with the first message
     history_error: str | None = None  # the last history write that failed, for the UI to show once
+    resume_note: str | None = None  # how a reopened conversation's KV cache was had: restored or recomputed, why
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +113,7 @@ class ChatSession:
                 finish_reason=generation.finish_reason,
                 stats=generation_stats(generation),
             )
+            self._save_state()
             return TurnResult(generation, dropped)
 
     def _reply_text(self, generation: Generation) -> str:
@@ -157,6 +161,45 @@ class ChatSession:
                 if m.role in ("user", "assistant"):
                     self.chat.messages.append({"role": m.role, "content": m.content})
             self.conversation_id = conversation.id
+            self.resume_note = self._resume_state()
+
+    def state_path(self) -> Path | None:
+        """Where this conversation's KV state is kept: beside the history database, one file per conversation."""
+        db = getattr(self.store, "path", None)
+        if db is None or self.conversation_id is None:
+            return None
+        return Path(db).parent / "kv-states" / f"{Path(db).stem}-{self.conversation_id}.kv"
+
+    def _save_state(self) -> None:
+        """Keep the KV state after a turn, so reopening the conversation can skip recomputing it."""
+        save, path = getattr(self.engine, "save_state", None), self.state_path()
+        if save is None or path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save(path)
+        except (OSError, OndeviceError) as exc:  # the chat goes on; reopening recomputes
+            log.warning("conversation state not saved: %s", exc)
+
+    def _resume_state(self) -> str | None:
+        """Restore the conversation's saved state when predicted faster than recomputing it; what was chosen."""
+        load, path = getattr(self.engine, "load_state", None), self.state_path()
+        if load is None or path is None or not path.is_file():
+            return None
+        choice = choose_resume(path.stat().st_size, _disk_read_gbs(), self._recompute_s())
+        if choice.restore:
+            try:
+                load(path)
+            except StateFileError as exc:
+                return f"{exc}; recomputing the conversation"
+        return choice.text()
+
+    def _recompute_s(self) -> float | None:
+        """Predicted prefill of the conversation so far (None without a predictor)."""
+        prefill = getattr(getattr(self.engine, "predictor", None), "prefill_s", None)
+        if prefill is None:
+            return None
+        return prefill(len(self.chat.prompt_tokens()))
 
     def _sampling_of(self, conversation: Conversation) -> tuple[float, float, int]:
         s = conversation.settings
@@ -236,3 +279,15 @@ def _set_system(messages: list[dict], system: str | None) -> None:
 def dropped_note(n: int) -> str:
     turns = "turn" if n == 1 else "turns"
     return f"Context full: dropped the oldest {n} {turns} to make room (the system prompt is kept)."
+
+
+def _disk_read_gbs() -> float | None:
+    """The host probe's disk read rate (GB/s) from its cache; None when no probe measured it."""
+    from ondevice.probing import cached_probe
+
+    try:
+        probe = cached_probe()
+    except Exception:  # an unreadable probe cache only costs the figure
+        return None
+    disk = getattr(probe, "disk", None)
+    return getattr(disk, "read_gbs", None)

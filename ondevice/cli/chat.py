@@ -1,6 +1,6 @@
 """`ondevice chat [MODEL]`: the terminal chat with live latency stats (Textual, imported lazily).
 
-ondevice chat                                   # the default model
+ondevice chat                                   # the chat model (registry default_chat: an instruct model)
 ondevice chat MODEL --system "You are terse." --temperature 0.7
 ondevice chat --resume                          # reopen the last conversation
 ondevice chat --list                            # saved conversations, then exit
@@ -31,7 +31,9 @@ def register(sub) -> None:
         help="chat in the terminal, with live latency stats",
         description="A terminal chat (Textual) showing TTFT, every inter-token gap and the predicted ceiling.",
     )
-    p.add_argument("model", nargs="?", help="registry name or .gguf path (default: the built-in model)")
+    p.add_argument(
+        "model", nargs="?", help="registry name or .gguf path (default: the registry's chat model, an instruct model)"
+    )
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument(
         "-t",
@@ -95,9 +97,9 @@ def run(args) -> int:
     if args.list or args.export:
         return _history_command(args)
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
-    from ondevice.models.materialize import resolve_model
+    from ondevice.models.materialize import resolve_chat_model
 
-    path = resolve_model(args.model)  # a bad model name fails here: one line, exit 2
+    path = resolve_chat_model(args.model)  # a bad model name fails here: one line, exit 2
     if args.n_ctx is not None:  # before the screen is taken, not as a load error under it
         from ondevice.gguf.spec import inspect
 

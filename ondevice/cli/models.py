@@ -40,6 +40,7 @@ def run(args) -> int:
             {
                 "name": name,
                 "default": name == reg.default_name,
+                "chat_default": name == (reg.chat_name or reg.default_name),
                 "quant": e.quant,
                 "size_bytes": e.size_bytes,
                 "source": f"{e.source_kind}:{e.source_value}",
@@ -55,7 +56,7 @@ def run(args) -> int:
             ["name", "quant", "size", "present", "source"],
             [
                 [
-                    printable(r["name"]) + (" (default)" if r["default"] else ""),  # registry text
+                    printable(r["name"]) + (" (default)" if r["default"] else "") + (" (chat)" if r["chat_default"] else ""),  # registry text
                     printable(r["quant"]),
                     human_bytes(r["size_bytes"]) if r["size_bytes"] else "?",
                     "yes" if r["present"] else "no",
@@ -68,6 +69,7 @@ def run(args) -> int:
             full="--json",
         )
     )
+    print("(default): run, bench, predict — a base model continues raw text; (chat): `ondevice chat` — answers")
     return 0
 
 

@@ -6,10 +6,12 @@ The text goes to stdout as it streams; the timings line goes to stderr, so
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, say_fit, settings_text
-from ondevice.core.errors import InvalidParameterError
+from ondevice.core.errors import DestinationError, InvalidParameterError, StateFileError
 from ondevice.core.fmt import MS_THEN_S, millis, number, rate
 from ondevice.engine.sampling import DEFAULTS
 
@@ -74,6 +76,13 @@ def register(sub) -> None:
         action="store_true",
         help="after the timings, where the request's time went (tokenize, prefill, decode, sampling, ...)",
     )
+    p.add_argument(
+        "--prompt-cache",
+        metavar="FILE",
+        default=None,
+        help="KV state file: restored when it was saved for this model, build, context and prompt prefix, "
+        "else the prompt is computed; saved after the run either way",
+    )
     add_speculative_args(p)
     add_engine_args(p)
     p.set_defaults(func=run, late_positionals="args")  # `run MODEL -n 2 PROMPT` works (cli.main)
@@ -82,6 +91,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from ondevice.api import load
 
+    if args.prompt_cache:
+        _check_prompt_cache_path(Path(args.prompt_cache))
     if len(args.args) > 2:
         raise InvalidParameterError("expected [MODEL] PROMPT; quote a prompt that has spaces")
     model, prompt = (None, args.args[0]) if len(args.args) == 1 else args.args
@@ -100,6 +111,9 @@ def run(args) -> int:
     )
     say_fit(engine.info)
     try:
+        if args.prompt_cache:
+            prompt = engine.tokenize(prompt) if isinstance(prompt, str) else prompt
+            _restore_prompt_cache(engine, Path(args.prompt_cache), prompt)
         stream = engine.stream(
             prompt,
             max_tokens=args.max_tokens,
@@ -131,9 +145,44 @@ def run(args) -> int:
             )
             if args.explain and g.attribution is not None:
                 print(explain_text(g), file=sys.stderr)
+        if args.prompt_cache and g is not None:
+            n_bytes = engine.save_state(args.prompt_cache)
+            _say(f"prompt cache {args.prompt_cache}: saved {engine.kv_cache_tokens} tokens ({n_bytes} bytes)")
         return 130 if g is not None and g.finish_reason == "cancelled" else 0
     finally:
         engine.close()
+
+
+def _check_prompt_cache_path(path: Path) -> None:
+    """Before any work: a directory, device or other special file, or a file that is not a state file, is
+    refused (one line, exit 2), so nothing that is not ours is overwritten."""
+    from ondevice.engine.state import MAGIC
+
+    if not path.exists() and not path.is_symlink():
+        return
+    if not path.is_file() or path.is_symlink() and not Path(os.path.realpath(path)).is_file():
+        raise DestinationError(f"--prompt-cache {path}: not a regular file")
+    with open(path, "rb") as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            raise StateFileError(f"--prompt-cache {path}: not an ondevice KV state file; not overwriting it")
+
+
+def _restore_prompt_cache(engine, path: Path, ids: list[int]) -> None:
+    """Restore the saved state when it fits this engine and shares a prefix with the prompt; else say why."""
+    if not path.exists():
+        _say(f"prompt cache {path}: none yet; computing the prompt")
+        return
+    try:
+        engine.load_state(path)
+    except StateFileError as exc:
+        _say(f"{exc}; computing the prompt")
+        return
+    n_shared = engine.cached_prefix(ids)
+    if n_shared == 0:
+        engine.reset()
+        _say(f"prompt cache {path}: saved for another prompt; computing the prompt")
+        return
+    _say(f"prompt cache {path}: restored, {n_shared} of {len(ids)} prompt tokens from it")
 
 
 def add_speculative_args(p) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "QuantError",
     "BenchError",
     "DestinationError",
+    "StateFileError",
 ]
 
 
@@ -99,3 +100,8 @@ class DestinationError(OndeviceError, OSError):
     """An output cannot go where it was asked to: the folder is missing or not writable, the path
     is a directory, a device or another special file, or an existing file without force.
     Also an OSError, so callers that handle a failed write handle this one too."""
+
+
+class StateFileError(OndeviceError):
+    """A saved KV state cannot be used: another model, llama.cpp build, context settings or prompt, or a file
+    that is truncated, garbage or not a regular file. The caller recomputes the prompt instead."""

@@ -14,9 +14,16 @@ from typing import Any
 import psutil
 
 from ondevice.core.cpuload import OtherCpu
-from ondevice.core.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
+from ondevice.core.errors import (
+    ContextOverflowError,
+    EngineBusyError,
+    EngineError,
+    InvalidParameterError,
+    StateFileError,
+)
 from ondevice.core.results import Generation
 from ondevice.core.textclean import clean_text
+from ondevice.engine import state as kv_state
 from ondevice.engine.batch import BatchContext
 from ondevice.engine.loader import EngineInfo, open_model
 from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, check_cancel, run_request
@@ -392,6 +399,49 @@ class Engine:
             self._kv.clear()
         finally:
             self._busy.release()
+
+    def save_state(self, path: str | Path) -> int:
+        """Write the KV cache (sequence 0: the tokens it holds, their K/V, the prompt's kept logits) to `path`,
+        bound to this model file, llama.cpp build and context settings (ondevice.engine.state); atomically.
+        The file's size in bytes. DestinationError when `path` cannot be written."""
+        self._check_open()
+        with self._holding():
+            h, kv = self._h, self._kv
+            n_bytes = int(h.lib.llama_state_seq_get_size(h.ctx, 0))
+            buf = (ctypes.c_uint8 * n_bytes)()
+            got = int(h.lib.llama_state_seq_get_data(h.ctx, buf, n_bytes, 0))
+            if got != n_bytes:
+                raise EngineError(f"llama.cpp wrote {got} of {n_bytes} state bytes")
+            held = kv.prompt_logits is not None and kv.prompt_logits_len <= len(kv.tokens)
+            logits = kv_state.logits_bytes(kv.prompt_logits if held else None)
+            binding = kv_state.state_binding(self.info)
+            return kv_state.write_state(Path(path), binding, kv.tokens, bytes(buf), logits, kv.prompt_logits_len * held)
+
+    def load_state(self, path: str | Path, prompt: Sequence[int] | None = None) -> int:
+        """Restore a state save_state wrote; the number of tokens the cache then holds. With `prompt`, the
+        saved tokens must be a prefix of it. StateFileError (the cache left empty: the caller recomputes) for a
+        state of another model, build, context or prompt, or a truncated, damaged or special file."""
+        self._check_open()
+        with self._holding():
+            h, kv = self._h, self._kv
+            cap = self.n_ctx * max(1, self.info.spec.kv_bytes_per_token) * 4 + 4 * h.n_vocab + (16 << 20)
+            header, payload = kv_state.read_state(Path(path), kv_state.state_binding(self.info), cap)
+            tokens = header["tokens"]
+            if prompt is not None and list(prompt[: len(tokens)]) != tokens:
+                raise StateFileError(f"{path}: saved for another prompt (its {len(tokens)} tokens differ)")
+            if len(tokens) > self.n_ctx:
+                raise StateFileError(f"{path}: {len(tokens)} tokens do not fit this {self.n_ctx}-token context")
+            kv.clear()
+            n_state = header["state_bytes"]
+            src = (ctypes.c_uint8 * n_state).from_buffer_copy(payload[:n_state])
+            if int(h.lib.llama_state_seq_set_data(h.ctx, src, n_state, 0)) != n_state:
+                kv.clear()
+                raise StateFileError(f"{path}: llama.cpp refused the saved state")
+            kv.tokens.extend(tokens)
+            if header["logits_bytes"] == 4 * h.n_vocab and 0 < header["logits_len"] <= len(tokens):
+                kv.prompt_logits = kv_state.as_float_array(payload[n_state:])
+                kv.prompt_logits_len = header["logits_len"]
+            return len(tokens)
 
     def chat(self, system: str | None = None, **sampling_defaults: Any):
         """A multi-turn conversation on this engine (see ondevice.engine.chat.Chat)."""

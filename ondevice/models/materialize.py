@@ -12,6 +12,7 @@ again, and `repair_model` re-assembles it.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -22,7 +23,15 @@ from ondevice.core.errors import DefaultModelError, ModelNotFoundError
 from ondevice.core.hashing import copy_sha256, sha256_file
 from ondevice.models.registry import ModelEntry, Registry, load_registry, module_name, package_available
 
-__all__ = ["resolve_model", "materialize", "package_available", "ModelCheck", "verify_model", "repair_model"]
+__all__ = [
+    "resolve_model",
+    "resolve_chat_model",
+    "materialize",
+    "package_available",
+    "ModelCheck",
+    "verify_model",
+    "repair_model",
+]
 
 
 def resolve_model(ref: str | Path | None = None, registry: Registry | None = None) -> Path:
@@ -38,6 +47,13 @@ def resolve_model(ref: str | Path | None = None, registry: Registry | None = Non
     registry = registry or load_registry()
     entry = registry.default if ref is None else registry.get(str(ref))
     return materialize(entry)
+
+
+def resolve_chat_model(ref: str | Path | None = None, registry: Registry | None = None) -> Path:
+    """Like resolve_model, but None means the registry's chat model (an instruct model; see default_chat)."""
+    if ref is not None:
+        return resolve_model(ref, registry)
+    return materialize((registry or load_registry()).default_chat)
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -79,7 +95,45 @@ def _chunk_paths(entry: ModelEntry) -> list[Path]:
     return chunks
 
 
+def _packaged_whole_file(entry: ModelEntry) -> Path | None:
+    """The GGUF itself when the entry's package ships it as one file (found through the distribution's file
+    list, without importing the package); None when the package is absent or ships chunks."""
+    try:
+        dist = importlib.metadata.distribution(entry.source_value)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for name in dist.files or ():
+        if name.name == entry.file:
+            path = Path(dist.locate_file(name))
+            return path if path.is_file() else None
+    return None
+
+
+def _verified_in_place(entry: ModelEntry, path: Path) -> Path:
+    """A packaged GGUF used where pip put it: hashed once against the registry, the check recorded in the
+    model cache (never beside the package's files)."""
+    record_path = _record_path(entry.local_path())
+    stat = path.stat()
+    record = {"path": str(path), "sha256": entry.sha256, "size_bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    try:
+        if json.loads(record_path.read_text()) == record:
+            return path
+    except (OSError, ValueError):
+        pass
+    if entry.sha256 and sha256_file(path) != entry.sha256:
+        raise DefaultModelError(
+            f"model {entry.name!r}: {path} does not have sha256 {entry.sha256}; reinstall {entry.source_value}"
+        )
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    with paths.atomic_write(record_path, "w") as out:
+        json.dump(record, out)
+    return path
+
+
 def _materialize_pypi(entry: ModelEntry) -> Path:
+    whole = _packaged_whole_file(entry)
+    if whole is not None:
+        return _verified_in_place(entry, whole)
     target = entry.local_path()
     paths.remove_stale_temps(target.parent, owned=True)  # what killed assemblies left in the model cache
     if target.is_file() and _record_matches(target, entry):

@@ -79,6 +79,7 @@ class Registry:
     entries: dict[str, ModelEntry]  # name -> entry, user entries already merged over built-in
     default_name: str  # name of the default entry
     files: tuple[Path, ...]  # registry files read, built-in first
+    chat_name: str | None = None  # the model `ondevice chat` uses when given none (an instruct model); None: default
 
     def get(self, name: str) -> ModelEntry:
         try:
@@ -94,6 +95,11 @@ class Registry:
     @property
     def default(self) -> ModelEntry:
         return self.get(self.default_name)
+
+    @property
+    def default_chat(self) -> ModelEntry:
+        """The chat's model: an instruct model answers a question where the base default continues its text."""
+        return self.get(self.chat_name or self.default_name)
 
 
 def builtin_registry_path() -> Path:
@@ -113,43 +119,48 @@ def load_registry(builtin: Path | None = None, user: Path | None = None) -> Regi
     """Read the built-in registry and the user's, the user's overriding by name."""
     builtin = builtin or builtin_registry_path()
     user = user or user_registry_path()
-    default_name, entries = _parse_file(builtin, required=True)
+    (default_name, chat_name), entries = _parse_file(builtin, required=True)
     files = [builtin]
     if user.exists() or user.is_symlink():  # a directory, FIFO or dangling link there is refused, not ignored
-        user_default, user_entries = _parse_file(user, required=False)
+        (user_default, user_chat), user_entries = _parse_file(user, required=False)
         entries.update(user_entries)
         default_name = user_default or default_name
+        chat_name = user_chat or chat_name
         files.append(user)
     if default_name is None:
         raise RegistryError(f"{builtin}: no 'default' model named")
     if default_name not in entries:
         raise RegistryError(f"{files[-1]}: default model {default_name!r} has no [models.{default_name}] entry")
-    return Registry(entries=entries, default_name=default_name, files=tuple(files))
+    if chat_name is not None and chat_name not in entries:
+        raise RegistryError(f"{files[-1]}: default_chat model {chat_name!r} has no [models.{chat_name}] entry")
+    return Registry(entries=entries, default_name=default_name, files=tuple(files), chat_name=chat_name)
 
 
 MAX_REGISTRY_BYTES = 4 << 20  # a registry of thousands of models is well under 1 MB
 
 
-def _parse_file(path: Path, required: bool) -> tuple[str | None, dict[str, ModelEntry]]:
+def _parse_file(path: Path, required: bool) -> tuple[tuple[str | None, str | None], dict[str, ModelEntry]]:
+    """(default, default_chat) names and the entries of one registry file."""
     try:
         raw = load_toml(path, MAX_REGISTRY_BYTES)
     except FileNotFoundError:
         if required:
             raise RegistryError(f"{path}: registry file not found") from None
-        return None, {}
+        return (None, None), {}
     except StoredFileError as exc:
         raise RegistryError(str(exc)) from None
-    unknown = set(raw) - {"default", "models"}
+    unknown = set(raw) - {"default", "default_chat", "models"}
     if unknown:
         raise RegistryError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")
-    default = raw.get("default")
-    if default is not None and not isinstance(default, str):
-        raise RegistryError(f"{path}: key 'default' must be a string")
+    default, chat = raw.get("default"), raw.get("default_chat")
+    for key, value in (("default", default), ("default_chat", chat)):
+        if value is not None and not isinstance(value, str):
+            raise RegistryError(f"{path}: key {key!r} must be a string")
     models = raw.get("models", {})
     if not isinstance(models, dict):
         raise RegistryError(f"{path}: 'models' must be a table")
     entries = {name: _parse_entry(path, name, body) for name, body in models.items()}
-    return default, entries
+    return (default, chat), entries
 
 
 def _parse_entry(path: Path, name: str, body: object) -> ModelEntry:

@@ -406,3 +406,6 @@ class ChatScreen(Screen):
             elif m.role == "note":
                 await transcript.add_note(m.content, "warn")
         await transcript.add_note(f"Reopened “{conv.title or conv.id}”: the next message continues it.")
+        resumed = getattr(self.controller.session, "resume_note", None)
+        if resumed:  # the saved KV state restored or recomputed, with both predicted figures
+            await transcript.add_note(resumed[:1].upper() + resumed[1:] + ".")
