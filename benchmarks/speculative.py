@@ -1,9 +1,9 @@
 """Prompt-lookup speculative decoding against plain decoding, interleaved, on grounded and open prompts.
 
 One engine (the default model unless --model), greedy, end-of-generation honoured. Every prompt
-of benchmarks/data/speculative_prompts.json runs --repeats pairs: plain decoding and
-speculative="lookup" of the same prompt, the KV cache cleared before each, the order swapped
-on odd repeats so drift hits both alike. A pair's speedup is committed tok/s (1 / TPOT: decode
+of benchmarks/data/speculative_prompts.json runs --repeats rounds: plain decoding and
+speculative="lookup" of the same prompt, the KV cache cleared before each, the order rotated
+each repeat so drift hits every side alike. A pair's speedup is committed tok/s (1 / TPOT: decode
 wall time with drafting, verifying and rollback) over the plain run's; a prompt's is the median
 of its pairs, a set's the median of its prompts. Also shown: acceptance (accepted / drafted),
 accepted and drafted tokens per verify step, the engine's k cap, ITL p50/p95 (tokens of one
@@ -12,10 +12,18 @@ The verify cost behind it is measured first: one decode of n tokens with logits 
 position (what a verify step needs) against one of 1 token, beside logits at the last position
 only (what llama-bench's prompt figures measure).
 
-Checks (exit 1 when one fails): grounded median >= 2.0x, open median >= 0.95x, predicted within
-15% of measured per set, and every speculative output token for token the plain one.
+Two speculative sides run beside plain decoding, the three interleaved: exact=True (k capped
+where verify logits equal single-token decoding's bit for bit) and exact=False (k chosen for
+speed); each with its token agreement with the plain run of the same repeat (the share of
+output positions holding the same token) and the speedup predicted from the k of each verify
+step and the acceptance measured (SpecStats.speedup_at_acceptance) beside the one the engine
+planned before each step.
 
-    python benchmarks/speculative.py [--repeats 2] [--max-tokens 96] [--model REF] [--threads N]
+Checks per side (exit 1 when one fails): grounded median >= 2.0x, open median >= 0.95x,
+predicted (k, acceptance) within 15% of measured per set; exact: every output token for token
+the plain one.
+
+    python benchmarks/speculative.py [--repeats 2] [--max-tokens 96] [--model REF] [--threads N] [--modes exact,fast]
 """
 
 from __future__ import annotations
@@ -59,21 +67,34 @@ def verify_costs(engine, sizes=(1, 2, 3, 4, 8, 16), reps: int = 5) -> dict[int, 
     return {n: (med[(n, True)] / med[(1, True)], med[(n, False)] / med[(1, False)]) for n in sizes}
 
 
-def one_prompt(engine, prompt: str, repeats: int, max_tokens: int) -> dict:
-    pairs, lossless = [], True
+MODES = {"exact": True, "fast": False}  # stream()'s exact for each speculative side of a run
+
+
+def one_prompt(engine, prompt: str, repeats: int, max_tokens: int, modes: tuple[str, ...]) -> dict[str, dict]:
+    """Per speculative mode: its runs paired with the plain run of the same repeat (the order rotates)."""
+    sides = ("plain",) + modes
+    runs: dict[str, list] = {m: [] for m in sides}
     for r in range(repeats):
-        out = {}
-        for mode in ("plain", "lookup") if r % 2 == 0 else ("lookup", "plain"):
-            kw = {"speculative": "lookup"} if mode == "lookup" else {}
-            out[mode] = engine.generate(prompt, max_tokens=max_tokens, temperature=0, reuse_prefix=False, **kw)
-        plain, spec = out["plain"], out["lookup"]
-        lossless &= plain.token_ids == spec.token_ids
-        if plain.timings.decode_tok_s and spec.timings.decode_tok_s:
-            pairs.append((spec.timings.decode_tok_s / plain.timings.decode_tok_s, plain, spec))
+        for mode in sides[r % len(sides) :] + sides[: r % len(sides)]:
+            kw = {"speculative": "lookup", "exact": MODES[mode]} if mode != "plain" else {}
+            runs[mode].append(engine.generate(prompt, max_tokens=max_tokens, temperature=0, reuse_prefix=False, **kw))
+    return {m: _pairs(runs["plain"], runs[m]) for m in modes}
+
+
+def _pairs(plains: list, specs: list) -> dict:
+    from ondevice.bench.speculative import token_agreement
+
+    pairs = [
+        (spec.timings.decode_tok_s / plain.timings.decode_tok_s, plain, spec)
+        for plain, spec in zip(plains, specs)
+        if plain.timings.decode_tok_s and spec.timings.decode_tok_s
+    ]
+    agree = [token_agreement(spec.token_ids, plain.token_ids) for plain, spec in zip(plains, specs)]
     s = [p[2].speculative for p in pairs]
     return {
         "speedup": statistics.median(p[0] for p in pairs),
         "predicted": statistics.median(x.predicted_speedup for x in s if x.predicted_speedup),
+        "at_acceptance": statistics.median(x.speedup_at_acceptance for x in s if x.speedup_at_acceptance),
         "plain_tok_s": statistics.median(p[1].timings.decode_tok_s for p in pairs),
         "spec_tok_s": statistics.median(p[2].timings.decode_tok_s for p in pairs),
         "drafted": sum(x.drafted for x in s),
@@ -83,7 +104,8 @@ def one_prompt(engine, prompt: str, repeats: int, max_tokens: int) -> dict:
         "k_cap": s[0].k_cap,
         "itl": [v for p in pairs for v in p[2].timings.itl_s],
         "tokens": len(pairs[0][2].token_ids),
-        "lossless": lossless,
+        "same": sum(a for a, _ in agree),
+        "compared": sum(n for _, n in agree),
     }
 
 
@@ -96,8 +118,8 @@ def _pct(xs: list[float], q: float) -> float:
 def report_set(name: str, rows: list[dict]) -> dict:
     print(f"\n{name} prompts")
     print(
-        f"{'#':>2}  {'tokens':>6}  {'plain tok/s':>11}  {'spec tok/s':>10}  {'speedup':>7}  {'predicted':>9}  {'accept':>6}  "
-        f"{'acc/step':>8}  {'drafts/step':>11}  {'verify/plain steps':>18}  lossless"
+        f"{'#':>2}  {'tokens':>6}  {'plain tok/s':>11}  {'spec tok/s':>10}  {'speedup':>7}  {'pred (k,a)':>10}  "
+        f"{'planned':>7}  {'accept':>6}  {'acc/step':>8}  {'drafts/step':>11}  {'verify/plain steps':>18}  agree"
     )
     for i, r in enumerate(rows):
         acc = f"{100 * r['accepted'] / r['drafted']:.0f}%" if r["drafted"] else "-"
@@ -105,19 +127,23 @@ def report_set(name: str, rows: list[dict]) -> dict:
         dps = f"{r['drafted'] / r['steps']:.2f}" if r["steps"] else "-"
         print(
             f"{i:>2}  {r['tokens']:>6}  {r['plain_tok_s']:>11.1f}  {r['spec_tok_s']:>10.1f}  {r['speedup']:>6.2f}x  "
-            f"{r['predicted']:>8.2f}x  {acc:>6}  {per:>8}  {dps:>11}  {r['steps']:>8}/{r['plain_steps']:<9}  "
-            f"{'yes' if r['lossless'] else 'NO'}"
+            f"{r['at_acceptance']:>9.2f}x  {r['predicted']:>6.2f}x  {acc:>6}  {per:>8}  {dps:>11}  "
+            f"{r['steps']:>8}/{r['plain_steps']:<9}  {100 * r['same'] / r['compared']:.1f}%"
         )
     measured = statistics.median(r["speedup"] for r in rows)
-    predicted = statistics.median(r["predicted"] for r in rows)
+    predicted = statistics.median(r["at_acceptance"] for r in rows)
+    planned = statistics.median(r["predicted"] for r in rows)
     drafted, accepted = sum(r["drafted"] for r in rows), sum(r["accepted"] for r in rows)
+    same, compared = sum(r["same"] for r in rows), sum(r["compared"] for r in rows)
     itl = [v for r in rows for v in r["itl"]]
     print(
-        f"{name}: median speedup {measured:.2f}x, predicted {predicted:.2f}x (predicted/measured {predicted / measured:.2f}); "
+        f"{name}: median speedup {measured:.2f}x, predicted from k and acceptance {predicted:.2f}x "
+        f"(predicted/measured {predicted / measured:.2f}; planned before each step {planned:.2f}x); "
         f"acceptance {100 * accepted / drafted if drafted else 0:.0f}% of {drafted} drafted; k cap {rows[0]['k_cap']}; "
+        f"agreement with plain {100 * same / compared:.1f}% of {compared} tokens; "
         f"speculative ITL p50 {1e3 * _pct(itl, 50):.1f} ms, p95 {1e3 * _pct(itl, 95):.1f} ms"
     )
-    return {"measured": measured, "predicted": predicted, "lossless": all(r["lossless"] for r in rows)}
+    return {"measured": measured, "predicted": predicted, "agreement": same / compared}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,9 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="interleaved plain/lookup pairs per prompt")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--modes", default="exact,fast", help="speculative sides: exact (exact=True), fast (exact=False)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.max_tokens < 2:
         ap.error("--repeats must be at least 1 and --max-tokens at least 2")
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if not modes or set(modes) - set(MODES):
+        ap.error(f"--modes takes a comma-separated subset of {', '.join(MODES)}")
     from ondevice.api import load
 
     prompts = json.loads(PROMPTS.read_text())
@@ -137,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         costs = verify_costs(eng)
         tss = getattr(eng.predictor, "tokens_step_s", None)
         predicted_costs = {n: tss(256, n) / tss(256, 1) for n in costs} if tss else {}
-        eng.generate(prompts["open"][0], max_tokens=8, temperature=0, speculative="lookup")  # warm-up, batch check
+        for m in modes:  # warm-up, and the batch check exact=True needs
+            eng.generate(prompts["open"][0], max_tokens=8, temperature=0, speculative="lookup", exact=MODES[m])
         rows = {
-            name: [one_prompt(eng, p, args.repeats, args.max_tokens) for p in prompts[name]]
+            name: [one_prompt(eng, p, args.repeats, args.max_tokens, modes) for p in prompts[name]]
             for name in ("grounded", "open")
         }
     finally:
@@ -158,21 +189,22 @@ def main(argv: list[str] | None = None) -> int:
             "verify cost predicted (Predictor.tokens_step_s at 256 tokens of context): "
             + ", ".join(f"n={n}: {r:.2f}" for n, r in predicted_costs.items())
         )
-    res = {name: report_set(name, r) for name, r in rows.items()}
-    checks = (
-        [
-            (f"grounded median >= {GROUNDED_MIN}x", res["grounded"]["measured"] >= GROUNDED_MIN),
-            (f"open median >= {OPEN_MIN}x", res["open"]["measured"] >= OPEN_MIN),
-        ]
-        + [
+    checks = []
+    for m in modes:
+        print(f"\n=== {m} (exact={MODES[m]}) ===")
+        res = {name: report_set(f"{m} {name}", [r[m] for r in rs]) for name, rs in rows.items()}
+        checks += [
+            (f"{m}: grounded median >= {GROUNDED_MIN}x", res["grounded"]["measured"] >= GROUNDED_MIN),
+            (f"{m}: open median >= {OPEN_MIN}x", res["open"]["measured"] >= OPEN_MIN),
+        ] + [
             (
-                f"{name}: predicted within {PREDICTION_TOL:.0%} of measured",
+                f"{m} {name}: predicted (k, acceptance) within {PREDICTION_TOL:.0%} of measured",
                 abs(r["predicted"] / r["measured"] - 1) <= PREDICTION_TOL,
             )
             for name, r in res.items()
         ]
-        + [("output identical to plain decoding", all(r["lossless"] for r in res.values()))]
-    )
+        if MODES[m]:
+            checks.append((f"{m}: output identical to plain decoding", all(r["agreement"] == 1 for r in res.values())))
     print()
     for label, ok in checks:
         print(f"{'met    ' if ok else 'NOT met'}  {label}")

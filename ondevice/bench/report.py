@@ -79,6 +79,8 @@ TERMINAL_DROP = (
 )
 _COLD_COLS = ("total_s", "read_s", "load_overhead_s", "ttft_s", "disk_read_gbs")  # of "cold_start_predicted"
 _SPEC_COLS = (
+    "exact",
+    "agreement",
     "acceptance",
     "mean_accepted_per_step",
     "drafts_per_step",
@@ -87,6 +89,7 @@ _SPEC_COLS = (
     "spec_decode_tok_s",
     "speedup_p50",
     "predicted_speedup_p50",
+    "speedup_at_acceptance_p50",
     "burst_share",
 )  # the speculative scenario's, from "speculative"
 _LOAD_COLS = (

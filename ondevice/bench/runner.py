@@ -76,6 +76,7 @@ class BenchConfig:
     sampling: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SAMPLING))  # sampler settings
     seed: int = 0  # prompt text and sampling seeds derive from it
     timeout_s: float | None = None  # per request, seconds
+    spec_exact: bool | None = None  # the speculative scenario's exact setting (None: the engine's default)
 
 
 @dataclass
@@ -324,7 +325,12 @@ def _model_repeat(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: 
                 SPECULATIVE,
                 w,
                 lambda: speculative_run(
-                    ctx, w.name, prompts.ids(w.prompt_tokens, f"{w.name}:speculative:{repeat}"), w.output_tokens, seed
+                    ctx,
+                    w.name,
+                    prompts.ids(w.prompt_tokens, f"{w.name}:speculative:{repeat}"),
+                    w.output_tokens,
+                    seed,
+                    exact=config.spec_exact,
                 ),
             )
     if NO_KV_CACHE in config.scenarios:

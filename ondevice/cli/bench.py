@@ -51,6 +51,9 @@ def register(sub) -> None:
         "cold_start: page cache dropped -> load -> first token, with its parts and a prediction; each has "
         "its own table; default: cold_load,warm_load,resident,prefix_hit,cold_start)",
     )
+    from ondevice.cli.run import add_spec_exact_arg
+
+    add_spec_exact_arg(p)
     p.add_argument(
         "--no-kv-cache",
         action="store_true",
@@ -223,7 +226,7 @@ def write_files(doc, writers) -> None:
 def _config(args: argparse.Namespace):
     from ondevice.bench import suites
     from ondevice.bench.runner import DEFAULT_SAMPLING, BenchConfig
-    from ondevice.bench.runs import DEFAULT_SCENARIOS, NO_KV_CACHE
+    from ondevice.bench.runs import DEFAULT_SCENARIOS, NO_KV_CACHE, SPECULATIVE
 
     custom = args.prompt_tokens is not None or args.output_tokens is not None
     if custom and args.suite:
@@ -259,6 +262,11 @@ def _config(args: argparse.Namespace):
         raise BenchError(f"--timeout {args.timeout}: must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise BenchError(f"--temperature {args.temperature}: must be a finite number, 0 or more")
+    from ondevice.cli.run import parse_spec_exact
+
+    spec_exact = parse_spec_exact(args.spec_exact)
+    if spec_exact is not None and SPECULATIVE not in scenarios:
+        raise BenchError("--spec-exact needs the speculative scenario (--scenarios ...,speculative)")
     gpu = args.n_gpu_layers
     if gpu != "auto":
         try:
@@ -278,6 +286,7 @@ def _config(args: argparse.Namespace):
         sampling=dict(DEFAULT_SAMPLING, temperature=args.temperature),
         seed=args.seed,
         timeout_s=args.timeout,
+        spec_exact=spec_exact,
     )
 
 

@@ -23,6 +23,8 @@ __all__ = [
     "add_speculative_args",
     "speculative_kwargs",
     "speculative_text",
+    "add_spec_exact_arg",
+    "parse_spec_exact",
 ]
 
 
@@ -207,20 +209,48 @@ def add_speculative_args(p) -> None:
         metavar="K",
         help="most drafted tokens per step, 0-64 (default 16; the engine picks k per step)",
     )
+    add_spec_exact_arg(p)
+
+
+def add_spec_exact_arg(p) -> None:
+    """--spec-exact on|off (run and bench)."""
+    from ondevice.engine.speculative import DEFAULT_EXACT
+
+    p.add_argument(
+        "--spec-exact",
+        default=None,
+        metavar="on|off",
+        help="on: k capped where a verify batch gives single-token logits bit for bit (output identical to "
+        "plain decoding); off: k chosen for speed (the model's greedy choice under batched arithmetic); "
+        f"default {'on' if DEFAULT_EXACT else 'off'}",
+    )
+
+
+def parse_spec_exact(value: str | None) -> bool | None:
+    """--spec-exact's value: on -> True, off -> False, absent -> None; anything else InvalidParameterError."""
+    if value is None:
+        return None
+    words = {"on": True, "off": False}
+    if value.lower() not in words:
+        raise InvalidParameterError(f"--spec-exact must be on or off, not {value!r}")
+    return words[value.lower()]
 
 
 def speculative_kwargs(args) -> dict:
     """The stream() keyword arguments of the speculative flags, checked (a draft model must exist)."""
     from ondevice.engine.speculative import spec_settings
 
-    settings = spec_settings(args.speculative, args.draft, args.spec_k)
+    exact = parse_spec_exact(args.spec_exact)
+    if exact is not None and args.speculative is None and args.draft is None:
+        raise InvalidParameterError("--spec-exact needs --speculative lookup or --draft MODEL")
+    settings = spec_settings(args.speculative, args.draft, args.spec_k, exact)
     if settings is None:
         return {}
     if settings.draft is not None:
         from ondevice.models.materialize import resolve_model
 
         resolve_model(settings.draft)  # ModelNotFoundError: one line, exit 2
-    return {"speculative": settings.mode, "draft": settings.draft, "spec_k": args.spec_k}
+    return {"speculative": settings.mode, "draft": settings.draft, "spec_k": args.spec_k, "exact": settings.exact}
 
 
 def speculative_text(s, committed_tok_s: float | None) -> str:
@@ -230,8 +260,12 @@ def speculative_text(s, committed_tok_s: float | None) -> str:
     else:
         acc = f"acceptance {100 * s.acceptance_rate:.0f}% ({s.accepted}/{s.drafted} drafted), {s.mean_accepted_per_step:.1f} accepted/step"
     pred = f", predicted {s.predicted_speedup:.2f}x plain" if s.predicted_speedup else ""
+    if s.speedup_at_acceptance:
+        pred += f" ({s.speedup_at_acceptance:.2f}x at the acceptance measured)"
+    exact = "exact" if s.exact else "k for speed"
     return (
-        f"speculative {s.mode}: {acc}, {s.steps} verify + {s.plain_steps} plain steps, k {s.k_final} (cap {s.k_cap}), "
+        f"speculative {s.mode}: {exact}, {acc}, {s.steps} verify + {s.plain_steps} plain steps, "
+        f"k {s.k_final} (cap {s.k_cap}), "
         f"committed {rate(committed_tok_s)}{pred}"
     )
 

@@ -121,6 +121,9 @@ class SpecStats:
     k_final: int  # k chosen for the last step, tokens
     predicted_speedup: float | None  # expected committed tokens per unit of plain-step time, summed over
     # the decode steps before each ran (expected committed / (verify time / plain step time)); None: no step
+    exact: bool = True  # k capped where verify logits equal single-token decoding's bit for bit (else chosen for speed)
+    speedup_at_acceptance: float | None = None  # predicted speedup from the k of each verify step and this
+    # request's measured acceptance: (sum of expected committed per step + plain steps) / predicted cost; None: no step
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -37,7 +37,7 @@ from ondevice.engine.sampling import SAMPLING_KEYS, make_params
 
 __all__ = ["Chat", "ChatTemplate", "FALLBACK_STOPS", "render_plain", "SPEC_KEYS"]
 
-SPEC_KEYS = frozenset({"speculative", "draft", "spec_k"})  # Engine.stream's speculative decoding arguments
+SPEC_KEYS = frozenset({"speculative", "draft", "spec_k", "exact"})  # Engine.stream's speculative decoding arguments
 
 FALLBACK_STOPS = ("\nUser:", "\nAssistant:")  # the fallback transcript's stop strings: a new turn
 _ROLES = ("system", "user", "assistant")

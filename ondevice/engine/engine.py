@@ -225,6 +225,7 @@ class Engine:
         speculative: str | None = None,
         draft: str | Path | None = None,
         spec_k: int | None = None,
+        exact: bool | None = None,
     ) -> TokenStream:
         """Start a generation; iterate the returned TokenStream for timed TokenEvents.
 
@@ -235,8 +236,11 @@ class Engine:
         speculative="lookup" drafts tokens by prompt lookup, draft=PATH (speculative="draft")
         with a smaller GGUF of the same vocabulary; the target verifies every draft, so the
         output is what plain decoding gives (token for token when greedy). spec_k: most drafted
-        tokens per step, 0..64 (default 16); the engine picks k per step. The Generation's
-        `speculative` holds the counts (ondevice.engine.speculative).
+        tokens per step, 0..64 (default 16); the engine picks k per step. exact=True caps k where a
+        verify batch gives single-token decoding's logits bit for bit (output identical to plain);
+        exact=False lets k go to spec_k, chosen for speed (the model's greedy choice under batched
+        arithmetic); None: speculative.DEFAULT_EXACT. The Generation's `speculative` holds the
+        counts (ondevice.engine.speculative).
         """
         params = make_params(
             max_tokens=max_tokens,
@@ -254,7 +258,7 @@ class Engine:
         check_cancel(cancel)  # before any work (a draft model's load below)
         self._check_open()
         # one-time set-up (a draft model's load, the batch check) is not part of the request's timings
-        spec = self.speculator(speculative, draft, spec_k)
+        spec = self.speculator(speculative, draft, spec_k, exact)
         start_ns = perf_counter_ns()  # the request starts here: tokenization is part of TTFT
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_bos=True, special=False)
@@ -272,13 +276,13 @@ class Engine:
         assert ts.generation is not None
         return ts.generation
 
-    def speculator(self, speculative: Any = None, draft: Any = None, spec_k: Any = None) -> Any:
+    def speculator(self, speculative: Any = None, draft: Any = None, spec_k: Any = None, exact: Any = None) -> Any:
         """A Speculator for one request from stream()'s speculative arguments, checked before any
         work (InvalidParameterError; a draft model that is missing, malformed or of another
         vocabulary raises its typed error); None when none is asked for."""
         from ondevice.engine.speculative import Speculator, StepCost, exact_verify_tokens, spec_settings
 
-        settings = spec_settings(speculative, draft, spec_k)
+        settings = spec_settings(speculative, draft, spec_k, exact)
         if settings is None:
             return None
         self._check_open()
@@ -290,17 +294,19 @@ class Engine:
             )
         drafter = self._draft_model(settings.draft).drafter() if settings.mode == "draft" else None
         want = settings.k_max + 1
-        checked, exact = self._exact
-        if want > checked and exact == checked:  # not measured this far yet
+        checked, exact_tokens = self._exact
+        if not settings.exact:
+            exact_tokens = want  # k for speed: bounded by spec_k only
+        elif want > checked and exact_tokens == checked:  # not measured this far yet
             with self._holding():
-                exact = exact_verify_tokens(self._h, self.info, self.tokenize, want)
-            self._exact = (want, exact)
+                exact_tokens = exact_verify_tokens(self._h, self.info, self.tokenize, want)
+            self._exact = (want, exact_tokens)
         if drafter is None:
             from ondevice.engine.drafters import PromptLookup
 
             drafter = PromptLookup()
         cost = self._step_costs.setdefault(settings.mode, StepCost(self.predictor))  # drafting costs differ by mode
-        return Speculator(settings, drafter, self.predictor, k_cap=min(want, exact) - 1, cost=cost)
+        return Speculator(settings, drafter, self.predictor, k_cap=min(want, exact_tokens) - 1, cost=cost)
 
     @contextlib.contextmanager
     def _holding(self) -> Iterator[None]:

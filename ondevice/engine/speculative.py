@@ -19,6 +19,13 @@ drafts do not pay is probed again now and then so k can come back. The predictio
 SpecStats is the sum of expected committed tokens over the sum of predicted step costs, in
 plain steps, each taken before its step ran.
 
+Exact or fast: with exact=True the engine caps k where a verify batch still gives every position
+the logits of single-token decoding bit for bit (measured once per engine), so greedy output is
+plain decoding's token for token. With exact=False k is bounded by spec_k only and chosen for
+speed: every committed token is still the model's greedy choice, but from logits computed in a
+batch, whose kernels may round differently; where two tokens nearly tie the output can then
+differ from plain decoding's (the bench reports the share of positions that agree).
+
 Timing is the plain loop's: a token's mark is when its sample returned, so the tokens of one
 verify step arrive together (ITLs of ~0 inside a burst are kept, not smoothed).
 """
@@ -50,11 +57,15 @@ __all__ = [
     "MODES",
     "K_LIMIT",
     "DEFAULT_K_MAX",
+    "DEFAULT_EXACT",
+    "speedup_at_acceptance",
 ]
 
 MODES = ("lookup", "draft")
 K_LIMIT = 64  # most drafted tokens one step may verify (spec_k is checked against it)
 DEFAULT_K_MAX = 16  # spec_k when none is given
+# exact when none is given: False (k chosen for speed; benchmarks/README.md has the measurements behind it)
+DEFAULT_EXACT = True
 # Text the batch-invariance check decodes (any text works; this one is public domain: Austen, Pride and Prejudice).
 _CHECK_TEXT = (
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be "
@@ -71,14 +82,18 @@ class SpecSettings:
     mode: str  # "lookup" or "draft"
     k_max: int  # most drafted tokens per step, 0..K_LIMIT (0: plain steps only)
     draft: str | None  # draft model reference (mode "draft"), as given
+    exact: bool = DEFAULT_EXACT  # True: k capped where verify logits equal single-token decoding's bit for bit
 
 
-def spec_settings(speculative: Any, draft: Any, spec_k: Any) -> SpecSettings | None:
+def spec_settings(speculative: Any, draft: Any, spec_k: Any, exact: Any = None) -> SpecSettings | None:
     """Validate the speculative arguments of stream()/generate(); None when none is asked for.
-    draft=PATH alone means speculative="draft"."""
+    draft=PATH alone means speculative="draft"; exact=None means DEFAULT_EXACT."""
+    if exact is not None and not isinstance(exact, bool):
+        raise InvalidParameterError(f"exact must be True or False, not {exact!r}")
     if speculative is None and draft is None:
-        if spec_k is not None:
-            raise InvalidParameterError("spec_k needs speculative='lookup' or a draft model")
+        for name, value in (("spec_k", spec_k), ("exact", exact)):
+            if value is not None:
+                raise InvalidParameterError(f"{name} needs speculative='lookup' or a draft model")
         return None
     mode = speculative if speculative is not None else "draft"
     if mode not in MODES:
@@ -97,7 +112,7 @@ def spec_settings(speculative: Any, draft: Any, spec_k: Any) -> SpecSettings | N
         raise InvalidParameterError(f"spec_k must be an integer in [0, {K_LIMIT}], not {spec_k!r}")
     else:
         k = spec_k
-    return SpecSettings(mode, k, None if draft is None else str(draft))
+    return SpecSettings(mode, k, None if draft is None else str(draft), DEFAULT_EXACT if exact is None else exact)
 
 
 def exact_verify_tokens(handle: LlamaHandle, info: Any, tokenize: Any, want: int) -> int:
@@ -127,6 +142,19 @@ def expected_committed(a: float, k: int) -> float:
     if a >= 1.0:
         return k + 1.0
     return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def speedup_at_acceptance(
+    k_steps: dict[int, int], plain_steps: int, acceptance: float | None, cost: float
+) -> float | None:
+    """Predicted speedup over plain decoding from the k of each verify step and an acceptance rate:
+    (sum over verify steps of expected_committed(a, k) + plain steps) / the steps' predicted cost, in plain
+    steps (a plain step commits 1 token at cost 1). None without steps, or verify steps without an acceptance."""
+    verify = sum(k_steps.values())
+    if verify + plain_steps == 0 or cost <= 0 or (verify and acceptance is None):
+        return None
+    committed = sum(n * expected_committed(acceptance, k) for k, n in k_steps.items()) if verify else 0.0
+    return (committed + plain_steps) / cost
 
 
 class StepCost:
@@ -283,9 +311,11 @@ class Speculator:
         self.planner = KPlanner(self.k_cap, cost if cost is not None else StepCost(predictor))
         self._drafted = self._accepted = self._steps = self._plain_steps = self._k = 0
         self._pred_committed = self._pred_cost = 0.0
+        self._k_steps: dict[int, int] = {}  # drafts verified in one step -> verify steps with that many
 
     def stats(self) -> SpecStats:
         n = self._steps + self._plain_steps
+        acceptance = self._accepted / self._drafted if self._drafted else None
         return SpecStats(
             mode=self.settings.mode,
             k_max=self.settings.k_max,
@@ -296,6 +326,8 @@ class Speculator:
             plain_steps=self._plain_steps,
             k_final=self._k,
             predicted_speedup=self._pred_committed / self._pred_cost if n and self._pred_cost > 0 else None,
+            exact=self.settings.exact,
+            speedup_at_acceptance=speedup_at_acceptance(self._k_steps, self._plain_steps, acceptance, self._pred_cost),
         )
 
     def decode(
@@ -408,6 +440,7 @@ class Speculator:
         self._k = k
         if drafted:
             self._steps += 1
+            self._k_steps[drafted] = self._k_steps.get(drafted, 0) + 1
             self._drafted += drafted
             self._pred_committed += expected
             self._pred_cost += cost
