@@ -109,7 +109,8 @@ def load_results(path: str | Path) -> dict[str, Any]:
         or not isinstance(doc.get("results"), list)
     ):
         raise BenchError(
-            f"{path}: not an ondevice bench result file (expected {{'record': {{'schema': '{SCHEMA}'}}, 'results': [...]}})"
+            f"{path}: not an ondevice bench result file (expected "
+            f"{{'record': {{'schema': '{SCHEMA}'}}, 'results': [...]}})"
         )
     for r in doc["results"]:
         if not isinstance(r, dict) or not {"model", "scenario", "runs"} <= set(r) or not isinstance(r["runs"], list):

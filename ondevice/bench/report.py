@@ -335,7 +335,8 @@ def header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
         facts.append(
             (
                 "engine",
-                f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
+                f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload "
+                f"{eng.get('n_gpu_layers', '?')}, "
                 f"n_batch {eng.get('n_batch', '?')}/{eng.get('n_ubatch', '?')}, flash attention "
                 f"{eng.get('flash_attn_used', eng.get('flash_attn', '?'))}, KV {eng.get('cache_type_k', 'f16')}/"
                 f"{eng.get('cache_type_v', 'f16')}, CPU buffers {eng.get('cpu_buffers', '?')}",

@@ -270,7 +270,8 @@ def _notes(ladder) -> list[str]:
         notes.append(ladder.prediction_note)
     if ladder.quality_text:
         notes.append(
-            f"quality: {ladder.quality_scored_tokens} tokens of {ladder.quality_text} scored, windows of {ladder.quality_n_ctx}"
+            f"quality: {ladder.quality_scored_tokens} tokens of {ladder.quality_text} scored, windows of "
+            f"{ladder.quality_n_ctx}"
         )
     return notes
 
