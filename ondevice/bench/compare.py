@@ -312,7 +312,7 @@ def render_comparison(
     for sc in rows:
         for m in sc.metrics:
             unit_ms = m.metric.endswith("_s") and not m.metric.endswith("tok_s")
-            show = (lambda v: millis(v, places=((math.inf, 2),))) if unit_ms else number  # noqa: E731
+            show = (lambda v: millis(v, places=((math.inf, 2),))) if unit_ms else number  # noqa: E731 - the column's formatter, chosen by unit
             body.append(
                 [
                     sc.model,

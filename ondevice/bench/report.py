@@ -281,7 +281,7 @@ def write_markdown(
 def markdown(
     record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, load: dict | None = None
 ) -> str:
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731 - one escape, used in every table cell
     lines = [f"# ondevice bench ({record.get('settings', {}).get('suite', '?')})", ""]
     lines += [f"- {k}: {esc(v)}" for k, v in header_facts(record)]
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
