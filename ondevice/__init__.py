@@ -16,7 +16,17 @@ results, metrics, fmt, kvtypes).
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # What the lazy __getattr__ below resolves, spelled out so type checkers and IDEs see the names.
+    from ondevice.api import load, predict
+    from ondevice.core import errors
+    from ondevice.core.results import Generation, Timings, TokenEvent
+    from ondevice.engine import Chat, Engine
+    from ondevice.gguf.spec import ModelSpec, inspect
+    from ondevice.models.materialize import resolve_model
+    from ondevice.probing import probe
 
 __version__ = "0.1.0"
 

@@ -494,8 +494,18 @@ def _spec(arch: MODEL_ARCH, kind: MODEL_TENSOR, shape: tuple[int, ...], bid: int
     return TensorSpec(f"{TENSOR_NAMES[kind].format(bid=bid)}.{suffix}", shape, "F32" if f32 else "F16")
 
 
-def llama_config(*, params: float, layers: int, d_model: int, vocab: int, kv_heads: int, head_dim: int,
-                 heads: int | None = None, ctx_train: int | None = None, tied: bool = False) -> dict[str, Any]:
+def llama_config(
+    *,
+    params: float,
+    layers: int,
+    d_model: int,
+    vocab: int,
+    kv_heads: int,
+    head_dim: int,
+    heads: int | None = None,
+    ctx_train: int | None = None,
+    tied: bool = False,
+) -> dict[str, Any]:
     """A Llama config.json for a model given by its numbers (`ondevice predict --params 8B --d-model 4096 ...`):
     the feed-forward width is what the parameter count leaves per block after attention and norms (rounded
     to 256, as the published shapes are). SpecError when the numbers leave no room for one."""
@@ -507,8 +517,16 @@ def llama_config(*, params: float, layers: int, d_model: int, vocab: int, kv_hea
     if d_ff <= 0:
         raise SpecError(f"--params {params:g} leaves no feed-forward weights for {layers} blocks of width {d_model}")
     return {
-        "architectures": ["LlamaForCausalLM"], "hidden_size": d_model, "intermediate_size": d_ff,
-        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
-        "head_dim": head_dim, "vocab_size": vocab, "max_position_embeddings": ctx_train or 8192,
-        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": tied,
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": d_model,
+        "intermediate_size": d_ff,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "max_position_embeddings": ctx_train or 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": tied,
     }

@@ -200,7 +200,8 @@ def run_ladder(
     names = parse_types(types)
     if is_quantized(g) and not allow_requantize:
         raise QuantError(
-            f"{src} is already quantized ({', '.join(is_quantized(g))}); pass --allow-requantize to build a ladder from it"
+            f"{src} is already quantized ({', '.join(is_quantized(g))}); pass --allow-requantize to build a ladder "
+            "from it"
         )
     if bench is not None:
         bench.validate()

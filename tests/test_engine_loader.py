@@ -1,4 +1,5 @@
-"""What depends on the llama.cpp build: backend names, GPU offload counts, the thread default (ondevice.llama.devices)."""
+"""What depends on the llama.cpp build: backend names, GPU offload counts, the thread default
+(ondevice.llama.devices)."""
 
 from __future__ import annotations
 

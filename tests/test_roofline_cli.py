@@ -130,8 +130,30 @@ def test_predict_from_a_config_times_its_twin_here(seeded_cache, tmp_path, capsy
 
 
 def test_predict_from_flags_with_the_embedding_times_a_llama_twin(seeded_cache, capsys):
-    argv = ["predict", "--params", "250000", "--layers", "2", "--kv-heads", "2", "--head-dim", "16", "--heads", "4",
-            "--d-model", "64", "--vocab", "512", "--quant", "F16", "--ctx", "128", "--prompt", "32", "--json"]
+    argv = [
+        "predict",
+        "--params",
+        "250000",
+        "--layers",
+        "2",
+        "--kv-heads",
+        "2",
+        "--head-dim",
+        "16",
+        "--heads",
+        "4",
+        "--d-model",
+        "64",
+        "--vocab",
+        "512",
+        "--quant",
+        "F16",
+        "--ctx",
+        "128",
+        "--prompt",
+        "32",
+        "--json",
+    ]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["calibrated"]
 

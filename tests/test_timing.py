@@ -10,7 +10,7 @@ import pytest
 
 from ondevice.gguf.spec import inspect
 from ondevice.roofline import Calibration, ShapeTiming, TimedPredictor, extrapolate_layers
-from ondevice.roofline.attention import chunk_cells, decode_spans
+from ondevice.roofline.attention import decode_spans
 from tests.probe_fakes import (
     TRUTH,
     fake_timing,

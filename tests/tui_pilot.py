@@ -11,7 +11,7 @@ from ondevice.tui.widgets.transcript import AssistantMessage, Note
 
 from tests.tui_fakes import FakeEngine
 
-FIXED_MEMORY = lambda: (123 << 20, 4 << 30, 16 << 30)  # noqa: E731
+FIXED_MEMORY = lambda: (123 << 20, 4 << 30, 16 << 30)  # noqa: E731 - a fixed memory reading, passed as the probe callback
 
 
 def make_app(engine=None, tmp_path=None, **kw) -> ChatApp:

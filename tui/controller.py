@@ -189,7 +189,8 @@ class ChatController:
         if not warn:
             return None
         return (
-            f"Context nearly full ({self.engine.kv_cache_tokens}/{self.engine.n_ctx} tokens): when a new turn does not fit, "
+            f"Context nearly full ({self.engine.kv_cache_tokens}/{self.engine.n_ctx} tokens): when a new turn does "
+            "not fit, "
             "the oldest turns are dropped (the system prompt stays)."
         )
 

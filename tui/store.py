@@ -159,7 +159,8 @@ class HistoryStore:
         now = time.time()
         with self._tx() as db:
             cur = db.execute(
-                "INSERT INTO conversations (model, system, settings_json, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO conversations (model, system, settings_json, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
                 (model, system, json.dumps(dict(settings or {})), now, now),
             )
             return int(cur.lastrowid)

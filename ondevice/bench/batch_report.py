@@ -185,7 +185,7 @@ def write_sweep_csv(path: str | Path, doc: dict[str, Any]) -> None:
 
 
 def sweep_markdown(record: dict[str, Any], workload: Workload, result: SweepResult) -> str:
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731 - one escape, used in every table cell
     lines = [f"# {_title(workload, record)}", ""] + [f"- {k}: {esc(v)}" for k, v in header_facts(record)]
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in level_rows(result)]

@@ -110,7 +110,8 @@ def load_results(path: str | Path) -> dict[str, Any]:
         or not isinstance(doc.get("results"), list)
     ):
         raise BenchError(
-            f"{path}: not an ondevice bench result file (expected {{'record': {{'schema': '{SCHEMA}'}}, 'results': [...]}})"
+            f"{path}: not an ondevice bench result file (expected "
+            f"{{'record': {{'schema': '{SCHEMA}'}}, 'results': [...]}})"
         )
     for r in doc["results"]:
         if not isinstance(r, dict) or not {"model", "scenario", "runs"} <= set(r) or not isinstance(r["runs"], list):
@@ -312,7 +313,7 @@ def render_comparison(
     for sc in rows:
         for m in sc.metrics:
             unit_ms = m.metric.endswith("_s") and not m.metric.endswith("tok_s")
-            show = (lambda v: millis(v, places=((math.inf, 2),))) if unit_ms else number  # noqa: E731
+            show = (lambda v: millis(v, places=((math.inf, 2),))) if unit_ms else number  # noqa: E731 - the column's formatter, chosen by unit
             body.append(
                 [
                     sc.model,

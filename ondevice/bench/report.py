@@ -284,7 +284,7 @@ def write_markdown(
 def markdown(
     record: dict[str, Any], results: Sequence[ScenarioResult], slo: dict | None = None, load: dict | None = None
 ) -> str:
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731 - one escape, used in every table cell
     lines = [f"# ondevice bench ({record.get('settings', {}).get('suite', '?')})", ""]
     lines += [f"- {k}: {esc(v)}" for k, v in header_facts(record)]
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
@@ -338,7 +338,8 @@ def header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
         facts.append(
             (
                 "engine",
-                f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload {eng.get('n_gpu_layers', '?')}, "
+                f"{eng.get('backend', '?')}, {eng.get('n_threads', '?')} threads, offload "
+                f"{eng.get('n_gpu_layers', '?')}, "
                 f"n_batch {eng.get('n_batch', '?')}/{eng.get('n_ubatch', '?')}, flash attention "
                 f"{eng.get('flash_attn_used', eng.get('flash_attn', '?'))}, KV {eng.get('cache_type_k', 'f16')}/"
                 f"{eng.get('cache_type_v', 'f16')}, CPU buffers {eng.get('cpu_buffers', '?')}",

@@ -1,7 +1,8 @@
 """Run a bench: plan (resolve, inspect, fit the suite to each model's context), then measure.
 
 Several models are interleaved by repeat (repeat 0 of every model, then repeat 1, ..., the
-order reversed on odd repeats: A B B A ...), so drift on a shared machine hits them alike. Within a repeat, per model: the load scenarios
+order reversed on odd repeats: A B B A ...), so drift on a shared machine hits them alike.
+Within a repeat, per model: the load scenarios
 (cold: page cache dropped first; warm: file already cached), warm-up requests that are not
 counted, then per workload the resident and prefix-hit requests (and the no-KV-cache
 ablation for the shortest workload), and last the cold start (ondevice.bench.coldstart: page

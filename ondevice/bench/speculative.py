@@ -137,7 +137,7 @@ def spec_rows(results: Sequence[Any]) -> list[list[str]]:
         s = r.speculative
         if r.scenario != SPECULATIVE or not s:
             continue
-        ms = lambda v: number(v * 1000 if v is not None else None, ".1f")  # noqa: E731
+        ms = lambda v: number(v * 1000 if v is not None else None, ".1f")  # noqa: E731 - one format, used for every column
         rows.append(
             [
                 r.model,

@@ -103,7 +103,8 @@ def fit_suite(suite: Suite, n_ctx: int, *, cap: bool) -> Suite:
     """Check every workload fits a context of n_ctx tokens (P + N <= n_ctx).
 
     cap=True (the built-in suites): a prompt too long is cut to n_ctx - N and the cut is
-    recorded in `capped_from` (when N alone does not fit, N becomes n_ctx // 2). cap=False (-p/-n given by the user): raise BenchError.
+    recorded in `capped_from` (when N alone does not fit, N becomes n_ctx // 2).
+    cap=False (-p/-n given by the user): raise BenchError.
     """
     out = []
     for w in suite.workloads:

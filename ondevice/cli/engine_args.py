@@ -92,7 +92,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def settings_text(info: Any) -> str:
-    """The settings an engine runs with, for the run line: "batch 2048/512, flash attn on, KV f16/f16, CPU buffers repack"."""
+    """The settings an engine runs with, for the run line:
+    "batch 2048/512, flash attn on, KV f16/f16, CPU buffers repack"."""
     fa = {True: "on", False: "off", None: str(info.flash_attn)}[info.flash_attn_used]
     return (
         f"batch {info.n_batch}/{info.n_ubatch}, flash attn {fa}, KV {info.cache_type_k}/{info.cache_type_v}, "

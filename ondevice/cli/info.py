@@ -79,7 +79,8 @@ def render(s: ModelSpec, buffers: dict | None = None, *, width: int | None = Non
     row("chat template", "yes" if s.has_chat_template else "none")
     row(
         "file",
-        f"{human_bytes(s.file_bytes)} ({s.file_bytes} B = header {s.header_bytes} + tensors {s.weight_bytes} + padding {s.padding_bytes})",
+        f"{human_bytes(s.file_bytes)} ({s.file_bytes} B = header {s.header_bytes} + tensors {s.weight_bytes} + "
+        f"padding {s.padding_bytes})",
     )
     row("weights", f"{human_bytes(s.weight_bytes)} ({s.n_tensors} tensors)")
     row("decode reads", f"{human_bytes(s.decode_weight_bytes)} of weights per token")
@@ -88,7 +89,8 @@ def render(s: ModelSpec, buffers: dict | None = None, *, width: int | None = Non
     )
     row(
         "KV cache",
-        f"{s.kv_bytes_per_token} B per token ({kv_types}); {human_bytes(s.kv_read_bytes(s.n_ctx_train or 0))} at the full trained context",
+        f"{s.kv_bytes_per_token} B per token ({kv_types}); {human_bytes(s.kv_read_bytes(s.n_ctx_train or 0))} at the "
+        "full trained context",
     )
     if buffers:
         named = (

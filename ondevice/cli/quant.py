@@ -150,7 +150,7 @@ def run_quality(args) -> int:
     base = resolve_model(args.base)
     other = resolve_model(args.other) if args.other else None
     line = ProgressLine(not args.no_progress)
-    tell = lambda d, n: line(f"scoring: window {d}/{n}")  # noqa: E731
+    tell = lambda d, n: line(f"scoring: window {d}/{n}")  # noqa: E731 - one progress line format, passed as a callback
     try:
         if other is None:
             result: Any = quality.perplexity(base, progress=tell, **_quality_opts(args))
@@ -270,7 +270,8 @@ def _notes(ladder) -> list[str]:
         notes.append(ladder.prediction_note)
     if ladder.quality_text:
         notes.append(
-            f"quality: {ladder.quality_scored_tokens} tokens of {ladder.quality_text} scored, windows of {ladder.quality_n_ctx}"
+            f"quality: {ladder.quality_scored_tokens} tokens of {ladder.quality_text} scored, windows of "
+            f"{ladder.quality_n_ctx}"
         )
     return notes
 

@@ -104,7 +104,7 @@ def _try_lock(fd: int) -> bool:
     if _WINDOWS:
         os.lseek(fd, _PID_BYTES, os.SEEK_SET)
         try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]  # msvcrt has these on Windows only
         except OSError:  # EACCES: the byte is locked by another handle
             return False
         return True
@@ -118,6 +118,6 @@ def _try_lock(fd: int) -> bool:
 def _unlock(fd: int) -> None:
     if _WINDOWS:
         os.lseek(fd, _PID_BYTES, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]  # msvcrt has these on Windows only
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)

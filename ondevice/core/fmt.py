@@ -47,7 +47,7 @@ def millis(
 ) -> str:
     """A time given in seconds, shown in milliseconds: "12.3 ms". places: (below this many ms,
     decimal places) steps, smallest first; at or past the last step it is shown in seconds, "12.3 s"."""
-    if _missing(seconds):
+    if seconds is None or _missing(seconds):
         return missing
     ms = seconds * 1000.0
     n = _places(ms, places)
@@ -73,7 +73,7 @@ def rate(
     zero_is_missing: bool = False,
 ) -> str:
     """Tokens per second: "42.0 tok/s". places as for millis (past the last step: no decimals)."""
-    if _missing(tok_s) or (zero_is_missing and not tok_s):
+    if tok_s is None or _missing(tok_s) or (zero_is_missing and not tok_s):
         return missing
     n = _places(tok_s, places)
     return f"{tok_s:.{0 if n is None else n}f} tok/s"
@@ -242,7 +242,8 @@ def _fold(text: str, width: int, *, split_words: bool) -> list[str]:
 def layer_ranges(layers: Sequence[int]) -> str:
     """(0,1,2,4,5) -> '0-2, 4-5'."""
     out: list[str] = []
-    start = prev = None
+    start: int | None = None
+    prev = 0  # set with start: read only once start is
     for i in layers:
         if start is None:
             start = prev = i

@@ -56,7 +56,10 @@ def evict_page_cache(path: str | Path) -> Eviction:
     after = resident_fraction(path)
     note = ""
     if after is not None and after > 0.05:
-        note = f"{100 * after:.0f}% of the file stayed in the page cache (mapped by another process?); the cold load is partly warm"
+        note = (
+            f"{100 * after:.0f}% of the file stayed in the page cache (mapped by another process?); "
+            "the cold load is partly warm"
+        )
     return Eviction(True, "posix_fadvise(POSIX_FADV_DONTNEED)", before, after, note)
 
 

@@ -38,9 +38,8 @@ class Timings:
     e2e_s: float  # request start -> last token available
     prompt_tokens_computed: int  # prompt tokens actually prefilled (prompt - cached)
     output_tokens: int  # T, output tokens counted by the tokenizer
-    ttft_visible_s: float | None = (
-        None  # request start -> first visible output text (after any reasoning block); None: not measured, or no visible text
-    )
+    # request start -> first visible output text (after any reasoning block); None: not measured, or no visible text
+    ttft_visible_s: float | None = None
 
     @property
     def tpot_s(self) -> float | None:

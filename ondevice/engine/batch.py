@@ -3,7 +3,8 @@
 `Engine.batched(B, seq_tokens)` makes a BatchContext; `BatchContext.generate(prompts, max_tokens)`
 prefills the prompts one after another in chunks of n_batch tokens (each token tagged with its
 sequence id and position; a chunk never mixes sequences, see _prefill), samples each sequence's
-first token right after the chunk that holds its last prompt token, then runs decode steps of one token per live sequence in one
+first token right after the chunk that holds its last prompt token, then runs decode steps of one
+token per live sequence in one
 llama_decode until each sequence ends (max_tokens, end-of-generation, a stop string); a finished
 sequence drops out of the following steps. Each sequence has its own sampler chain, stop
 handling and KV stream (llama.cpp's per-sequence streams, kv_unified off), and its prompt is
@@ -47,7 +48,8 @@ class BatchGeneration:
 
     generations: tuple[Generation, ...]  # one per prompt, in the prompts' order
     wall_s: float  # generate() called -> the last token of any sequence, seconds
-    prefill_s: float  # start of the first prefill llama_decode -> end of the last, seconds (first tokens sampled between chunks included)
+    # start of the first prefill llama_decode -> end of the last, seconds (first tokens sampled between chunks included)
+    prefill_s: float
     step_s: tuple[float, ...]  # each decode step: llama_decode start -> its last sample, seconds
     step_seqs: tuple[int, ...]  # sequences decoded (tokens produced) in each step
     predicted_step_s: float | None = (

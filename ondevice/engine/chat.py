@@ -26,16 +26,18 @@ block; whether the generation prompt itself opens the block is read from a rende
 from __future__ import annotations
 
 import logging
+import threading
+from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Unpack
 
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.reasoning import ThinkMarkers, detect_markers, opens_block
 from ondevice.core.results import Generation
 from ondevice.engine.loop import TokenStream
-from ondevice.engine.sampling import SAMPLING_KEYS, make_params
+from ondevice.engine.sampling import SAMPLING_KEYS, SamplingArgs, make_params
 
-__all__ = ["Chat", "ChatTemplate", "FALLBACK_STOPS", "render_plain", "SPEC_KEYS"]
+__all__ = ["Chat", "ChatArgs", "ChatTemplate", "FALLBACK_STOPS", "render_plain", "SPEC_KEYS"]
 
 SPEC_KEYS = frozenset({"speculative", "draft", "spec_k", "exact"})  # Engine.stream's speculative decoding arguments
 
@@ -57,6 +59,15 @@ def render_plain(messages: list[dict[str, str]]) -> str:
             parts.append(f"Assistant: {content}\n")
     parts.append("Assistant:")
     return "".join(parts)
+
+
+class ChatArgs(SamplingArgs, total=False):
+    """Chat.stream's keywords: the sampling settings plus cancellation and speculation."""
+
+    cancel: threading.Event | None
+    speculative: str | None
+    draft: str | Path | None
+    spec_k: int | None
 
 
 class ChatTemplate:
@@ -163,15 +174,16 @@ class Chat:
         msgs = self.messages + ([{"role": "user", "content": text}] if text is not None else [])
         return self._template.tokens(msgs)
 
-    def stream(self, text: str, **kw: Any) -> TokenStream:
+    def stream(self, text: str, **kw: Unpack[ChatArgs]) -> TokenStream:
         """Send a user message; stream the reply. The reply is appended to messages when it ends."""
         if not isinstance(text, str):
             raise InvalidParameterError(f"message text must be a string, not {type(text).__name__}")
-        cancel = kw.pop("cancel", None)
-        unknown = set(kw) - SAMPLING_KEYS - SPEC_KEYS
+        settings: dict[str, Any] = dict(kw)
+        cancel = settings.pop("cancel", None)
+        unknown = set(settings) - SAMPLING_KEYS - SPEC_KEYS
         if unknown:
             raise InvalidParameterError(f"unknown chat parameter(s): {', '.join(sorted(unknown))}")
-        merged = {**self._defaults, **kw}
+        merged = {**self._defaults, **settings}
         spec_kw = {k: merged.pop(k) for k in SPEC_KEYS if k in merged}
         params = make_params(**merged)
         stops = tuple(dict.fromkeys(params.stop + self._template.stop))
@@ -195,7 +207,7 @@ class Chat:
         self.messages.append(user)
         return ts
 
-    def send(self, text: str, **kw: Any) -> Generation:
+    def send(self, text: str, **kw: Unpack[ChatArgs]) -> Generation:
         """Send a user message and return the whole reply."""
         ts = self.stream(text, **kw)
         for _ in ts:

@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Unpack
 
 import psutil
 
@@ -27,10 +27,10 @@ from ondevice.engine import state as kv_state
 from ondevice.engine.batch import BatchContext
 from ondevice.engine.loader import EngineInfo, open_model
 from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, check_cancel, run_request
-from ondevice.engine.sampling import DEFAULTS, make_params
+from ondevice.engine.sampling import DEFAULTS, SamplingArgs, make_params
 from ondevice.llama.model import LlamaHandle
 
-__all__ = ["load", "Engine"]
+__all__ = ["load", "Engine", "StreamArgs"]
 
 _SEED_MOD = 2**32
 
@@ -97,6 +97,16 @@ def _check_predictor(predictor: Any) -> Any:
     return predictor
 
 
+class StreamArgs(SamplingArgs, total=False):
+    """Engine.stream's keywords: the sampling settings plus cancellation, prefix reuse and speculation."""
+
+    cancel: threading.Event | None
+    reuse_prefix: bool
+    speculative: str | None
+    draft: str | Path | None
+    spec_k: int | None
+
+
 class Engine:
     """A loaded model and its context. One generation at a time; a second one concurrently raises EngineBusyError."""
 
@@ -148,8 +158,9 @@ class Engine:
 
     # ---- text <-> tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = False) -> list[int]:
-        """Text -> token ids. add_bos: add the model's BOS when its vocabulary asks for one; special: parse special-token text.
-        Lone surrogates (bytes that were not UTF-8, escaped by Python) become U+FFFD, as in llama.cpp's tokenizer."""
+        """Text -> token ids. add_bos: add the model's BOS when its vocabulary asks for one; special: parse
+        special-token text. Lone surrogates (bytes that were not UTF-8, escaped by Python) become U+FFFD,
+        as in llama.cpp's tokenizer."""
         if not isinstance(text, str):
             raise InvalidParameterError(f"text must be a string, not {type(text).__name__}")
         with self._native:
@@ -268,7 +279,7 @@ class Engine:
             ids = self._check_ids(prompt)
         return self._start(ids, start_ns, perf_counter_ns(), params, cancel, reuse_prefix, spec=spec)
 
-    def generate(self, prompt: str | Sequence[int], **kwargs: Any) -> Generation:
+    def generate(self, prompt: str | Sequence[int], **kwargs: Unpack[StreamArgs]) -> Generation:
         """Run a generation to its end and return the Generation (same arguments as stream())."""
         ts = self.stream(prompt, **kwargs)
         for _ in ts:

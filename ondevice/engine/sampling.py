@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypedDict
 
 from ondevice.core.errors import EngineError, InvalidParameterError
 
@@ -26,13 +26,11 @@ __all__ = [
     "SamplerChain",
     "PENALTY_LAST_N",
     "SAMPLING_KEYS",
+    "SamplingArgs",
 ]
 
 PENALTY_LAST_N = 64  # tokens of history the repeat penalty looks at (llama.cpp's default)
 _SEED_MAX = 2**32 - 1  # llama.cpp seeds are uint32
-SAMPLING_KEYS = frozenset(
-    {"max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed", "stop", "ignore_eos"}
-)
 
 
 @dataclass(frozen=True)
@@ -62,6 +60,25 @@ class SamplingParams:
             "min_p": self.min_p,
             "repeat_penalty": self.repeat_penalty,
         }
+
+
+# The keyword names of the sampling settings: SamplingParams' fields, written out once (there).
+SAMPLING_KEYS = frozenset(f.name for f in fields(SamplingParams))
+
+
+class SamplingArgs(TypedDict, total=False):
+    """The sampling keywords as callers pass them (`**kw: Unpack[SamplingArgs]`); each left out takes DEFAULTS'
+    value. Same names as SamplingParams' fields; `stop` may be one string."""
+
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    repeat_penalty: float
+    seed: int | None
+    stop: str | Sequence[str]
+    ignore_eos: bool
 
 
 # The defaults of every door (API, `run`, `chat`, `bench`, the chat app), as llama.cpp's tools set them.

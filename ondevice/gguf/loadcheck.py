@@ -72,7 +72,8 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
     q = by_name.get("blk.0.attn_q.weight")
     if q is not None and spec.head_dim_k and q.shape[-1] != spec.n_head * spec.head_dim_k:
         raise GGUFFormatError(
-            f"{where}: blk.0.attn_q.weight has {q.shape[-1]} outputs, expected n_head x head_dim = {spec.n_head * spec.head_dim_k}"
+            f"{where}: blk.0.attn_q.weight has {q.shape[-1]} outputs, expected n_head x head_dim = "
+            f"{spec.n_head * spec.head_dim_k}"
         )
     _check_vocab(g, where)
     for name, key in _TOKEN_ID_KEYS:
@@ -96,7 +97,8 @@ def _check_vocab(g: GGUFFile, where: str) -> None:
         arr = g.get(key)
         if arr is not None and (not isinstance(arr, (ArrayRef, list)) or len(arr) != len(tokens)):
             raise GGUFFormatError(
-                f"{where}: {key} has {len(arr) if isinstance(arr, (ArrayRef, list)) else 'no'} entries for {len(tokens)} tokens"
+                f"{where}: {key} has {len(arr) if isinstance(arr, (ArrayRef, list)) else 'no'} entries for "
+                f"{len(tokens)} tokens"
             )
     distinct = set(tokens)
     if len(distinct) == len(tokens) and "" not in distinct and "\x00" not in "".join(tokens):

@@ -167,7 +167,8 @@ def _place(path: Path, file_bytes: int, data_offset: int, alignment: int, info) 
     block_size, type_size = GGML_QUANT_SIZES[ggml_type]
     if shape[0] % block_size:
         raise GGUFFormatError(
-            f"{path}: tensor {name!r} row length {shape[0]} is not a multiple of the {ggml_type.name} block size {block_size}"
+            f"{path}: tensor {name!r} row length {shape[0]} is not a multiple of the {ggml_type.name} block size "
+            f"{block_size}"
         )
     n_elements = int(np.prod(shape, dtype=object))
     n_bytes = n_elements // block_size * type_size

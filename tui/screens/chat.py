@@ -189,7 +189,8 @@ class ChatScreen(Screen):
         async def done(error: str | None) -> None:
             text = (
                 error
-                or f"Settings: temperature {settings.temperature:g}, top p {settings.top_p:g}, max tokens {settings.max_tokens}"
+                or f"Settings: temperature {settings.temperature:g}, top p {settings.top_p:g}, "
+                f"max tokens {settings.max_tokens}"
             )
             await self.note(text + (f", system prompt “{settings.system}”" if settings.system and not error else ""))
 
