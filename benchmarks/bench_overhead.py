@@ -16,7 +16,7 @@ the bare runs, within 2% either way; each pair's prompts and decoded tokens are 
 Reported beside it: the per-pair ITL p50 ratio and its median (how noisy the machine is), and
 the median TTFT and decode tok/s ratios. Exit status 1 when a check fails.
 
-    python benchmarks/bench_overhead.py [--pairs 7] [--prompt 128] [--tokens 128] [--threads N]
+    python -m benchmarks.bench_overhead [--pairs 7] [--prompt 128] [--tokens 128] [--threads N]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine_overhead import BareContext, bare_run  # the sibling script's bare loop
+from benchmarks.engine_overhead import BareContext, bare_run  # the bare loop it is measured against
 
 from ondevice.core.metrics import summarize
 

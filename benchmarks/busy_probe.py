@@ -5,7 +5,7 @@ Target (the issue's): the busy timing finishes and is stored, and either its pre
 (at prompts of 128 and 1,024 tokens) are within +-10% of the quiet timings' or it says how busy the machine
 was ("timed while other processes used N cores"). Exit 1 when neither holds.
 
-    python benchmarks/busy_probe.py [--hogs 1]
+    python -m benchmarks.busy_probe [--hogs 1]
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ figures are printed: the best-run ratios (fastest A over fastest B) and the medi
 of the process CPU time of each whole request (with --threads 1 all of llama.cpp's work
 runs on this thread, so CPU time barely depends on what else the machine is doing).
 
-    python benchmarks/engine_overhead.py [--pairs 7] [--prompt-tokens 128] [--max-tokens 64]
+    python -m benchmarks.engine_overhead [--pairs 7] [--prompt-tokens 128] [--max-tokens 64]
 """
 
 from __future__ import annotations

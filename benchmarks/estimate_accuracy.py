@@ -1,6 +1,6 @@
 """The estimate for machines you do not have, scored on published llama.cpp decode figures its fit never saw.
 
-    python benchmarks/estimate_accuracy.py          # the table, then fit and score figures; exit 1 on a miss
+    python -m benchmarks.estimate_accuracy          # the table, then fit and score figures; exit 1 on a miss
 
 ondevice/roofline/data/decode_measurements.csv marks each row split=fit (the shipped fit,
 estimate_fit.json, rests on it) or split=score (held out). Reported: the fit rows' leave-one-out error

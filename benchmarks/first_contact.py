@@ -6,7 +6,7 @@ so what differs is the first contact alone.
 Targets: the first run takes at most 3 s longer than the next (median over pairs), and its own prediction of
 decode tok/s and TTFT is within +-15% of what it measured (median over pairs). Exit 1 when either is missed.
 
-    python benchmarks/first_contact.py [--pairs 5]
+    python -m benchmarks.first_contact [--pairs 5]
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ by chance: taken one after the other (C's best of 5, then the probe's), their ra
    measured and not saved), timed whole, each round: done within 3 s every time. Its figure is
    shown beside C's best of as many passes taken just before it, not checked (see above).
 
-    python benchmarks/host_accuracy.py [--rounds 9] [--threads N] [--json out.json]
+    python -m benchmarks.host_accuracy [--rounds 9] [--threads N] [--json out.json]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The engine against llama.cpp's own `llama-bench`, interleaved, at the same depth, threads and settings.
 
-    LLAMA_BENCH=/path/to/llama-bench python benchmarks/llama_bench_compare.py [--rounds 5]
+    LLAMA_BENCH=/path/to/llama-bench python -m benchmarks.llama_bench_compare [--rounds 5]
 
 Build llama-bench from the llama.cpp sources inside llama-cpp-python's sdist:
 

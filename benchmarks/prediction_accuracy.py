@@ -17,7 +17,7 @@ next OUTPUT tokens. The error of a row is the median over rounds of predicted / 
 meets the target when its decode is within +-10% and its TTFT within +-15%; the script exits 1 when fewer than
 90% of the rows do.
 
-    python benchmarks/prediction_accuracy.py [--rounds 3] [--models all|default,ladder,chat,shapes] [--json out.json]
+    python -m benchmarks.prediction_accuracy [--rounds 3] [--models all|default,ladder,chat,shapes] [--json out.json]
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ the median over pairs of warm / cold prefill time is below 1 (the cold side comp
 the tokens or more), and every warm turn computed only the tokens not cached. Exit status 1
 when a check fails.
 
-    python benchmarks/prefix_reuse.py [--pairs 5] [--model REF] [--threads N]
+    python -m benchmarks.prefix_reuse [--pairs 5] [--model REF] [--threads N]
 """
 
 from __future__ import annotations

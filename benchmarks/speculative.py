@@ -15,7 +15,7 @@ only (what llama-bench's prompt figures measure).
 Checks (exit 1 when one fails): grounded median >= 2.0x, open median >= 0.95x, predicted within
 15% of measured per set, and every speculative output token for token the plain one.
 
-    python benchmarks/speculative.py [--repeats 2] [--max-tokens 96] [--model REF] [--threads N]
+    python -m benchmarks.speculative [--repeats 2] [--max-tokens 96] [--model REF] [--threads N]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Does the TUI slow decoding? Decode tok/s of a 256-token answer streamed by the chat app
 (headless, App.run_test) against Engine.stream alone, interleaved A B A B ... A on one engine.
 
-    python benchmarks/tui_overhead.py [--pairs 11] [--tokens 256] [--model REF] [--json]
+    python -m benchmarks.tui_overhead [--pairs 11] [--tokens 256] [--model REF] [--json]
 
 A: Engine.stream(prompt ids) with the very token ids the chat renders for the message,
    KV cache cleared, consumed in a bare loop in a worker thread (the TUI decodes in one).

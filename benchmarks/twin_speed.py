@@ -14,7 +14,7 @@ fast as the file it copies (the premise of timing twins: kernel speed does not d
    over rounds of the twin/model ratios. Exit 1 when the median ITL ratio is off by more than
    --tolerance (default 3%).
 
-    python benchmarks/twin_speed.py [--rounds 6] [--tokens 64] [--threads 1] [--out DIR]
+    python -m benchmarks.twin_speed [--rounds 6] [--tokens 64] [--threads 1] [--out DIR]
 """
 
 from __future__ import annotations
