@@ -11,13 +11,15 @@ about 80%). Targets: median <= 6%, >= 85% within ±15%, >= 75% inside the range.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 
 MEDIAN, WITHIN, BAND, COVER = 0.06, 0.85, 0.15, 0.75
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     from ondevice.roofline import estimate as est
 
     rows = est.load_measurements()

@@ -28,7 +28,6 @@ by chance: taken one after the other (C's best of 5, then the probe's), their ra
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -37,6 +36,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.common import write_json
 
 C_READ = r"""
 #include <stdio.h>
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     missed = misses(report)
     print("\n".join(render(report) + ([f"target NOT met: {m}" for m in missed] or ["targets met"])))
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
+        write_json(args.json, report)
     return 1 if missed else 0
 
 

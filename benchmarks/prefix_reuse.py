@@ -22,6 +22,8 @@ import argparse
 import statistics
 import sys
 
+from benchmarks.common import add_model_arg, add_threads_arg
+
 TARGET = 1.0
 SYSTEM = (
     "You are a geography tutor. You answer questions about countries, their capital cities, rivers, "
@@ -59,9 +61,9 @@ def one_pair(engine, first: str, second: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None, help="registry name or GGUF path (default: the default model)")
+    add_model_arg(ap)
     ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None)
+    add_threads_arg(ap)
     args = ap.parse_args(argv)
     if args.pairs < 1:
         ap.error("--pairs must be at least 1")

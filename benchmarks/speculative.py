@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.common import add_model_arg, add_threads_arg, paired_order
+
 PROMPTS = Path(__file__).resolve().parent / "data" / "speculative_prompts.json"
 GROUNDED_MIN, OPEN_MIN, PREDICTION_TOL = 2.0, 0.95, 0.15
 
@@ -63,7 +65,7 @@ def one_prompt(engine, prompt: str, repeats: int, max_tokens: int) -> dict:
     pairs, lossless = [], True
     for r in range(repeats):
         out = {}
-        for mode in ("plain", "lookup") if r % 2 == 0 else ("lookup", "plain"):
+        for mode in paired_order(r, ("plain", "lookup")):
             kw = {"speculative": "lookup"} if mode == "lookup" else {}
             out[mode] = engine.generate(prompt, max_tokens=max_tokens, temperature=0, reuse_prefix=False, **kw)
         plain, spec = out["plain"], out["lookup"]
@@ -122,10 +124,10 @@ def report_set(name: str, rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None, help="registry name or GGUF path (default: the default model)")
+    add_model_arg(ap)
     ap.add_argument("--repeats", type=int, default=2, help="interleaved plain/lookup pairs per prompt")
     ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--threads", type=int, default=None)
+    add_threads_arg(ap)
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.max_tokens < 2:
         ap.error("--repeats must be at least 1 and --max-tokens at least 2")

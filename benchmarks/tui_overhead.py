@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -32,6 +31,7 @@ from ondevice.tui.app import ChatApp
 from ondevice.tui.session import ChatSettings
 
 import ondevice
+from benchmarks.common import add_threads_arg, print_json
 from ondevice.engine.chat import ChatTemplate
 
 MESSAGE = "Write a long, detailed story about a lighthouse keeper and a storm."
@@ -181,7 +181,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=11)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--model", default=None, help="model ref (default: the built-in model)")
-    ap.add_argument("--threads", type=int, default=None)
+    add_threads_arg(ap)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -202,7 +202,7 @@ def main() -> int:
 
     summary = summarize_runs(engine, args, pairs, engine_runs)
     if args.json:
-        json.dump(summary, sys.stdout, indent=2)
+        print_json(summary)
         print()
     else:
         render(summary, args)
