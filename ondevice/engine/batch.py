@@ -13,7 +13,7 @@ more rows may take another code path (the repacked Q4_K GEMM) than a step of one
 results differ in the last bits, so a near-tie between two tokens can go the other way
 (benchmarks/README.md has the batch sizes where it did).
 
-Timing (README: What the numbers mean): every token is stamped with perf_counter_ns() when it is
+Timing (docs/metrics.md): every token is stamped with perf_counter_ns() when it is
 sampled; each sequence gets its own Generation, whose TTFT includes the shared prefill up to
 its first token. A decode step lasts from the start of its llama_decode to its last sample.
 """
