@@ -318,3 +318,9 @@ def test_stale_temp_files_in_the_destination_folder_are_removed(wide, tmp_path):
     foreign.write_bytes(b"x")
     quantize(wide, tmp_path / "q.gguf", "Q8_0")
     assert not stale.exists() and live.exists() and foreign.exists()
+
+
+def test_cli_progress_off_a_terminal_is_plain_lines(wide, tmp_path, capsys):
+    assert main(["quantize", str(wide), str(tmp_path / "p.gguf"), "--type", "Q8_0"]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("quantizing to Q8_0 [")]
+    assert lines and "\r" not in "".join(lines) and lines[-1].split()[4:6] == ["21/21", "100%"]
