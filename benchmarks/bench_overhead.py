@@ -16,7 +16,7 @@ the bare runs, within 2% either way; each pair's prompts and decoded tokens are 
 Reported beside it: the per-pair ITL p50 ratio and its median (how noisy the machine is), and
 the median TTFT and decode tok/s ratios. Exit status 1 when a check fails.
 
-    python benchmarks/bench_overhead.py [--pairs 7] [--prompt 128] [--tokens 128] [--threads N]
+    python -m benchmarks.bench_overhead [--pairs 7] [--prompt 128] [--tokens 128] [--threads N]
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine_overhead import BareContext, bare_run  # the sibling script's bare loop
-
+from benchmarks.common import add_threads_arg
+from benchmarks.engine_overhead import BareContext, bare_run  # the bare loop it is measured against
 from ondevice.core.metrics import summarize
 
 ITL_TOLERANCE = 0.02
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=7)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=None)
+    add_threads_arg(ap)
     args = ap.parse_args(argv)
     if args.pairs < 1 or args.tokens < 2:
         ap.error("--pairs must be at least 1 and --tokens at least 2")

@@ -5,7 +5,7 @@ Target (the issue's): the busy timing finishes and is stored, and either its pre
 (at prompts of 128 and 1,024 tokens) are within +-10% of the quiet timings' or it says how busy the machine
 was ("timed while other processes used N cores"). Exit 1 when neither holds.
 
-    python benchmarks/busy_probe.py [--hogs 1]
+    python -m benchmarks.busy_probe [--hogs 1]
 """
 
 from __future__ import annotations
@@ -63,14 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(worst, abs(err))
         print(f"{name:<22} quiet {q1[name]:9.4g} / {q2[name]:9.4g}   busy {b[name]:9.4g}   ({100 * err:+.1f}%)")
     notes = timing_notes(busy)
-    print(f"busy timing: {busy.elapsed_s:.1f} s, other processes used {busy.other_cpu_cores:.2f} cores, rounds "
-          f"{100 * busy.spread:.0f}% apart (quiet: {quiet_before.other_cpu_cores:.2f} and "
-          f"{quiet_after.other_cpu_cores:.2f} cores)")
+    print(
+        f"busy timing: {busy.elapsed_s:.1f} s, other processes used {busy.other_cpu_cores:.2f} cores, rounds "
+        f"{100 * busy.spread:.0f}% apart (quiet: {quiet_before.other_cpu_cores:.2f} and "
+        f"{quiet_after.other_cpu_cores:.2f} cores)"
+    )
     print("what the busy timing says: " + ("; ".join(notes) if notes else "nothing"))
     said = any("other processes used" in n for n in notes)
     ok = worst <= TOLERANCE or said
-    print(f"largest difference {100 * worst:.1f}%: " + ("within 10%" if worst <= TOLERANCE else
-                                                        "said so" if said else "NOT said: target missed"))
+    print(
+        f"largest difference {100 * worst:.1f}%: "
+        + ("within 10%" if worst <= TOLERANCE else "said so" if said else "NOT said: target missed")
+    )
     return 0 if ok else 1
 
 

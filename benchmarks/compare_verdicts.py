@@ -11,7 +11,7 @@ writes this run's files under the names those tests read: same.json, slowed.json
 Exit status 1 when a verdict is wrong: a scenario of small against small not "no significant
 difference", or one of small against large not "slower".
 
-    python benchmarks/compare_verdicts.py [--repeats 5] [--threshold 0.5] [--record DIR]
+    python -m benchmarks.compare_verdicts [--repeats 5] [--threshold 0.5] [--record DIR]
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ product path on the GPU and record it, in one bounded run.
 On the device machine (no network; `.device/` filled beforehand by benchmarks/device_prep.py and
 carried with the working tree):
 
-    python3 benchmarks/device_check.py                   # writes $OUT/device_check.json and summary.txt
+    python3 -m benchmarks.device_check                   # writes $OUT/device_check.json and summary.txt
 
 Here, on the CPU, to test the script end to end (no build, this interpreter's install, a tiny model):
 
-    python benchmarks/device_check.py --cpu --out /tmp/device-check
+    python -m benchmarks.device_check --cpu --out /tmp/device-check
 
 Each step runs guarded and time-bounded (a failure or a time-out is recorded and the next step
 runs), the JSON is rewritten after every step (a killed run keeps what it did), and a step that
@@ -45,7 +45,7 @@ DEVICE = ROOT / ".device"
 PROMPT = "The Eiffel Tower is located in the city of"
 PIP_TARGET = ["-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation", "--upgrade", "--target"]
 WHEEL_PART_BYTES = 15 << 20  # a file back from $OUT may be 16 MiB
-CONFIG_8B = ROOT / "benchmarks" / "data" / "configs" / "llama-3.1-8b.json"
+CONFIG_8B = ROOT / "tests" / "data" / "hf_configs" / "llama-3.1-8b.json"
 
 
 def parse_compute_caps(text: str) -> list[str]:

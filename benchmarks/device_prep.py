@@ -1,13 +1,13 @@
 """Prepare, on a machine with PyPI, what benchmarks/device_check.py needs on a GPU machine that has none.
 
-    python benchmarks/device_prep.py            # fills .device/ (git-ignored), about 20 MB
+    python -m benchmarks.device_prep            # fills .device/ (git-ignored), about 20 MB
 
 The device machine has Python, numpy, psutil, CMake, ninja, nvcc and scikit-build-core, but no network:
 so .device/ gets llama-cpp-python's source (its sdist without llama.cpp's vocabularies, docs, tests and
 benches: 77 MB -> about 12 MB), wheels of this project's other pure-Python dependencies, and the header
 of the default model (metadata, tokenizer and tensor table: its weights, 240 MB, do not travel; the check
 fills the data section with zeros, which a GPU decodes exactly as fast). Carry it with the run:
-carry [".device"], command `python3 benchmarks/device_check.py`.
+carry [".device"], command `python3 -m benchmarks.device_check`.
 """
 
 from __future__ import annotations

@@ -21,17 +21,18 @@ figures are printed: the best-run ratios (fastest A over fastest B) and the medi
 of the process CPU time of each whole request (with --threads 1 all of llama.cpp's work
 runs on this thread, so CPU time barely depends on what else the machine is doing).
 
-    python benchmarks/engine_overhead.py [--pairs 7] [--prompt-tokens 128] [--max-tokens 64]
+    python -m benchmarks.engine_overhead [--pairs 7] [--prompt-tokens 128] [--max-tokens 64]
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import statistics
 import sys
 from time import perf_counter_ns, process_time_ns
+
+from benchmarks.common import add_model_arg, add_threads_arg, print_json
 
 DEC_TARGET, TTFT_TARGET = 0.98, 1.02
 
@@ -101,12 +102,12 @@ def engine_run(eng, ids: list[int], n_out: int) -> tuple[float, float, list[int]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None, help="registry name or GGUF path (default: the default model)")
+    add_model_arg(ap)
     ap.add_argument("--pairs", type=int, default=7, help="A/B pairs (at least 5)")
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--n-ctx", type=int, default=2048)
-    ap.add_argument("--threads", type=int, default=None)
+    add_threads_arg(ap)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.pairs < 5:
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     bare.close()
     eng.close()
     if args.json:
-        json.dump({"summary": summary, "pairs": rows}, sys.stdout, indent=2)
+        print_json({"summary": summary, "pairs": rows})
         print()
     else:
         print(render(summary, rows))

@@ -1,6 +1,6 @@
 """The estimate for machines you do not have, scored on published llama.cpp decode figures its fit never saw.
 
-    python benchmarks/estimate_accuracy.py          # the table, then fit and score figures; exit 1 on a miss
+    python -m benchmarks.estimate_accuracy          # the table, then fit and score figures; exit 1 on a miss
 
 ondevice/roofline/data/decode_measurements.csv marks each row split=fit (the shipped fit,
 estimate_fit.json, rests on it) or split=score (held out). Reported: the fit rows' leave-one-out error
@@ -11,13 +11,15 @@ about 80%). Targets: median <= 6%, >= 85% within ±15%, >= 75% inside the range.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 
 MEDIAN, WITHIN, BAND, COVER = 0.06, 0.85, 0.15, 0.75
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     from ondevice.roofline import estimate as est
 
     rows = est.load_measurements()

@@ -6,7 +6,7 @@ so what differs is the first contact alone.
 Targets: the first run takes at most 3 s longer than the next (median over pairs), and its own prediction of
 decode tok/s and TTFT is within +-15% of what it measured (median over pairs). Exit 1 when either is missed.
 
-    python benchmarks/first_contact.py [--pairs 5]
+    python -m benchmarks.first_contact [--pairs 5]
 """
 
 from __future__ import annotations
@@ -29,8 +29,13 @@ _TTFT = re.compile(r"TTFT ([\d.]+) (ms|s) \(predicted ([\d.]+) (ms|s)")
 
 def run_once(env: dict[str, str]) -> tuple[float, str]:
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "ondevice.cli.main", "run", PROMPT, "-n", "32"], env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "ondevice.cli.main", "run", PROMPT, "-n", "32"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return time.perf_counter() - t0, out.stderr.strip().splitlines()[-1]
 
 
@@ -53,8 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     added, decode_err, ttft_err = [], [], []
     for i in range(args.pairs):
         with tempfile.TemporaryDirectory(prefix="ondevice-fc-") as root:
-            env = dict(os.environ, ONDEVICE_CACHE_DIR=f"{root}/cache", ONDEVICE_CONFIG_DIR=f"{root}/config",
-                       ONDEVICE_DATA_DIR=f"{root}/data")
+            env = dict(
+                os.environ,
+                ONDEVICE_CACHE_DIR=f"{root}/cache",
+                ONDEVICE_CONFIG_DIR=f"{root}/config",
+                ONDEVICE_DATA_DIR=f"{root}/data",
+            )
             (Path(root) / "cache").mkdir()
             os.symlink(models, Path(root) / "cache" / "models")  # the assembled default model, shared
             if i == 0:
@@ -68,11 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         d, t = errors(first_line)
         decode_err.append(d)
         ttft_err.append(t)
-        print(f"pair {i + 1}: first {first_s:.2f} s, next {next_s:.2f} s (+{first_s - next_s:.2f} s); "
-              f"its prediction: decode {100 * d:+.1f}%, TTFT {100 * t:+.1f}%", flush=True)
+        print(
+            f"pair {i + 1}: first {first_s:.2f} s, next {next_s:.2f} s (+{first_s - next_s:.2f} s); "
+            f"its prediction: decode {100 * d:+.1f}%, TTFT {100 * t:+.1f}%",
+            flush=True,
+        )
     med_added, med_d, med_t = statistics.median(added), statistics.median(decode_err), statistics.median(ttft_err)
-    print(f"first contact adds {med_added:.2f} s (median; at most {max(added):.2f} s); its prediction: decode "
-          f"{100 * med_d:+.1f}%, TTFT {100 * med_t:+.1f}% (medians)")
+    print(
+        f"first contact adds {med_added:.2f} s (median; at most {max(added):.2f} s); its prediction: decode "
+        f"{100 * med_d:+.1f}%, TTFT {100 * med_t:+.1f}% (medians)"
+    )
     ok = med_added <= BUDGET_S and abs(med_d) <= TOLERANCE and abs(med_t) <= TOLERANCE
     return 0 if ok else 1
 

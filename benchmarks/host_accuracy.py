@@ -22,13 +22,12 @@ by chance: taken one after the other (C's best of 5, then the probe's), their ra
    measured and not saved), timed whole, each round: done within 3 s every time. Its figure is
    shown beside C's best of as many passes taken just before it, not checked (see above).
 
-    python benchmarks/host_accuracy.py [--rounds 9] [--threads N] [--json out.json]
+    python -m benchmarks.host_accuracy [--rounds 9] [--threads N] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -37,6 +36,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.common import write_json
 
 C_READ = r"""
 #include <stdio.h>
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     missed = misses(report)
     print("\n".join(render(report) + ([f"target NOT met: {m}" for m in missed] or ["targets met"])))
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
+        write_json(args.json, report)
     return 1 if missed else 0
 
 

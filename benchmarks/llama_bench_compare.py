@@ -1,6 +1,6 @@
 """The engine against llama.cpp's own `llama-bench`, interleaved, at the same depth, threads and settings.
 
-    LLAMA_BENCH=/path/to/llama-bench python benchmarks/llama_bench_compare.py [--rounds 5]
+    LLAMA_BENCH=/path/to/llama-bench python -m benchmarks.llama_bench_compare [--rounds 5]
 
 Build llama-bench from the llama.cpp sources inside llama-cpp-python's sdist:
 
@@ -31,6 +31,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.common import add_model_arg, add_threads_arg, print_json
 
 DEC_TARGET = 0.98
 
@@ -79,12 +81,12 @@ def engine_decode_tok_s(eng, ids: list[int], n_gen: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None, help="registry name or GGUF path (default: the default model)")
+    add_model_arg(ap)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--prompt-tokens", type=int, default=256, help="prefill test, tokens (llama-bench -p)")
     ap.add_argument("--gen-tokens", type=int, default=64, help="decode test, tokens (llama-bench -n)")
     ap.add_argument("--depth", type=int, default=256, help="context before the decode test, tokens (llama-bench -d)")
-    ap.add_argument("--threads", type=int, default=None)
+    add_threads_arg(ap)
     ap.add_argument("--buffers", choices=("none", "all"), default="none")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     ok = summary["median_decode_ratio"] >= DEC_TARGET
     if args.json:
-        print(json.dumps({"summary": summary, "rounds": rows}, indent=2))
+        print_json({"summary": summary, "rounds": rows})
     else:
         print(
             f"engine vs llama-bench: {summary['model']}, {summary['threads']} threads, flash attention on, "

@@ -1,10 +1,10 @@
 """The memory verdict's error: predicted total against what a process holds after load and after
 a full context.
 
-    python benchmarks/memory_accuracy.py                 # the default model + synthetic ones, 50 MB to ~3 GB
-    python benchmarks/memory_accuracy.py --quick         # the 50 MB model at 512 tokens, f16 and q8_0
-    python benchmarks/memory_accuracy.py --replay FILE [--solve] [--record FILE]   # recorded rows, predicted again
-    python benchmarks/memory_accuracy.py --record benchmarks/data/memory_accuracy/NAME.json
+    python -m benchmarks.memory_accuracy                 # the default model + synthetic ones, 50 MB to ~3 GB
+    python -m benchmarks.memory_accuracy --quick         # the 50 MB model at 512 tokens, f16 and q8_0
+    python -m benchmarks.memory_accuracy --replay FILE [--solve] [--record FILE]   # recorded rows, predicted again
+    python -m benchmarks.memory_accuracy --record benchmarks/data/memory_accuracy/NAME.json
 
 Each (model, context, KV type) loads in a fresh child process: its RSS (or, on a GPU build, the
 device's used memory, from ggml's own device query) is read before the load, after it, and after
@@ -199,7 +199,11 @@ def run_jobs(models: dict[str, Path], contexts, kvs, progress=print) -> list[dic
             for kv in kvs:
                 job = dict(path=str(path), n_ctx=n_ctx, kv=kv)
                 done = subprocess.run(
-                    [sys.executable, __file__, "--child", json.dumps(job)], capture_output=True, text=True, timeout=1800
+                    [sys.executable, "-m", "benchmarks.memory_accuracy", "--child", json.dumps(job)],
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                    cwd=Path(__file__).resolve().parents[1],
                 )
                 if done.returncode != 0:
                     rows.append(dict(model=name, n_ctx=n_ctx, kv=kv, error=done.stderr.strip()[-400:]))

@@ -17,24 +17,24 @@ next OUTPUT tokens. The error of a row is the median over rounds of predicted / 
 meets the target when its decode is within +-10% and its TTFT within +-15%; the script exits 1 when fewer than
 90% of the rows do.
 
-    python benchmarks/prediction_accuracy.py [--rounds 3] [--models all|default,ladder,chat,shapes] [--json out.json]
+    python -m benchmarks.prediction_accuracy [--rounds 3] [--models all|default,ladder,chat,shapes] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from benchmarks.common import HF_CONFIGS, cpu_name, write_json
+
 DECODE_TOLERANCE, TTFT_TOLERANCE, ROWS_NEEDED = 0.10, 0.15, 0.90
 PROMPTS = (128, 1024, 4096)
 OUTPUT = 32
 LADDER = ("Q4_0", "Q4_1", "Q5_K_M", "Q6_K", "Q8_0", "F16", "IQ4_XS")
-CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs"
+CONFIGS = HF_CONFIGS
 # (config file, file type, blocks kept of the model's: None = all)
 SHAPES = (
     ("qwen2.5-0.5b.json", "Q8_0", None),
@@ -48,24 +48,15 @@ SHAPES = (
 LONG_PROMPT_BYTES = 2 << 30  # a model larger than this is measured at the shorter prompts only (minutes each)
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def say(msg: str) -> None:
     print(f"  {msg}", file=sys.stderr, flush=True)
 
 
 def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
     """(label, GGUF path) of every model measured, built in work/ (kept there between runs)."""
-    from ondevice.models.materialize import resolve_model
     from ondevice.quant.quantize import quantize
+
+    from ondevice.models.materialize import resolve_model
 
     default = resolve_model(None)
     out = [("gemma3-270m Q4_K_M", default)] if "default" in which else []
@@ -104,10 +95,11 @@ def shape_model(config: str, qtype: str, keep: int | None, work: Path) -> tuple[
 
 def predicted(path: Path, cache: Path):
     """The predictor a user of this header gets: its twin timed now (the full plan, nothing cached)."""
+    from ondevice.quant.twin import read_header
+
     from ondevice.gguf.spec import inspect
     from ondevice.probing import timing_for_header
     from ondevice.probing.twins import twin_blocks
-    from ondevice.quant.twin import read_header
     from ondevice.roofline import Calibration, TimedPredictor
 
     spec = inspect(path)
@@ -126,8 +118,9 @@ def measured(path: Path, prompts: tuple[int, ...], salt: int) -> tuple[dict[int,
         engine.generate(probe_ids(engine.n_vocab, 8, salt), max_tokens=2, ignore_eos=True, reuse_prefix=False)
         out = {}
         for p in prompts:
-            g = engine.generate(probe_ids(engine.n_vocab, p, salt + p), max_tokens=OUTPUT, ignore_eos=True,
-                                reuse_prefix=False, seed=0)
+            g = engine.generate(
+                probe_ids(engine.n_vocab, p, salt + p), max_tokens=OUTPUT, ignore_eos=True, reuse_prefix=False, seed=0
+            )
             out[p] = (g.timings.ttft_s, g.timings.tpot_s)
         return out, min(engine.info.n_batch, engine.info.n_ubatch)
     finally:
@@ -156,11 +149,15 @@ def run(models: list[tuple[str, Path]], rounds: int, work: Path, keep=None) -> l
             for p in prompts:
                 ttft, tpot = meas[p]
                 row = rows.setdefault((label, p), {"model": label, "prompt": p, "twin": how, "rounds": []})
-                row["rounds"].append({
-                    "ttft_s": ttft, "tpot_s": tpot, "timing_s": timing_s,
-                    "predicted_ttft_s": pred.ttft_s(p, 0, chunk),
-                    "predicted_tpot_s": pred.decode_s(p, OUTPUT) / (OUTPUT - 1),
-                })
+                row["rounds"].append(
+                    {
+                        "ttft_s": ttft,
+                        "tpot_s": tpot,
+                        "timing_s": timing_s,
+                        "predicted_ttft_s": pred.ttft_s(p, 0, chunk),
+                        "predicted_tpot_s": pred.decode_s(p, OUTPUT) / (OUTPUT - 1),
+                    }
+                )
             if keep:
                 keep(_with_errors(rows))
     return _with_errors(rows)
@@ -179,11 +176,15 @@ def report(rows: list[dict]) -> str:
     lines = [f"{'model':<34} {'P':>5}  {'decode err':>10}  {'TTFT err':>9}  twin", "-" * 80]
     for row in rows:
         mark = "" if row["meets"] else "   MISS"
-        lines.append(f"{row['model']:<34} {row['prompt']:>5}  {100 * row['decode_error']:>+9.1f}%  "
-                     f"{100 * row['ttft_error']:>+8.1f}%  {row['twin']}{mark}")
+        lines.append(
+            f"{row['model']:<34} {row['prompt']:>5}  {100 * row['decode_error']:>+9.1f}%  "
+            f"{100 * row['ttft_error']:>+8.1f}%  {row['twin']}{mark}"
+        )
     met = sum(r["meets"] for r in rows)
-    lines.append(f"{met}/{len(rows)} rows within decode +-{100 * DECODE_TOLERANCE:.0f}% and TTFT "
-                 f"+-{100 * TTFT_TOLERANCE:.0f}% (decode error: predicted / measured decode tok/s - 1)")
+    lines.append(
+        f"{met}/{len(rows)} rows within decode +-{100 * DECODE_TOLERANCE:.0f}% and TTFT "
+        f"+-{100 * TTFT_TOLERANCE:.0f}% (decode error: predicted / measured decode tok/s - 1)"
+    )
     return "\n".join(lines)
 
 
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def keep(rows: list[dict]) -> None:
         if args.json:
-            args.json.write_text(json.dumps({"cpu": cpu_name(), "rounds": args.rounds, "rows": rows}, indent=1))
+            write_json(args.json, {"cpu": cpu_name(), "rounds": args.rounds, "rows": rows})
 
     rows = run(models, args.rounds, args.work, keep)
     print(f"CPU: {cpu_name()}; {args.rounds} rounds; {time.time() - started:.0f} s")

@@ -13,7 +13,7 @@ the median over pairs of warm / cold prefill time is below 1 (the cold side comp
 the tokens or more), and every warm turn computed only the tokens not cached. Exit status 1
 when a check fails.
 
-    python benchmarks/prefix_reuse.py [--pairs 5] [--model REF] [--threads N]
+    python -m benchmarks.prefix_reuse [--pairs 5] [--model REF] [--threads N]
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+
+from benchmarks.common import add_model_arg, add_threads_arg
 
 TARGET = 1.0
 SYSTEM = (
@@ -59,9 +61,9 @@ def one_pair(engine, first: str, second: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None, help="registry name or GGUF path (default: the default model)")
+    add_model_arg(ap)
     ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None)
+    add_threads_arg(ap)
     args = ap.parse_args(argv)
     if args.pairs < 1:
         ap.error("--pairs must be at least 1")

@@ -23,7 +23,7 @@ Checks per side (exit 1 when one fails): grounded median >= 2.0x, open median >=
 predicted (k, acceptance) within 15% of measured per set; exact: every output token for token
 the plain one.
 
-    python benchmarks/speculative.py [--repeats 2] [--max-tokens 96] [--model REF] [--threads N] [--modes exact,fast]
+    python -m benchmarks.speculative [--repeats 2] [--max-tokens 96] [--model REF] [--threads N] [--modes exact,fast]
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.common import add_model_arg
 
 PROMPTS = Path(__file__).resolve().parent / "data" / "speculative_prompts.json"
 GROUNDED_MIN, OPEN_MIN, PREDICTION_TOL = 2.0, 0.95, 0.15
@@ -148,7 +150,7 @@ def report_set(name: str, rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=None, help="registry name or GGUF path (default: the default model)")
+    add_model_arg(ap)
     ap.add_argument("--repeats", type=int, default=2, help="interleaved plain/lookup pairs per prompt")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=None)

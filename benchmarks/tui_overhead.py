@@ -1,7 +1,7 @@
 """Does the TUI slow decoding? Decode tok/s of a 256-token answer streamed by the chat app
 (headless, App.run_test) against Engine.stream alone, interleaved A B A B ... A on one engine.
 
-    python benchmarks/tui_overhead.py [--pairs 11] [--tokens 256] [--model REF] [--json]
+    python -m benchmarks.tui_overhead [--pairs 11] [--tokens 256] [--model REF] [--json]
 
 A: Engine.stream(prompt ids) with the very token ids the chat renders for the message,
    KV cache cleared, consumed in a bare loop in a worker thread (the TUI decodes in one).
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import sys
@@ -32,6 +31,7 @@ from ondevice.tui.app import ChatApp
 from ondevice.tui.session import ChatSettings
 
 import ondevice
+from benchmarks.common import add_threads_arg, print_json
 from ondevice.engine.chat import ChatTemplate
 
 MESSAGE = "Write a long, detailed story about a lighthouse keeper and a storm."
@@ -181,7 +181,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=11)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--model", default=None, help="model ref (default: the built-in model)")
-    ap.add_argument("--threads", type=int, default=None)
+    add_threads_arg(ap)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -202,7 +202,7 @@ def main() -> int:
 
     summary = summarize_runs(engine, args, pairs, engine_runs)
     if args.json:
-        json.dump(summary, sys.stdout, indent=2)
+        print_json(summary)
         print()
     else:
         render(summary, args)

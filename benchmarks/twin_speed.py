@@ -14,14 +14,12 @@ fast as the file it copies (the premise of timing twins: kernel speed does not d
    over rounds of the twin/model ratios. Exit 1 when the median ITL ratio is off by more than
    --tolerance (default 3%).
 
-    python benchmarks/twin_speed.py [--rounds 6] [--tokens 64] [--threads 1] [--out DIR]
+    python -m benchmarks.twin_speed [--rounds 6] [--tokens 64] [--threads 1] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -29,17 +27,9 @@ import time
 from pathlib import Path
 from time import process_time_ns
 
-CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs"
+from benchmarks.common import HF_CONFIGS, cpu_description, paired_order
 
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+CONFIGS = HF_CONFIGS
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:
@@ -89,9 +79,8 @@ def decode_check(twin_dir: Path, rounds: int, tokens: int, threads: int) -> floa
     prompt = list(range(1000, 1032))
     itl: dict[str, list[float]] = {k: [] for k in engines}
     cpu: dict[str, list[float]] = {k: [] for k in engines}
-    order = ["model", "twin"]
     for r in range(rounds + 1):  # round 0 warms both up and is not counted
-        for side in order if r % 2 == 0 else order[::-1]:
+        for side in paired_order(r, ("model", "twin")):
             c0 = process_time_ns()
             g = engines[side].generate(prompt, max_tokens=tokens, temperature=0, ignore_eos=True, reuse_prefix=False)
             c1 = process_time_ns()
@@ -125,7 +114,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="folder for the twins (default: a temporary one)")
     ap.add_argument("--skip-writes", action="store_true")
     args = ap.parse_args()
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} logical CPUs; load average {os.getloadavg()[0]:.1f}")
+    print(cpu_description())
     with tempfile.TemporaryDirectory(dir=args.out) as folder:
         if not args.skip_writes:
             write_times(Path(folder), args.repeat)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,16 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import device_check
+
 ROOT = Path(__file__).parents[1]
 DEVICE = Path(__file__).parent / "data" / "device"
 
 
 @pytest.fixture(scope="module")
 def check():
-    spec = importlib.util.spec_from_file_location("device_check", ROOT / "benchmarks" / "device_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return device_check
 
 
 def test_one_cuda_architecture_from_nvidia_smi(check):
@@ -86,7 +84,8 @@ def test_cpu_mode_end_to_end(tmp_path, user_dirs):
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "device_check.py"),
+            "-m",
+            "benchmarks.device_check",
             "--cpu",
             "--out",
             str(out),
@@ -98,6 +97,7 @@ def test_cpu_mode_end_to_end(tmp_path, user_dirs):
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads((out / "device_check.json").read_text())

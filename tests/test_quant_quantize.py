@@ -262,16 +262,14 @@ def test_cli_info_tensors(wide, quantized, capsys):
 
 def test_interrupted_run_leaves_nothing_that_looks_like_a_model(wide, tmp_path):
     import threading
-    import time
 
     def interrupt(done: int, total: int) -> None:
         raise KeyboardInterrupt  # as Ctrl+C while llama.cpp is still writing
 
     with pytest.raises(KeyboardInterrupt):
         quantize(wide, tmp_path / "int.gguf", "Q8_0", progress=interrupt)
-    deadline = time.monotonic() + 60
-    while any(t.name == "llama-quantize" for t in threading.enumerate()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    for thread in [t for t in threading.enumerate() if t.name == "llama-quantize"]:
+        thread.join(60)  # the worker ends on its own once llama.cpp returns; join waits for exactly that
     assert list(tmp_path.iterdir()) == []
 
 
@@ -320,3 +318,9 @@ def test_stale_temp_files_in_the_destination_folder_are_removed(wide, tmp_path):
     foreign.write_bytes(b"x")
     quantize(wide, tmp_path / "q.gguf", "Q8_0")
     assert not stale.exists() and live.exists() and foreign.exists()
+
+
+def test_cli_progress_off_a_terminal_is_plain_lines(wide, tmp_path, capsys):
+    assert main(["quantize", str(wide), str(tmp_path / "p.gguf"), "--type", "Q8_0"]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("quantizing to Q8_0 [")]
+    assert lines and "\r" not in "".join(lines) and lines[-1].split()[4:6] == ["21/21", "100%"]

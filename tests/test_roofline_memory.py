@@ -137,12 +137,9 @@ RECORDED = Path(__file__).parents[1] / "benchmarks" / "data" / "memory_accuracy"
 
 
 def _bench_module():
-    import importlib.util
+    from benchmarks import memory_accuracy
 
-    spec = importlib.util.spec_from_file_location("memory_accuracy", RECORDED.parents[1] / "memory_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return memory_accuracy
 
 
 def test_recorded_rows_meet_the_targets_and_are_this_codes_prediction(default_model, tmp_path):

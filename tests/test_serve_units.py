@@ -261,15 +261,17 @@ def test_goodput_counts_failures_as_misses():
 
 def test_closed_and_open_loop_bounds():
     import threading
-    import time
 
     live, peak, lock = [0], [0], threading.Lock()
+    three_live = threading.Event()  # the first sends wait until three run at once, however slow threads start
 
     def send(i):
         with lock:
             live[0] += 1
             peak[0] = max(peak[0], live[0])
-        time.sleep(0.02)
+            if live[0] == 3:
+                three_live.set()
+        three_live.wait(30)
         with lock:
             live[0] -= 1
         return i

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ondevice.cli.output import ProgressLine, dump_json, terminal_width
+from ondevice.cli.progress import ProgressBar
 from ondevice.core.fmt import fold, human_bytes, millis, number, table
 
 __all__ = ["register", "render_ladder", "ladder_markdown"]
@@ -98,7 +99,7 @@ def run_quantize(args) -> int:
             "requantizing cannot bring back the quality it lost",
             file=sys.stderr,
         )
-    line = ProgressLine(not args.no_progress)
+    bar = ProgressBar(f"quantizing to {args.qtype.upper()}") if not args.no_progress else None
     t0 = time.perf_counter()
     try:
         out = quantize(
@@ -109,10 +110,11 @@ def run_quantize(args) -> int:
             allow_requantize=args.allow_requantize,
             force=args.force,
             pure=args.pure,
-            progress=lambda d, n: line(f"quantizing to {args.qtype.upper()}: tensor {d}/{n}"),
+            progress=bar,
         )
     finally:
-        line.done()
+        if bar is not None:
+            bar.close()
     elapsed = time.perf_counter() - t0
     s_in, s_out = inspect(src), inspect(out)
     if args.json:

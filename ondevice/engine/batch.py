@@ -12,9 +12,9 @@ computed exactly as its own single-sequence request computes it. Its greedy outp
 request's as long as the decode steps' kernels are too: on llama.cpp's CPU backend a step of 4 or
 more rows may take another code path (the repacked Q4_K GEMM) than a step of one, whose
 results differ in the last bits, so a near-tie between two tokens can go the other way
-(measured on the default model: identical up to B = 3 with repacked weights, up to B = 5 without).
+(benchmarks/README.md has the batch sizes where it did).
 
-Timing (README: What the numbers mean): every token is stamped with perf_counter_ns() when it is
+Timing (docs/metrics.md): every token is stamped with perf_counter_ns() when it is
 sampled; each sequence gets its own Generation, whose TTFT includes the shared prefill up to
 its first token. A decode step lasts from the start of its llama_decode to its last sample.
 """

@@ -3,9 +3,8 @@ decoding them one at a time gives, bit for bit (speculative decoding's verify st
 its output to be plain decoding's).
 
 Not every kernel is batch-invariant: llama.cpp's CPU_REPACK matrix product runs batches of 4+
-rows through a 4-row GEMM and smaller ones through a GEMV that rounds differently (seen on an
-x86 VM: logits up to 0.86 apart at 4 tokens, identical at 2 and 3); other paths change at 8
-tokens. So it is measured, on a context of its own with the engine's settings: a short text
+rows through a 4-row GEMM and smaller ones through a GEMV that rounds differently (figures in
+benchmarks/README.md); other paths change at 8 tokens. So it is measured, on a context of its own with the engine's settings: a short text
 decoded token by token, then the same tokens in one batch of n, for n found by bisection.
 """
 

@@ -53,7 +53,7 @@ def cached_probe(backend: str | None = None, *, cache_root: Path | None = None):
     return cache.load_cached(backend or default_backend(), root=cache_root)
 
 
-# Two probes at once measure each other (host read fell from 29 to 15 GB/s): one probe at a time per cache
+# Two probes at once measure each other (each reads at about half the bandwidth): one probe at a time per cache
 # dir, the next waits, for up to this long.
 LOCK_TIMEOUT_S = 900.0
 WAITING = "another probe is running"  # how the line that says a probe waits for another begins

@@ -10,7 +10,7 @@ The Predictor here is what stands in where nothing was timed: the bound itself (
 or the estimate for a machine you do not have (source "estimate": each weight type read at the
 bandwidth times an efficiency fitted on published llama.cpp runs, plus a fixed cost per token).
 Prefill is then the larger of one read of the weights and the chunk's FLOPs at the given compute.
-On this machine the prediction comes from timing the model's shape instead (timing.py).
+On this machine the prediction comes from timing the model's shape instead (timing.py). docs/prediction.md explains both.
 """
 
 from __future__ import annotations

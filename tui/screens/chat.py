@@ -263,7 +263,7 @@ class ChatScreen(Screen):
         self._arm_tick(TICK_S)
         if no_spare_core(threads, cores):
             # The request starts once the new messages are on screen: laying them out and
-            # painting them takes the UI thread 100-300 ms on a small machine, which would
+            # painting them takes the UI thread a noticeable part of a second on a small machine, which would
             # otherwise take a core from prefill, slow it, and count in this message's TTFT.
             self.call_after_refresh(self._begin, turn)
         else:  # a core is left for the UI: painting and prefill run side by side

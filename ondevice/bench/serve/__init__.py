@@ -1,7 +1,7 @@
-"""`ondevice bench --url`: the bench's metrics against OpenAI-compatible servers (issue 17).
+"""`ondevice bench --url`: the bench's metrics against OpenAI-compatible servers.
 
 The product does not serve; it measures servers (llama-server, vLLM, Ollama, LM Studio,
-llama-cpp-python's) with the definitions of DESIGN.md section 4, seen from the client.
+llama-cpp-python's) with the metric definitions of docs/metrics.md, seen from the client.
 
 Modules: sse (events -> chunk deltas), client (one streamed request, timestamped chunks),
 measure (a stream -> a RunRecord: token counts, ITL conventions, first visible token),

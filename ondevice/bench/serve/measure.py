@@ -1,4 +1,4 @@
-"""A server request's stream -> a RunRecord with DESIGN.md section 4's timings, seen from the client.
+"""A server request's stream -> a RunRecord with docs/metrics.md's timings, seen from the client.
 
 - Start: the client sends the request. TTFT: the first chunk carrying output text (reasoning
   text included: it is output). E2E: the last such chunk. Time to first *visible* token: the

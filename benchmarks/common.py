@@ -1,0 +1,82 @@
+"""What the benchmark scripts share: their common flags, the alternating A/B order, JSON output, the CPU's name."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ROOT",
+    "HF_CONFIGS",
+    "add_model_arg",
+    "add_threads_arg",
+    "add_pairs_arg",
+    "paired_order",
+    "cpu_name",
+    "cpu_description",
+    "print_json",
+    "write_json",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+HF_CONFIGS = ROOT / "tests" / "data" / "hf_configs"
+
+
+def add_model_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--model", default=None, help="registry name or GGUF path (default: the default model)")
+
+
+def add_threads_arg(ap: argparse.ArgumentParser, default: int | None = None) -> None:
+    ap.add_argument("--threads", type=int, default=default, help="CPU threads (default: the engine's choice)")
+
+
+def add_pairs_arg(ap: argparse.ArgumentParser, default: int, help: str = "A/B pairs, order alternating") -> None:
+    ap.add_argument("--pairs", type=int, default=default, help=help)
+
+
+def paired_order(round_index: int, sides: tuple[str, str]) -> tuple[str, str]:
+    """The two sides in the order round `round_index` runs them: swapped every other round, so neither side
+    always runs first (warm caches, turbo clocks) and a drift of the machine falls on both alike."""
+    return sides if round_index % 2 == 0 else (sides[1], sides[0])
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_description() -> str:
+    """One line for a report's head: the CPU, its logical CPU count and the load average when it started."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"CPU: {cpu_name()}, {os.cpu_count()} logical CPUs; load average {load:.1f}"
+
+
+def print_json(doc: Any) -> None:
+    json.dump(doc, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """Write `doc` to `path` whole or not at all (a temp file beside it, then os.replace)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,74 @@
+"""One progress display for every long command: a self-overwriting bar with the fraction done and an
+estimate of the time left on a terminal, plain lines (one per tenth of the work) when the stream is not one.
+
+The library reports progress through callbacks (done, total); the CLI turns them into this display."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+__all__ = ["ProgressBar", "eta_text"]
+
+BAR_CELLS = 20
+PLAIN_STEPS = 10  # plain lines: one each time another tenth of the work is done
+
+
+def eta_text(seconds: float | None) -> str:
+    """'ETA 1:05' (minutes:seconds), 'ETA 1:02:05' past an hour, 'ETA --' when not known yet."""
+    if seconds is None:
+        return "ETA --"
+    whole = max(0, round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes}:{secs:02d}"
+
+
+class ProgressBar:
+    """Call with (done, total) as work advances; close() when it ends. The time left is the elapsed time
+    scaled by the share still to do (clock: seconds, injectable for tests)."""
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        terminal: bool | None = None,
+    ):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock
+        self.terminal = self.stream.isatty() if terminal is None else terminal
+        self.started_s = clock()
+        self._plain_step = -1
+        self._shown = False
+
+    def text(self, done: int, total: int) -> str:
+        share = min(1.0, done / total) if total > 0 else 0.0
+        filled = round(share * BAR_CELLS)
+        elapsed_s = self.clock() - self.started_s
+        left_s = elapsed_s * (1 - share) / share if share > 0 else None
+        bar = "#" * filled + "-" * (BAR_CELLS - filled)
+        return f"{self.label} [{bar}] {done}/{total} {share:4.0%} {eta_text(left_s)}"
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.terminal:
+            self.stream.write("\r\033[K" + self.text(done, total))
+            self._shown = True
+        else:
+            step = int(PLAIN_STEPS * done / total) if total > 0 else 0
+            if step <= self._plain_step:
+                return
+            self._plain_step = step
+            self.stream.write(self.text(done, total) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Clear the bar from the terminal (plain lines stay)."""
+        if self._shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self._shown = False

@@ -1,0 +1,65 @@
+"""benchmarks/common.py: the helpers every benchmark script shares."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import common
+
+
+def test_paired_order_swaps_every_other_round():
+    orders = [common.paired_order(r, ("a", "b")) for r in range(4)]
+    assert orders == [("a", "b"), ("b", "a"), ("a", "b"), ("b", "a")]
+
+
+def test_shared_flags_parse():
+    ap = argparse.ArgumentParser()
+    common.add_model_arg(ap)
+    common.add_threads_arg(ap)
+    common.add_pairs_arg(ap, default=7)
+    assert vars(ap.parse_args([])) == {"model": None, "threads": None, "pairs": 7}
+    assert vars(ap.parse_args(["--model", "m.gguf", "--threads", "2", "--pairs", "3"])) == {
+        "model": "m.gguf",
+        "threads": 2,
+        "pairs": 3,
+    }
+
+
+def test_write_json_leaves_the_old_file_when_the_doc_cannot_be_written(tmp_path):
+    path = tmp_path / "run.json"
+    common.write_json(path, {"rows": [1, 2]})
+    assert json.loads(path.read_text()) == {"rows": [1, 2]}
+    with pytest.raises(ValueError):
+        common.write_json(path, {"loop": float("nan"), "bad": object.__new__(Circular)})
+    assert json.loads(path.read_text()) == {"rows": [1, 2]}
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+class Circular:
+    """An object whose str() refuses, so json.dump fails halfway through writing."""
+
+    def __str__(self) -> str:
+        raise ValueError("cannot be written")
+
+
+def test_cpu_description_names_the_cpu_and_its_count():
+    line = common.cpu_description()
+    assert line.startswith(f"CPU: {common.cpu_name()}, ") and "logical CPUs" in line
+
+
+def test_config_path_is_the_tests_copy():
+    assert (common.HF_CONFIGS / "llama-3.1-8b.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["estimate_accuracy", "twin_speed", "bench_overhead"])
+def test_scripts_run_as_modules(name):
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", "--help"], capture_output=True, text=True, cwd=common.ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
