@@ -56,7 +56,9 @@ def run(args) -> int:
             ["name", "quant", "size", "present", "source"],
             [
                 [
-                    printable(r["name"]) + (" (default)" if r["default"] else "") + (" (chat)" if r["chat_default"] else ""),  # registry text
+                    printable(r["name"])
+                    + (" (default)" if r["default"] else "")
+                    + (" (chat)" if r["chat_default"] else ""),  # registry text
                     printable(r["quant"]),
                     human_bytes(r["size_bytes"]) if r["size_bytes"] else "?",
                     "yes" if r["present"] else "no",
