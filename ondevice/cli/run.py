@@ -254,11 +254,15 @@ def speculative_kwargs(args) -> dict:
 
 
 def speculative_text(s, committed_tok_s: float | None) -> str:
-    """ "speculative lookup: acceptance 81% (52/64 drafted), 2.6 accepted/step, k 2 (cap 2), committed 31.0 tok/s, predicted 1.9x"."""
+    """The speculative line: "speculative lookup: acceptance 81% (52/64 drafted), 2.6 accepted/step, k 2 (cap 2),
+    committed 31.0 tok/s, predicted 1.9x"."""
     if s.acceptance_rate is None:
         acc = "nothing drafted"
     else:
-        acc = f"acceptance {100 * s.acceptance_rate:.0f}% ({s.accepted}/{s.drafted} drafted), {s.mean_accepted_per_step:.1f} accepted/step"
+        acc = (
+            f"acceptance {100 * s.acceptance_rate:.0f}% ({s.accepted}/{s.drafted} drafted), "
+            f"{s.mean_accepted_per_step:.1f} accepted/step"
+        )
     pred = f", predicted {s.predicted_speedup:.2f}x plain" if s.predicted_speedup else ""
     if s.speedup_at_acceptance:
         pred += f" ({s.speedup_at_acceptance:.2f}x at the acceptance measured)"

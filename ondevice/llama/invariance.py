@@ -4,8 +4,9 @@ its output to be plain decoding's).
 
 Not every kernel is batch-invariant: llama.cpp's CPU_REPACK matrix product runs batches of 4+
 rows through a 4-row GEMM and smaller ones through a GEMV that rounds differently (figures in
-benchmarks/README.md); other paths change at 8 tokens. So it is measured, on a context of its own with the engine's settings: a short text
-decoded token by token, then the same tokens in one batch of n, for n found by bisection.
+benchmarks/README.md); other paths change at 8 tokens. So it is measured, on a context of its own with the
+engine's settings: a short text decoded token by token, then the same tokens in one batch of n, for n found by
+bisection.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ The Predictor here is what stands in where nothing was timed: the bound itself (
 or the estimate for a machine you do not have (source "estimate": each weight type read at the
 bandwidth times an efficiency fitted on published llama.cpp runs, plus a fixed cost per token).
 Prefill is then the larger of one read of the weights and the chunk's FLOPs at the given compute.
-On this machine the prediction comes from timing the model's shape instead (timing.py). docs/prediction.md explains both.
+On this machine the prediction comes from timing the model's shape instead (timing.py). docs/prediction.md
+explains both.
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ class Predictor:
         return self.prefill_s(int(n_prompt) - cached, cached, n_batch)
 
     def decode_s(self, n_prompt: int, n_output: int) -> float:
-        """Predicted seconds of the decode steps after the first token: contexts n_prompt + 1 .. n_prompt + n_output - 1."""
+        """Predicted seconds of the decode steps after the first token (contexts n_prompt + 1 to
+        n_prompt + n_output - 1)."""
         return sum(self.step_s(int(n_prompt) + i)[1] for i in range(1, max(0, int(n_output))))
 
     def e2e_s(self, n_prompt: int, n_output: int, n_cached: int = 0, n_batch: int = 512) -> float:
