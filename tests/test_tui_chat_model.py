@@ -51,3 +51,14 @@ def test_the_chat_model_repeats_a_greedy_request_with_prefix_reuse():
         cold = eng.generate(prompt, max_tokens=32, temperature=0, ignore_eos=True, reuse_prefix=False)
         assert again.cached_prompt_tokens == again.prompt_tokens
         assert again.text == first.text == cold.text
+
+
+def test_the_built_in_chat_model_gets_an_assistant_system_prompt_unless_told_otherwise():
+    from ondevice.cli.chat import CHAT_MODEL_SYSTEM, system_prompt
+    from ondevice.cli.main import build_parser
+
+    parse = build_parser().parse_args
+    assert system_prompt(parse(["chat"])) == CHAT_MODEL_SYSTEM
+    assert system_prompt(parse(["chat", "--system", ""])) == ""
+    assert system_prompt(parse(["chat", "--system", "Be terse."])) == "Be terse."
+    assert system_prompt(parse(["chat", "some.gguf"])) is None  # another model: its own template's default

@@ -34,7 +34,11 @@ def register(sub) -> None:
     p.add_argument(
         "model", nargs="?", help="registry name or .gguf path (default: the registry's chat model, an instruct model)"
     )
-    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument(
+        "--system",
+        default=None,
+        help=f'system prompt (default: none; with the built-in chat model, "{CHAT_MODEL_SYSTEM}"; "" for none)',
+    )
     p.add_argument(
         "-t",
         "--temperature",
@@ -85,11 +89,25 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+# The built-in chat model (135M parameters) answers a question under a plain assistant system prompt; under its
+# template's own default it tends to list things about the subject instead.
+CHAT_MODEL_SYSTEM = "You are a helpful assistant."
+
+
+def system_prompt(args) -> str | None:
+    """--system as given; without it, the built-in chat model gets CHAT_MODEL_SYSTEM (another model: none)."""
+    if args.system is not None or args.model is not None:
+        return args.system
+    return CHAT_MODEL_SYSTEM
+
+
 def run(args) -> int:
     from ondevice.tui.session import ChatSettings
     from ondevice.tui.store import HistoryStore
 
-    settings = ChatSettings(args.system, args.temperature, args.top_p, args.max_tokens, args.speculative).validated()
+    settings = ChatSettings(
+        system_prompt(args), args.temperature, args.top_p, args.max_tokens, args.speculative
+    ).validated()
     from ondevice.engine.loader import resolve_n_ctx
 
     if args.n_ctx is not None:

@@ -71,7 +71,8 @@ def run(args) -> int:
             full="--json",
         )
     )
-    print("(default): run, bench, predict — a base model continues raw text; (chat): `ondevice chat` — answers")
+    print("(default): run, bench, predict — a base model continues raw text")
+    print("(chat): `ondevice chat` — an instruct model answers")
     return 0
 
 

@@ -68,6 +68,7 @@ class ChatArgs(SamplingArgs, total=False):
     speculative: str | None
     draft: str | Path | None
     spec_k: int | None
+    exact: bool | None
 
 
 class ChatTemplate:

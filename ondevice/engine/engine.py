@@ -105,6 +105,7 @@ class StreamArgs(SamplingArgs, total=False):
     speculative: str | None
     draft: str | Path | None
     spec_k: int | None
+    exact: bool | None
 
 
 class Engine:
