@@ -80,6 +80,10 @@ def u32(key: str, value: int) -> bytes:
     return kv(key.format(arch="llama"), VT.UINT32, scalar(VT.UINT32, value))
 
 
+def f32(key: str, value: float) -> bytes:
+    return kv(key.format(arch="llama"), VT.FLOAT32, scalar(VT.FLOAT32, value))
+
+
 def with_tokens(tokens: list[str]) -> bytes:
     return kv("tokenizer.ggml.tokens", VT.ARRAY, array(VT.STRING, [string(t) for t in tokens]))
 
@@ -102,6 +106,21 @@ ASSERTED = {
     "two equal tokens": [with_tokens(_TOKENS[:300] + [_TOKENS[299]] + _TOKENS[301:])],
     "tokens equal up to a NUL": [with_tokens(_TOKENS[:300] + [_TOKENS[299] + "\x00x"] + _TOKENS[301:])],
     "empty token named like its stand-in": [with_tokens(_TOKENS[:300] + ["", "[EMPTY_300]"] + _TOKENS[302:])],
+    "RMS norm epsilon NaN": [f32(Keys.Attention.LAYERNORM_RMS_EPS, float("nan"))],
+    "RMS norm epsilon negative": [f32(Keys.Attention.LAYERNORM_RMS_EPS, -1e-5)],
+    "norm epsilon negative": [f32(Keys.Attention.LAYERNORM_EPS, -1.0)],
+    "tokenizer model none with tokens": [kv(Keys.Tokenizer.MODEL, VT.STRING, string("none"))],
+    "every token empty": [with_tokens([""] * len(_TOKENS))],
+    "a token not UTF-8": [
+        kv(
+            "tokenizer.ggml.tokens",
+            VT.ARRAY,
+            array(
+                VT.STRING,
+                [string(t) for t in _TOKENS[:300]] + [string(b"\xff\xfe")] + [string(t) for t in _TOKENS[301:]],
+            ),
+        )
+    ],
 }
 
 

@@ -82,6 +82,21 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
             raise GGUFFormatError(f"{where}: {name} token id {token} is outside the vocabulary of {spec.n_vocab}")
 
 
+def _check_token_text(g: GGUFFile, tokens: list[str], where: str) -> None:
+    """What llama.cpp's vocabulary loader aborts on rather than refuses: a tokenizer model of "none" with a token
+    list, a list of nothing but empty strings, and token text that is not UTF-8 (the reader keeps invalid bytes
+    as lone surrogates)."""
+    if g.get(Keys.Tokenizer.MODEL) == "none" and tokens:
+        raise GGUFFormatError(f"{where}: tokenizer model 'none' with a vocabulary of {len(tokens)} tokens")
+    if tokens and not any(tokens):
+        raise GGUFFormatError(f"{where}: every one of the {len(tokens)} token strings is empty")
+    for i, token in enumerate(tokens):
+        try:
+            token.encode("utf-8")
+        except UnicodeEncodeError:
+            raise GGUFFormatError(f"{where}: token {i} is not valid UTF-8") from None
+
+
 def _check_vocab(g: GGUFFile, where: str) -> None:
     """Token strings must be unique as llama.cpp reads them (it asserts it) and the per-token arrays agree in length."""
     tokens_ref = g.get(Keys.Tokenizer.LIST)
@@ -93,6 +108,7 @@ def _check_vocab(g: GGUFFile, where: str) -> None:
         tokens = tokens_ref
     else:
         raise GGUFFormatError(f"{where}: {Keys.Tokenizer.LIST} is not an array of strings")
+    _check_token_text(g, tokens, where)
     for key in (Keys.Tokenizer.SCORES, Keys.Tokenizer.TOKEN_TYPE):
         arr = g.get(key)
         if arr is not None and (not isinstance(arr, (ArrayRef, list)) or len(arr) != len(tokens)):

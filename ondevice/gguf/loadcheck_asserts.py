@@ -89,6 +89,10 @@ def check_hparams(g: GGUFFile, arch: str, where: str) -> None:
         raise GGUFFormatError(f"{where}: {experts}: groups must divide the experts, and some but not all be used")
     if not n_expert and (used or groups):
         raise GGUFFormatError(f"{where}: {experts}: expert settings on a model without experts")
+    for key in (Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS):
+        eps = g.get(key.format(arch=arch))
+        if isinstance(eps, (int, float)) and not eps >= 0:  # GGML_ASSERT(eps >= 0.0f) in the norm; NaN fails it too
+            raise GGUFFormatError(f"{where}: {key.format(arch=arch)} is {eps}; a norm's epsilon must be 0 or more")
     rope = g.get(Keys.Rope.SCALING_TYPE.format(arch=arch))
     if isinstance(rope, str) and rope not in ROPE_SCALING_TYPES:
         raise GGUFFormatError(
