@@ -329,3 +329,18 @@ def test_no_other_code_builds_model_params():
         if needle in path.read_text(errors="replace")
     ]
     assert offenders == []
+
+
+def test_ctrl_c_inside_llama_cpps_log_callback_reaches_the_main_thread():
+    """A KeyboardInterrupt raised in the ctypes log callback (a Ctrl-C landing while llama.cpp logs) is not
+    dropped by ctypes: it is raised again once the native call returns."""
+    from ondevice.llama.log import _log_state, log_listener, raise_pending_interrupt, route_llama_log
+
+    def interrupted(_text: str) -> None:
+        raise KeyboardInterrupt
+
+    route_llama_log()
+    with log_listener(interrupted), pytest.raises(KeyboardInterrupt):
+        _log_state["callback"](2, b"loading\n", None)  # through the C thunk, as llama.cpp calls it
+        raise_pending_interrupt()  # what the loader calls after each native call that logs
+    raise_pending_interrupt()  # raised once, not again

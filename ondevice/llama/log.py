@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["LOG_NAME", "route_llama_log", "log_listener"]
+__all__ = ["LOG_NAME", "route_llama_log", "log_listener", "raise_pending_interrupt"]
 
 LOG_NAME = "ondevice.llama_cpp"
 _log = logging.getLogger(LOG_NAME)
@@ -53,6 +54,27 @@ class log_listener:
 
 
 def _forward_log(level: int, text: bytes, _user: Any) -> None:
+    """The C callback. An exception cannot cross back into C: ctypes prints and drops it. So a Ctrl-C that lands
+    while llama.cpp is logging (it logs through a whole load) is kept: on the main thread it is raised by
+    raise_pending_interrupt once the native call returns; on another thread it is sent to the main one."""
+    try:
+        _forward(level, text)
+    except KeyboardInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            _log_state["interrupt"] = True
+        else:
+            _thread.interrupt_main()
+    except Exception:  # noqa: BLE001 - a listener's error must not end llama.cpp's call; logging says it
+        _log.exception("a llama.cpp log listener failed")
+
+
+def raise_pending_interrupt() -> None:
+    """Raise the KeyboardInterrupt that landed in the log callback during the native call just made, if one did."""
+    if _log_state.pop("interrupt", False):
+        raise KeyboardInterrupt
+
+
+def _forward(level: int, text: bytes) -> None:
     if level == 5:  # continuation: same level as the line it continues
         level = _log_state.get("last", 2)
     else:

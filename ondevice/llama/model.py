@@ -18,7 +18,7 @@ from typing import Any
 from ondevice.core.errors import ModelLoadError
 from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_buffer_types, repack_tensors
 from ondevice.llama.guard import Verdict, cpu_buffer_verdict
-from ondevice.llama.log import LOG_NAME, log_listener, route_llama_log
+from ondevice.llama.log import LOG_NAME, log_listener, raise_pending_interrupt, route_llama_log
 
 __all__ = [
     "LlamaHandle",
@@ -129,6 +129,7 @@ def load_model(
     overrides = place_weights(mparams, path, verdict, lib)
     with ErrorLines() as errors:
         model = lib.llama_model_load_from_file(str(path).encode(), mparams)  # reads the override patterns
+    _interrupted_after(model, lib.llama_model_free)
     if not model:
         raise ModelLoadError(f"{path}: llama.cpp could not load the model{errors.detail()}")
     return model, Placement(
@@ -214,6 +215,7 @@ def new_context(
 
     with ErrorLines() as errors, log_listener(on_log):
         ctx = lib.llama_init_from_model(model, cparams)
+    _interrupted_after(ctx, lib.llama_free)
     if not ctx:
         raise ModelLoadError(f"llama.cpp could not create a context of {n_ctx} tokens{errors.detail()}")
     fa_type = cparams.flash_attn_type
@@ -242,3 +244,13 @@ class ErrorLines(logging.Handler):
 
     def detail(self) -> str:
         return f": {self.lines[-1]}" if self.lines else ""
+
+
+def _interrupted_after(handle: Any, free: Any) -> None:
+    """A Ctrl-C that landed in llama.cpp's log callback during the call that made `handle`: free it, then raise."""
+    try:
+        raise_pending_interrupt()
+    except KeyboardInterrupt:
+        if handle:
+            free(handle)
+        raise
