@@ -64,3 +64,37 @@ def test_bad_input_is_one_line_and_exit_2(model, capsys, argv, needle):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ondevice: error:") and needle in lines[0]
     assert "Traceback" not in err and out == ""
+
+
+class _InterruptedAfter:
+    """An Engine.stream whose consumer gets Ctrl-C after `n` events (as a SIGINT mid-generation would)."""
+
+    def __init__(self, stream, n: int):
+        self._stream, self._n = stream, n
+
+    def __iter__(self):
+        for i, ev in enumerate(self._stream):
+            if i == self._n:
+                raise KeyboardInterrupt
+            yield ev
+
+    def close(self):
+        self._stream.close()
+
+    @property
+    def generation(self):
+        return self._stream.generation
+
+
+@pytest.mark.parametrize("after_events", [0, 3])
+def test_run_interrupted_mid_generation_says_so_and_exits_130(tiny_model, monkeypatch, capsys, after_events):
+    from ondevice.engine.engine import Engine
+
+    original = Engine.stream
+    monkeypatch.setattr(
+        Engine, "stream", lambda self, *a, **kw: _InterruptedAfter(original(self, *a, **kw), after_events)
+    )
+    code = main(["run", str(tiny_model), " of", "-t", "0", "-n", "16", "--ignore-eos", "-c", "256", "--no-predict"])
+    err = capsys.readouterr().err
+    assert code == 130, err
+    assert "interrupted" in err

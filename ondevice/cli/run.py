@@ -129,12 +129,14 @@ def run(args) -> int:
             ignore_eos=args.ignore_eos,
             **spec,
         )
+        interrupted = False
         try:
             for ev in stream:
                 if ev.text:
                     sys.stdout.write(ev.text)
                     sys.stdout.flush()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the text so far stays printed; its timings follow when there are any
+            interrupted = True
             stream.close()
         sys.stdout.write("\n")
         sys.stdout.flush()
@@ -147,10 +149,13 @@ def run(args) -> int:
             )
             if args.explain and g.attribution is not None:
                 print(explain_text(g), file=sys.stderr)
+        if interrupted or (g is not None and g.finish_reason == "cancelled"):
+            _say("interrupted: the text above is what was generated" + ("" if g else " (no timings: no token yet)"))
+            return 130
         if args.prompt_cache and g is not None:
             n_bytes = engine.save_state(args.prompt_cache)
             _say(f"prompt cache {args.prompt_cache}: saved {engine.kv_cache_tokens} tokens ({n_bytes} bytes)")
-        return 130 if g is not None and g.finish_reason == "cancelled" else 0
+        return 0
     finally:
         engine.close()
 
