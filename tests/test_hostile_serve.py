@@ -52,3 +52,72 @@ def test_a_bad_server_number_is_that_requests_labelled_failure(field, raw):
     with pytest.raises(StreamError) as e:
         parse_chunk(Event(0, "message", data))
     assert e.value.kind == "malformed" and field in str(e.value)
+
+
+def _endless_server(mode: str):
+    """A loopback server that answers and never ends: SSE chunks, SSE comments only, or a JSON body trickled a byte
+    at a time; the connection carries no length, so http.client reads until the server closes it."""
+    import socket
+    import threading
+
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer(conn):
+        with conn:
+            try:
+                conn.recv(65536)
+                if mode == "models":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+                piece = {"models": b" ", "ping": b": ping\n\n"}.get(mode, b'data: {"choices":[{"text":"x"}]}\n\n')
+                while not stop.wait(0.02):
+                    conn.sendall(piece)
+            except OSError:
+                pass
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener, stop
+
+
+@pytest.mark.parametrize("mode", ["chunks", "ping"])
+def test_a_stream_that_never_ends_stops_at_the_timeout(mode):
+    import time
+
+    from ondevice.bench.serve.client import Target, stream_request
+
+    listener, stop = _endless_server(mode)
+    try:
+        target = Target(url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1", timeout_s=0.5)
+        started = time.monotonic()
+        log = stream_request(target, {"prompt": "x", "max_tokens": 4})
+        assert log.status == "timeout", log.reason
+        assert "timeout after 0.5 s" in log.reason
+        assert time.monotonic() - started < 20  # a hang guard only: the deadline is what ended it
+    finally:
+        stop.set()
+        listener.close()
+
+
+def test_a_trickled_models_answer_stops_at_the_timeout():
+    from ondevice.bench.serve.client import Target, get_json
+
+    listener, stop = _endless_server("models")
+    try:
+        target = Target(url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
+        with pytest.raises(TimeoutError):
+            get_json(target, "/models", timeout_s=0.5)
+    finally:
+        stop.set()
+        listener.close()

@@ -119,15 +119,20 @@ def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
 def get_json(target: Target, path: str, timeout_s: float = 5.0) -> Any:
     """GET base_url + path (e.g. "/models") -> the JSON body; OSError/ValueError on failure."""
     conn = _connection(target, timeout_s)
+    deadline = _Deadline(conn, timeout_s)  # a server trickling its answer a byte at a time is cut off too
     try:
         h = {k: v for k, v in target.headers().items() if k != "Content-Type"}
         conn.request("GET", parse_base_url(target.url)[3] + path, headers=h)
+        deadline.hold(conn.sock)
         resp = conn.getresponse()
         body = resp.read(1 << 20)
+        if deadline.fired.is_set():
+            raise TimeoutError(f"no whole answer within {timeout_s:g} s")
         if resp.status >= 400:
             raise ValueError(f"HTTP {resp.status}")
         return json.loads(body)
     finally:
+        deadline.cancel()
         conn.close()
 
 
@@ -135,14 +140,13 @@ def stream_request(target: Target, body: dict[str, Any]) -> StreamLog:
     """POST body (stream: true is set) and read the SSE stream to its end. Never raises but for
     KeyboardInterrupt; ends by target.timeout_s whatever the server does."""
     conn = _connection(target, min(CONNECT_S, target.timeout_s))
-    fired = threading.Event()
-    watchdog = threading.Timer(target.timeout_s, _cut, (conn, fired))
-    watchdog.daemon = True
     log = StreamLog(start_ns=perf_counter_ns())
-    watchdog.start()
+    deadline = _Deadline(conn, target.timeout_s)
+    fired = deadline.fired
     try:
         payload = json.dumps(dict(body, stream=True)).encode()
         conn.request("POST", target.path, body=payload, headers=target.headers())
+        deadline.hold(conn.sock)
         if conn.sock is not None:
             conn.sock.settimeout(target.timeout_s)
         resp = conn.getresponse()
@@ -157,7 +161,7 @@ def stream_request(target: Target, body: dict[str, Any]) -> StreamLog:
     except (OSError, http.client.HTTPException) as exc:
         log.status, log.reason = "failed", f"{type(exc).__name__}: {exc}"
     finally:
-        watchdog.cancel()
+        deadline.cancel()
         conn.close()
         log.end_ns = perf_counter_ns()
     if fired.is_set() or log.status == "timeout":
@@ -167,15 +171,32 @@ def stream_request(target: Target, body: dict[str, Any]) -> StreamLog:
     return log
 
 
-def _cut(conn: http.client.HTTPConnection, fired: threading.Event) -> None:
-    """The deadline: shut the socket so a blocked read returns."""
-    fired.set()
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+class _Deadline:
+    """A whole request's deadline: when it passes, the socket is shut so a blocked read returns. The socket is held
+    from the moment the request is sent: http.client lets go of it (conn.sock = None) once a response that ends with
+    the connection has begun, while the response goes on reading from it."""
+
+    def __init__(self, conn: http.client.HTTPConnection, timeout_s: float):
+        self.fired = threading.Event()
+        self._conn, self._sock = conn, None
+        self._timer = threading.Timer(timeout_s, self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def hold(self, sock: socket.socket | None) -> None:
+        self._sock = sock
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _cut(self) -> None:
+        self.fired.set()
+        sock = self._sock or self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 def _read(resp: http.client.HTTPResponse, log: StreamLog) -> None:
