@@ -98,3 +98,20 @@ def test_run_interrupted_mid_generation_says_so_and_exits_130(tiny_model, monkey
     err = capsys.readouterr().err
     assert code == 130, err
     assert "interrupted" in err
+
+
+def test_sigterm_takes_ctrl_c_s_path_and_exits_143(tiny_model, monkeypatch, capsys):
+    import os
+    import signal
+
+    import ondevice.cli.run as run_cmd
+
+    def terminated_while_reading() -> str:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler main installed raises at the next bytecode
+        return "never reached"
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(run_cmd, "_read_stdin", terminated_while_reading)
+    assert main(["run", str(tiny_model), "-", "-c", "256", "--no-predict"]) == 143
+    assert "terminated" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) == before  # the process's own handler is back

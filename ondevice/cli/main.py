@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 
 from ondevice.core.errors import OndeviceError
 from ondevice.llama.log import LOG_NAME  # the logger llama.cpp's lines go to (no llama.cpp import)
@@ -26,6 +28,19 @@ _COMMAND_MODULES = (
 EXIT_BAD_INPUT = 2
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken down Ctrl-C's path: the work stops, what finished is kept and said, the exit is 143."""
+
+
+_terminated = threading.Event()  # a SIGTERM arrived during this command (a command may catch it and return 130)
+
+
+def _raise_terminated(_signum, _frame) -> None:
+    _terminated.set()
+    raise Terminated
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,14 +72,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     _configure_logging(getattr(logging, args.log_level))
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
+    _terminated.clear()
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        return EXIT_TERMINATED if code == EXIT_INTERRUPTED and _terminated.is_set() else code
     except OndeviceError as exc:
         print(f"ondevice: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("ondevice: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        terminated = _terminated.is_set()
+        print(f"ondevice: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
     except OSError as exc:  # a path the system refuses (name too long, permission denied): one line, not a traceback
@@ -72,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"ondevice: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _take_late_positionals(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> None:
