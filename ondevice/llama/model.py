@@ -45,11 +45,65 @@ def llama_lib() -> Any:
     return llama_cpp
 
 
+RENDER_MAX_CHARS = 4 << 20  # the longest string a chat template may build or render (a prompt is far shorter)
+RENDER_MAX_STEPS = 1_000_000  # range() steps summed over one render (nested loops multiply)
+
+
 def chat_formatter(template: str, *, bos_token: str, eos_token: str) -> Any:
-    """llama-cpp-python's Jinja renderer of a GGUF chat template: formatter(messages=[...]).prompt."""
+    """llama-cpp-python's Jinja renderer of a GGUF chat template: formatter(messages=[...]).prompt; bounded (a
+    file's template is code from the file): range() steps per render, `*` and `**` results, and the output's
+    length, each over its bound a jinja2 SecurityError."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.exceptions import SecurityError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    return Jinja2ChatFormatter(template=template, eos_token=eos_token, bos_token=bos_token, add_generation_prompt=True)
+    class BoundedSandbox(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+        steps = 0
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "**" and isinstance(right, (int, float)) and abs(right) > 64:
+                raise SecurityError(f"a power of {right} in a chat template")
+            if operator == "*":
+                for seq, n in ((left, right), (right, left)):
+                    if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > RENDER_MAX_CHARS:
+                        raise SecurityError(f"a chat template builds a sequence of {len(seq) * n} items")
+            return super().call_binop(context, operator, left, right)
+
+        def bounded_range(self, *args: int) -> range:
+            r = range(*args)
+            self.steps += len(r)
+            if self.steps > RENDER_MAX_STEPS:
+                raise SecurityError(f"a chat template loops over {RENDER_MAX_STEPS} steps")
+            return r
+
+    class BoundedChatFormatter(Jinja2ChatFormatter):
+        def __init__(self) -> None:
+            # the base class's own __init__ compiles the template in an unbounded environment, and compiling folds
+            # constants ({{ 10 ** 100000000 }} would run right there): its attributes are set here instead
+            self.template, self.eos_token, self.bos_token = template, eos_token, bos_token
+            self.add_generation_prompt, self.stop_token_ids = True, None
+            env = BoundedSandbox(
+                loader=jinja2.BaseLoader(),
+                trim_blocks=True,
+                lstrip_blocks=True,
+                extensions=[Jinja2ChatFormatter.IgnoreGenerationTags, jinja2.ext.loopcontrols],
+            )
+            env.filters["tojson"] = self.tojson
+            env.globals["range"] = env.bounded_range
+            self._bounded = env
+            self._environment = env.from_string(template)
+
+        def __call__(self, **kwargs: Any) -> Any:
+            self._bounded.steps = 0
+            response = super().__call__(**kwargs)
+            if len(response.prompt) > RENDER_MAX_CHARS:
+                raise SecurityError(f"a chat template rendered {len(response.prompt)} characters")
+            return response
+
+    return BoundedChatFormatter()
 
 
 class LlamaHandle:
