@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from ondevice.tui.app import ChatApp
 from ondevice.tui.session import ChatSettings
@@ -13,7 +11,7 @@ from ondevice.tui.widgets.transcript import AssistantMessage
 import ondevice
 from ondevice.models.materialize import resolve_chat_model
 from tests.tui_fakes import aio
-from tests.tui_pilot import FIXED_MEMORY, send, settle
+from tests.tui_pilot import FIXED_MEMORY, close_when_idle, send, settle
 
 
 @pytest.mark.default_model
@@ -34,11 +32,7 @@ async def test_the_chat_model_answers_in_the_tui(tmp_path):
             answer = app.chat_screen.query_one(AssistantMessage)
             assert "Paris" in answer.text, answer.text
     finally:
-        for _ in range(600):  # a failed test leaves the (cancelled) answer finishing its step
-            if not eng.busy:
-                break
-            await asyncio.sleep(0.05)
-        eng.close()
+        await close_when_idle(eng)
 
 
 @pytest.mark.default_model

@@ -11,18 +11,15 @@ from ondevice.tui.store import HistoryStore
 from ondevice.tui.widgets.transcript import AssistantMessage
 
 import ondevice
-from ondevice.roofline import Calibration, Predictor
 from tests.tui_fakes import Gated, aio
-from tests.tui_pilot import FIXED_MEMORY, notes, send, settle, stats_text
+from tests.tui_pilot import FIXED_MEMORY, close_when_idle, notes, send, settle, stats_text, tiny_engine
 
 GREEDY = ChatSettings(system="You are a test.", temperature=0.0, top_p=1.0, max_tokens=32)
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):
-    spec = ondevice.inspect(tiny_model)
-    predictor = Predictor(spec, Calibration(backend="CPU", ceiling_gbs=20.0, t0_s=0.0002))
-    eng = ondevice.load(tiny_model, n_ctx=512, n_threads=1, predictor=predictor)
+    eng = tiny_engine(tiny_model)
     yield eng
     eng.close()
 
@@ -173,8 +170,4 @@ async def test_default_model_answers_in_the_tui(default_model, tmp_path):
             assert "Paris" in answer.text
             assert app.controller.turns[0].tracker.final.timings.ttft_s > 0
     finally:
-        for _ in range(600):  # a failed test leaves the (cancelled) answer finishing its step
-            if not eng.busy:
-                break
-            await asyncio.sleep(0.05)
-        eng.close()
+        await close_when_idle(eng)

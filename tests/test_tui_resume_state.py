@@ -9,17 +9,14 @@ from ondevice.tui import session as session_mod
 from ondevice.tui.session import ChatSession, ChatSettings
 from ondevice.tui.store import HistoryStore
 
-import ondevice
-from ondevice.roofline import Calibration, Predictor
+from tests.tui_pilot import tiny_engine
 
 GREEDY = ChatSettings(system="You are a test.", temperature=0.0, top_p=1.0, max_tokens=8)
 
 
 @pytest.fixture
 def engine(tiny_model):
-    spec = ondevice.inspect(tiny_model)
-    predictor = Predictor(spec, Calibration(backend="CPU", ceiling_gbs=20.0, t0_s=0.0002))
-    eng = ondevice.load(tiny_model, n_ctx=512, n_threads=1, predictor=predictor)
+    eng = tiny_engine(tiny_model)
     yield eng
     eng.close()
 

@@ -64,3 +64,21 @@ def stats_text(app: ChatApp, section: str) -> str:
 
 def notes(app: ChatApp) -> list[str]:
     return [n.text for n in app.chat_screen.query(Note)]
+
+
+def tiny_engine(tiny_model):
+    """The tiny synthetic model loaded with a fixed roofline predictor (figures that do not depend on the machine)."""
+    import ondevice
+    from ondevice.roofline import Calibration, Predictor
+
+    predictor = Predictor(ondevice.inspect(tiny_model), Calibration(backend="CPU", ceiling_gbs=20.0, t0_s=0.0002))
+    return ondevice.load(tiny_model, n_ctx=512, n_threads=1, predictor=predictor)
+
+
+async def close_when_idle(engine, tries: int = 600) -> None:
+    """Close an engine once its generation has ended (a failed test leaves a cancelled answer finishing its step)."""
+    for _ in range(tries):
+        if not engine.busy:
+            break
+        await asyncio.sleep(0.05)
+    engine.close()

@@ -139,7 +139,7 @@ class MemoryPasses:
             b[span[0] : span[1]] = 2.0
 
         # the threads fault the pages in together, as STREAM's initialisation does (most of a first
-        # probe is this fill: in a fresh process on 2 cores 0.6 s where one thread took 0.95 s)
+        # probe is this fill, and threads share it)
         try:
             list(self._pool.map(fill, self._bounds))
         except BaseException:
