@@ -150,7 +150,10 @@ def test_tiny_config_twin_loads_and_generates(tmp_path, hf_arch, qtype):
     assert len(g.timings.itl_s) == 3
     with LogitsModel(path, n_ctx=256, n_threads=1) as m:
         logits = m.window_logits([1, 300, 301, 302], 1)
+        llama_window = m._h.n_swa
     assert np.isfinite(logits).all() and logits.std() > 0
+    spec = inspect(path)  # the window the roofline and the twins use is the one llama.cpp applies
+    assert (spec.sliding_window or 0) == llama_window, (spec.arch, spec.sliding_window, llama_window)
 
 
 @pytest.mark.default_model

@@ -16,7 +16,7 @@ from gguf import Keys, LlamaFileType
 
 from ondevice.gguf.reader import ArrayRef, GGUFFile, TensorInfo, read_gguf
 
-__all__ = ["ModelSpec", "inspect", "spec_from_gguf", "SWA_PATTERNS", "MAX_LAYERS"]
+__all__ = ["ModelSpec", "inspect", "spec_from_gguf", "SWA_PATTERNS", "WINDOW_IGNORED", "MAX_LAYERS"]
 
 KV_CACHE_ELEMENT_BYTES = 2  # f16 K and V cache
 # A block_count above this is taken for damage, not a model (per-layer fields would be that long)
@@ -24,6 +24,9 @@ MAX_LAYERS = 4096
 # Architectures whose sliding-window layers follow a fixed pattern (as llama.cpp sets it):
 # layer i uses the window when i % n < n - 1; every n-th layer is global.
 SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "llama4": 4}
+# Architectures whose sliding-window key llama.cpp reads and then turns off: every layer attends the whole
+# context (its phi3 loader: "Phi SWA is currently disabled"). A test holds this against llama_model_n_swa.
+WINDOW_IGNORED = frozenset({"phi3"})
 _EMBED = "token_embd.weight"
 _HEAD = "output.weight"
 
@@ -246,7 +249,7 @@ class _Hyper:
 
 
 def _swa_layers(g: GGUFFile, arch: str | None, n_layer: int | None, window: int | None) -> tuple[int, ...]:
-    if not window or not n_layer:
+    if not window or not n_layer or arch in WINDOW_IGNORED:
         return ()
     explicit = g.get(Keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch))
     if isinstance(explicit, list) and len(explicit) == n_layer:

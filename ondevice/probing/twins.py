@@ -103,15 +103,6 @@ def _time_twin(header: Any, work_dir: Path, tag: str, plan: Any, engine_args: di
 
 
 @contextlib.contextmanager
-def _engines(files: tuple[Path, ...], engine_args: dict[str, Any]) -> Iterator[list[Any]]:
-    """An engine on each file (the same file twice: two engines on it), all closed after."""
-    from ondevice.engine import load
-
-    with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(load(path, **engine_args)) for path in files]
-
-
-@contextlib.contextmanager
 def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress) -> Iterator[Path]:
     """A twin of header written in work_dir for the time of the with block (removed after, whatever happens)."""
     from ondevice.quant.twin import shape_key, write_twin
