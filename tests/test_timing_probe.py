@@ -168,3 +168,45 @@ def test_saving_is_atomic_and_refuses_a_non_finite_timing(engine, tmp_path):
     save_timing(key, t, tmp_path)
     assert load_timing(key, tmp_path) == t
     assert [p.name for p in timing_path(key, tmp_path).parent.iterdir()] == [timing_path(key, tmp_path).name]
+
+
+class _DriftingEngine:
+    """A fake engine whose prefill costs `slow` x (new tokens) + 0.001 s x (cached tokens x new tokens / 512):
+    the test moves `slow` to play a machine whose speed drifts between two timings."""
+
+    n_vocab = 1000
+
+    def __init__(self, slow: float):
+        self.slow, self.cached = slow, []
+
+    def generate(self, ids, *, max_tokens, reuse_prefix, **_kw):
+        from types import SimpleNamespace
+
+        kept = len(self.cached) if reuse_prefix and ids[: len(self.cached)] == self.cached else 0
+        new = len(ids) - kept
+        ttft = self.slow * new + 0.001 * kept * new / 512
+        self.cached = list(ids)
+        return SimpleNamespace(timings=SimpleNamespace(ttft_s=ttft, tokenize_s=0.0, itl_s=[0.01] * (max_tokens - 1)))
+
+
+def test_the_chains_attention_is_measured_against_a_prefill_of_the_same_moment():
+    plan = TimingPlan(chunks=(1, 512), chain=2, decode_steps=4)
+    # the round timed the 512 chunk at 0.512 s; the machine is twice as slow when the chain runs
+    points, ids = timing_mod._chain_points(_DriftingEngine(slow=0.002), plan, salt=0, anchor_s=0.512)
+    assert len(ids) == 3 * 512
+    # each link: the round's figure plus what it took beyond the same chunk prefilled just before it
+    assert points[("prefill", 512, 512)] == pytest.approx(0.512 + 0.001 * 512)
+    assert points[("prefill", 1024, 512)] == pytest.approx(0.512 + 0.001 * 1024)
+    # the machine speeds up fourfold after the base prefill: a link faster than its base adds nothing
+    # (attention never makes a chunk faster), it does not subtract from the round's figure
+    engine = _DriftingEngine(slow=0.004)
+    base_generate = engine.generate
+
+    def speeding_up(ids, **kw):
+        out = base_generate(ids, **kw)
+        engine.slow = 0.001
+        return out
+
+    engine.generate = speeding_up
+    faster, _ids = timing_mod._chain_points(engine, plan, salt=0, anchor_s=0.5)
+    assert [t for key, t in sorted(faster.items()) if key[0] == "prefill"] == [0.5, 0.5]

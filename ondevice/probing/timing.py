@@ -128,19 +128,24 @@ def _shared_points(plan: TimingPlan, vocab: int, batches: dict[int, dict[int, An
     return points + [(("chunk", k), chunk(k)) for k in sorted(plan.chunks)]  # the longest last: the chain's base
 
 
-def _chain_points(engine: Any, plan: TimingPlan, salt: int, decode: bool = True) -> tuple[dict[tuple, float], list]:
-    """The chain of chunks on top of the longest (which the cache must hold: the round timed it last among the
-    chunks), each followed by a few decode steps, the last (with `decode`) by plan.decode_steps ->
-    ({point: seconds}, the chain's prompt)."""
+def _chain_points(
+    engine: Any, plan: TimingPlan, salt: int, *, anchor_s: float, decode: bool = True
+) -> tuple[dict[tuple, float], list]:
+    """The chain of chunks on top of the longest, each followed by a few decode steps, the last (with `decode`)
+    by plan.decode_steps -> ({point: seconds}, the chain's prompt). The longest chunk is prefilled again from an
+    empty cache right before the chain, and a link's figure is anchor_s (the round's figure of that chunk) plus
+    what the link took beyond that prefill: what attention adds comes from the same moments as what it adds
+    to, not from a chunk timed earlier on a machine whose speed drifts (the difference is never negative)."""
     vocab, out = engine.n_vocab, {}
     longest = max(plan.chunks)
     ids = probe_ids(vocab, longest, salt + longest)
+    base_s, _g = _first_token_s(engine, ids, reuse=False)
     for link in range(plan.chain):
         ids += probe_ids(vocab, longest + 1, salt + 1 + link)[1:]
         last = link == plan.chain - 1
         steps = (plan.decode_steps if decode else 0) if last else _AFTER_CHUNK
         t, g = _first_token_s(engine, ids, reuse=True, max_tokens=1 + steps)
-        out[("prefill", len(ids) - longest, longest)] = t
+        out[("prefill", len(ids) - longest, longest)] = anchor_s + max(t - base_s, 0.0)
         out.update(_decode_point(g, len(ids)))  # (the next link reuses ids, not the tokens decoded after them)
     return out, ids
 
@@ -206,7 +211,8 @@ def time_engine(engine: Any, plan: TimingPlan = FULL, *, progress: Progress | No
             out = {}
             for _key, measure in points:
                 out.update(measure(engine, r * 131))
-            out.update(_chain_points(engine, plan, salt=r * 131)[0])
+            anchor_s = out[("prefill", 0, max(plan.chunks))]
+            out.update(_chain_points(engine, plan, salt=r * 131, anchor_s=anchor_s)[0])
             rounds.append(out)
     return _timing(rounds, plan, info, other.cores(), time.perf_counter() - t0)
 
@@ -238,7 +244,8 @@ def time_pair(
                 out.update(mine)
                 for key in mine.keys() & theirs.keys():
                     diffs.setdefault(key, []).append(theirs[key] - mine[key])
-            chain, ids = _chain_points(few, plan, salt=r * 131, decode=False)
+            anchor_s = out[("prefill", 0, max(plan.chunks))]
+            chain, ids = _chain_points(few, plan, salt=r * 131, anchor_s=anchor_s, decode=False)
             short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
             long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, plan.decode_steps)
             chain[("decode", len(ids) + plan.decode_steps // 2)] = out[short] + long_s - short_s
