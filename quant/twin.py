@@ -219,12 +219,19 @@ def _quantizer_order(t: TensorSpec) -> tuple[int, str]:
 
 
 def write_twin(
-    header: Header, path: str | Path, *, seed: int = 0, sparse: bool = False, hole_embedding: bool = False
+    header: Header,
+    path: str | Path,
+    *,
+    seed: int = 0,
+    sparse: bool = False,
+    hole_embedding: bool = False,
+    durable: bool = True,
 ) -> Path:
     """Write a GGUF of `header` with valid random data of each tensor's type (ondevice.quant.twindata),
     atomically; return the path. Same header and seed, same bytes. `sparse`: the header only, the
     data region a hole of its full size (for tools that read headers, like the quantizer's dry run).
-    `hole_embedding`: the token embedding left a hole (zeros) unless the output head is tied to it."""
+    `hole_embedding`: the token embedding left a hole (zeros) unless the output head is tied to it.
+    `durable`: flushed to disk before it is renamed into place (False: a scratch twin, timed and removed)."""
     path = Path(path)
     raw = encode_header(header)
     start, offsets = data_layout(header, len(raw))
@@ -233,7 +240,7 @@ def write_twin(
     total = -(-total // header.alignment) * header.alignment if header.tensors else start
     tied = not any(t.name == _HEAD for t in header.tensors)
     holes = {_EMBED} if hole_embedding and not tied else set()
-    with paths.atomic_path(path) as tmp, open(tmp, "r+b") as out:
+    with paths.atomic_path(path, durable=durable) as tmp, open(tmp, "r+b") as out:
         out.write(raw)
         if not sparse:
             _write_data(out, header, start, offsets, holes, np.random.default_rng(seed))

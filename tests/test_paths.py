@@ -141,3 +141,50 @@ def test_read_only_destination_folder(tmp_path):
         folder.mkdir(mode=0o555)
     with pytest.raises(OndeviceError, match="not writable"):
         paths.check_destination(folder / "r.json")
+
+
+@pytest.mark.parametrize("durable, syncs", [(True, 1), (False, 0)])
+def test_atomic_path_flushes_to_disk_unless_the_file_is_scratch(tmp_path, monkeypatch, durable, syncs):
+    calls = []
+    monkeypatch.setattr(paths.os, "fsync", lambda fd: calls.append(fd))
+    target = tmp_path / "out.bin"
+    with paths.atomic_path(target, durable=durable) as tmp:
+        tmp.write_bytes(b"data")
+    assert target.read_bytes() == b"data" and len(calls) == syncs
+
+
+def _shared_memory(tmp_path, monkeypatch) -> Path:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(paths, "SHARED_MEMORY_DIR", shm)
+    return shm
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="shared memory folders are a POSIX thing")
+def test_scratch_files_go_to_shared_memory_when_it_has_room(tmp_path, monkeypatch):
+    shm, fallback = _shared_memory(tmp_path, monkeypatch), tmp_path / "cache"
+    folder = paths.scratch_dir(fallback, 1 << 20)
+    assert folder.parent == shm and folder.is_dir() and folder.stat().st_mode & 0o777 == 0o700
+    assert paths.scratch_dir(fallback, 1 << 20) == folder  # the same folder next time
+    assert paths.scratch_dir(fallback, 1 << 60) == fallback  # more than it (or the RAM) holds
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="shared memory folders are a POSIX thing")
+@pytest.mark.parametrize("planted", ["link", "open_to_others", "file"])
+def test_a_scratch_folder_someone_else_could_have_planted_is_not_used(tmp_path, monkeypatch, planted):
+    shm, fallback = _shared_memory(tmp_path, monkeypatch), tmp_path / "cache"
+    target = shm / f"{paths.APP_NAME}-{os.getuid()}"
+    if planted == "link":
+        (tmp_path / "elsewhere").mkdir()
+        target.symlink_to(tmp_path / "elsewhere")
+    elif planted == "open_to_others":
+        target.mkdir()
+        target.chmod(0o777)
+    else:
+        target.write_text("x")
+    assert paths.scratch_dir(fallback, 1 << 20) == fallback
+
+
+def test_without_shared_memory_scratch_files_stay_in_the_fallback(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "SHARED_MEMORY_DIR", tmp_path / "absent")
+    assert paths.scratch_dir(tmp_path, 1) == tmp_path

@@ -37,6 +37,7 @@ __all__ = [
     "check_destination",
     "ensure_replaceable",
     "remove_stale_temps",
+    "scratch_dir",
 ]
 
 APP_NAME = "ondevice"
@@ -56,6 +57,9 @@ _KINDS = (
 )
 
 log = logging.getLogger(__name__)
+
+SHARED_MEMORY_DIR = Path("/dev/shm")  # a RAM file system where the system has one (Linux)
+SCRATCH_SPARE_BYTES = 1 << 30  # RAM a scratch folder in shared memory leaves free beyond twice what it holds
 
 
 def cache_dir() -> Path:
@@ -95,14 +99,17 @@ def atomic_write(path: Path, mode: str = "wb") -> Iterator[IO]:
 
 
 @contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
+def atomic_path(path: Path, *, durable: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside `path` for a writer that opens files itself; rename it
-    over `path` on success, remove it on failure (DestinationError as atomic_write)."""
+    over `path` on success, remove it on failure (DestinationError as atomic_write). durable:
+    flushed to disk before the rename (False for scratch files removed within the run, which
+    need not wait for the disk)."""
     with _replacing(Path(path)) as (fd, tmp):
         os.close(fd)
         yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
+        if durable:
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
 
 
 @contextlib.contextmanager
@@ -227,3 +234,30 @@ def check_destination(path: str | Path, *, force: bool = False) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(name)
     return path
+
+
+def scratch_dir(fallback: Path, needed_bytes: int) -> Path:
+    """A folder of this user's for scratch files written and removed within one run: in shared memory (writing
+    there never waits for a disk; the files' pages are the ones a reader maps) when there is one with room for
+    twice needed_bytes and the RAM to spare, else `fallback`. A folder there that is not this user's own
+    directory (a link, another owner) is never used."""
+    uid = getattr(os, "getuid", None)
+    if uid is None or not SHARED_MEMORY_DIR.is_dir() or not os.access(SHARED_MEMORY_DIR, os.W_OK):
+        return fallback
+    try:
+        free = os.statvfs(SHARED_MEMORY_DIR)
+        room = free.f_bavail * free.f_frsize
+    except OSError:
+        return fallback
+    if min(room, psutil.virtual_memory().available - SCRATCH_SPARE_BYTES) < 2 * needed_bytes:
+        return fallback
+    folder = SHARED_MEMORY_DIR / f"{APP_NAME}-{uid()}"
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    try:
+        st = folder.lstat()
+    except OSError:
+        return fallback
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid() or st.st_mode & 0o077:
+        return fallback
+    return folder

@@ -4,8 +4,9 @@ extrapolated linearly in blocks (roofline.extrapolate_layers), so timing an 8B m
 
 The twins' blocks follow the model's: as many as the sliding-window pattern's period (so a twin's windowed
 and full-context layers come in the model's proportion), and each twin's block types in the model's mix of
-quantization types (quant.twin.matching_blocks). The twin files are written in the cache dir, timed, and
-removed; the timing is cached under the model's shape like any other (probing.timing_for).
+quantization types (quant.twin.matching_blocks). The twin files are written in shared memory where there is
+room (else the cache dir), timed, and removed; the timing is cached under the model's shape like any other
+(probing.timing_for).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def time_header(
     say = progress or (lambda _msg: None)
     blocks = twin_blocks(spec) if blocks == "auto" else blocks
     if blocks is None:
+        work_dir = paths.scratch_dir(work_dir, _data_bytes(header))
         timing, info = _time_twin(header, work_dir, f"{spec.n_layer}", plan, engine_args or {}, say)
         return replace(timing, source="twin"), info
     few, more = blocks
@@ -77,12 +79,17 @@ def time_header(
 
         plan = TWINS
     twins = [reduce_layers(header, n, matching_blocks(header, n)) for n in (few, more)]
+    work_dir = paths.scratch_dir(work_dir, sum(_data_bytes(twin) for twin in twins))
     with _twin_file(twins[0], work_dir, f"{few}", say) as a, _twin_file(twins[1], work_dir, f"{more}", say) as b:
         with _engines((a, b, a), engine_args or {}) as (few_engine, many_engine, few_again):
             from ondevice.probing.timing import time_pair
 
             timing_few, timing_many = time_pair(few_engine, many_engine, plan, few_again=few_again, progress=say)
             return extrapolate_layers(timing_few, timing_many, few, more, spec.n_layer), few_engine.info
+
+
+def _data_bytes(header: Any) -> int:
+    return sum(t.n_bytes for t in header.tensors)
 
 
 @contextlib.contextmanager
@@ -112,8 +119,8 @@ def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress) -> Iterator
     path = work_dir / f"twin-{shape_key(header)}-{tag}.gguf"
     say(f"writing a twin ({tag} blocks)")
     # a dense model's embedding is gathered a row per token: left a hole (zeros), it costs no writing; a mixture
-    # of experts keeps it, so that its router sends tokens to varied experts
-    write_twin(header, path, hole_embedding=not header.value(header.key(Keys.LLM.EXPERT_COUNT), 0))
+    # of experts keeps it, so that its router sends tokens to varied experts; a scratch file, not flushed to disk
+    write_twin(header, path, hole_embedding=not header.value(header.key(Keys.LLM.EXPERT_COUNT), 0), durable=False)
     try:
         yield path
     finally:
