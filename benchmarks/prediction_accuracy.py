@@ -169,21 +169,36 @@ def _with_errors(rows: dict[tuple[str, int], dict]) -> list[dict]:
         row["ttft_error"] = statistics.median(x["predicted_ttft_s"] / x["ttft_s"] - 1 for x in rs)
         row["decode_error"] = statistics.median(x["tpot_s"] / x["predicted_tpot_s"] - 1 for x in rs)  # tok/s
         row["meets"] = abs(row["decode_error"]) <= DECODE_TOLERANCE and abs(row["ttft_error"]) <= TTFT_TOLERANCE
+        # how far the model's own measurements differed between rounds: a machine whose speed moves more than the
+        # tolerance between minutes cannot show a prediction within it, however good
+        row["decode_spread"] = _spread([x["tpot_s"] for x in rs])
+        row["ttft_spread"] = _spread([x["ttft_s"] for x in rs])
     return list(rows.values())
 
 
+def _spread(values: list[float]) -> float:
+    return max(values) / min(values) - 1 if len(values) > 1 else 0.0
+
+
 def report(rows: list[dict]) -> str:
-    lines = [f"{'model':<34} {'P':>5}  {'decode err':>10}  {'TTFT err':>9}  twin", "-" * 80]
+    head = f"{'model':<34} {'P':>5}  {'decode err':>10}  {'TTFT err':>9}  {'measured spread':>16}  twin"
+    lines = [head, "-" * 100]
     for row in rows:
         mark = "" if row["meets"] else "   MISS"
+        spread = f"{100 * row.get('decode_spread', 0):.0f}% / {100 * row.get('ttft_spread', 0):.0f}%"
         lines.append(
             f"{row['model']:<34} {row['prompt']:>5}  {100 * row['decode_error']:>+9.1f}%  "
-            f"{100 * row['ttft_error']:>+8.1f}%  {row['twin']}{mark}"
+            f"{100 * row['ttft_error']:>+8.1f}%  {spread:>16}  {row['twin']}{mark}"
         )
     met = sum(r["meets"] for r in rows)
+    unsteady = sum(r.get("decode_spread", 0) > 2 * DECODE_TOLERANCE for r in rows)
     lines.append(
         f"{met}/{len(rows)} rows within decode +-{100 * DECODE_TOLERANCE:.0f}% and TTFT "
         f"+-{100 * TTFT_TOLERANCE:.0f}% (decode error: predicted / measured decode tok/s - 1)"
+    )
+    lines.append(
+        f"measured spread: slowest / fastest round of the model's own measurement - 1 (decode / TTFT); on {unsteady} "
+        f"rows the model's own decode moved more than {200 * DECODE_TOLERANCE:.0f}% between rounds"
     )
     return "\n".join(lines)
 

@@ -210,3 +210,15 @@ def test_the_chains_attention_is_measured_against_a_prefill_of_the_same_moment()
     engine.generate = speeding_up
     faster, _ids = timing_mod._chain_points(engine, plan, salt=0, anchor_s=0.5)
     assert [t for key, t in sorted(faster.items()) if key[0] == "prefill"] == [0.5, 0.5]
+
+
+def test_the_twins_decode_difference_is_a_robust_line_over_the_contexts():
+    # the 3-block twin's decode took 10 ms more than the 1-block one, and 1 us more per token of context;
+    # one point's few steps landed on a busy moment (+30 ms)
+    diffs = {("decode", ctx): [0.010 + 1e-6 * ctx] for ctx in (3, 18, 24, 130, 514)}
+    diffs[("decode", 130)] = [0.040]
+    diffs[("prefill", 0, 16)] = [0.2, 0.3, 0.1]
+    shared = timing_mod._paired_differences(diffs)
+    for ctx in (3, 18, 24, 130, 514):
+        assert shared[("decode", ctx)] == pytest.approx(0.010 + 1e-6 * ctx)
+    assert shared[("prefill", 0, 16)] == pytest.approx(0.2)  # other points: the median of their own pairs

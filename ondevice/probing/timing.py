@@ -27,7 +27,7 @@ from typing import Any
 
 from ondevice.core.cpuload import OtherCpu
 from ondevice.core.errors import ProbeError
-from ondevice.roofline.timing import ShapeTiming
+from ondevice.roofline.timing import ShapeTiming, robust_line
 
 __all__ = ["TimingPlan", "FULL", "QUICK", "TWINS", "time_engine", "time_pair", "probe_ids", "plan_for_engine"]
 
@@ -222,7 +222,7 @@ def time_pair(
 ) -> tuple[ShapeTiming, ShapeTiming]:
     """Time two twins of one model, of fewer and more blocks, point by point in turn (which goes first alternates),
     so that a machine whose speed drifts moves both alike: the many-block figure of a point is the fewer one's
-    plus the median of the paired differences. The chain and the decode after it are timed on the fewer alone
+    plus the paired differences (_paired_differences). The chain and the decode after it are timed on the fewer alone
     (roofline.extrapolate_layers scales them: attention is the same in every block), that decode in bursts
     alternating with the short-context decode of a second engine on the fewer twin (few_again): the difference,
     which extrapolation multiplies by the model's blocks over the twin's, comes from the same moments."""
@@ -253,9 +253,22 @@ def time_pair(
             rounds_few.append(out)
     elapsed = time.perf_counter() - t0
     few_timing = _timing(rounds_few, plan, few.info, other.cores(), elapsed)
-    shared = {key: statistics.median(d) for key, d in diffs.items()}
+    shared = _paired_differences(diffs)
     many_rounds = [{key: r[key] + shared[key] for key in shared} for r in rounds_few]
     return few_timing, _timing(many_rounds, replace(plan, chain=0), many.info, other.cores(), 0.0)
+
+
+def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
+    """What the more-block twin took beyond the fewer at each point: the median of its paired differences; for the
+    decode points, a robust line through all of them over their contexts (each point's few steps alone are
+    noisy, and extrapolation to the model's blocks multiplies the difference; the line keeps what more blocks'
+    attention adds as the context grows)."""
+    shared = {key: statistics.median(d) for key, d in diffs.items()}
+    decode = [(float(key[1]), d) for key, ds in diffs.items() if key[0] == "decode" for d in ds]
+    if len({ctx for ctx, _d in decode}) > 1:
+        a, b = robust_line(decode)
+        shared.update({key: a + b * key[1] for key in shared if key[0] == "decode"})
+    return shared
 
 
 def _name(info: Any) -> str:

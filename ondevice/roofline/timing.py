@@ -31,7 +31,7 @@ from ondevice.gguf.spec import ModelSpec
 from ondevice.roofline.attention import chunk_cells, decode_spans
 from ondevice.roofline.model import Calibration, Predictor
 
-__all__ = ["ShapeTiming", "TimedPredictor", "extrapolate_layers", "MAX_POINTS"]
+__all__ = ["ShapeTiming", "TimedPredictor", "extrapolate_layers", "robust_line", "MAX_POINTS"]
 
 MAX_POINTS = 64  # points of one kind a stored timing may hold (a damaged file is refused, not read without end)
 
@@ -150,7 +150,7 @@ class TimedPredictor(Predictor):
     def __init__(self, spec: ModelSpec, calibration: Calibration, timing: ShapeTiming):
         super().__init__(spec, calibration)
         self.timing = timing
-        self._decode_line = _line([(decode_spans(spec, s), t) for s, t in timing.decode])
+        self._decode_line = robust_line([(decode_spans(spec, s), t) for s, t in timing.decode])
         empty = sorted((k, t) for pos, k, t in timing.prefill if pos == 0)
         self._chunk_k, self._chunk_m = [float(k) for k, _t in empty], [t for _k, t in empty]
         self._chain_k, self._chain = _chain(timing.prefill, self._chunk_k, self._chunk_m)
@@ -181,7 +181,7 @@ class TimedPredictor(Predictor):
             return _interp(positions, extra, pos) if len(positions) > 1 else 0.0
         k = int(self._chain_k)
         cells = [(chunk_cells(self.spec, int(p), k), a) for p, a in zip(positions, extra)]
-        _a, per_cell = _line(cells[1:] if len(cells) > 2 else cells)
+        _a, per_cell = robust_line(cells[1:] if len(cells) > 2 else cells)
         return extra[-1] + per_cell * (chunk_cells(self.spec, pos, k) - cells[-1][0])
 
     def prefill_s(self, n_tokens: int, n_cached: int = 0, n_batch: int = 512) -> float:
@@ -226,7 +226,7 @@ class TimedPredictor(Predictor):
         )
 
 
-def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+def robust_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """(a, b) of t = a + b x through the points, robustly: b the median of the pairwise slopes, a the median of
     t - b x (Theil-Sen: one point a busy moment slowed moves neither); b >= 0 (attending more tokens never makes a
     step faster)."""
