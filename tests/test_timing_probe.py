@@ -222,3 +222,13 @@ def test_the_twins_decode_difference_is_a_robust_line_over_the_contexts():
     for ctx in (3, 18, 24, 130, 514):
         assert shared[("decode", ctx)] == pytest.approx(0.010 + 1e-6 * ctx)
     assert shared[("prefill", 0, 16)] == pytest.approx(0.2)  # other points: the median of their own pairs
+
+
+def test_the_twins_decode_difference_takes_its_level_from_the_long_paired_bursts():
+    # the per-point differences say 14 ms (their few steps each), the long alternating bursts 10 ms at context 40
+    diffs = {("decode", ctx): [0.014 + 1e-6 * ctx] for ctx in (3, 18, 130, 514)}
+    diffs[("blocks", 40)] = [0.010 + 1e-6 * 40, 0.011 + 1e-6 * 40, 0.030]  # one burst on a busy moment
+    shared = timing_mod._paired_differences(diffs)
+    assert ("blocks", 40) not in shared
+    for ctx in (3, 18, 130, 514):
+        assert shared[("decode", ctx)] == pytest.approx(0.011 + 1e-6 * ctx)

@@ -150,15 +150,17 @@ def _chain_points(
     return out, ids
 
 
-_BURST = 4  # _decode_bursts: decode steps of one context before switching to the other
+_BURST = 4  # _decode_bursts: decode steps of one engine before switching to the other
+_PAIRED_STEPS = 3  # time_pair's decode bursts run this many times plan.decode_steps: what they measure is a
+# difference, and extrapolation multiplies it by the model's blocks over the twin's
 
 
 def _decode_bursts(
     long_engine: Any, long_ids: list, short_engine: Any, short_ids: list, steps: int
 ) -> tuple[float, float]:
-    """(mean step at the long context, at the short one): two engines decoding in alternating bursts of _BURST
-    steps, so what the longer context adds is measured in the same moments as what it adds to (a drifting
-    machine moves both alike)."""
+    """(mean step of the first engine, of the second): two engines decoding in alternating bursts of _BURST steps,
+    so that what one adds beyond the other (a longer context, more blocks) is measured in the same moments as what
+    it adds to (a drifting machine moves both alike)."""
     streams = [
         eng.stream(ids, max_tokens=1 + steps, ignore_eos=True, seed=0, reuse_prefix=True)
         for eng, ids in ((long_engine, long_ids), (short_engine, short_ids))
@@ -246,9 +248,12 @@ def time_pair(
                     diffs.setdefault(key, []).append(theirs[key] - mine[key])
             anchor_s = out[("prefill", 0, max(plan.chunks))]
             chain, ids = _chain_points(few, plan, salt=r * 131, anchor_s=anchor_s, decode=False)
+            steps = _PAIRED_STEPS * plan.decode_steps
             short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
-            long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, plan.decode_steps)
+            long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, steps)
             chain[("decode", len(ids) + plan.decode_steps // 2)] = out[short] + long_s - short_s
+            many_s, few_s = _decode_bursts(many, short_ids, few_again, short_ids, steps)
+            diffs.setdefault(("blocks", plan.short_prompt + steps // 2), []).append(many_s - few_s)
             out.update(chain)
             rounds_few.append(out)
     elapsed = time.perf_counter() - t0
@@ -259,15 +264,22 @@ def time_pair(
 
 
 def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
-    """What the more-block twin took beyond the fewer at each point: the median of its paired differences; for the
-    decode points, a robust line through all of them over their contexts (each point's few steps alone are
-    noisy, and extrapolation to the model's blocks multiplies the difference; the line keeps what more blocks'
-    attention adds as the context grows)."""
-    shared = {key: statistics.median(d) for key, d in diffs.items()}
+    """What the more-block twin took beyond the fewer at each point: the median of its paired differences. The
+    decode points' differences lie on a line over their contexts: its slope (what more blocks' attention adds as
+    the context grows) a robust line through them (each point's few steps alone are noisy), its level the
+    median of the ("blocks", context) differences, long decode bursts of both twins alternating (without those,
+    the robust line's own level)."""
+    shared = {key: statistics.median(d) for key, d in diffs.items() if key[0] != "blocks"}
     decode = [(float(key[1]), d) for key, ds in diffs.items() if key[0] == "decode" for d in ds]
-    if len({ctx for ctx, _d in decode}) > 1:
-        a, b = robust_line(decode)
-        shared.update({key: a + b * key[1] for key in shared if key[0] == "decode"})
+    blocks = [(float(key[1]), d) for key, ds in diffs.items() if key[0] == "blocks" for d in ds]
+    if not decode:
+        return shared
+    a, b = (
+        robust_line(decode) if len({ctx for ctx, _d in decode}) > 1 else (statistics.median(d for _c, d in decode), 0.0)
+    )
+    if blocks:
+        a = statistics.median(d - b * ctx for ctx, d in blocks)
+    shared.update({key: a + b * key[1] for key in shared if key[0] == "decode"})
     return shared
 
 
