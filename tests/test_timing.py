@@ -134,6 +134,25 @@ def test_attention_points_timed_on_the_fewer_twin_alone_scale_with_the_blocks(ge
         assert got[-1] == pytest.approx(want[-1], rel=1e-9), got
 
 
+def test_the_fewer_twins_attention_is_a_robust_line_before_it_is_multiplied(gemma):
+    """Points timed on the fewer twin alone are multiplied by the model's blocks over the twin's: with the twin's
+    attention cells given, they come from a robust line through all its decode points, so one point timed on a
+    busy moment does not move the model's figure there by the multiple of its noise."""
+    few, many = _twins(gemma, 6), _twins(gemma, 18)
+    contexts = (24, 514, 1026, 1538, 2056)
+
+    def decode(layers: int, ctx: int) -> float:
+        return 0.004 + layers * 0.002 + layers * 1e-9 * decode_spans(gemma, ctx)
+
+    few = replace(few, decode=tuple((c, decode(6, c) * (1.5 if c == 1026 else 1.0)) for c in contexts))
+    many = replace(many, decode=((24, decode(18, 24)),), prefill=tuple(p for p in many.prefill if p[0] == 0))
+    full = extrapolate_layers(few, many, 6, 18, 36, lambda ctx: decode_spans(gemma, ctx))
+    for ctx, t in full.decode:
+        assert t == pytest.approx(decode(36, ctx), rel=1e-9), ctx  # the busy point included
+    naive = dict(extrapolate_layers(few, many, 6, 18, 36).decode)
+    assert naive[1026] > 1.5 * decode(36, 1026)  # point by point, its noise was multiplied
+
+
 def test_layer_extrapolation_refuses_twins_timed_on_other_points(tiny):
     other = replace(_twins(tiny, 3), decode=((20, 0.01), (600, 0.02), (700, 0.03)))
     with pytest.raises(ValueError, match="different decode points"):

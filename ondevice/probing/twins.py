@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from gguf import Keys
 
 from ondevice.core import paths
 from ondevice.gguf.spec import ModelSpec
+from ondevice.roofline.attention import decode_spans
 from ondevice.roofline.timing import ShapeTiming, extrapolate_layers
 
 __all__ = ["time_header", "twin_blocks", "WHOLE_BYTES", "window_period"]
@@ -85,7 +87,8 @@ def time_header(
             from ondevice.probing.timing import time_pair
 
             timing_few, timing_many = time_pair(few_engine, many_engine, plan, few_again=few_again, progress=say)
-            return extrapolate_layers(timing_few, timing_many, few, more, spec.n_layer), few_engine.info
+            cells = partial(decode_spans, few_engine.info.spec)
+            return extrapolate_layers(timing_few, timing_many, few, more, spec.n_layer, cells), few_engine.info
 
 
 def _data_bytes(header: Any) -> int:

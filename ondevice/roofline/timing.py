@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -100,12 +100,21 @@ def _check_points(name: str, points: Sequence[tuple], width: int) -> None:
             raise ValueError(f"{name}: a time must be a finite positive number of seconds, not {p[-1]!r}")
 
 
-def extrapolate_layers(few: ShapeTiming, many: ShapeTiming, n_few: int, n_many: int, n_layer: int) -> ShapeTiming:
+def extrapolate_layers(
+    few: ShapeTiming,
+    many: ShapeTiming,
+    n_few: int,
+    n_many: int,
+    n_layer: int,
+    few_cells: Callable[[int], float] | None = None,
+) -> ShapeTiming:
     """The timing of a model of n_layer blocks from twins of n_few and n_many blocks. A point both twins timed is
     linear in the blocks (exact for identical blocks; the twins' blocks match the model's mix of weight types
     and window pattern). A point only the fewer timed (the chain's chunks after cached tokens, decode at a long
-    context) is the model's figure at its base point (the same chunk from an empty cache; decode at the shortest
-    context) plus n_layer / n_few times what it adds there: attention, which is the same in every block."""
+    context) plus n_layer / n_few times what it adds there: attention, which is the same in every block. With
+    few_cells (the cached tokens the fewer twin's layers attend at a context, attention.decode_spans of its spec),
+    what a decode point adds is the fewer twin's robust line through all its decode points over those cells,
+    not the point's own few steps: the multiplication by n_layer / n_few would multiply their noise."""
     if not 0 < n_few < n_many:
         raise ValueError("twins of two different block counts are needed, the fewer first")
     f = (n_layer - n_few) / (n_many - n_few)
@@ -131,9 +140,19 @@ def extrapolate_layers(few: ShapeTiming, many: ShapeTiming, n_few: int, n_many: 
         return tuple(out)
 
     shortest = (min(s for s, _t in many.decode),) if many.decode else ()
+    decode = merged(few.decode, many.decode, lambda x: shortest, "decode")
+    if few_cells is not None and shortest:
+        _a, per_cell = robust_line([(few_cells(ctx), t) for ctx, t in few.decode])
+        at_base = dict(decode)[shortest[0]]
+        shared = {ctx for ctx, _t in many.decode}
+        scale = n_layer / n_few * per_cell
+        decode = tuple(
+            (ctx, t if ctx in shared else at_base + scale * (few_cells(ctx) - few_cells(shortest[0])))
+            for ctx, t in decode
+        )
     return replace(
         many,
-        decode=merged(few.decode, many.decode, lambda x: shortest, "decode"),
+        decode=decode,
         prefill=merged(few.prefill, many.prefill, lambda x: (0, x[1]), "prefill"),
         batch=merged(few.batch, many.batch, lambda x: x[:-1], "batch") if few.batch and many.batch else (),
         source="twins",
