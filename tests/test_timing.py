@@ -136,8 +136,9 @@ def test_attention_points_timed_on_the_fewer_twin_alone_scale_with_the_blocks(ge
 
 def test_the_fewer_twins_attention_is_a_robust_line_before_it_is_multiplied(gemma):
     """Points timed on the fewer twin alone are multiplied by the model's blocks over the twin's: with the twin's
-    attention cells given, they come from a robust line through all its decode points, so one point timed on a
-    busy moment does not move the model's figure there by the multiple of its noise."""
+    attention cells given, they come from its attention per cell (the short points' median to the longest, the
+    pair its timing measures in the same moments), so one point timed on a busy moment does not move the
+    model's figure there by the multiple of its noise."""
     few, many = _twins(gemma, 6), _twins(gemma, 18)
     contexts = (24, 514, 1026, 1538, 2056)
 

@@ -57,8 +57,9 @@ class TimingPlan:
 
 
 FULL = TimingPlan()  # `ondevice probe`, `ondevice predict`, `ondevice bench`
-# the full plan on a large model's twins (probing.twins): one round, the chain of two (a twin's blocks are many)
-TWINS = TimingPlan(name="full", chunks=(1, 16, 128, 512), chain=2, decode_steps=16, batch=(2, 4, 8), rounds=1)
+# the full plan on a large model's twins (probing.twins): fewer chunk sizes, the chain of two, three rounds (the
+# twins' differences are multiplied by the model's blocks: one round on a busy moment would be too)
+TWINS = TimingPlan(name="full", chunks=(1, 16, 128, 512), chain=2, decode_steps=16, batch=(2, 4, 8), rounds=3)
 # a first run: a second or two on a small model (chunks up to 256, one on top, fewer decode steps, one round)
 QUICK = TimingPlan(name="quick", chunks=(1, 16, 128, 256), chain=1, decode_steps=8, batch=(), rounds=1)
 
@@ -151,8 +152,8 @@ def _chain_points(
 
 
 _BURST = 4  # _decode_bursts: decode steps of one engine before switching to the other
-_PAIRED_STEPS = 3  # time_pair's decode bursts run this many times plan.decode_steps: what they measure is a
-# difference, and extrapolation multiplies it by the model's blocks over the twin's
+_PAIRED_STEPS = 1  # time_pair's decode bursts run this many times plan.decode_steps a round (what they measure is a
+# difference, multiplied by the model's blocks over the twin's: the rounds' median of them counts)
 
 
 def _decode_bursts(

@@ -113,7 +113,7 @@ def extrapolate_layers(
     and window pattern). A point only the fewer timed (the chain's chunks after cached tokens, decode at a long
     context) plus n_layer / n_few times what it adds there: attention, which is the same in every block. With
     few_cells (the cached tokens the fewer twin's layers attend at a context, attention.decode_spans of its spec),
-    what a decode point adds is the fewer twin's robust line through all its decode points over those cells,
+    what a decode point adds is the fewer twin's attention per cell (_attention_per_cell) times the cells it adds,
     not the point's own few steps: the multiplication by n_layer / n_few would multiply their noise."""
     if not 0 < n_few < n_many:
         raise ValueError("twins of two different block counts are needed, the fewer first")
@@ -142,7 +142,7 @@ def extrapolate_layers(
     shortest = (min(s for s, _t in many.decode),) if many.decode else ()
     decode = merged(few.decode, many.decode, lambda x: shortest, "decode")
     if few_cells is not None and shortest:
-        _a, per_cell = robust_line([(few_cells(ctx), t) for ctx, t in few.decode])
+        per_cell = _attention_per_cell(few.decode, few_cells)
         at_base = dict(decode)[shortest[0]]
         shared = {ctx for ctx, _t in many.decode}
         scale = n_layer / n_few * per_cell
@@ -161,6 +161,19 @@ def extrapolate_layers(
         other_cpu_cores=max(few.other_cpu_cores, many.other_cpu_cores),
         elapsed_s=few.elapsed_s + many.elapsed_s,
     )
+
+
+def _attention_per_cell(points: Sequence[tuple[int, float]], cells: Callable[[int], float]) -> float:
+    """What one more attended cell adds to a decode step: from the short-context points (a quarter of the longest
+    context or less: their median) to the longest-context point, which a twin's timing measures against a
+    short-context decode in alternating bursts (the same moments); never negative."""
+    longest_ctx, longest_s = max(points)
+    short = [(cells(ctx), t) for ctx, t in points if ctx <= longest_ctx / 4]
+    if not short:
+        return robust_line([(cells(ctx), t) for ctx, t in points])[1]
+    x0, y0 = statistics.median(x for x, _t in short), statistics.median(t for _x, t in short)
+    dx = cells(longest_ctx) - x0
+    return max((longest_s - y0) / dx, 0.0) if dx > 0 else 0.0
 
 
 class TimedPredictor(Predictor):
