@@ -24,7 +24,7 @@ from ondevice.core import paths
 from ondevice.core.errors import DefaultModelError, ModelNotFoundError
 from ondevice.core.hashing import copy_sha256, sha256_file
 from ondevice.core.stored import StoredFileError, load_json
-from ondevice.models.registry import ModelEntry, Registry, load_registry, package_available
+from ondevice.models.registry import ModelEntry, Registry, builtin_entries, load_registry, package_available
 
 __all__ = [
     "resolve_model",
@@ -34,6 +34,7 @@ __all__ = [
     "ModelCheck",
     "verify_model",
     "repair_model",
+    "verified_builtin",
 ]
 
 
@@ -188,6 +189,31 @@ def _materialize_pypi(entry: ModelEntry) -> Path:
             )
     _write_record(target, entry)
     return target
+
+
+def verified_builtin(path: Path) -> bool:
+    """True when `path` is a built-in registry model whose sha256 this machine has checked: its record
+    (written when it was assembled or first used) names this file, the registry's sha256, and the
+    file's current size and mtime. Nothing is hashed here."""
+    try:
+        now = path.stat()
+        where = path.resolve()
+    except OSError:
+        return False
+    for entry in builtin_entries().values():
+        if not entry.sha256 or entry.source_kind != "pypi":
+            continue
+        try:
+            record = load_json(_record_path(entry.local_path()), 64 << 10)
+        except (OSError, StoredFileError):
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("path", ""), str):
+            continue
+        recorded = Path(record.get("path") or entry.local_path()).resolve()
+        same = (record.get("sha256"), record.get("size_bytes"), record.get("mtime_ns"))
+        if recorded == where and same == (entry.sha256, now.st_size, now.st_mtime_ns):
+            return True
+    return False
 
 
 def _record_path(target: Path) -> Path:

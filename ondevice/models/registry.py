@@ -22,6 +22,7 @@ __all__ = [
     "Registry",
     "load_registry",
     "builtin_registry_path",
+    "builtin_entries",
     "user_registry_path",
     "SOURCE_KINDS",
 ]
@@ -108,6 +109,11 @@ def builtin_registry_path() -> Path:
     package = Path(__file__).resolve().parent.parent  # ondevice/
     packaged = package / "builtin" / "models.toml"
     return packaged if packaged.is_file() else package.parent / "models.toml"
+
+
+def builtin_entries() -> dict[str, ModelEntry]:
+    """The built-in registry's entries alone (the user's file not read)."""
+    return _parse_file(builtin_registry_path(), required=True)[1]
 
 
 def user_registry_path() -> Path:

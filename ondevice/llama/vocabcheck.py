@@ -1,0 +1,63 @@
+"""The first-open check's child: `python -m ondevice.llama.vocabcheck PATH`.
+
+Opens PATH with llama.cpp vocab-only (the architecture, hyperparameters and vocabulary are read
+and checked, no weights: fast even for a large model) and round-trips a short text through the
+tokenizer. What llama.cpp asserts on instead of refusing (GGML_ASSERT, an uncaught C++ exception)
+kills this child by a signal, not the caller. Exit 0 = opened; exit 3 = llama.cpp refused the
+file (the caller's own load says why); death by a signal = it aborts llama.cpp.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from pathlib import Path
+
+SAMPLE_TEXT = "Hello, world! 123 ünïcödé\n\tend"  # letters, digits, punctuation, non-ASCII, whitespace
+REFUSED_EXIT = 3
+
+
+def open_vocab_only(path: Path) -> int:
+    import llama_cpp as lib
+
+    from ondevice.llama.log import route_llama_log
+
+    route_llama_log(lib)  # llama.cpp's lines to logging (unconfigured here: nowhere), not to stderr
+    lib.llama_backend_init()
+    params = lib.llama_model_default_params()
+    params.vocab_only = True
+    params.n_gpu_layers = 0
+    no_devices = (ctypes.c_void_p * 1)()  # no GPU device: nothing to initialise for a vocabulary
+    params.devices = ctypes.addressof(no_devices)
+    model = lib.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        print(f"llama.cpp could not open {path} vocab-only", file=sys.stderr)
+        return REFUSED_EXIT
+    try:
+        _round_trip(lib, lib.llama_model_get_vocab(model))
+    finally:
+        lib.llama_model_free(model)
+    return 0
+
+
+def _round_trip(lib, vocab) -> None:
+    """Tokenize SAMPLE_TEXT, then turn every token of the vocabulary back into text (what generation
+    does with each token it samples; a few hundred milliseconds for the largest vocabularies)."""
+    text = SAMPLE_TEXT.encode()
+    ids = (lib.llama_token * (len(text) + 8))()
+    lib.llama_tokenize(vocab, text, len(text), ids, len(ids), True, True)
+    piece = ctypes.create_string_buffer(256)
+    for token in range(lib.llama_vocab_n_tokens(vocab)):
+        lib.llama_token_to_piece(vocab, token, piece, len(piece), 0, True)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m ondevice.llama.vocabcheck", description="the first-open child")
+    parser.add_argument("path", type=Path, help="the GGUF file to open vocab-only")
+    return open_vocab_only(parser.parse_args(argv).path)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
