@@ -203,6 +203,21 @@ def load_model(
     )
 
 
+def load_vocab_only(path: Path, lib: Any = None) -> Any:
+    """Open `path` vocab-only (architecture, hyperparameters, vocabulary; no weights) with no device: the
+    first-open check's child (ondevice.llama.vocabcheck). The llama_model pointer, NULL when llama.cpp refuses."""
+    if lib is None:
+        import llama_cpp as lib
+    route_llama_log(lib)
+    lib.llama_backend_init()
+    mparams = lib.llama_model_default_params()
+    mparams.vocab_only = True
+    mparams.n_gpu_layers = 0
+    no_devices = (ctypes.c_void_p * 1)()  # no GPU device: nothing to initialise for a vocabulary
+    mparams.devices = ctypes.addressof(no_devices)
+    return lib.llama_model_load_from_file(str(path).encode(), mparams)
+
+
 def repack_plan(path: Path | str, lib: Any = None) -> list[str]:
     """Names of the weights in `path` that CPU_REPACK takes on this CPU (empty when the build has no
     CPU_REPACK or nothing qualifies)."""

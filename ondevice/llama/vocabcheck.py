@@ -20,16 +20,9 @@ REFUSED_EXIT = 3
 def open_vocab_only(path: Path) -> int:
     import llama_cpp as lib
 
-    from ondevice.llama.log import route_llama_log
+    from ondevice.llama.model import load_vocab_only
 
-    route_llama_log(lib)  # llama.cpp's lines to logging (unconfigured here: nowhere), not to stderr
-    lib.llama_backend_init()
-    params = lib.llama_model_default_params()
-    params.vocab_only = True
-    params.n_gpu_layers = 0
-    no_devices = (ctypes.c_void_p * 1)()  # no GPU device: nothing to initialise for a vocabulary
-    params.devices = ctypes.addressof(no_devices)
-    model = lib.llama_model_load_from_file(str(path).encode(), params)
+    model = load_vocab_only(path, lib)
     if not model:
         print(f"llama.cpp could not open {path} vocab-only", file=sys.stderr)
         return REFUSED_EXIT
