@@ -245,7 +245,7 @@ for line in sys.stdin:
     index, path = line.rstrip("\\n").split(" ", 1)
     print("begin", index, flush=True)
     try:
-        model, _ = load_model(Path(path), n_gpu_layers=0, verdict=Verdict("none", "test", "fuzz"))
+        model, _ = load_model(Path(path), n_gpu_layers=0, verdict=Verdict("none", "test", "fuzz"), first_open=False)
     except ModelLoadError:
         print("refused", index, flush=True)
     else:
