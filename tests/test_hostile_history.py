@@ -35,6 +35,7 @@ DAMAGE = {
     "settings-huge-number": ("conversations", "settings_json", "'{\"top_p\": 1e999}'"),
     "title-blob": ("conversations", "title", "X'1B5B324A'"),
     "updated-text": ("conversations", "updated_at", "'never'"),
+    "updated-past-year-9999": ("conversations", "updated_at", "1e308"),
     "created-text": ("conversations", "created_at", "'never'"),
     "system-blob": ("conversations", "system", "X'FFFE'"),
 }
@@ -162,3 +163,49 @@ def test_a_file_that_is_not_a_database_is_one_line_naming_it(tmp_path, capsys):
     assert main(["chat", "--list", "--history-db", str(db)]) == 2
     err = capsys.readouterr().err
     assert str(db) in err and len(err.strip().splitlines()) == 1
+
+
+# values another program could leave in any column: blobs, text, numbers out of range, JSON of every shape
+RANDOM_VALUES = [
+    "X'00'",
+    "X'FFFEFD'",
+    "''",
+    "'x'",
+    "-1",
+    "1e308",
+    "9223372036854775807",
+    "'{'",
+    "'[]'",
+    "'null'",
+    "'{\"timings\": null}'",
+    '\'{"temperature": -5, "top_p": 2}\'',
+    "'" + '{"a":' * 200 + "1" + "}" * 200 + "'",
+    "'\x1b[2J\x07'",
+    "zeroblob(70000)",
+]
+COLUMNS = [("conversations", c) for c in ("title", "model", "system", "settings_json", "created_at", "updated_at")] + [
+    ("messages", c) for c in ("role", "content", "finish_reason", "stats_json", "created_at")
+]
+
+
+@pytest.mark.hostile_slow
+@pytest.mark.parametrize("seed", range(60))
+def test_random_damage_never_gives_a_traceback(tmp_path, capsys, seed):
+    import random
+
+    rng = random.Random(seed)
+    db, cid = history(tmp_path)
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA ignore_check_constraints=ON")
+    for table, column in rng.sample(COLUMNS, rng.randint(1, 4)):
+        con.execute(
+            f"UPDATE {table} SET {column} = {rng.choice(RANDOM_VALUES)} WHERE id = (SELECT MAX(id) FROM {table})"
+        )
+    con.commit()
+    con.close()
+    for argv in (["--list"], ["--export", str(cid), "--out", str(tmp_path / "o.json")]):
+        rc = main(["chat", *argv, "--history-db", str(db)])
+        err = capsys.readouterr().err
+        no_traceback(err)
+        assert rc == 0, err
+    json.loads((tmp_path / "o.json").read_text())

@@ -8,7 +8,6 @@ Exports (Markdown, JSON) are written with paths.atomic_write: never half a file.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import threading
 import time
@@ -35,6 +34,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 _TITLE_CHARS = 60
 _ROLES = ("system", "user", "assistant", "note")
+LATEST_TIME_S = 253402300799  # 9999-12-31: a later time (or NaN) is damage, and would overflow time.localtime
 MAX_JSON_CHARS = 1 << 20  # stats or settings of one row; what this program writes is a few hundred characters
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -320,7 +320,7 @@ class _Row:
         return str(value)
 
     def seconds(self, value: Any, column: str) -> float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= LATEST_TIME_S:
             return float(value)
         self.note(f"{column} is not a time ({_shown(value)}); shown as 0")
         return 0.0
