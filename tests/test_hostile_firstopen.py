@@ -16,6 +16,7 @@ from ondevice.core.errors import ModelLoadError
 from ondevice.llama import firstopen
 from ondevice.llama.guard import CheckOutcome
 from tests.gguf_craft import array, join, kv, split, string
+from tests.gguf_fuzz import damaged_vocabulary
 
 
 def aborting_file(tiny_model, folder):
@@ -126,38 +127,6 @@ def test_the_engine_load_goes_through_the_check(tiny_model, tmp_path, monkeypatc
     monkeypatch.setattr(firstopen, "open_vocab_only_in_child", lambda p: crashed)
     with pytest.raises(ModelLoadError, match="aborts while opening"):
         load(copy, n_ctx=256, n_threads=1)
-
-
-def damaged_vocabulary(tiny_model, folder, seed: int):
-    """The tiny model with its vocabulary damaged at random (one of several ways, by seed)."""
-    import random
-
-    from ondevice.quant.synth import synthetic_vocab
-
-    rng = random.Random(seed)
-    tokens: list[str | bytes] = list(synthetic_vocab(512)[0])
-    how = rng.choice(["duplicate", "empty", "nul", "not-utf8", "same", "long", "model"])
-    picks = rng.sample(range(len(tokens)), rng.randint(1, 50))
-    for i in picks:
-        tokens[i] = {
-            "duplicate": tokens[(i + 1) % len(tokens)],
-            "empty": "",
-            "nul": f"{tokens[i]}\x00{i}",
-            "not-utf8": bytes([0x80 + rng.randrange(0x7F), 0xFF]),
-            "same": tokens[0],
-            "long": "x" * rng.randint(1000, 70000),
-            "model": tokens[i],
-        }[how]
-    parts = split(tiny_model)
-    entry = kv("tokenizer.ggml.tokens", VT.ARRAY, array(VT.STRING, [string(t) for t in tokens]))
-    parts.kvs = [e for e in parts.kvs if b"tokenizer.ggml.tokens" not in e[:40]] + [entry]
-    if how == "model":
-        model = rng.choice(["gpt2", "bert", "t5", "rwkv", "plamo2", "none", "", "llama\x00"])
-        parts.kvs = [e for e in parts.kvs if b"tokenizer.ggml.model" not in e[:40]]
-        parts.kvs.append(kv("tokenizer.ggml.model", VT.STRING, string(model)))
-    path = folder / f"vocab-{seed}.gguf"
-    path.write_bytes(join(parts))
-    return path
 
 
 @pytest.mark.hostile_slow
