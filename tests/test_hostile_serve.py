@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ondevice.cli.main import main
+from tests.serve_fakes import BROKEN, broken_server
 
 
 @pytest.mark.parametrize(
@@ -123,58 +124,6 @@ def test_a_trickled_models_answer_stops_at_the_timeout():
         listener.close()
 
 
-def _send_forever(piece: bytes, every_s: float, head: bytes = b""):
-    def behave(conn, stop):
-        conn.sendall(head)
-        while not stop.wait(every_s):
-            conn.sendall(piece)
-
-    return behave
-
-
-SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
-# broken servers, each for the whole of a 2 s request: the slow variants of the endless streams above
-BROKEN = {
-    "a byte every 0.5 s": _send_forever(b"d", 0.5, SSE_HEAD),
-    "silent after the request": _send_forever(b"", 0.5),
-    "headers trickled": _send_forever(b"X", 0.3, b"HTTP/1.1 200 OK\r\n"),
-    "chunks as fast as it can": _send_forever(b'data: {"choices":[{"text":"x"}]}\n\n' * 64, 0.0, SSE_HEAD),
-    "one line that never ends": _send_forever(b"x" * 4096, 0.001, SSE_HEAD + b"data: "),
-    "random bytes": _send_forever(bytes(range(256)) * 16, 0.01),
-    "cut in the status line": lambda conn, stop: conn.sendall(b"HTTP/1.1 2"),
-    "a body longer than it says": _send_forever(b" ", 0.05, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]"),
-}
-
-
-def _broken_server(behave):
-    import socket
-    import threading
-
-    stop = threading.Event()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-
-    def answer(conn):
-        with conn:
-            try:
-                conn.recv(65536)
-                behave(conn, stop)
-            except OSError:
-                pass
-
-    def accept():
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    return listener, stop
-
-
 @pytest.mark.hostile_slow
 @pytest.mark.parametrize("case", list(BROKEN))
 def test_a_broken_server_ends_each_request_by_its_timeout(case):
@@ -182,7 +131,7 @@ def test_a_broken_server_ends_each_request_by_its_timeout(case):
 
     from ondevice.bench.serve.client import Target, get_json, stream_request
 
-    listener, stop = _broken_server(BROKEN[case])
+    listener, stop = broken_server(BROKEN[case])
     try:
         target = Target(url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1", timeout_s=2.0)
         started = time.monotonic()
