@@ -447,7 +447,11 @@ def _probe_cache_cases(ws: Workspace) -> list[Case]:
 
 
 def interruptions(ws: Workspace) -> list[Case]:
-    long_run = cli("run", str(ws.tiny), "Once upon a time", "--no-predict", "-n", "1500", "--ignore-eos", "-c", "2048")
+    from ondevice.quant.synth import SynthConfig, build_synthetic_model
+
+    # a long context, so that a generation runs for seconds and the signals land at every stage of it
+    model = build_synthetic_model(SynthConfig(n_ctx_train=8192), ws.folder("long") / "long.gguf")
+    long_run = cli("run", str(model), "Once upon a time", "--no-predict", "-n", "8000", "--ignore-eos", "-c", "8192")
     cases = []
     for at_s in (0.2, 0.5, 1.0, 2.0, 4.0):
         for signum, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
