@@ -14,6 +14,16 @@ import sys
 from pathlib import Path
 
 SAMPLE_TEXT = "Hello, world! 123 ünïcödé\n\tend"  # letters, digits, punctuation, non-ASCII, whitespace
+
+
+def every_byte_text() -> str:
+    """Text whose UTF-8 holds every byte value but 0 and the never-used 0xC0, 0xC1, 0xF5-0xFF: each
+    code point below 0x800, then one for each lead byte of the longer forms. A tokenizer that falls
+    back to byte tokens for what its vocabulary lacks needs each of them (llama.cpp aborts where one is
+    missing, std::out_of_range from byte_to_token, on the first text that needs it)."""
+    three = [chr(cp) for cp in (0x800, *range(0x1000, 0x10000, 0x1000))]  # leads E0 to EF, no surrogate
+    four = [chr(0x10000 * k) for k in range(1, 17, 3)]  # leads F0 to F4
+    return "".join(chr(cp) for cp in range(1, 0x800)) + "".join(three + four)
 REFUSED_EXIT = 3
 
 
@@ -34,11 +44,12 @@ def open_vocab_only(path: Path) -> int:
 
 
 def _round_trip(lib, vocab) -> None:
-    """Tokenize SAMPLE_TEXT, then turn every token of the vocabulary back into text (what generation
-    does with each token it samples; a few hundred milliseconds for the largest vocabularies)."""
-    text = SAMPLE_TEXT.encode()
-    ids = (lib.llama_token * (len(text) + 8))()
-    lib.llama_tokenize(vocab, text, len(text), ids, len(ids), True, True)
+    """Tokenize SAMPLE_TEXT and every byte value, then turn every token of the vocabulary back into text
+    (what generation does with each token it samples; a few hundred milliseconds for the largest vocabularies)."""
+    for sample in (SAMPLE_TEXT, every_byte_text()):
+        text = sample.encode()
+        ids = (lib.llama_token * (len(text) + 8))()
+        lib.llama_tokenize(vocab, text, len(text), ids, len(ids), True, True)
     piece = ctypes.create_string_buffer(256)
     for token in range(lib.llama_vocab_n_tokens(vocab)):
         lib.llama_token_to_piece(vocab, token, piece, len(piece), 0, True)
