@@ -116,11 +116,14 @@ def quantize(
         )
     _check_destination(src, dst, force)
     _check_space(dst, estimate_bytes(source, ftype))
-    with paths.atomic_path(dst) as tmp:
-        _run_llama_quantize(
-            src, tmp, dst, ftype, threads=threads, allow_requantize=allow_requantize, progress=progress, pure=pure
-        )
-        _verify_output(tmp, dst, len(source.tensors))
+    try:
+        with paths.atomic_path(dst) as tmp:
+            _run_llama_quantize(
+                src, tmp, dst, ftype, threads=threads, allow_requantize=allow_requantize, progress=progress, pure=pure
+            )
+            _verify_output(tmp, dst, len(source.tensors))
+    except DestinationError as exc:  # the rename refused (an immutable file, a read-only mount): the temp is gone
+        raise QuantError(str(exc)) from None
     return dst
 
 

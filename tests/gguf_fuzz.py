@@ -22,7 +22,7 @@ from gguf import Keys
 from ondevice.gguf.reader import read_gguf
 from tests.gguf_craft import SCALAR_DTYPES, Parts, array, join, kv, offsets, scalar, split, string
 
-__all__ = ["KINDS", "mutants", "load_in_child"]
+__all__ = ["KINDS", "mutants", "damaged_vocabulary", "load_in_child"]
 
 _SCALARS = [vt for vt in VT if vt not in (VT.STRING, VT.ARRAY)]
 _EXTREMES = [0, 1, 2, 31, 33, 2**31 - 1, 2**31, 2**32 - 1, 2**40, 2**62, 2**63, 2**64 - 1]
@@ -38,6 +38,38 @@ def mutants(model: Path, n: int, seed: int) -> Iterator[tuple[str, bytes]]:
     for case in range(n):
         kind = KINDS[case % len(KINDS)]
         yield kind, _MUTATORS[kind](rng, original, parts.copy(), header_end)
+
+
+def damaged_vocabulary(tiny_model, folder, seed: int):
+    """The tiny model with its vocabulary damaged at random (one of several ways, by seed)."""
+    import random
+
+    from ondevice.quant.synth import synthetic_vocab
+
+    rng = random.Random(seed)
+    tokens: list[str | bytes] = list(synthetic_vocab(512)[0])
+    how = rng.choice(["duplicate", "empty", "nul", "not-utf8", "same", "long", "model"])
+    picks = rng.sample(range(len(tokens)), rng.randint(1, 50))
+    for i in picks:
+        tokens[i] = {
+            "duplicate": tokens[(i + 1) % len(tokens)],
+            "empty": "",
+            "nul": f"{tokens[i]}\x00{i}",
+            "not-utf8": bytes([0x80 + rng.randrange(0x7F), 0xFF]),
+            "same": tokens[0],
+            "long": "x" * rng.randint(1000, 70000),
+            "model": tokens[i],
+        }[how]
+    parts = split(tiny_model)
+    entry = kv("tokenizer.ggml.tokens", VT.ARRAY, array(VT.STRING, [string(t) for t in tokens]))
+    parts.kvs = [e for e in parts.kvs if b"tokenizer.ggml.tokens" not in e[:40]] + [entry]
+    if how == "model":
+        model = rng.choice(["gpt2", "bert", "t5", "rwkv", "plamo2", "none", "", "llama\x00"])
+        parts.kvs = [e for e in parts.kvs if b"tokenizer.ggml.model" not in e[:40]]
+        parts.kvs.append(kv("tokenizer.ggml.model", VT.STRING, string(model)))
+    path = folder / f"vocab-{seed}.gguf"
+    path.write_bytes(join(parts))
+    return path
 
 
 def _pick(rng: np.random.Generator, options: list):
@@ -245,7 +277,7 @@ for line in sys.stdin:
     index, path = line.rstrip("\\n").split(" ", 1)
     print("begin", index, flush=True)
     try:
-        model, _ = load_model(Path(path), n_gpu_layers=0, verdict=Verdict("none", "test", "fuzz"))
+        model, _ = load_model(Path(path), n_gpu_layers=0, verdict=Verdict("none", "test", "fuzz"), first_open=False)
     except ModelLoadError:
         print("refused", index, flush=True)
     else:

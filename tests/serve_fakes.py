@@ -7,6 +7,7 @@ Every response ends by itself (a stall sleeps at most STALL_S), so a test never 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -151,3 +152,57 @@ class FakeServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(5)
+
+
+# ---- broken servers: raw sockets, for what no HTTP server library would send ----
+
+
+def _send_forever(piece: bytes, every_s: float, head: bytes = b""):
+    def behave(conn, stop):
+        conn.sendall(head)
+        while not stop.wait(every_s):
+            conn.sendall(piece)
+
+    return behave
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+# what a broken server does after reading a request: never end it, end it wrongly, or never answer in HTTP
+BROKEN = {
+    "a byte every 0.5 s": _send_forever(b"d", 0.5, SSE_HEAD),
+    "silent after the request": _send_forever(b"", 0.5),
+    "headers trickled": _send_forever(b"X", 0.3, b"HTTP/1.1 200 OK\r\n"),
+    "chunks as fast as it can": _send_forever(b'data: {"choices":[{"text":"x"}]}\n\n' * 64, 0.0, SSE_HEAD),
+    "one line that never ends": _send_forever(b"x" * 4096, 0.001, SSE_HEAD + b"data: "),
+    "random bytes": _send_forever(bytes(range(256)) * 16, 0.01),
+    "cut in the status line": lambda conn, stop: conn.sendall(b"HTTP/1.1 2"),
+    "a body longer than it says": _send_forever(b" ", 0.05, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]"),
+}
+
+
+def broken_server(behave):
+    """A loopback server where each connection, once its request is read, gets `behave(conn, stop)`;
+    (listener, stop event): set the event and close the listener to end it."""
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def answer(conn):
+        with conn:
+            try:
+                conn.recv(65536)
+                behave(conn, stop)
+            except OSError:
+                pass
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener, stop

@@ -112,3 +112,22 @@ def test_predict_refuses_past_the_trained_context_before_probing(tiny_model, mon
     assert main(["predict", str(tiny_model), "--ctx", "256,1024"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["ondevice: error: context 1024 is beyond the model's trained context of 512 tokens"]
+
+
+@pytest.mark.parametrize("signum, code, word", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_a_signal_while_the_commands_are_imported_is_said_not_a_traceback(monkeypatch, capsys, signum, code, word):
+    import signal
+
+    from ondevice.cli import main as cli_main
+
+    sig = getattr(signal, signum)
+
+    def build_parser():  # the signal lands while the command modules are imported and the parser built
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.SIG_IGN):
+            raise AssertionError(f"{signum} would kill the process here: no handler yet")
+        signal.raise_signal(sig)
+        raise AssertionError(f"{signum} did not stop the command")
+
+    monkeypatch.setattr(cli_main, "build_parser", build_parser)
+    assert cli_main.main(["models"]) == code
+    assert capsys.readouterr().err.strip() == f"ondevice: {word}"

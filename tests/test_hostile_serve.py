@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ondevice.cli.main import main
+from tests.serve_fakes import BROKEN, broken_server
 
 
 @pytest.mark.parametrize(
@@ -118,6 +119,29 @@ def test_a_trickled_models_answer_stops_at_the_timeout():
         target = Target(url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
         with pytest.raises(TimeoutError):
             get_json(target, "/models", timeout_s=0.5)
+    finally:
+        stop.set()
+        listener.close()
+
+
+@pytest.mark.hostile_slow
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_server_ends_each_request_by_its_timeout(case):
+    import time
+
+    from ondevice.bench.serve.client import Target, get_json, stream_request
+
+    listener, stop = broken_server(BROKEN[case])
+    try:
+        target = Target(url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1", timeout_s=2.0)
+        started = time.monotonic()
+        log = stream_request(target, {"prompt": "x", "max_tokens": 4})
+        assert log.status in ("timeout", "failed") and log.reason, (log.status, log.reason)
+        try:
+            get_json(target, "/models", timeout_s=2.0)
+        except (OSError, ValueError):
+            pass  # TimeoutError is an OSError; a malformed answer is ValueError: both are a labelled failure
+        assert time.monotonic() - started < 60  # a hang guard only: the deadlines are what ended them
     finally:
         stop.set()
         listener.close()

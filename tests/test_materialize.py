@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,20 +21,22 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def chunk_package(tmp_path, monkeypatch):
-    """A fake model package on sys.path whose chunk_paths() returns two small chunks."""
-    pkg = tmp_path / "site" / "fake_model_pkg"
-    (pkg / "data").mkdir(parents=True)
+    """A fake installed model package on sys.path holding two small chunks, the second in a chunk package
+    it requires (as the default model's package does); both refuse to be imported: their files are found
+    through the distributions' metadata."""
+    site = tmp_path / "site"
     parts = [b"GGUF" + os.urandom(1000), os.urandom(777)]
-    for i, part in enumerate(parts):
-        (pkg / "data" / f"m.gguf.part{i}").write_bytes(part)
-    (pkg / "__init__.py").write_text(
-        "from pathlib import Path\n"
-        "def chunk_paths():\n"
-        "    d = Path(__file__).parent / 'data'\n"
-        "    return [d / 'm.gguf.part0', d / 'm.gguf.part1']\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    sys.modules.pop("fake_model_pkg", None)
+    for i, (dist, part) in enumerate([("fake_model_pkg", parts[0]), ("fake_model_pkg_part1", parts[1])]):
+        (site / dist / "data").mkdir(parents=True)
+        (site / dist / "data" / f"m.gguf.part{i}").write_bytes(part)
+        (site / dist / "__init__.py").write_text("raise ImportError('this package must not be imported')\n")
+        info = site / f"{dist}-1.0.dist-info"
+        info.mkdir()
+        requires = "Requires-Dist: fake-model-pkg-part1==1.0\n" if i == 0 else ""
+        name = dist.replace("_", "-")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n{requires}")
+        (info / "RECORD").write_text(f"{dist}/__init__.py,,\n{dist}/data/m.gguf.part{i},,\n")
+    monkeypatch.syspath_prepend(str(site))
     return hashlib.sha256(b"".join(parts)).hexdigest(), b"".join(parts)
 
 
@@ -242,7 +243,7 @@ def test_a_package_that_ships_the_whole_gguf_is_used_in_place(cache, whole_file_
 
 
 def test_a_packaged_whole_gguf_with_another_sha256_is_refused(cache, whole_file_package):
-    with pytest.raises(DefaultModelError, match="does not have sha256"):
+    with pytest.raises(DefaultModelError, match="the registry says 0000"):
         materialize.materialize(whole_entry("0" * 64))
 
 

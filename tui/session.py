@@ -153,9 +153,7 @@ class ChatSession:
         """Continue a saved conversation: its messages become the chat's (notes left out)."""
         with self.lock:
             self.engine.reset()
-            self.settings = ChatSettings(
-                conversation.system, *self._sampling_of(conversation), speculative=self.settings.speculative
-            ).validated()
+            self.settings = self._settings_of(conversation)
             self.chat = self.engine.chat(system=self.settings.system)
             for m in conversation.messages:
                 if m.role in ("user", "assistant"):
@@ -200,6 +198,15 @@ class ChatSession:
         if prefill is None:
             return None
         return prefill(len(self.chat.prompt_tokens()))
+
+    def _settings_of(self, conversation: Conversation) -> ChatSettings:
+        """The conversation's settings; the current sampling where the stored one is not valid (a damaged store)."""
+        spec = self.settings.speculative
+        try:
+            return ChatSettings(conversation.system, *self._sampling_of(conversation), speculative=spec).validated()
+        except (InvalidParameterError, TypeError, ValueError):
+            cur = self.settings
+            return ChatSettings(conversation.system, cur.temperature, cur.top_p, cur.max_tokens, spec).validated()
 
     def _sampling_of(self, conversation: Conversation) -> tuple[float, float, int]:
         s = conversation.settings

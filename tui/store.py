@@ -12,13 +12,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ondevice.core import paths
 from ondevice.core.errors import OndeviceError
 from ondevice.core.fmt import stats_footer  # the export shows it under each answer
+from ondevice.core.stored import StoredFileError, parse_json
 
 __all__ = [
     "HistoryStore",
@@ -32,6 +33,9 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 _TITLE_CHARS = 60
+_ROLES = ("system", "user", "assistant", "note")
+LATEST_TIME_S = 253402300799  # 9999-12-31: a later time (or NaN) is damage, and would overflow time.localtime
+MAX_JSON_CHARS = 1 << 20  # stats or settings of one row; what this program writes is a few hundred characters
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -76,6 +80,7 @@ class ConversationSummary:
     model: str  # model name or path it was held with
     updated_at: float  # seconds since the Unix epoch, last message
     n_messages: int  # user + assistant messages
+    notes: tuple[str, ...] = ()  # what was damaged in its row and replaced, one line each (empty: nothing)
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,7 @@ class Conversation:
     created_at: float  # seconds since the Unix epoch
     updated_at: float  # seconds since the Unix epoch
     messages: tuple[StoredMessage, ...] = field(default=())  # in order
+    notes: tuple[str, ...] = ()  # damaged values replaced or rows left out while loading, one line each
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -145,7 +151,7 @@ class HistoryStore:
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _tx(self):
-        return _Transaction(self._db, self._lock)
+        return _Transaction(self._db, self._lock, self.path)
 
     def close(self) -> None:
         with self._lock:
@@ -212,7 +218,7 @@ class HistoryStore:
                 "GROUP BY c.id ORDER BY c.updated_at DESC, c.id DESC LIMIT ?",
                 (int(limit),),
             ).fetchall()
-        return [ConversationSummary(int(r[0]), r[1], r[2], float(r[3]), int(r[4])) for r in rows]
+        return [_summary_from_row(r) for r in rows]
 
     def last_conversation_id(self) -> int | None:
         found = self.list_conversations(limit=1)
@@ -226,19 +232,7 @@ class HistoryStore:
                 "WHERE conversation_id = ? ORDER BY id",
                 (conversation_id,),
             ).fetchall()
-        messages = tuple(
-            StoredMessage(int(m[0]), m[1], m[2], m[3], json.loads(m[4]) if m[4] else None, float(m[5])) for m in msgs
-        )
-        return Conversation(
-            id=int(row[0]),
-            title=row[1],
-            model=row[2],
-            system=row[3],
-            settings=json.loads(row[4] or "{}"),
-            created_at=float(row[5]),
-            updated_at=float(row[6]),
-            messages=messages,
-        )
+        return _conversation_from_rows(row, msgs)
 
     def integrity_check(self) -> str:
         with self._tx() as db:
@@ -272,8 +266,8 @@ class HistoryStore:
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT under the store's lock; ROLLBACK on any exception."""
 
-    def __init__(self, db: sqlite3.Connection, lock: threading.Lock):
-        self.db, self.lock = db, lock
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock, path: Path):
+        self.db, self.lock, self.path = db, lock, path
 
     def __enter__(self) -> sqlite3.Connection:
         self.lock.acquire()
@@ -282,7 +276,7 @@ class _Transaction:
         except BaseException as exc:
             self.lock.release()
             if isinstance(exc, sqlite3.Error):
-                raise HistoryError(f"history database: {exc}") from exc
+                raise HistoryError(f"history database {self.path}: {exc}") from exc
             raise
         return self.db
 
@@ -292,7 +286,119 @@ class _Transaction:
         finally:
             self.lock.release()
         if isinstance(exc, sqlite3.Error):
-            raise HistoryError(f"history database: {exc}") from exc
+            raise HistoryError(f"history database {self.path}: {exc}") from exc
+
+
+# -- the validated row loader -------------------------------------------------------------------
+# Every row read back goes through these: the database may have been written by another program
+# or damaged (a blob in a text column, text in a number column, JSON that does not parse). A
+# damaged value is replaced (text decoded, a number 0, stats or settings left out) and noted;
+# a message row that cannot be a message (unknown role, no text) is left out and noted. The notes
+# travel with the result; the caller decides who hears them.
+
+
+class _Row:
+    """One row's values, read with a note for each that had to be replaced."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.notes: list[str] = []
+
+    def note(self, what: str) -> None:
+        self.notes.append(f"{self.where}: {what}")
+
+    def text(self, value: Any, column: str, *, optional: bool = False) -> str | None:
+        if isinstance(value, str) or (value is None and optional):
+            return value
+        if isinstance(value, bytes):
+            self.note(f"{column} was stored as bytes; decoded")
+            return value.decode("utf-8", "replace")
+        if value is None:
+            self.note(f"{column} missing")
+            return None
+        self.note(f"{column} was stored as a number; shown as text")
+        return str(value)
+
+    def seconds(self, value: Any, column: str) -> float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= LATEST_TIME_S:
+            return float(value)
+        self.note(f"{column} is not a time ({_shown(value)}); shown as 0")
+        return 0.0
+
+    def mapping(self, value: Any, column: str) -> dict[str, Any] | None:
+        """A JSON object column: None when empty, damaged (noted) or not an object (noted)."""
+        if value is None or value == "":
+            return None
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if not isinstance(value, str) or len(value) > MAX_JSON_CHARS:
+            self.note(f"{column} is not JSON text of at most {MAX_JSON_CHARS} characters; left out")
+            return None
+        try:
+            parsed = parse_json(value, column)
+        except StoredFileError as exc:
+            self.note(f"{exc}; left out")
+            return None
+        if not isinstance(parsed, dict):
+            self.note(f"{column} is not a JSON object; left out")
+            return None
+        return parsed
+
+
+def _shown(value: Any) -> str:
+    return repr(value)[:40]
+
+
+def _summary_from_row(r: tuple) -> ConversationSummary:
+    row = _Row(f"conversation {r[0]}")
+    title = row.text(r[1], "title") or ""
+    model = row.text(r[2], "model") or ""
+    updated_at = row.seconds(r[3], "updated_at")
+    return ConversationSummary(int(r[0]), title, model, updated_at, int(r[4]), tuple(row.notes))
+
+
+def _conversation_from_rows(c: tuple, msgs: list[tuple]) -> Conversation:
+    row = _Row(f"conversation {c[0]}")
+    messages, notes = [], []
+    for m in msgs:
+        message = _message_from_row(m, c[0], notes)
+        if message is not None:
+            messages.append(message)
+    conv = Conversation(
+        id=int(c[0]),
+        title=row.text(c[1], "title") or "",
+        model=row.text(c[2], "model") or "",
+        system=row.text(c[3], "system", optional=True),
+        settings=_settings(row, c[4]),
+        created_at=row.seconds(c[5], "created_at"),
+        updated_at=row.seconds(c[6], "updated_at"),
+        messages=tuple(messages),
+    )
+    return replace(conv, notes=tuple(row.notes + notes))
+
+
+def _settings(row: _Row, value: Any) -> dict[str, Any]:
+    """The stored settings, each a JSON scalar (a nested value is left out and noted)."""
+    settings = row.mapping(value, "settings_json") or {}
+    kept = {k: v for k, v in settings.items() if v is None or isinstance(v, (str, int, float, bool))}
+    if len(kept) != len(settings):
+        row.note(f"settings {', '.join(sorted(set(settings) - set(kept)))} not plain values; left out")
+    return kept
+
+
+def _message_from_row(m: tuple, conversation_id: Any, notes: list[str]) -> StoredMessage | None:
+    """One message (id, role, content, finish_reason, stats_json, created_at); None when it cannot be one."""
+    row = _Row(f"conversation {conversation_id} message {m[0]}")
+    role = row.text(m[1], "role")
+    content = row.text(m[2], "content")
+    if role not in _ROLES or content is None:
+        notes.append(f"{row.where}: not a message (role {_shown(m[1])}, content {_shown(m[2])[:20]}); left out")
+        return None
+    finish_reason = row.text(m[3], "finish_reason", optional=True)
+    stats = row.mapping(m[4], "stats_json")
+    created_at = row.seconds(m[5], "created_at")
+    notes.extend(row.notes)
+    return StoredMessage(int(m[0]), role, content, finish_reason, stats, created_at)
 
 
 def _title(text: str) -> str:

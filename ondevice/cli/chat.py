@@ -187,8 +187,20 @@ def _resume_id(store, resume: str | None) -> int | None:
             raise InvalidParameterError("--resume: no saved conversation yet")
         return cid
     cid = _int_arg("--resume", resume)
-    store.load(cid)  # HistoryError (one line, exit 2) when there is no such conversation
+    _say_damage(store.path, store.load(cid).notes)  # HistoryError (one line, exit 2) when there is no such one
     return cid
+
+
+MAX_DAMAGE_LINES = 5  # a badly damaged database is said in a few lines, not one per row
+
+
+def _say_damage(db: Path, notes) -> None:
+    """The values a damaged history database had replaced or left out, on stderr (the command goes on)."""
+    notes = list(notes)
+    for note in notes[:MAX_DAMAGE_LINES]:
+        print(f"ondevice: history {db}: {printable(note)}", file=sys.stderr)
+    if len(notes) > MAX_DAMAGE_LINES:
+        print(f"ondevice: history {db}: {len(notes) - MAX_DAMAGE_LINES} more damaged values", file=sys.stderr)
 
 
 def _history_command(args) -> int:
@@ -204,9 +216,13 @@ def _history_command(args) -> int:
             # the rule for every file the CLI writes: an existing file only with --force, never a
             # directory or special file, and the folder must already exist
             check_destination(args.out, force=args.force)
-            print(store.export(_int_arg("--export", args.export), args.out))
+            cid = _int_arg("--export", args.export)
+            _say_damage(store.path, store.load(cid).notes)
+            print(store.export(cid, args.out))
             return 0
-        for c in store.list_conversations(limit=1000):
+        found = store.list_conversations(limit=1000)
+        _say_damage(store.path, [note for c in found for note in c.notes])
+        for c in found:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated_at))
             print(f"{c.id:>5}  {when}  {c.n_messages:>3} msg  {printable(c.model)}  {printable(c.title)}")
         return 0

@@ -63,6 +63,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM takes Ctrl-C's path from the start: one landing while the commands are imported or the
+    # arguments parsed is said and exits 143 too, as a Ctrl-C there exits 130, never a traceback
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
+    _terminated.clear()
+    try:
+        code = _dispatch(argv)
+        return EXIT_TERMINATED if code == EXIT_INTERRUPTED and _terminated.is_set() else code
+    except KeyboardInterrupt:
+        terminated = _terminated.is_set()
+        print(f"ondevice: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _dispatch(argv: list[str] | None) -> int:
+    """Parse and run the command; a typed error is one line and exit 2."""
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     if extras:
@@ -72,19 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     _configure_logging(getattr(logging, args.log_level))
-    on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
-    _terminated.clear()
     try:
-        code = int(args.func(args) or 0)
-        return EXIT_TERMINATED if code == EXIT_INTERRUPTED and _terminated.is_set() else code
+        return int(args.func(args) or 0)
     except OndeviceError as exc:
         print(f"ondevice: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        terminated = _terminated.is_set()
-        print(f"ondevice: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
     except OSError as exc:  # a path the system refuses (name too long, permission denied): one line, not a traceback
@@ -92,9 +103,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"ondevice: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    finally:
-        if on_main_thread:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _take_late_positionals(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> None:

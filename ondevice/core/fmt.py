@@ -113,20 +113,32 @@ def human_count(n: float | None) -> str:
 
 def stats_footer(stats: Mapping[str, Any] | None, finish_reason: str | None) -> str:
     """One line under a chat answer: TTFT, decode tok/s, tokens, cached prompt tokens, finish reason.
-    stats: a stored message's stats (tui.live.generation_stats), or None."""
+    stats: a stored message's stats (tui.live.generation_stats), or None; a figure that is not a
+    finite number (a damaged store) is left out."""
     parts: list[str] = []
-    timings = (stats or {}).get("timings") or {}
-    if timings.get("ttft_s") is not None:
-        parts.append(f"TTFT {millis(timings['ttft_s'], places=((math.inf, 0),))}")
-    if timings.get("decode_tok_s"):
-        parts.append(rate(timings["decode_tok_s"]))
-    if timings.get("output_tokens") is not None:
-        parts.append(f"{timings['output_tokens']} tok")
-    if stats and stats.get("cached_prompt_tokens") is not None:
-        parts.append(f"{stats['cached_prompt_tokens']} cached")
+    stats = stats if isinstance(stats, Mapping) else {}
+    timings = stats.get("timings")
+    timings = timings if isinstance(timings, Mapping) else {}
+    ttft_s, decode_tok_s = _figure(timings.get("ttft_s")), _figure(timings.get("decode_tok_s"))
+    output_tokens, cached = _figure(timings.get("output_tokens")), _figure(stats.get("cached_prompt_tokens"))
+    if ttft_s is not None:
+        parts.append(f"TTFT {millis(ttft_s, places=((math.inf, 0),))}")
+    if decode_tok_s:
+        parts.append(rate(decode_tok_s))
+    if output_tokens is not None:
+        parts.append(f"{output_tokens} tok")
+    if cached is not None:
+        parts.append(f"{cached} cached")
     if finish_reason:
         parts.append(finish_reason)
     return " · ".join(parts)
+
+
+def _figure(value: Any) -> float | None:
+    """A finite number, or None (absent, or not a number)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return value
+    return None
 
 
 GAP = "  "  # between table columns

@@ -119,13 +119,19 @@ def _replacing(path: Path) -> Iterator[tuple[int, Path]]:
     ensure_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path.parent, target_name=path.name)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path.name))
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path.name))
+    except OSError as exc:
+        raise DestinationError(f"cannot write {path}: {exc.strerror or exc}") from None
     tmp = Path(name)
     try:
         yield fd, tmp
         os.chmod(tmp, 0o644)
         ensure_replaceable(path)  # again: something else may have been put there meanwhile
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:  # an immutable file, a read-only mount: said of the destination, not the temp name
+            raise DestinationError(f"cannot write {path}: {exc.strerror or exc}; nothing written there") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -12,6 +12,7 @@ naming the file; FileNotFoundError passes through so callers can tell "absent" f
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import tomllib
@@ -20,7 +21,7 @@ from typing import Any
 
 from ondevice.core.errors import OndeviceError
 
-__all__ = ["MAX_NESTING", "StoredFileError", "load_json", "load_toml", "read_regular_file"]
+__all__ = ["MAX_NESTING", "StoredFileError", "load_json", "load_toml", "parse_json", "read_regular_file"]
 
 MAX_NESTING = 64  # deeper than any file the product writes, far below Python's recursion limit
 
@@ -58,12 +59,18 @@ def read_regular_file(path: str | Path, max_bytes: int) -> bytes:
 def load_json(path: str | Path, max_bytes: int, max_nesting: int = MAX_NESTING) -> Any:
     """Parsed JSON from the regular file at `path`; StoredFileError for non-UTF-8, malformed JSON,
     NaN/Infinity constants or nesting deeper than `max_nesting`."""
-    text = _decode(path, read_regular_file(path, max_bytes))
-    _check_nesting(path, text, max_nesting)
+    return parse_json(_decode(path, read_regular_file(path, max_bytes)), path, max_nesting)
+
+
+def parse_json(text: str, where: str | Path, max_nesting: int = MAX_NESTING) -> Any:
+    """Parsed JSON from stored text (a file's, or a database column's); StoredFileError naming `where`
+    for malformed JSON, NaN/Infinity constants, a number too large for a float (1e999) or nesting
+    deeper than `max_nesting`."""
+    _check_nesting(where, text, max_nesting)
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except ValueError as exc:
-        raise StoredFileError(f"{path}: not JSON ({_short(exc)})") from None
+        raise StoredFileError(f"{where}: not JSON ({_short(exc)})") from None
 
 
 def load_toml(path: str | Path, max_bytes: int, max_nesting: int = MAX_NESTING) -> dict[str, Any]:
@@ -115,6 +122,13 @@ def _check_nesting(path: str | Path, text: str, max_nesting: int) -> None:
                 raise StoredFileError(f"{path}: nested deeper than {max_nesting} levels")
         elif ch in "]}":
             depth -= 1
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond a float's range")
+    return value
 
 
 def _no_constant(name: str) -> None:

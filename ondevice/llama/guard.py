@@ -32,7 +32,16 @@ from ondevice.core.stored import StoredFileError, load_json
 from ondevice.llama.buffers import MODES, REPACK, extra_buffer_types
 from ondevice.llama.build import build_id, build_info
 
-__all__ = ["ENV_VAR", "Verdict", "CheckOutcome", "cpu_buffer_verdict", "run_check", "verdict_path", "forget_verdict"]
+__all__ = [
+    "ENV_VAR",
+    "Verdict",
+    "CheckOutcome",
+    "cpu_buffer_verdict",
+    "run_check",
+    "run_child",
+    "verdict_path",
+    "forget_verdict",
+]
 
 ENV_VAR = "ONDEVICE_CPU_BUFFERS"
 SCHEMA = 2  # verdict file format; another number means check again (2: the child runs CPU-only on GPU builds)
@@ -187,8 +196,16 @@ def run_check(
         if argv is not None
         else [sys.executable, "-X", "faulthandler", "-m", "ondevice.llama.selftest", mode, str(work)]
     )
+    return run_child(argv, timeout_s=timeout_s)
+
+
+def run_child(argv: Sequence[str], *, timeout_s: float, env: dict[str, str] | None = None) -> CheckOutcome:
+    """Run a child that exercises llama.cpp's native code (the self-test, the first open of a file):
+    exit 0 is ok; death by a signal from inside is a crash (named, with the frame faulthandler saw);
+    a signal from outside (the OOM killer, Ctrl-C) or a failure without a signal is not; a run past
+    `timeout_s` is killed and marked hung."""
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return CheckOutcome(False, False, f"timed out after {timeout_s:.0f} s", hung=True)
     except OSError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ondevice.core.errors import ModelLoadError
 from ondevice.llama.buffers import REPACK, TensorOverrides, cpu_features, extra_buffer_types, repack_tensors
+from ondevice.llama.firstopen import check_first_open
 from ondevice.llama.guard import Verdict, cpu_buffer_verdict
 from ondevice.llama.log import LOG_NAME, log_listener, raise_pending_interrupt, route_llama_log
 
@@ -163,13 +164,24 @@ class Placement:
 
 
 def load_model(
-    path: Path, *, n_gpu_layers: int, verdict: Verdict | None = None, lib: Any = None, cpu_only: bool = False
+    path: Path,
+    *,
+    n_gpu_layers: int,
+    verdict: Verdict | None = None,
+    lib: Any = None,
+    cpu_only: bool = False,
+    first_open: bool = True,
 ) -> tuple[Any, Placement]:
     """Open `path` (a validated GGUF); returns (llama_model pointer, Placement). Raises ModelLoadError.
     cpu_only: give the model no GPU device at all (llama.cpp's `--device none`), so that nothing runs
-    on a GPU, not even the large batches llama.cpp otherwise hands a GPU build's device at n_gpu_layers 0."""
+    on a GPU, not even the large batches llama.cpp otherwise hands a GPU build's device at n_gpu_layers 0.
+    first_open: a file this machine has not opened before is first opened vocab-only in a child
+    (ondevice.llama.firstopen), so that an abort in llama.cpp is a ModelLoadError (False: a caller that
+    is itself such a child)."""
     if lib is None:
         import llama_cpp as lib  # lazy: importing ondevice must not load llama.cpp
+    if first_open:
+        check_first_open(Path(path))
     verdict = verdict or cpu_buffer_verdict()
     if verdict.mode == "unusable":
         raise ModelLoadError(verdict.note or "llama.cpp crashed in its self-test on this machine")
@@ -189,6 +201,21 @@ def load_model(
     return model, Placement(
         verdict.mode, f"{verdict.source}: {verdict.reason}", len(overrides.names) if overrides else 0
     )
+
+
+def load_vocab_only(path: Path, lib: Any = None) -> Any:
+    """Open `path` vocab-only (architecture, hyperparameters, vocabulary; no weights) with no device: the
+    first-open check's child (ondevice.llama.vocabcheck). The llama_model pointer, NULL when llama.cpp refuses."""
+    if lib is None:
+        import llama_cpp as lib
+    route_llama_log(lib)
+    lib.llama_backend_init()
+    mparams = lib.llama_model_default_params()
+    mparams.vocab_only = True
+    mparams.n_gpu_layers = 0
+    no_devices = (ctypes.c_void_p * 1)()  # no GPU device: nothing to initialise for a vocabulary
+    mparams.devices = ctypes.addressof(no_devices)
+    return lib.llama_model_load_from_file(str(path).encode(), mparams)
 
 
 def repack_plan(path: Path | str, lib: Any = None) -> list[str]:

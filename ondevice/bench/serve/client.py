@@ -117,23 +117,30 @@ def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
 
 
 def get_json(target: Target, path: str, timeout_s: float = 5.0) -> Any:
-    """GET base_url + path (e.g. "/models") -> the JSON body; OSError/ValueError on failure."""
+    """GET base_url + path (e.g. "/models") -> the JSON body; OSError/ValueError on failure (an answer that
+    is not HTTP, e.g. a bad status line, is ValueError)."""
     conn = _connection(target, timeout_s)
     deadline = _Deadline(conn, timeout_s)  # a server trickling its answer a byte at a time is cut off too
     try:
-        h = {k: v for k, v in target.headers().items() if k != "Content-Type"}
-        conn.request("GET", parse_base_url(target.url)[3] + path, headers=h)
-        deadline.hold(conn.sock)
-        resp = conn.getresponse()
-        body = resp.read(1 << 20)
-        if deadline.fired.is_set():
-            raise TimeoutError(f"no whole answer within {timeout_s:g} s")
-        if resp.status >= 400:
-            raise ValueError(f"HTTP {resp.status}")
-        return json.loads(body)
+        return _get_json(conn, deadline, target, path, timeout_s)
+    except http.client.HTTPException as exc:
+        raise ValueError(f"not an HTTP answer ({type(exc).__name__}: {printable(str(exc))[:100]})") from None
     finally:
         deadline.cancel()
         conn.close()
+
+
+def _get_json(conn: http.client.HTTPConnection, deadline: _Deadline, target: Target, path: str, timeout_s: float):
+    h = {k: v for k, v in target.headers().items() if k != "Content-Type"}
+    conn.request("GET", parse_base_url(target.url)[3] + path, headers=h)
+    deadline.hold(conn.sock)
+    resp = conn.getresponse()
+    body = resp.read(1 << 20)
+    if deadline.fired.is_set():
+        raise TimeoutError(f"no whole answer within {timeout_s:g} s")
+    if resp.status >= 400:
+        raise ValueError(f"HTTP {resp.status}")
+    return json.loads(body)
 
 
 def stream_request(target: Target, body: dict[str, Any]) -> StreamLog:
