@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import add_model_arg
+from benchmarks.common import add_model_arg, cpu_description
 
 PROMPTS = Path(__file__).resolve().parent / "data" / "speculative_prompts.json"
 GROUNDED_MIN, OPEN_MIN, PREDICTION_TOL = 2.0, 0.95, 0.15
@@ -145,7 +145,24 @@ def report_set(name: str, rows: list[dict]) -> dict:
         f"agreement with plain {100 * same / compared:.1f}% of {compared} tokens; "
         f"speculative ITL p50 {1e3 * _pct(itl, 50):.1f} ms, p95 {1e3 * _pct(itl, 95):.1f} ms"
     )
-    return {"measured": measured, "predicted": predicted, "agreement": same / compared}
+    plain = statistics.median(r["plain_tok_s"] for r in rows)
+    spec = statistics.median(r["spec_tok_s"] for r in rows)
+    return {"measured": measured, "predicted": predicted, "agreement": same / compared, "plain": plain, "spec": spec}
+
+
+def summary_table(results: dict[str, dict[str, dict]]) -> list[str]:
+    """mode -> set -> report_set's figures, as one Markdown table: each side against plain decoding."""
+    lines = [
+        "| side | prompts | plain tok/s | spec tok/s | speedup (median) | predicted (k, a) | agreement with plain |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for mode, sets in results.items():
+        for name, r in sets.items():
+            lines.append(
+                f"| {mode} (exact={MODES[mode]}) | {name} | {r['plain']:.1f} | {r['spec']:.1f} | {r['measured']:.2f}x "
+                f"| {r['predicted']:.2f}x | {100 * r['agreement']:.1f}% |"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         eng.close()
     i = eng.info
+    print(cpu_description())
     print(
         f"speculative decoding (prompt lookup): {i.spec.name} on {i.backend}, {i.n_threads} threads, CPU buffers "
         f"{i.cpu_buffers}, greedy, {args.repeats} interleaved pairs per prompt, up to {args.max_tokens} tokens"
@@ -191,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             "verify cost predicted (Predictor.tokens_step_s at 256 tokens of context): "
             + ", ".join(f"n={n}: {r:.2f}" for n, r in predicted_costs.items())
         )
-    checks = []
+    checks, summary = [], {}
     for m in modes:
         print(f"\n=== {m} (exact={MODES[m]}) ===")
-        res = {name: report_set(f"{m} {name}", [r[m] for r in rs]) for name, rs in rows.items()}
+        res = summary[m] = {name: report_set(f"{m} {name}", [r[m] for r in rs]) for name, rs in rows.items()}
         checks += [
             (f"{m}: grounded median >= {GROUNDED_MIN}x", res["grounded"]["measured"] >= GROUNDED_MIN),
             (f"{m}: open median >= {OPEN_MIN}x", res["open"]["measured"] >= OPEN_MIN),
@@ -207,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if MODES[m]:
             checks.append((f"{m}: output identical to plain decoding", all(r["agreement"] == 1 for r in res.values())))
+    print("\nsummary: median over the prompts of each set (a prompt's figure: the median of its pairs)")
+    print("\n".join(summary_table(summary)))
     print()
     for label, ok in checks:
         print(f"{'met    ' if ok else 'NOT met'}  {label}")
