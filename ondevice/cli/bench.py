@@ -47,7 +47,9 @@ def register(sub) -> None:
     p.add_argument(
         "--scenarios",
         help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache,"
-        "speculative,cold_start (speculative: prompt lookup paired with plain decoding of the same prompt; "
+        "speculative,restore,cold_start (speculative: prompt lookup paired with plain decoding of the same prompt; "
+        "restore: a conversation resumed from its KV state on disk against recomputing it and the in-memory "
+        "prefix hit, each beside its prediction; "
         "cold_start: page cache dropped -> load -> first token, with its parts and a prediction; each has "
         "its own table; default: cold_load,warm_load,resident,prefix_hit,cold_start)",
     )
