@@ -63,13 +63,15 @@ def test_restore_cell_table_and_files(outcome, tmp_path):
     cells = [r for r in results if r.scenario == RESTORE]
     assert [c.workload for c in cells] == ["p64_n8", "p160_n8"]
     s = cells[1].restore
-    assert s["runs"] == 2 and s["judged_runs"] == 2 and s["history_tokens"] == 160 - 20
+    assert s["runs"] == 2 and s["measured_runs"] == 2 and s["history_tokens"] == 160 - 20
     assert s["restore_over_hit"] == pytest.approx(s["restore_ttft_s"] / s["hit_ttft_s"])
-    assert s["choice_right_runs"] == s["restore_faster_runs"]  # the choice was restore in every run
+    # no predictor: the choice falls back to restore and is not judged against the measurement
+    assert s["judged_runs"] == 0 and s["choice_right_runs"] == 0 and s["choice"] == "restore (no prediction)"
     assert next(r for r in results if r.scenario == RESIDENT).restore is None
     rows = restore_rows(results)
     assert len(rows) == 2 and all(len(row) == len(RESTORE_HEADERS) for row in rows)
-    assert rows[1][:5] == [cells[1].model, "p160_n8", "140", "20", "2/2"] and rows[1][13] == "restore"
+    assert rows[1][:5] == [cells[1].model, "p160_n8", "140", "20", "2/2"]
+    assert rows[1][13] == "restore (no prediction)" and rows[1][15] == "-"
     record = {"settings": {"suite": "custom"}}
     assert "restore: TTFT of a resumed conversation" in render_table(record, results)
     assert "## Restore" in markdown(record, results)
@@ -83,7 +85,7 @@ def test_restore_cell_table_and_files(outcome, tmp_path):
 def test_predictions_pick_the_side_predicted_faster():
     # 1 MB at 1 GB/s reads in 1 ms; recomputing 1,000 history tokens takes 1 s: restore
     fast = restore_predictions(LinearPredictor(), 1_100, 1_000, 1_000_000, 1.0)
-    assert fast["choice"] == "restore"
+    assert fast["choice"] == "restore" and fast["choice_predicted"]
     assert fast["predicted_read_s"] == pytest.approx(1e-3)
     assert fast["predicted_restore_s"] == pytest.approx(1e-3 + 0.1)
     assert fast["predicted_hit_s"] == pytest.approx(0.1) and fast["predicted_recompute_s"] == pytest.approx(1.1)
@@ -93,3 +95,17 @@ def test_predictions_pick_the_side_predicted_faster():
     # no disk figure: restore, with the read unknown
     unknown = restore_predictions(LinearPredictor(), 1_100, 1_000, 1_000_000, None)
     assert unknown["choice"] == "restore" and unknown["predicted_restore_s"] is None
+    assert not unknown["choice_predicted"]
+
+
+def test_summary_judges_only_predicted_choices():
+    def run(repeat, faster, predicted=True):
+        figures = {"history_tokens": 448, "turn_tokens": 64, "state_bytes": 10, "restore_ttft_s": 0.2}
+        figures |= {"hit_ttft_s": 0.1, "choice": "restore", "choice_predicted": predicted, "faster": faster}
+        return RunRecord("m", RESTORE, "p512", repeat, "ok", restore=figures)
+
+    from ondevice.bench.restore import restore_summary
+
+    s = restore_summary([run(0, "restore"), run(1, "recompute"), run(2, "restore", predicted=False)])
+    assert (s["measured_runs"], s["restore_faster_runs"], s["judged_runs"], s["choice_right_runs"]) == (3, 2, 2, 1)
+    assert s["choice"] == "mixed" and s["restore_over_hit"] == pytest.approx(2.0)

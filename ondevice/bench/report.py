@@ -107,6 +107,7 @@ _RESTORE_COLS = (
     "disk_read_gbs",
     "restore_over_hit",
     "choice",
+    "measured_runs",
     "restore_faster_runs",
     "choice_right_runs",
     "judged_runs",

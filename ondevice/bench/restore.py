@@ -66,6 +66,8 @@ def restore_predictions(
     history = recompute - hit if recompute is not None and hit is not None else None
     choice = choose_resume(state_bytes, disk_read_gbs, history)
     return {
+        # both sides predicted: the choice is a prediction (else choose_resume's fallback, restore, unjudged)
+        "choice_predicted": read is not None and history is not None,
         "predicted_read_s": read,
         "predicted_restore_s": read + hit if read is not None and hit is not None else None,
         "predicted_hit_s": hit,
@@ -181,8 +183,8 @@ def restore_summary(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
         values = [x[key] for x in ok if x.get(key) is not None]
         return median(values) if values else None
 
-    judged = [x for x in ok if x.get("faster") is not None]
-    choices = {x.get("choice") for x in ok}
+    judged = [x for x in ok if x.get("faster") is not None and x.get("choice_predicted")]
+    choices = {x.get("choice") if x.get("choice_predicted") else f"{x.get('choice')} (no prediction)" for x in ok}
     restore, hit = med("restore_ttft_s"), med("hit_ttft_s")
     return {
         "runs": len(ok),
@@ -200,7 +202,9 @@ def restore_summary(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
         "disk_read_gbs": med("disk_read_gbs"),
         "restore_over_hit": restore / hit if restore and hit else None,
         "choice": choices.pop() if len(choices) == 1 else "mixed",
-        "restore_faster_runs": sum(1 for x in judged if x["faster"] == "restore"),
+        "measured_runs": sum(1 for x in ok if x.get("faster") is not None),
+        "restore_faster_runs": sum(1 for x in ok if x.get("faster") == "restore"),
+        # runs whose choice was predicted (both figures known) and how many of them chose the faster side
         "choice_right_runs": sum(1 for x in judged if x["faster"] == x.get("choice")),
         "judged_runs": len(judged),
         "page_cache_dropped_runs": sum(1 for x in ok if x.get("page_cache_dropped")),
@@ -213,8 +217,8 @@ def restore_rows(results: Sequence[Any]) -> list[list[str]]:
         s = r.restore
         if r.scenario != RESTORE or not s:
             continue
-        n, faster = s["judged_runs"], s["restore_faster_runs"]
-        measured = f"restore {faster}/{n}" if 0 < faster < n else "restore" if faster else "recompute"
+        n, faster, measured_n = s["judged_runs"], s["restore_faster_runs"], s["measured_runs"]
+        measured = f"restore {faster}/{measured_n}" if 0 < faster < measured_n else "restore" if faster else "recompute"
         rows.append(
             [
                 r.model,
@@ -231,7 +235,7 @@ def restore_rows(results: Sequence[Any]) -> list[list[str]]:
                 ms_cell(s["predicted_recompute_s"]),
                 f"{s['restore_over_hit']:.2f}x" if s["restore_over_hit"] else "-",
                 s["choice"],
-                measured if n else "-",
+                measured if measured_n else "-",
                 f"{s['choice_right_runs']}/{n}" if n else "-",
             ]
         )
