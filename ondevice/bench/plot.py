@@ -162,7 +162,7 @@ def _draw_roofline(ax: Any, roofline: Roofline) -> None:
         linewidth=1.2,
         label=f"ceiling: {roofline.bandwidth_gbs:.1f} GB/s ({roofline.bandwidth_label}) / bytes",
     )
-    colors = plt_colors(len(roofline.points))
+    colors = _colors(len(roofline.points))
     for point, color in zip(roofline.points, colors):
         x = point.bytes_per_token / 1e6
         if point.predicted_tok_s:
@@ -192,7 +192,7 @@ def _draw_itls(ax: Any, itls: Mapping[str, list[float]]) -> None:
     ax.grid(True, axis="x", linewidth=0.3)
 
 
-def plt_colors(n: int) -> list[Any]:
+def _colors(n: int) -> list[Any]:
     """n colours from matplotlib's default cycle, repeated when there are more points."""
     plt = require_matplotlib()
     cycle = plt.rcParams["axes.prop_cycle"].by_key().get("color") or ["C0"]
