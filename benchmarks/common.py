@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +23,7 @@ __all__ = [
     "cpu_description",
     "print_json",
     "write_json",
+    "StopCounter",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +82,17 @@ def write_json(path: Path, doc: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class StopCounter:
+    """Counts the times this process was stopped and continued (SIGSTOP or Ctrl-Z, then SIGCONT): a timing that spans
+    one holds the time it stood still, not the machine's speed, so a script runs that round again. Python runs the
+    handler once the main thread is back in the interpreter, which is before the timed call's result is used."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        if hasattr(signal, "SIGCONT"):
+            signal.signal(signal.SIGCONT, self._continued)
+
+    def _continued(self, signum: int, frame: Any) -> None:
+        self.count += 1

@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import add_model_arg
+from benchmarks.common import StopCounter, add_model_arg, cpu_description
 
 PROMPTS = Path(__file__).resolve().parent / "data" / "speculative_prompts.json"
 GROUNDED_MIN, OPEN_MIN, PREDICTION_TOL = 2.0, 0.95, 0.15
@@ -70,16 +70,28 @@ def verify_costs(engine, sizes=(1, 2, 3, 4, 8, 16), reps: int = 5) -> dict[int, 
 
 
 MODES = {"exact": True, "fast": False}  # stream()'s exact for each speculative side of a run
+MAX_TRIES = 6  # a round the process was stopped in is run again, this many times at most
+rerun_rounds = [0, 0]  # rounds run again because the process was stopped; rounds kept although it was
 
 
-def one_prompt(engine, prompt: str, repeats: int, max_tokens: int, modes: tuple[str, ...]) -> dict[str, dict]:
-    """Per speculative mode: its runs paired with the plain run of the same repeat (the order rotates)."""
+def one_prompt(
+    engine, prompt: str, repeats: int, max_tokens: int, modes: tuple[str, ...], stops: StopCounter
+) -> dict[str, dict]:
+    """Per speculative mode: its runs paired with the plain run of the same repeat (the order rotates). A round
+    during which the process was stopped and continued is run again (its timings hold the pause)."""
     sides = ("plain",) + modes
     runs: dict[str, list] = {m: [] for m in sides}
     for r in range(repeats):
-        for mode in sides[r % len(sides) :] + sides[: r % len(sides)]:
-            kw = {"speculative": "lookup", "exact": MODES[mode]} if mode != "plain" else {}
-            runs[mode].append(engine.generate(prompt, max_tokens=max_tokens, temperature=0, reuse_prefix=False, **kw))
+        for attempt in range(MAX_TRIES):
+            before, got = stops.count, {}
+            for mode in sides[r % len(sides) :] + sides[: r % len(sides)]:
+                kw = {"speculative": "lookup", "exact": MODES[mode]} if mode != "plain" else {}
+                got[mode] = engine.generate(prompt, max_tokens=max_tokens, temperature=0, reuse_prefix=False, **kw)
+            if stops.count == before:
+                break
+            rerun_rounds[attempt == MAX_TRIES - 1] += 1
+        for mode, g in got.items():
+            runs[mode].append(g)
     return {m: _pairs(runs["plain"], runs[m]) for m in modes}
 
 
@@ -145,7 +157,24 @@ def report_set(name: str, rows: list[dict]) -> dict:
         f"agreement with plain {100 * same / compared:.1f}% of {compared} tokens; "
         f"speculative ITL p50 {1e3 * _pct(itl, 50):.1f} ms, p95 {1e3 * _pct(itl, 95):.1f} ms"
     )
-    return {"measured": measured, "predicted": predicted, "agreement": same / compared}
+    plain = statistics.median(r["plain_tok_s"] for r in rows)
+    spec = statistics.median(r["spec_tok_s"] for r in rows)
+    return {"measured": measured, "predicted": predicted, "agreement": same / compared, "plain": plain, "spec": spec}
+
+
+def summary_table(results: dict[str, dict[str, dict]]) -> list[str]:
+    """mode -> set -> report_set's figures, as one Markdown table: each side against plain decoding."""
+    lines = [
+        "| side | prompts | plain tok/s | spec tok/s | speedup (median) | predicted (k, a) | agreement with plain |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for mode, sets in results.items():
+        for name, r in sets.items():
+            lines.append(
+                f"| {mode} (exact={MODES[mode]}) | {name} | {r['plain']:.1f} | {r['spec']:.1f} | {r['measured']:.2f}x "
+                f"| {r['predicted']:.2f}x | {100 * r['agreement']:.1f}% |"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     from ondevice.api import load
 
     prompts = json.loads(PROMPTS.read_text())
+    stops = StopCounter()
     eng = load(args.model, n_ctx=2048, n_threads=args.threads)  # with this machine's predictor, as `ondevice run`
     try:
         costs = verify_costs(eng)
@@ -172,12 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         for m in modes:  # warm-up, and the batch check exact=True needs
             eng.generate(prompts["open"][0], max_tokens=8, temperature=0, speculative="lookup", exact=MODES[m])
         rows = {
-            name: [one_prompt(eng, p, args.repeats, args.max_tokens, modes) for p in prompts[name]]
+            name: [one_prompt(eng, p, args.repeats, args.max_tokens, modes, stops) for p in prompts[name]]
             for name in ("grounded", "open")
         }
     finally:
         eng.close()
     i = eng.info
+    print(cpu_description())
     print(
         f"speculative decoding (prompt lookup): {i.spec.name} on {i.backend}, {i.n_threads} threads, CPU buffers "
         f"{i.cpu_buffers}, greedy, {args.repeats} interleaved pairs per prompt, up to {args.max_tokens} tokens"
@@ -191,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             "verify cost predicted (Predictor.tokens_step_s at 256 tokens of context): "
             + ", ".join(f"n={n}: {r:.2f}" for n, r in predicted_costs.items())
         )
-    checks = []
+    checks, summary = [], {}
     for m in modes:
         print(f"\n=== {m} (exact={MODES[m]}) ===")
-        res = {name: report_set(f"{m} {name}", [r[m] for r in rs]) for name, rs in rows.items()}
+        res = summary[m] = {name: report_set(f"{m} {name}", [r[m] for r in rs]) for name, rs in rows.items()}
         checks += [
             (f"{m}: grounded median >= {GROUNDED_MIN}x", res["grounded"]["measured"] >= GROUNDED_MIN),
             (f"{m}: open median >= {OPEN_MIN}x", res["open"]["measured"] >= OPEN_MIN),
@@ -207,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if MODES[m]:
             checks.append((f"{m}: output identical to plain decoding", all(r["agreement"] == 1 for r in res.values())))
+    print(
+        f"rounds run again because the process was stopped (SIGSTOP/SIGCONT) during them: {rerun_rounds[0]}; "
+        f"kept although stopped after {MAX_TRIES} tries: {rerun_rounds[1]}"
+    )
+    print("\nsummary: median over the prompts of each set (a prompt's figure: the median of its pairs)")
+    print("\n".join(summary_table(summary)))
     print()
     for label, ok in checks:
         print(f"{'met    ' if ok else 'NOT met'}  {label}")

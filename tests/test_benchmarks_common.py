@@ -63,3 +63,28 @@ def test_scripts_run_as_modules(name):
     )
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout
+
+
+def test_stop_counter_counts_each_continue():
+    import os
+    import signal
+
+    previous = signal.getsignal(signal.SIGCONT)
+    try:
+        stops = common.StopCounter()
+        assert stops.count == 0
+        os.kill(os.getpid(), signal.SIGCONT)  # what a stopped process receives when it is let go on
+        os.kill(os.getpid(), signal.SIGCONT)
+        assert stops.count == 2
+    finally:
+        signal.signal(signal.SIGCONT, previous)
+
+
+def test_speculative_summary_table_has_a_row_per_side_and_set():
+    from benchmarks.speculative import summary_table
+
+    figures = {"plain": 20.0, "spec": 30.0, "measured": 1.5, "predicted": 1.4, "agreement": 0.98}
+    lines = summary_table({"exact": {"grounded": figures, "open": figures}, "fast": {"grounded": figures}})
+    assert len(lines) == 2 + 3 and lines[0].startswith("| side |")
+    assert lines[2] == "| exact (exact=True) | grounded | 20.0 | 30.0 | 1.50x | 1.40x | 98.0% |"
+    assert lines[4].startswith("| fast (exact=False) | grounded |")

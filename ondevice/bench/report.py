@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ondevice.bench import coldstart
+from ondevice.bench.restore import RESTORE_HEADERS, restore_rows, restore_table
 from ondevice.bench.runs import COLD_START, LOAD, LOAD_SCENARIOS, NO_KV_CACHE, PREFIX_HIT
 from ondevice.bench.speculative import SPEC_HEADERS, spec_rows, spec_table
 from ondevice.bench.stats import EXTRA_METRICS, METRICS, ScenarioResult, clean
@@ -92,6 +93,25 @@ _SPEC_COLS = (
     "speedup_at_acceptance_p50",
     "burst_share",
 )  # the speculative scenario's, from "speculative"
+_RESTORE_COLS = (
+    "history_tokens",
+    "turn_tokens",
+    "state_bytes",
+    "load_state_s",
+    "restore_ttft_s",
+    "predicted_restore_s",
+    "hit_ttft_s",
+    "predicted_hit_s",
+    "recompute_ttft_s",
+    "predicted_recompute_s",
+    "disk_read_gbs",
+    "restore_over_hit",
+    "choice",
+    "measured_runs",
+    "restore_faster_runs",
+    "choice_right_runs",
+    "judged_runs",
+)  # the restore scenario's, from "restore"
 _LOAD_COLS = (
     "offered",
     "sent",
@@ -164,6 +184,7 @@ def _csv_header() -> list[str]:
         + [f"load_{c}" for c in _LOAD_COLS]
         + [f"cold_start_predicted_{c}" for c in _COLD_COLS]
         + [f"spec_{c}" for c in _SPEC_COLS]
+        + [f"restore_{c}" for c in _RESTORE_COLS]
         + ["failures"]
     )
 
@@ -182,6 +203,7 @@ def write_csv(path: str | Path, doc: dict[str, Any]) -> None:
         flat.update({f"load_{c}": (r.get("load") or {}).get(c) for c in _LOAD_COLS})
         flat.update({f"cold_start_predicted_{c}": (r.get("cold_start_predicted") or {}).get(c) for c in _COLD_COLS})
         flat.update({f"spec_{c}": (r.get("speculative") or {}).get(c) for c in _SPEC_COLS})
+        flat.update({f"restore_{c}": (r.get("restore") or {}).get(c) for c in _RESTORE_COLS})
         slo = r.get("slo") or {}
         flat.update(
             slo_goodput_rps=slo.get("goodput_rps"),
@@ -321,6 +343,16 @@ def markdown(
             "|" + "|".join("---" for _ in SPEC_HEADERS) + "|",
         ]
         lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in spec]
+    restore = restore_rows(results)
+    if restore:
+        lines += [
+            "",
+            "## Restore (a resumed conversation: KV state from disk, recomputed, or still in memory)",
+            "",
+            "| " + " | ".join(RESTORE_HEADERS) + " |",
+            "|" + "|".join("---" for _ in RESTORE_HEADERS) + "|",
+        ]
+        lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in restore]
     return "\n".join(lines) + "\n"
 
 
@@ -401,6 +433,7 @@ def render_table(
                 + _cold_table(results, width)
                 + _load_table(results, load, width)
                 + spec_table(results, width)
+                + restore_table(results, width)
             )
             + "\n"
         )
@@ -422,7 +455,12 @@ def render_table(
     )
     return (
         "\n".join(
-            lines + notes + _cold_table(results, width) + _load_table(results, load, width) + spec_table(results, width)
+            lines
+            + notes
+            + _cold_table(results, width)
+            + _load_table(results, load, width)
+            + spec_table(results, width)
+            + restore_table(results, width)
         )
         + "\n"
     )

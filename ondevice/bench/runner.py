@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ondevice.bench import scenarios as sc
 from ondevice.bench.coldstart import disk_read_for, prompt_for
 from ondevice.bench.oscache import PeakRss
+from ondevice.bench.restore import remove_state, restore_run
 from ondevice.bench.runs import (
     COLD_LOAD,
     COLD_START,
@@ -30,6 +32,7 @@ from ondevice.bench.runs import (
     NO_KV_CACHE,
     PREFIX_HIT,
     RESIDENT,
+    RESTORE,
     SCENARIOS,
     SPECULATIVE,
     WARM_LOAD,
@@ -37,6 +40,7 @@ from ondevice.bench.runs import (
 )
 from ondevice.bench.speculative import speculative_run
 from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
+from ondevice.core import paths
 from ondevice.core.errors import BenchError
 from ondevice.core.pagecache import evict_page_cache
 from ondevice.engine.interface import StreamingEngine
@@ -78,6 +82,7 @@ class BenchConfig:
     seed: int = 0  # prompt text and sampling seeds derive from it
     timeout_s: float | None = None  # per request, seconds
     spec_exact: bool | None = None  # the speculative scenario's exact setting (None: the engine's default)
+    state_dir: Path | None = None  # the restore scenario's state files (None: <cache dir>/bench/states)
 
 
 @dataclass
@@ -99,6 +104,7 @@ class ModelPlan:
     disk_note: str = ""  # what to know about that figure (another file system, ...)
     cold_prompt: Any = None  # the cold start's prompt (text, or ids), built once
     cold_prompt_note: str = ""  # said when the prompt had to be ids
+    state_disk: tuple[float | None, str] | None = None  # restore: the probe's disk read where states go (GB/s, note)
 
 
 @dataclass(frozen=True)
@@ -169,7 +175,7 @@ def _steps(plans: Sequence[ModelPlan], config: BenchConfig) -> int:
         if p.error:
             continue
         per += sum(s in config.scenarios for s in (COLD_LOAD, WARM_LOAD))
-        per += len(p.suite.workloads) * sum(s in config.scenarios for s in (RESIDENT, PREFIX_HIT, SPECULATIVE))
+        per += len(p.suite.workloads) * sum(s in config.scenarios for s in (RESIDENT, PREFIX_HIT, SPECULATIVE, RESTORE))
         per += NO_KV_CACHE in config.scenarios
         per += COLD_START in config.scenarios
     return per * config.suite.repeats
@@ -334,6 +340,9 @@ def _model_repeat(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: 
                     exact=config.spec_exact,
                 ),
             )
+        if RESTORE in config.scenarios:
+            tick(f"{p.label} {w.name} restore #{repeat + 1}")
+            _guard(runs, ctx, RESTORE, w, lambda: _restore(config, p, ctx, w, prompts, repeat, seed))
     if NO_KV_CACHE in config.scenarios:
         w = min(p.suite.workloads, key=lambda x: x.prompt_tokens)
         n = min(w.output_tokens, p.suite.ablation_tokens)
@@ -416,6 +425,53 @@ def _prefix(ctx: sc.RequestContext, w: Workload, prompts: PromptBuilder, repeat:
     a = prompts.ids(s, f"{w.name}:suffix-a:{repeat}", add_bos=False)
     b = prompts.ids(s, f"{w.name}:suffix-b:{repeat}", add_bos=False)
     return sc.prefix_hit_run(ctx, w.name, prefix, a, b, w.output_tokens, seed)
+
+
+def _restore(
+    config: BenchConfig,
+    p: ModelPlan,
+    ctx: sc.RequestContext,
+    w: Workload,
+    prompts: PromptBuilder,
+    repeat: int,
+    seed: int,
+) -> RunRecord:
+    """The restore scenario (ondevice.bench.restore): history and turn as the prefix hit's prefix and suffix; the
+    state file written under config.state_dir and removed after."""
+    if w.prompt_tokens < 2:
+        return RunRecord(
+            ctx.model,
+            RESTORE,
+            w.name,
+            repeat,
+            "skipped",
+            reason="a resumed conversation needs a prompt of 2 tokens or more",
+            prompt_tokens=w.prompt_tokens,
+            output_tokens_requested=w.output_tokens,
+        )
+    folder = config.state_dir or paths.cache_dir() / "bench" / "states"
+    folder.mkdir(parents=True, exist_ok=True)
+    if p.state_disk is None:
+        p.state_disk = disk_read_for(folder, p.engine_info.get("backend"))
+    s = sc.suffix_tokens(w.prompt_tokens)
+    history = prompts.ids(w.prompt_tokens - s, f"{w.name}:history:{repeat}")
+    turn = prompts.ids(s, f"{w.name}:turn:{repeat}", add_bos=False)
+    state_path = folder / f"restore-{os.getpid()}-{repeat}.kv"
+    try:
+        rec = restore_run(
+            ctx,
+            w.name,
+            history,
+            turn,
+            w.output_tokens,
+            seed,
+            state_path=state_path,
+            predictor=p.predictor,
+            disk_read_gbs=p.state_disk[0],
+        )
+    finally:
+        remove_state(state_path)
+    return replace(rec, notes=rec.notes + ((p.state_disk[1],) if p.state_disk[1] else ()))
 
 
 def _warmup(ctx: sc.RequestContext, suite: Suite, prompts: PromptBuilder, repeat: int) -> None:

@@ -15,6 +15,7 @@ __all__ = [
     "LOAD_SCENARIOS",
     "REQUEST_SCENARIOS",
     "SPECULATIVE",
+    "RESTORE",
     "COLD_START",
 ]
 
@@ -32,8 +33,9 @@ COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT, NO_KV_CACHE, COLD_START, LOAD = (
     "load",
 )
 SPECULATIVE = "speculative"  # prompt-lookup decoding paired with plain decoding of the same prompt (bench.speculative)
+RESTORE = "restore"  # a conversation resumed from its KV state on disk, against recompute and the hit (bench.restore)
 LOAD_SCENARIOS = (COLD_LOAD, WARM_LOAD)
-REQUEST_SCENARIOS = (RESIDENT, PREFIX_HIT, NO_KV_CACHE, SPECULATIVE)
+REQUEST_SCENARIOS = (RESIDENT, PREFIX_HIT, NO_KV_CACHE, SPECULATIVE, RESTORE)
 SCENARIOS = LOAD_SCENARIOS + REQUEST_SCENARIOS + (COLD_START,)
 DEFAULT_SCENARIOS = (COLD_LOAD, WARM_LOAD, RESIDENT, PREFIX_HIT, COLD_START)
 
@@ -74,6 +76,7 @@ class RunRecord:
     speculative: dict[str, Any] | None = (
         None  # speculative runs: SpecStats.to_dict() + the paired plain run's decode_tok_s
     )
+    restore: dict[str, Any] | None = None  # restore runs: the restore, hit and recompute TTFTs and predictions
 
     @property
     def ok(self) -> bool:
@@ -133,6 +136,7 @@ class RunRecord:
             **({"serve": self.serve} if self.serve is not None else {}),
             **({"attribution": self.attribution} if self.attribution is not None else {}),
             **({"speculative": self.speculative} if self.speculative is not None else {}),
+            **({"restore": self.restore} if self.restore is not None else {}),
         }
 
     @classmethod
@@ -172,4 +176,5 @@ class RunRecord:
             notes=tuple(d.get("notes") or ()),
             serve=d.get("serve") if isinstance(d.get("serve"), dict) else None,
             speculative=d.get("speculative") if isinstance(d.get("speculative"), dict) else None,
+            restore=d.get("restore") if isinstance(d.get("restore"), dict) else None,
         )

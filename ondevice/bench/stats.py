@@ -18,6 +18,7 @@ from statistics import median
 from typing import Any
 
 from ondevice.bench.coldstart import ColdStartPrediction, predict_cold_start
+from ondevice.bench.restore import restore_summary
 from ondevice.bench.runs import (
     COLD_START,
     LOAD,
@@ -25,6 +26,7 @@ from ondevice.bench.runs import (
     NO_KV_CACHE,
     PREFIX_HIT,
     RESIDENT,
+    RESTORE,
     SCENARIOS,
     SPECULATIVE,
     WARM_LOAD,
@@ -74,6 +76,7 @@ class ScenarioResult:
         None  # speculative scenario: acceptance, per-step counts, speedups (bench.speculative)
     )
     cold_start: ColdStartPrediction | None = None  # cold_start: the predicted cold start and its parts
+    restore: dict[str, Any] | None = None  # restore: TTFTs restored, hit and recomputed, with predictions
     other_cpu_cores: float | None = None  # median over the runs of the CPU other processes used meanwhile, cores
 
     def summary(self, metric: str) -> Summary:
@@ -114,6 +117,8 @@ class ScenarioResult:
             d["speculative"] = self.speculative
         if self.cold_start is not None:
             d["cold_start_predicted"] = self.cold_start.to_dict()
+        if self.restore is not None:
+            d["restore"] = self.restore
         return clean(d)
 
 
@@ -236,6 +241,7 @@ def build_result(
         notes=tuple(notes),
         runs=tuple(runs),
         speculative=spec_summary(runs) if first.scenario == SPECULATIVE else None,
+        restore=restore_summary(runs) if first.scenario == RESTORE else None,
     )
 
 

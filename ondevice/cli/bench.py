@@ -47,7 +47,9 @@ def register(sub) -> None:
     p.add_argument(
         "--scenarios",
         help="comma-separated subset of cold_load,warm_load,resident,prefix_hit,no_kv_cache,"
-        "speculative,cold_start (speculative: prompt lookup paired with plain decoding of the same prompt; "
+        "speculative,restore,cold_start (speculative: prompt lookup paired with plain decoding of the same prompt; "
+        "restore: a conversation resumed from its KV state on disk against recomputing it and the in-memory "
+        "prefix hit, each beside its prediction; "
         "cold_start: page cache dropped -> load -> first token, with its parts and a prediction; each has "
         "its own table; default: cold_load,warm_load,resident,prefix_hit,cold_start)",
     )
@@ -81,7 +83,15 @@ def register(sub) -> None:
     p.add_argument("--json", metavar="FILE", help="write the full results (record, summaries, per-run ITL traces)")
     p.add_argument("--csv", metavar="FILE", help="write one CSV row per scenario")
     p.add_argument("--md", metavar="FILE", help="write a Markdown report")
-    p.add_argument("--force", action="store_true", help="replace existing --json/--csv/--md files (refused without it)")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.svg",
+        help="draw the roofline (measured and predicted decode tok/s against bytes per token, the ceiling line) "
+        "and the ITL distribution per scenario (.svg, .png or .pdf; needs the extra ondevice[plot])",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="replace existing --json/--csv/--md/--plot files (refused without it)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--threshold", type=float, default=0.05, help="compare: smallest change called a change (default 0.05 = 5%%)"
@@ -95,6 +105,8 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.models[:1] == ["compare"]:
         return run_compare(args)
+    if args.plot is not None and (args.batch is not None or getattr(args, "url", None)):
+        raise BenchError("--plot draws a local bench: not with --batch or --url")
     if args.batch is not None:
         from ondevice.cli.bench_batch import run_batch
 
@@ -104,7 +116,11 @@ def run(args: argparse.Namespace) -> int:
     if bench_serve.check_serve_args(args):
         _check_outputs(args, ("--json", "--csv", "--md"))
         return _exit_code(*bench_serve.run_serve(args, _config, _write_outputs, _plain_progress))
-    _check_outputs(args, ("--json", "--csv", "--md"))
+    _check_outputs(args, ("--json", "--csv", "--md", "--plot"))
+    if args.plot is not None:
+        from ondevice.bench.plot import check_plot_path
+
+        check_plot_path(args.plot)
     from ondevice.bench.runner import plan_bench, run_bench
 
     config = _config(args)
@@ -171,7 +187,7 @@ def _report(args, outcome, digests, slo_bounds) -> int:
         if plan.engine_info.get("fit_reason"):
             print(f"ondevice: --fit: {plan.label}: {plan.engine_info['fit_reason']}", file=sys.stderr)
     sys.stdout.write(report.render_table(record, results, slo, width=terminal_width()))
-    _write_outputs(args, doc, record, results, slo)
+    _write_outputs(args, doc, record, results, slo, plot=(results, outcome.models))
     return _exit_code(outcome, slo)
 
 
@@ -183,8 +199,8 @@ def _exit_code(outcome, slo) -> int:
     return EXIT_FAILURES if bad or any(not s.passed for s in slo.values()) else EXIT_OK
 
 
-def _write_outputs(args, doc, record, results, slo, load=None) -> None:
-    """Write --json/--csv/--md (see write_files)."""
+def _write_outputs(args, doc, record, results, slo, load=None, plot=None) -> None:
+    """Write --json/--csv/--md and, for a local bench (plot: its results and model plans), --plot (see write_files)."""
     from ondevice.bench import report
 
     write_files(
@@ -193,8 +209,15 @@ def _write_outputs(args, doc, record, results, slo, load=None) -> None:
             ("--json", args.json, lambda p: report.write_json(p, doc)),
             ("--csv", args.csv, lambda p: report.write_csv(p, doc)),
             ("--md", args.md, lambda p: report.write_markdown(p, record, results, slo, load)),
+            ("--plot", getattr(args, "plot", None) if plot else None, lambda p: _write_plot(p, *plot)),
         ),
     )
+
+
+def _write_plot(path, results, plans) -> None:
+    from ondevice.bench.plot import itl_series, roofline_from_bench, write_plot
+
+    write_plot(path, roofline_from_bench(results, plans), itl_series(results))
 
 
 def write_files(doc, writers) -> None:

@@ -37,6 +37,13 @@ def register(sub) -> None:
         help="GB/s of another machine: the bound, and beside it an estimate fitted on published llama.cpp runs",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.svg",
+        help="draw the roofline: the ceiling line and the predicted decode tok/s of each context against its bytes "
+        "per token (.svg, .png or .pdf; needs the extra ondevice[plot])",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing --plot file")
     g = p.add_argument_group(
         "a model you have not downloaded (instead of MODEL): its twin is timed here; with --params, give "
         "--d-model and --vocab too (else only the bound and an estimate)"
@@ -144,6 +151,12 @@ def run(args) -> int:
         raise InvalidParameterError(f"--prompt must be a positive number of tokens, not {args.prompt}")
     if args.output is not None and args.output <= 0:
         raise InvalidParameterError(f"--output must be a positive number of tokens, not {args.output}")
+    if args.plot is not None:  # before any probing: a bad destination or a missing extra is one line
+        from ondevice.bench.plot import check_plot_path
+        from ondevice.core.paths import check_destination
+
+        check_destination(args.plot, force=args.force)
+        check_plot_path(args.plot)
     if args.prompt is None:
         args.prompt = min(1024, spec.n_ctx_train or 1024)
     if spec.n_ctx_train and args.prompt + (args.output or 0) > spec.n_ctx_train:
@@ -170,6 +183,10 @@ def run(args) -> int:
         target=target,
     )
     fit = fit_choice(spec, contexts, target, args) if args.fit else None
+    if args.plot is not None:
+        from ondevice.bench.plot import roofline_from_prediction, write_plot
+
+        write_plot(args.plot, roofline_from_prediction(pred))
     if args.json:
         d = pred.to_dict()
         d["probe_age_s"] = probe.age_s if probe is not None else None

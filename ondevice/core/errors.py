@@ -21,6 +21,7 @@ __all__ = [
     "BenchError",
     "DestinationError",
     "StateFileError",
+    "MissingExtraError",
 ]
 
 
@@ -105,3 +106,7 @@ class DestinationError(OndeviceError, OSError):
 class StateFileError(OndeviceError):
     """A saved KV state cannot be used: another model, llama.cpp build, context settings or prompt, or a file
     that is truncated, garbage or not a regular file. The caller recomputes the prompt instead."""
+
+
+class MissingExtraError(OndeviceError):
+    """An optional feature needs a package that is not installed; the message names the extra to install."""
