@@ -39,7 +39,7 @@ from ondevice.bench.speculative import speculative_run
 from ondevice.bench.suites import PromptBuilder, Suite, Workload, fit_suite
 from ondevice.core.errors import BenchError
 from ondevice.core.pagecache import evict_page_cache
-from ondevice.engine.interface import StreamingEngine
+from ondevice.engine.interface import Predictor, StreamingEngine
 from ondevice.engine.sampling import DEFAULTS
 from ondevice.gguf.spec import ModelSpec, inspect
 from ondevice.models.materialize import resolve_model
@@ -92,7 +92,7 @@ class ModelPlan:
     suite: Suite  # the suite fitted to this model's context
     error: str = ""  # why it cannot run (a file that is not a usable GGUF)
     engine_info: dict[str, Any] = field(default_factory=dict)  # backend, threads, ... from the first load
-    predictor: Any = None  # the engine's roofline predictor (step_s), or None
+    predictor: Predictor | None = None  # the engine's roofline predictor, or None
     engine: Any = None  # the loaded Engine, while loaded
     warmed: bool = False  # the loaded engine has had its warm-up requests
     disk_read_gbs: float | None = None  # the probe's disk read (cold-start prediction), GB/s; None: not probed
@@ -258,7 +258,7 @@ def _load(config: BenchConfig, p: ModelPlan, load_fn) -> Any:
     p.warmed = False
     if not p.engine_info:
         p.engine_info = _info_dict(engine.info)
-        p.predictor = getattr(engine, "predictor", None)
+        p.predictor = engine.predictor
     return engine
 
 

@@ -142,7 +142,9 @@ def run(args) -> int:
         sys.stdout.flush()
         g = stream.generation
         if g is not None:
-            basis = engine.predictor.basis if engine.predictor is not None else None
+            from ondevice.roofline import Predictor as RooflinePredictor
+
+            basis = engine.predictor.basis if isinstance(engine.predictor, RooflinePredictor) else None
             print(
                 f"{timings_line(g, engine.info.load_s, engine.info.backend, basis)} | {settings_text(engine.info)}",
                 file=sys.stderr,

@@ -25,6 +25,7 @@ from ondevice.core.results import Generation
 from ondevice.core.textclean import clean_text
 from ondevice.engine import state as kv_state
 from ondevice.engine.batch import BatchContext
+from ondevice.engine.interface import Predictor
 from ondevice.engine.loader import EngineInfo, open_model
 from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, check_cancel, run_request
 from ondevice.engine.sampling import DEFAULTS, SamplingArgs, make_params
@@ -44,7 +45,7 @@ def load(
     n_gpu_layers: int | str = "auto",
     flash_attn: bool | str = "auto",
     seed: int = 0,
-    predictor: Any = None,
+    predictor: Predictor | None = None,
     n_ubatch: int | None = None,
     cache_type_k: str = "f16",
     cache_type_v: str = "f16",
@@ -58,8 +59,8 @@ def load(
     llama.cpp's own defaults (2048 / 512 tokens, flash attention "auto"). cache_type_k/_v: the
     KV cache element types ("f16", "q8_0", "q4_0", ...; a quantized V cache needs flash
     attention). n_gpu_layers "auto" offloads every layer when this llama.cpp build can
-    offload, else none. predictor: an object with step_s(n_ctx) -> (ceiling_step_s,
-    calibrated_step_s) that each token event is held against, or None (ondevice.load passes
+    offload, else none. predictor: a Predictor (ondevice.engine.interface: step_s(n_ctx) -> (ceiling_step_s,
+    calibrated_step_s)) that each token event is held against, or None (ondevice.load passes
     the one from this machine's cached probe). A load that will not fit the free memory is refused before
     llama.cpp allocates anything (InsufficientMemoryError, with the figures); fit=True instead chooses the
     largest context up to n_ctx (None: the trained context) and the most GPU layers that fit
@@ -89,8 +90,10 @@ def load(
     return Engine(handle, info, pred)
 
 
-def _check_predictor(predictor: Any) -> Any:
-    if predictor is not None and not callable(getattr(predictor, "step_s", None)):
+def _check_predictor(predictor: object) -> Predictor | None:
+    if predictor is None:
+        return None
+    if not isinstance(predictor, Predictor) or not callable(predictor.step_s):
         raise InvalidParameterError(
             "predictor must be None or have a step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s) method"
         )
@@ -111,7 +114,7 @@ class StreamArgs(SamplingArgs, total=False):
 class Engine:
     """A loaded model and its context. One generation at a time; a second one concurrently raises EngineBusyError."""
 
-    def __init__(self, handle: LlamaHandle, info: EngineInfo, predictor: Any = None):
+    def __init__(self, handle: LlamaHandle, info: EngineInfo, predictor: Predictor | None = None):
         self._h = handle
         self.info = info
         self.predictor = predictor
@@ -304,7 +307,7 @@ class Engine:
                 "speculative decoding needs a KV cache that can drop rejected drafts; "
                 "this model's recurrent state cannot"
             )
-        drafter = self._draft_model(settings.draft).drafter() if settings.mode == "draft" else None
+        drafter = self._draft_model(settings.draft).drafter() if settings.draft is not None else None
         want = settings.k_max + 1
         checked, exact_tokens = self._exact
         if not settings.exact:

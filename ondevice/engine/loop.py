@@ -18,6 +18,7 @@ from ondevice.core.errors import EngineError, InvalidParameterError
 from ondevice.core.metrics import timings_from_marks
 from ondevice.core.reasoning import first_visible
 from ondevice.core.results import Attribution, FinishReason, Generation, TokenEvent
+from ondevice.engine.interface import Predictor, PredictsTTFT
 from ondevice.engine.sampling import SamplerChain, SamplingParams
 from ondevice.engine.text import TextAssembler
 from ondevice.llama.model import LlamaHandle
@@ -151,7 +152,8 @@ def cancel_poll(own: threading.Event, external: Any = None) -> Callable[[], bool
 
 def _token_reader(handle: LlamaHandle) -> Callable[[int], tuple[bytes, bool]]:
     """token id -> (its bytes, is it end-of-generation), cached per id: one ctypes call per new id."""
-    lib, vocab, cache = handle.lib, handle.vocab, {}
+    lib, vocab = handle.lib, handle.vocab
+    cache: dict[int, tuple[bytes, bool]] = {}
     buf = ctypes.create_string_buffer(64)
 
     def read(token: int) -> tuple[bytes, bool]:
@@ -194,7 +196,7 @@ def run_request(
     kv: KVCache,
     req: Request,
     n_batch: int,
-    predictor: Any,
+    predictor: Predictor | None,
     token_info: Callable[[int], tuple[bytes, bool]],
 ) -> Generator[TokenEvent, None, Generation]:
     """Prefill, then sample/decode token by token, yielding a TokenEvent per output token."""
@@ -221,9 +223,8 @@ def run_request(
     if req.think is not None:
         timings = replace(timings, ttft_visible_s=_visible_s(req, token_ns, ids_out, texts))
     ceiling, predicted = _rates(steps)
-    ttft_fn = getattr(predictor, "ttft_s", None)
     chunk = min(n_batch, handle.n_ubatch)  # llama.cpp computes a prompt in passes of n_ubatch tokens
-    predicted_ttft = ttft_fn(n_prompt, n_cached, chunk) if callable(ttft_fn) else None
+    predicted_ttft = predictor.ttft_s(n_prompt, n_cached, chunk) if isinstance(predictor, PredictsTTFT) else None
     predicted_e2e = predicted_ttft + sum(s[1] for s in steps[1:]) if predicted_ttft is not None and steps else None
     attribution = spent.attribution(timings, prefill_start, prefill_end, token_ns) if token_ns else None
     return Generation(
@@ -276,7 +277,7 @@ class OutputTokens:
         params: SamplingParams,
         n_prompt: int,
         start_ns: int,
-        predictor: Any,
+        predictor: Predictor | None,
         token_info: Callable[[int], tuple[bytes, bool]],
         token_ns: list[int] | None = None,
         ids_out: list[int] | None = None,

@@ -42,6 +42,7 @@ from typing import Any
 from ondevice.core.errors import EngineError, InvalidParameterError
 from ondevice.core.results import SpecStats
 from ondevice.engine.drafters import Drafter
+from ondevice.engine.interface import Predictor, PredictsBatchStep
 from ondevice.engine.loop import KVCache, OutputTokens, Request
 from ondevice.engine.sampling import SamplerChain
 from ondevice.llama.model import LlamaHandle, fill_batch
@@ -153,7 +154,8 @@ def speedup_at_acceptance(
     verify = sum(k_steps.values())
     if verify + plain_steps == 0 or cost <= 0 or (verify and acceptance is None):
         return None
-    committed = sum(n * expected_committed(acceptance, k) for k, n in k_steps.items()) if verify else 0.0
+    a = acceptance or 0.0  # set whenever there are verify steps (checked above)
+    committed = sum(n * expected_committed(a, k) for k, n in k_steps.items()) if verify else 0.0
     return (committed + plain_steps) / cost
 
 
@@ -170,12 +172,12 @@ class StepCost:
     MEASURED = 1  # samples of a size before its own median is used (a probe's one sample beats any model)
     _KEEP = 32  # samples kept per size
 
-    def __init__(self, predictor: Any = None):
-        self._tokens_step_s = getattr(predictor, "tokens_step_s", None)
+    def __init__(self, predictor: Predictor | None = None):
+        self._tokens_step_s = predictor.tokens_step_s if isinstance(predictor, PredictsBatchStep) else None
         self._decode: dict[int, deque[float]] = {}  # tokens per decode -> the last decode times, ns
         self._sample: deque[float] = deque(maxlen=4 * self._KEEP)  # ns per sample, averaged per step
         self._draft: deque[float] = deque(maxlen=self._KEEP)  # ns per drafted token, per step
-        self._cache: dict[int, float] = {}  # n -> median decode ns (cleared on each record)
+        self._cache: dict[int, float | None] = {}  # n -> median decode ns (cleared on each record)
         self._ratio_cache: dict[tuple[int, int], float] = {}  # (context bucket, n) -> predictor's decode ratio
 
     @property
@@ -201,7 +203,7 @@ class StepCost:
     def _line(self, n: int) -> float:
         """decode(n) / decode(1) on a line through the measured sizes (PRIOR_SLOPE with fewer than two)."""
         t1 = self._median(1)
-        pts = [(m, self._median(m)) for m in self._decode if m > 1]
+        pts = [(m, t) for m in self._decode if m > 1 and (t := self._median(m)) is not None]
         if t1 is None or not pts:
             return 1.0 + self.PRIOR_SLOPE * (n - 1)
         slope = max(0.0, sum((t - t1) * (m - 1) for m, t in pts) / sum((m - 1) ** 2 for m, _ in pts))  # through (1, t1)
@@ -211,9 +213,9 @@ class StepCost:
         """decode(n tokens) / decode(1 token) at a context of n_ctx tokens."""
         if n <= 1:
             return 1.0
-        t1 = self._median(1)
-        if t1 and len(self._decode.get(n, ())) >= self.MEASURED:
-            return self._median(n) / t1
+        t1, tn = self._median(1), self._median(n)
+        if t1 and tn is not None and len(self._decode.get(n, ())) >= self.MEASURED:
+            return tn / t1
         if self._tokens_step_s is not None:
             key = (n_ctx // 64, n)
             r = self._ratio_cache.get(key)
@@ -298,7 +300,7 @@ class Speculator:
         self,
         settings: SpecSettings,
         drafter: Drafter,
-        predictor: Any = None,
+        predictor: Predictor | None = None,
         k_cap: int | None = None,
         cost: StepCost | None = None,
     ):
@@ -335,7 +337,7 @@ class Speculator:
         handle: LlamaHandle,
         kv: KVCache,
         req: Request,
-        predictor: Any,
+        predictor: Predictor | None,
         token_info: Any,
         token_ns: list[int],
         ids_out: list[int],
