@@ -22,8 +22,8 @@ import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
 from ondevice.cli.output import terminal_width
+from ondevice.cli.sampling_args import add_sampling_args, sampling_settings
 from ondevice.core.errors import BenchError
-from ondevice.engine.sampling import DEFAULTS
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_TIMEOUT_S = 1e6  # seconds per request: about 11 days, far inside every timer's range
@@ -63,12 +63,7 @@ def register(sub) -> None:
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")
     p.add_argument("--n-gpu-layers", default="auto", help="layers to offload: a number or auto (default)")
     add_engine_args(p)
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=DEFAULTS.temperature,
-        help=f"sampling temperature (default {DEFAULTS.temperature:g}; 0 = greedy)",
-    )
+    add_sampling_args(p, short_temperature=False)  # -t is --threads here, as in llama-bench
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt texts and the sampler (default 0)")
     p.add_argument("--timeout", type=float, help="seconds per request before it is cancelled and kept as a time-out")
     p.add_argument(
@@ -225,7 +220,7 @@ def write_files(doc, writers) -> None:
 
 def _config(args: argparse.Namespace):
     from ondevice.bench import suites
-    from ondevice.bench.runner import DEFAULT_SAMPLING, BenchConfig
+    from ondevice.bench.runner import BenchConfig
     from ondevice.bench.runs import DEFAULT_SCENARIOS, NO_KV_CACHE, SPECULATIVE
 
     custom = args.prompt_tokens is not None or args.output_tokens is not None
@@ -256,12 +251,10 @@ def _config(args: argparse.Namespace):
         resolve_n_ctx(
             args.n_ctx
         )  # llama.cpp's smallest context, as in run and chat (the runner checks the trained one)
-    # finite numbers only: an infinite time-out overflows the watchdog's and the socket's timers,
-    # a NaN temperature fails every run
+    # finite numbers only: an infinite time-out overflows the watchdog's and the socket's timers
     if args.timeout is not None and not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S):
         raise BenchError(f"--timeout {args.timeout}: must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise BenchError(f"--temperature {args.temperature}: must be a finite number, 0 or more")
+    sampling = sampling_settings(args)  # a NaN temperature would fail every run
     from ondevice.cli.run import parse_spec_exact
 
     spec_exact = parse_spec_exact(args.spec_exact)
@@ -283,7 +276,7 @@ def _config(args: argparse.Namespace):
         n_threads=args.threads,
         n_gpu_layers=gpu,
         **engine_kwargs(args),
-        sampling=dict(DEFAULT_SAMPLING, temperature=args.temperature),
+        sampling=sampling,
         seed=args.seed,
         timeout_s=args.timeout,
         spec_exact=spec_exact,
