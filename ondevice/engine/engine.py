@@ -27,8 +27,9 @@ from ondevice.engine import state as kv_state
 from ondevice.engine.batch import BatchContext
 from ondevice.engine.interface import Predictor
 from ondevice.engine.loader import EngineInfo, open_model
-from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, check_cancel, run_request
+from ondevice.engine.loop import KVCache, Request, TokenStream, cancel_poll, check_cancel, run_request
 from ondevice.engine.sampling import DEFAULTS, SamplingArgs, make_params
+from ondevice.engine.tokens import check_ids, detokenize_ids, token_reader, tokenize_bytes
 from ondevice.llama.model import LlamaHandle
 
 __all__ = ["load", "Engine", "StreamArgs"]
@@ -119,7 +120,7 @@ class Engine:
         self.info = info
         self.predictor = predictor
         self._kv = KVCache(handle)
-        self._token_info = _token_reader(handle)
+        self._token_info = token_reader(handle)
         self._busy = threading.Lock()
         # Held around tokenize/detokenize (which may run beside a generation) so close() cannot free the
         # vocabulary under them; close() takes it after _busy, tokenize never takes _busy, so no cycle.
@@ -172,17 +173,7 @@ class Engine:
             return self._tokenize_open(clean_text(text).encode("utf-8"), add_bos, special)
 
     def _tokenize_open(self, raw: bytes, add_bos: bool, special: bool) -> list[int]:
-        lib = self._h.lib
-        cap = len(raw) + 8
-        buf = (ctypes.c_int32 * cap)()
-        n = lib.llama_tokenize(self._h.vocab, raw, len(raw), buf, cap, add_bos, special)
-        if n < 0:
-            cap = -n
-            buf = (ctypes.c_int32 * cap)()
-            n = lib.llama_tokenize(self._h.vocab, raw, len(raw), buf, cap, add_bos, special)
-        if n < 0:
-            raise EngineError(f"llama_tokenize failed (code {n})")
-        return list(buf[:n])
+        return tokenize_bytes(self._h, raw, add_bos, special)
 
     def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
         """Token ids -> text (invalid UTF-8 becomes U+FFFD)."""
@@ -195,31 +186,10 @@ class Engine:
             return self._detokenize_open(ids, special)
 
     def _detokenize_open(self, ids: list[int], special: bool) -> str:
-        lib = self._h.lib
-        arr = (ctypes.c_int32 * len(ids))(*ids)
-        cap = 8 * len(ids) + 16
-        for _ in range(2):
-            buf = ctypes.create_string_buffer(cap)
-            n = lib.llama_detokenize(self._h.vocab, arr, len(ids), buf, cap, False, special)
-            if n >= 0:
-                return buf.raw[:n].decode("utf-8", "replace")
-            cap = -n
-        raise EngineError(f"llama_detokenize failed (code {n})")
+        return detokenize_ids(self._h, ids, special)
 
     def _check_ids(self, ids: Any, *, allow_empty: bool = False) -> list[int]:
-        try:
-            out = [int(t) for t in ids]
-            bad = any(isinstance(t, bool) or int(t) != t for t in ids)
-        except (TypeError, ValueError):
-            raise InvalidParameterError("prompt token ids must be a sequence of integers") from None
-        if bad:
-            raise InvalidParameterError("prompt token ids must be a sequence of integers")
-        if not out and not allow_empty:
-            raise InvalidParameterError("prompt is empty: no tokens to process")
-        for t in out:
-            if not 0 <= t < self._h.n_vocab:
-                raise InvalidParameterError(f"token id {t} is outside the vocabulary [0, {self._h.n_vocab})")
-        return out
+        return check_ids(ids, self._h.n_vocab, allow_empty=allow_empty)
 
     # ---- generation --------------------------------------------------------------------
     def stream(

@@ -150,28 +150,6 @@ def cancel_poll(own: threading.Event, external: Any = None) -> Callable[[], bool
     return lambda: own.is_set() or external.is_set()
 
 
-def _token_reader(handle: LlamaHandle) -> Callable[[int], tuple[bytes, bool]]:
-    """token id -> (its bytes, is it end-of-generation), cached per id: one ctypes call per new id."""
-    lib, vocab = handle.lib, handle.vocab
-    cache: dict[int, tuple[bytes, bool]] = {}
-    buf = ctypes.create_string_buffer(64)
-
-    def read(token: int) -> tuple[bytes, bool]:
-        out = cache.get(token)
-        if out is None:
-            n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
-            if n < 0:
-                big = ctypes.create_string_buffer(-n)
-                n = lib.llama_token_to_piece(vocab, token, big, len(big), 0, False)
-                piece = big.raw[:n]
-            else:
-                piece = buf.raw[:n]
-            out = cache[token] = (piece, bool(lib.llama_vocab_is_eog(vocab, token)))
-        return out
-
-    return read
-
-
 def _prefill(handle: LlamaHandle, kv: KVCache, ids: list[int], n_batch: int, cancelled: Callable[[], bool]) -> bool:
     """Decode ids into the cache in chunks of n_batch; False when cancelled between chunks."""
     lib = handle.lib
