@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -19,7 +18,6 @@ from ondevice.core.errors import (
     EngineBusyError,
     EngineError,
     InvalidParameterError,
-    StateFileError,
 )
 from ondevice.core.results import Generation
 from ondevice.core.textclean import clean_text
@@ -397,16 +395,7 @@ class Engine:
         The file's size in bytes. DestinationError when `path` cannot be written."""
         self._check_open()
         with self._holding():
-            h, kv = self._h, self._kv
-            n_bytes = int(h.lib.llama_state_seq_get_size(h.ctx, 0))
-            buf = (ctypes.c_uint8 * n_bytes)()
-            got = int(h.lib.llama_state_seq_get_data(h.ctx, buf, n_bytes, 0))
-            if got != n_bytes:
-                raise EngineError(f"llama.cpp wrote {got} of {n_bytes} state bytes")
-            held = kv.prompt_logits is not None and kv.prompt_logits_len <= len(kv.tokens)
-            logits = kv_state.logits_bytes(kv.prompt_logits if held else None)
-            binding = kv_state.state_binding(self.info)
-            return kv_state.write_state(Path(path), binding, kv.tokens, bytes(buf), logits, kv.prompt_logits_len * held)
+            return kv_state.save_kv(self._h, self._kv, self.info, Path(path))
 
     def load_state(self, path: str | Path, prompt: Sequence[int] | None = None) -> int:
         """Restore a state save_state wrote; the number of tokens the cache then holds. With `prompt`, the
@@ -414,25 +403,7 @@ class Engine:
         state of another model, build, context or prompt, or a truncated, damaged or special file."""
         self._check_open()
         with self._holding():
-            h, kv = self._h, self._kv
-            cap = self.n_ctx * max(1, self.info.spec.kv_bytes_per_token) * 4 + 4 * h.n_vocab + (16 << 20)
-            header, payload = kv_state.read_state(Path(path), kv_state.state_binding(self.info), cap)
-            tokens = header["tokens"]
-            if prompt is not None and list(prompt[: len(tokens)]) != tokens:
-                raise StateFileError(f"{path}: saved for another prompt (its {len(tokens)} tokens differ)")
-            if len(tokens) > self.n_ctx:
-                raise StateFileError(f"{path}: {len(tokens)} tokens do not fit this {self.n_ctx}-token context")
-            kv.clear()
-            n_state = header["state_bytes"]
-            src = (ctypes.c_uint8 * n_state).from_buffer_copy(payload[:n_state])
-            if int(h.lib.llama_state_seq_set_data(h.ctx, src, n_state, 0)) != n_state:
-                kv.clear()
-                raise StateFileError(f"{path}: llama.cpp refused the saved state")
-            kv.tokens.extend(tokens)
-            if header["logits_bytes"] == 4 * h.n_vocab and 0 < header["logits_len"] <= len(tokens):
-                kv.prompt_logits = kv_state.as_float_array(payload[n_state:])
-                kv.prompt_logits_len = header["logits_len"]
-            return len(tokens)
+            return kv_state.load_kv(self._h, self._kv, self.info, path, prompt)
 
     def chat(self, system: str | None = None, **sampling_defaults: Any):
         """A multi-turn conversation on this engine (see ondevice.engine.chat.Chat)."""
