@@ -23,10 +23,10 @@ from ondevice.core.results import Generation
 from ondevice.core.textclean import clean_text
 from ondevice.engine import state as kv_state
 from ondevice.engine.batch import BatchContext
-from ondevice.engine.interface import Predictor
+from ondevice.engine.interface import Predictor, StreamArgs, check_predictor
 from ondevice.engine.loader import EngineInfo, open_model
 from ondevice.engine.loop import KVCache, Request, TokenStream, cancel_poll, check_cancel, run_request
-from ondevice.engine.sampling import DEFAULTS, SamplingArgs, make_params
+from ondevice.engine.sampling import DEFAULTS, make_params
 from ondevice.engine.tokens import check_ids, detokenize_ids, token_reader, tokenize_bytes
 from ondevice.llama.model import LlamaHandle
 
@@ -68,7 +68,7 @@ def load(
     from ondevice.gguf.loadcheck import inspect_for_load
     from ondevice.models.materialize import resolve_model
 
-    pred = _check_predictor(predictor)
+    pred = check_predictor(predictor)
     path = resolve_model(model)
     # GGUFFormatError for a malformed or inconsistent file, before llama.cpp sees it; KV bytes for the cache types used
     spec = inspect_for_load(path).with_kv_cache(cache_type_k, cache_type_v)
@@ -87,27 +87,6 @@ def load(
         fit=fit,
     )
     return Engine(handle, info, pred)
-
-
-def _check_predictor(predictor: object) -> Predictor | None:
-    if predictor is None:
-        return None
-    if not isinstance(predictor, Predictor) or not callable(predictor.step_s):
-        raise InvalidParameterError(
-            "predictor must be None or have a step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s) method"
-        )
-    return predictor
-
-
-class StreamArgs(SamplingArgs, total=False):
-    """Engine.stream's keywords: the sampling settings plus cancellation, prefix reuse and speculation."""
-
-    cancel: threading.Event | None
-    reuse_prefix: bool
-    speculative: str | None
-    draft: str | Path | None
-    spec_k: int | None
-    exact: bool | None
 
 
 class Engine:

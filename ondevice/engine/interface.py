@@ -4,14 +4,19 @@ the roofline's predictors the predictor ones; the tests' fakes are checked again
 (tests/test_engine_interface.py), so a fake cannot drift from the real interface.
 
 A predictor must answer `step_s`; the other predictor Protocols are what a consumer asks of it when
-present (`isinstance(p, PredictsTTFT)`): a predictor without one leaves that figure empty."""
+present (`isinstance(p, PredictsTTFT)`): a predictor without one leaves that figure empty.
+StreamArgs types the keywords Engine.stream and generate take."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ondevice.core.errors import InvalidParameterError
 from ondevice.core.results import TokenEvent
+from ondevice.engine.sampling import SamplingArgs
 
 __all__ = [
     "StreamingEngine",
@@ -23,6 +28,8 @@ __all__ = [
     "PredictsDecode",
     "PredictsBatchStep",
     "PredictsBatchCeiling",
+    "StreamArgs",
+    "check_predictor",
 ]
 
 
@@ -131,3 +138,25 @@ class ChatEngine(Protocol):
     def reset(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class StreamArgs(SamplingArgs, total=False):
+    """Engine.stream's keywords: the sampling settings plus cancellation, prefix reuse and speculation."""
+
+    cancel: threading.Event | None
+    reuse_prefix: bool
+    speculative: str | None
+    draft: str | Path | None
+    spec_k: int | None
+    exact: bool | None
+
+
+def check_predictor(predictor: object) -> Predictor | None:
+    """`predictor` when it is None or a Predictor; InvalidParameterError otherwise (load() checks with it)."""
+    if predictor is None:
+        return None
+    if not isinstance(predictor, Predictor) or not callable(predictor.step_s):
+        raise InvalidParameterError(
+            "predictor must be None or have a step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s) method"
+        )
+    return predictor
