@@ -1,4 +1,4 @@
-"""Bench output: a terminal table (fitted to the terminal), a progress bar (rich), and --json / --csv / --md files.
+"""Bench output: a terminal table (fitted to the terminal) and --json / --csv / --md files.
 
 The library renders strings and writes files atomically; only the CLI prints.
 JSON layout: {"record": {...}, "results": [{"model", "scenario", "prompt_tokens",
@@ -36,7 +36,6 @@ __all__ = [
     "render_table",
     "table_rows",
     "HEADERS",
-    "ProgressBar",
     "header_facts",
 ]
 
@@ -314,31 +313,3 @@ def _load_table(results: Sequence[ScenarioResult], load: dict | None, width: int
     rows = [row[1:] if one else row for row in rows]
     align = "".join("l" if h in ("model", "level", "workload", "tokens") else "r" for h in headers)
     return ["", "load levels (client side)", table(headers, rows, align, width=width, full="--json/--csv/--md")]
-
-
-class ProgressBar:
-    """A rich progress bar fed by runner.Progress events (the CLI owns the console)."""
-
-    def __init__(self, console: Any = None):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
-        self._task = None
-
-    def __enter__(self) -> ProgressBar:
-        self._progress.__enter__()
-        self._task = self._progress.add_task("planning", total=None)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._progress.__exit__(*exc)
-
-    def __call__(self, event: Any) -> None:
-        self._progress.update(self._task, completed=event.done, total=event.total, description=event.description)

@@ -22,6 +22,7 @@ import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
 from ondevice.cli.output import terminal_width
+from ondevice.cli.progress import step_progress
 from ondevice.cli.sampling_args import add_sampling_args, sampling_settings
 from ondevice.core.errors import BenchError
 
@@ -93,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
     if args.batch is not None:
         from ondevice.cli.bench_batch import run_batch
 
-        return run_batch(args, _config, _check_outputs, write_files, _plain_progress)
+        return run_batch(args, _config, _check_outputs, write_files)
     from ondevice.cli import bench_serve
 
     if bench_serve.check_serve_args(args):
         _check_outputs(args, ("--json", "--csv", "--md"))
-        return _exit_code(*bench_serve.run_serve(args, _config, _write_outputs, _plain_progress))
+        return _exit_code(*bench_serve.run_serve(args, _config, _write_outputs))
     _check_outputs(args, ("--json", "--csv", "--md"))
     from ondevice.bench.runner import plan_bench, run_bench
 
@@ -112,22 +113,9 @@ def run(args: argparse.Namespace) -> int:
     from ondevice.bench.record import model_digests
 
     digests = model_digests(plans)
-    if args.no_progress:
-        outcome = run_bench(config, plans)
-    elif not sys.stderr.isatty():  # a log file: one plain line per step
-        outcome = run_bench(config, plans, progress=_plain_progress)
-    else:
-        from rich.console import Console
-
-        from ondevice.bench.report import ProgressBar
-
-        with ProgressBar(Console(stderr=True)) as bar:
-            outcome = run_bench(config, plans, progress=bar)
+    with step_progress("bench", enabled=not args.no_progress) as progress:
+        outcome = run_bench(config, plans, progress=progress)
     return _report(args, outcome, digests, slo_bounds)
-
-
-def _plain_progress(event) -> None:
-    print(f"[{event.done}/{event.total}] {event.description}", file=sys.stderr, flush=True)
 
 
 def _check_outputs(args, flags) -> None:

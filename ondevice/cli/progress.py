@@ -5,12 +5,13 @@ The library reports progress through callbacks (done, total); the CLI turns them
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
-__all__ = ["ProgressBar", "eta_text"]
+__all__ = ["ProgressBar", "StepProgress", "step_progress", "eta_text"]
 
 BAR_CELLS = 20
 PLAIN_STEPS = 10  # plain lines: one each time another tenth of the work is done
@@ -72,3 +73,53 @@ class ProgressBar:
             self.stream.write("\r\033[K")
             self.stream.flush()
             self._shown = False
+
+
+STEP_TEXT = 40  # characters of a step's description a bar shows (the bar stays on one terminal line)
+
+
+class StepProgress:
+    """A display for the library's step events (.done, .total, .description: the bench's and the probe's):
+    on a terminal one ProgressBar labelled with the step now running, with the time left; otherwise one
+    plain line per step ("[3/40] description"), as a log wants."""
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        terminal: bool | None = None,
+    ):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.terminal = self.stream.isatty() if terminal is None else terminal
+        self._bar = ProgressBar(label, stream=self.stream, clock=clock, terminal=True) if self.terminal else None
+
+    def __call__(self, event: Any) -> None:
+        if self._bar is None:
+            self.stream.write(f"[{event.done}/{event.total}] {event.description}\n")
+            self.stream.flush()
+            return
+        step = str(event.description)
+        step = step if len(step) <= STEP_TEXT else step[: STEP_TEXT - 3] + "..."
+        self._bar.label = f"{self.label}: {step}"
+        self._bar(event.done, event.total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+@contextlib.contextmanager
+def step_progress(label: str, *, enabled: bool = True) -> Iterator[StepProgress | None]:
+    """A StepProgress on stderr for the length of the block (cleared at its end, an error's included); None
+    when disabled (--no-progress)."""
+    if not enabled:
+        yield None
+        return
+    display = StepProgress(label)
+    try:
+        yield display
+    finally:
+        display.close()
