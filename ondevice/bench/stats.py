@@ -1,4 +1,4 @@
-"""Per-scenario statistics from the runs (README: What the numbers mean; How the bench measures).
+"""Per-scenario statistics from the runs (docs/metrics.md, docs/bench.md).
 
 Only ok runs enter the statistics; every other run is listed in `failures` with its reason
 and stays in `runs`. ITLs are pooled over all tokens of all ok runs; TPOT, TTFT, E2E and the

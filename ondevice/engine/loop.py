@@ -1,6 +1,6 @@
 """The decode loop: prefill in n_batch chunks, then one llama_decode per token, every token timed.
 
-Timing marks are `time.perf_counter_ns()` (README: What the numbers mean): the request starts when
+Timing marks are `time.perf_counter_ns()` (docs/metrics.md): the request starts when
 the caller handed in text, a token is "available" the moment the native sampler returns
 it. Logits never leave llama.cpp: sampling is `llama_sampler_sample` on the context.
 """
