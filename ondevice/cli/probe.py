@@ -67,10 +67,11 @@ def run(args) -> int:
 
 def _time_model(args, say):
     """(model file name, its ShapeTiming on this machine: cached unless --refresh, else timed now)."""
+    from ondevice.cli.progress import resolve_model_with_bar
     from ondevice.engine import load
     from ondevice.probing import timing_for
 
-    engine = load(args.model, n_threads=args.threads)
+    engine = load(resolve_model_with_bar(args.model), n_threads=args.threads)
     try:
         return engine.info.model_path.rsplit("/", 1)[-1], timing_for(engine, progress=say, refresh=args.refresh)
     finally:

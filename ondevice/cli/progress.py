@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-__all__ = ["ProgressBar", "StepProgress", "step_progress", "eta_text"]
+__all__ = ["ProgressBar", "StepProgress", "step_progress", "eta_text", "resolve_model_with_bar"]
 
 BAR_CELLS = 20
 PLAIN_STEPS = 10  # plain lines: one each time another tenth of the work is done
@@ -123,3 +123,17 @@ def step_progress(label: str, *, enabled: bool = True) -> Iterator[StepProgress 
         yield display
     finally:
         display.close()
+
+
+def resolve_model_with_bar(ref: Any, *, stream: TextIO | None = None) -> Any:
+    """ondevice.models.materialize.resolve_model, with a bar on a terminal while the model is assembled from its
+    chunks (the default model's first use; a model already on disk shows nothing). Off a terminal, nothing."""
+    from ondevice.models.materialize import resolve_model
+
+    stream = stream if stream is not None else sys.stderr
+    bar = ProgressBar("assembling the model (once)", stream=stream, terminal=True) if stream.isatty() else None
+    try:
+        return resolve_model(ref, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, say_fit, settings_text
+from ondevice.cli.progress import resolve_model_with_bar
 from ondevice.cli.sampling_args import add_sampling_args, sampling_settings
 from ondevice.core.errors import DestinationError, InvalidParameterError, StateFileError
 from ondevice.core.fmt import MS_THEN_S, millis, number, rate
@@ -93,6 +94,7 @@ def run(args) -> int:
     sampling = sampling_settings(args)
     if prompt == "-":
         prompt = _read_stdin()
+    model = resolve_model_with_bar(model)  # the default model's first use assembles it: a bar on a terminal
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
     engine = load(
         model,
