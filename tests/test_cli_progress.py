@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ondevice.cli.progress import STEP_TEXT, ProgressBar, StepProgress, eta_text, step_progress
+from ondevice.cli.progress import STEP_TEXT, ProgressBar, StatusLine, StepProgress, eta_text, step_progress
 
 
 class Clock:
@@ -90,3 +90,29 @@ def test_step_progress_is_none_when_disabled_and_clears_its_bar_after_an_error(m
         display(step(1, 3, "resident"))
         raise KeyboardInterrupt
     assert out.getvalue().endswith("\r\033[K")
+
+
+def test_status_line_on_a_terminal_rewrites_one_line_and_counts_rounds_with_a_bar():
+    out, clock = io.StringIO(), Clock()
+    status = StatusLine("probing", stream=out, clock=clock, terminal=True)
+    status("host f32 compute")
+    status("timing tiny.gguf: round 1 of 4")
+    clock.now_s += 20
+    status("timing tiny.gguf: round 2 of 4")  # one of four done in 20 s: 60 s left
+    status("timing the twins: round 1 of 2")  # other rounds: a new bar, its time left unknown yet
+    status.close()
+    frames = [f for f in out.getvalue().split("\r\033[K") if f]
+    assert frames[0] == "probing: host f32 compute"
+    assert frames[1].startswith("probing: timing tiny.gguf [") and frames[1].endswith("0/4   0% ETA --")
+    assert frames[2].endswith("1/4  25% ETA 1:00")
+    assert frames[3].startswith("probing: timing the twins [") and frames[3].endswith("0/2   0% ETA --")
+    assert "\n" not in out.getvalue() and out.getvalue().endswith("\r\033[K")
+
+
+def test_status_line_off_a_terminal_prints_every_line():
+    out = io.StringIO()
+    status = StatusLine("probing", stream=out, terminal=False)
+    status("host f32 compute")
+    status("timing tiny.gguf: round 1 of 4")
+    status.close()
+    assert out.getvalue() == "probing: host f32 compute\nprobing: timing tiny.gguf: round 1 of 4\n"

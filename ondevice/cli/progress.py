@@ -6,12 +6,14 @@ The library reports progress through callbacks (done, total); the CLI turns them
 from __future__ import annotations
 
 import contextlib
+import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-__all__ = ["ProgressBar", "StepProgress", "step_progress", "eta_text", "resolve_model_with_bar"]
+__all__ = ["ProgressBar", "StepProgress", "StatusLine", "step_progress", "eta_text", "resolve_model_with_bar"]
 
 BAR_CELLS = 20
 PLAIN_STEPS = 10  # plain lines: one each time another tenth of the work is done
@@ -137,3 +139,54 @@ def resolve_model_with_bar(ref: Any, *, stream: TextIO | None = None) -> Any:
     finally:
         if bar is not None:
             bar.close()
+
+
+_COUNTED = re.compile(r"^(?P<what>.*?):? *round (?P<n>\d+) of (?P<total>\d+)")
+
+
+class StatusLine:
+    """A library's progress lines (the probe's: "host f32 compute", "timing MODEL: round 2 of 3") on a terminal:
+    one line rewritten in place, the latest step in it, and a bar with the time left while the steps count
+    rounds ("round r of n": r - 1 of n done). Off a terminal every line is printed as it comes, as a log wants.
+    close() clears the line."""
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        terminal: bool | None = None,
+    ):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock
+        self.terminal = self.stream.isatty() if terminal is None else terminal
+        self._bar: ProgressBar | None = None
+        self._counting = ""  # the step whose rounds the bar counts
+        self._shown = False
+
+    def __call__(self, line: str) -> None:
+        if not self.terminal:
+            self.stream.write(f"{self.label}: {line}\n")
+            self.stream.flush()
+            return
+        counted = _COUNTED.match(line)
+        if counted is None:
+            self._bar, self._counting = None, ""
+            width = shutil.get_terminal_size((80, 24)).columns - 1
+            self.stream.write("\r\033[K" + f"{self.label}: {line}"[:width])
+            self.stream.flush()
+        else:
+            what = counted["what"].strip()
+            if self._bar is None or what != self._counting:  # new rounds: the time left starts afresh
+                self._bar = ProgressBar(f"{self.label}: {what}", stream=self.stream, clock=self.clock, terminal=True)
+                self._counting = what
+            self._bar(int(counted["n"]) - 1, int(counted["total"]))
+        self._shown = True
+
+    def close(self) -> None:
+        if self._shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self._shown = False
