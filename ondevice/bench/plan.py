@@ -74,7 +74,8 @@ def plan_bench(config: BenchConfig) -> list[ModelPlan]:
         raise BenchError(f"unknown scenario {unknown[0]!r} (known: {', '.join(SCENARIOS)})")
     if config.n_ctx is not None and config.n_ctx < 2:
         raise BenchError(f"--n-ctx {config.n_ctx}: must be at least 2")
-    plans, labels = [], set()
+    plans: list[ModelPlan] = []
+    labels: set[str] = set()
     for ref in config.models:
         path = resolve_model(ref)
         label = path.name

@@ -114,7 +114,7 @@ def table_rows(results: Sequence[ScenarioResult], slo: dict | None = None) -> li
 def header_facts(record: dict[str, Any]) -> list[tuple[str, Any]]:
     host = record.get("host") or {}
     models = record.get("models") or []
-    eng = next((m.get("engine") for m in models if m.get("engine")), {}) or {}
+    eng: dict[str, Any] = next((m.get("engine") for m in models if m.get("engine")), {}) or {}
     probe = record.get("probe") or {}
     target = record.get("target")
     facts = [
