@@ -23,7 +23,16 @@ from ondevice.probing import cached_probe, timing_for
 from ondevice.roofline import Calibration, Prediction, TimedPredictor
 from ondevice.roofline import predict as roofline_predict
 
-__all__ = ["load", "predict", "auto_predictor", "host_probe", "first_contact", "estimated_calibration", "FIRST_CONTACT"]
+__all__ = [
+    "load",
+    "predict",
+    "auto_predictor",
+    "host_probe",
+    "first_contact",
+    "estimated_calibration",
+    "FIRST_CONTACT",
+    "FIRST_CONTACT_PASSES",
+]
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -136,6 +145,7 @@ def auto_predictor(engine: Engine, progress: Progress | None = None, *, full: bo
 
 
 FIRST_CONTACT = "first run on this machine: measuring its memory bandwidth (once)"
+FIRST_CONTACT_PASSES = 5  # read passes of the first-contact probe (benchmarks/host_accuracy.py times the same)
 
 
 def first_contact(backend: str, progress: Progress | None = None, *, refresh: bool = False, save: bool = True):
@@ -146,7 +156,7 @@ def first_contact(backend: str, progress: Progress | None = None, *, refresh: bo
     log.info(FIRST_CONTACT)
     if progress is not None:
         progress(FIRST_CONTACT)
-    return probe(backend=backend, memory_passes=5, full=False, refresh=refresh, save=save)
+    return probe(backend=backend, memory_passes=FIRST_CONTACT_PASSES, full=False, refresh=refresh, save=save)
 
 
 def estimated_calibration(result, spec: ModelSpec) -> Calibration:
