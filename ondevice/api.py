@@ -12,17 +12,27 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ondevice.core.errors import InvalidParameterError
 from ondevice.engine import Engine
 from ondevice.engine import load as load_engine
+from ondevice.engine.interface import Predictor
 from ondevice.gguf.spec import ModelSpec
 from ondevice.probing import cached_probe, timing_for
-from ondevice.roofline import Calibration, Prediction, Predictor, TimedPredictor
+from ondevice.roofline import Calibration, Prediction, TimedPredictor
 from ondevice.roofline import predict as roofline_predict
 
-__all__ = ["load", "predict", "auto_predictor", "host_probe", "first_contact", "estimated_calibration", "FIRST_CONTACT"]
+__all__ = [
+    "load",
+    "predict",
+    "auto_predictor",
+    "host_probe",
+    "first_contact",
+    "estimated_calibration",
+    "FIRST_CONTACT",
+    "FIRST_CONTACT_PASSES",
+]
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -31,31 +41,75 @@ Progress = Callable[[str], None]
 def load(
     model: str | Path | None = None,
     *,
-    predictor: Any = "auto",
-    timing: str = "quick",
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    n_batch: int | None = None,
+    n_ubatch: int | None = None,
+    n_gpu_layers: int | str = "auto",
+    flash_attn: bool | str = "auto",
+    cache_type_k: str = "f16",
+    cache_type_v: str = "f16",
+    seed: int = 0,
+    fit: bool = False,
+    predictor: Predictor | Literal["auto"] | None = "auto",
+    timing: Literal["quick", "full"] = "quick",
     progress: Progress | None = None,
-    **engine_args: Any,
 ) -> Engine:
-    """Load a model into an Engine (ondevice.engine.load's arguments), with a roofline predictor.
+    """Load a model into an Engine that holds each token against a roofline prediction.
 
-    predictor "auto": this machine's bandwidth (the host probe: cached, or measured now, about a second) and
-    the model's shape timed on this machine with the engine's settings (cached, or timed now on the engine:
-    see auto_predictor). None: no prediction; or an object with step_s(n_ctx) -> (ceiling_step_s,
-    predicted_step_s). timing: the plan when the model has not been timed here: "quick" (a first run: a
-    second or so on a small model) or "full" (every chunk size, three rounds, batched steps: what `ondevice
-    probe` and the bench use). progress(line) hears what slow step runs.
+    Args:
+        model: a GGUF path, a registry name, or None for the default model.
+        n_ctx: context size in tokens; None is 4096 or the model's trained context when smaller, 0 the trained
+            context.
+        n_threads: CPU threads; None lets llama.cpp choose.
+        n_batch, n_ubatch: prompt tokens per llama_decode call and per compute pass (llama.cpp's 2048 / 512).
+        n_gpu_layers: layers offloaded to the GPU; "auto" offloads every layer when the build can.
+        flash_attn: True, False or "auto" (llama.cpp's default).
+        cache_type_k, cache_type_v: KV cache element types ("f16", "q8_0", "q4_0", ...).
+        seed: the first request's sampling seed.
+        fit: choose the largest context up to n_ctx and the most GPU layers that fit the free memory.
+        predictor: "auto" builds one from this machine's bandwidth (the host probe: cached, or measured now, about
+            a second) and the model's shape timed here (cached, or timed now: see auto_predictor); None: no
+            prediction; or any ondevice.engine.interface.Predictor.
+        timing: the plan when the model has not been timed here: "quick" (a second or so on a small model) or
+            "full" (every chunk size, three rounds, batched steps: what `ondevice probe` and the bench use).
+        progress: called with a line naming each slow step as it starts.
+
+    Returns:
+        The loaded Engine (a context manager: close() frees the model).
+
+    Raises:
+        InvalidParameterError: a setting out of range (a context below 256 or over the trained one, an unknown
+            KV cache type, a predictor without step_s, a timing other than "quick" or "full").
+        ModelNotFoundError: no model file at that path or registry name.
+        DefaultModelError: the default model is not installed.
+        GGUFFormatError: the file is not a GGUF llama.cpp can load (checked before llama.cpp reads it).
+        InsufficientMemoryError: the model and its KV cache do not fit the free memory (without fit=True).
+        ModelLoadError: llama.cpp refused the model or its context.
+        ProbeError: predictor="auto" and this machine's bandwidth could not be measured.
     """
     if timing not in ("quick", "full"):
         raise InvalidParameterError(f"timing must be 'quick' or 'full', not {timing!r}")
     if isinstance(predictor, str) and predictor != "auto":
-        raise InvalidParameterError(
-            f"predictor must be 'auto', None or an object with step_s(n_ctx), not {predictor!r}"
-        )
-    given = None if isinstance(predictor, str) else predictor
-    if predictor == "auto":  # the machine first: its probe's arrays come and go before the model's weights load
-        host_probe(_engine_backend(engine_args), progress)
-    engine = load_engine(model, predictor=given, **engine_args)
-    if predictor == "auto":
+        raise InvalidParameterError(f"predictor must be 'auto', None or a Predictor (with step_s), not {predictor!r}")
+    auto = predictor == "auto"
+    if auto:  # the machine first: its probe's arrays come and go before the model's weights load
+        host_probe(_engine_backend(n_gpu_layers), progress)
+    engine = load_engine(
+        model,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        n_gpu_layers=n_gpu_layers,
+        flash_attn=flash_attn,
+        cache_type_k=cache_type_k,
+        cache_type_v=cache_type_v,
+        seed=seed,
+        fit=fit,
+        predictor=None if isinstance(predictor, str) else predictor,
+    )
+    if auto:
         try:
             engine.predictor = auto_predictor(engine, progress, full=timing == "full")
         except BaseException:
@@ -64,11 +118,11 @@ def load(
     return engine
 
 
-def _engine_backend(engine_args: dict[str, Any]) -> str:
-    """The backend an engine loaded with these arguments runs on: the CPU without offload, else the build's."""
+def _engine_backend(n_gpu_layers: int | str | None) -> str:
+    """The backend an engine with this offload runs on: the CPU without offload, else the build's."""
     from ondevice.probing import default_backend
 
-    return "CPU" if engine_args.get("n_gpu_layers") == 0 else default_backend()
+    return "CPU" if n_gpu_layers == 0 else default_backend()
 
 
 def host_probe(backend: str, progress: Progress | None = None):
@@ -76,7 +130,7 @@ def host_probe(backend: str, progress: Progress | None = None):
     return cached_probe(backend) or first_contact(backend, progress)
 
 
-def auto_predictor(engine: Engine, progress: Progress | None = None, *, full: bool = False) -> Predictor | None:
+def auto_predictor(engine: Engine, progress: Progress | None = None, *, full: bool = False) -> TimedPredictor | None:
     """The predictor of an engine's model: the bound from this machine's bandwidth, the prediction from the
     model's shape timed on the engine (cached; else timed now with the quick plan, or the full one). None for a
     model without weights."""
@@ -91,6 +145,7 @@ def auto_predictor(engine: Engine, progress: Progress | None = None, *, full: bo
 
 
 FIRST_CONTACT = "first run on this machine: measuring its memory bandwidth (once)"
+FIRST_CONTACT_PASSES = 5  # read passes of the first-contact probe (benchmarks/host_accuracy.py times the same)
 
 
 def first_contact(backend: str, progress: Progress | None = None, *, refresh: bool = False, save: bool = True):
@@ -101,7 +156,7 @@ def first_contact(backend: str, progress: Progress | None = None, *, refresh: bo
     log.info(FIRST_CONTACT)
     if progress is not None:
         progress(FIRST_CONTACT)
-    return probe(backend=backend, memory_passes=5, full=False, refresh=refresh, save=save)
+    return probe(backend=backend, memory_passes=FIRST_CONTACT_PASSES, full=False, refresh=refresh, save=save)
 
 
 def estimated_calibration(result, spec: ModelSpec) -> Calibration:
@@ -138,7 +193,7 @@ def predict(
     compute and memory (ondevice.roofline.target.make_target).
     """
     if probe is None and bandwidth_gbs is None:
-        probe = host_probe(_engine_backend(engine_args or {}), progress)
+        probe = host_probe(_engine_backend((engine_args or {}).get("n_gpu_layers")), progress)
     if bandwidth_gbs is None and timing is None and not isinstance(model_or_spec, ModelSpec):
         timing, model_or_spec = _time_file(model_or_spec, progress, engine_args or {})
     return roofline_predict(

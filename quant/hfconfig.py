@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,6 @@ from gguf import (
     MODEL_ARCH,
     MODEL_ARCH_NAMES,
     MODEL_TENSOR,
-    MODEL_TENSORS,
-    TENSOR_NAMES,
     GGUFValueType,
     Keys,
     LlamaFileType,
@@ -34,6 +31,7 @@ from gguf import (
     TokenType,
 )
 from ondevice.quant.header import Field, Header, TensorSpec
+from ondevice.quant.hfshape import Dims, Params, tensor_list, tensor_spec
 from ondevice.quant.synth import synthetic_vocab
 
 from ondevice.core.errors import SpecError
@@ -67,10 +65,6 @@ _MODEL_TYPES = {
 }
 # Gemma3TextConfig's defaults, which the converter sees for fields a config.json leaves out
 _GEMMA3_DEFAULTS = {"vocab_size": 262208, "sliding_window": 4096, "rope_theta": 1_000_000.0}
-# Every Gemma 3 shares one tokenizer of 262144 tokens; the converter cuts the embedding to it where a
-# config's vocab_size is larger (262208 in the 4B-27B configs: rows no token reaches)
-_GEMMA3_TOKENIZER_SIZE = 262144
-_MISSING = object()
 _ENDOFTEXT = "<|endoftext|>"
 
 
@@ -81,11 +75,11 @@ def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str |
     text = cfg.get("text_config")
     if text is not None and not isinstance(text, Mapping):
         raise SpecError("config.json: 'text_config' must be an object")
-    hp = _Params({**cfg, **(text or {})})  # the converter moves text_config to the top level
+    hp = Params({**cfg, **(text or {})})  # the converter moves text_config to the top level
     arch = SUPPORTED[hf_arch]
     if arch == MODEL_ARCH.GEMMA3:
-        hp = _Params({**_GEMMA3_DEFAULTS, **hp.values})
-    dims = _Dims.read(hp, arch, hf_arch)
+        hp = Params({**_GEMMA3_DEFAULTS, **hp.values})
+    dims = Dims.read(hp, arch, hf_arch)
     kv = _KV(MODEL_ARCH_NAMES[arch])
     kv.string(Keys.General.ARCHITECTURE, MODEL_ARCH_NAMES[arch])
     kv.string(Keys.General.TYPE, "model")
@@ -93,7 +87,7 @@ def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str |
     extra = _BUILDERS[arch](kv, hp, dims)  # tensors the converter makes from the config (rope factors)
     _vocab(kv, dims.n_vocab)
     kv.u32(Keys.General.QUANTIZATION_VERSION, GGML_QUANT_VERSION)
-    return Header(kv.fields, tuple(extra) + _tensors(arch, dims))
+    return Header(kv.fields, tuple(extra) + tensor_list(arch, dims))
 
 
 def _load(config: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
@@ -124,119 +118,6 @@ def _hf_arch(cfg: Mapping[str, Any]) -> str:
     )
 
 
-class _Params:
-    """The config's fields, read with the name of the one that is missing or wrong in the error."""
-
-    def __init__(self, values: Mapping[str, Any]):
-        self.values = dict(values)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = self.values.get(key)
-        return default if value is None else value
-
-    def integer(self, key: str, default: Any = _MISSING) -> int:
-        value = self.values.get(key)
-        if value is None:
-            if default is _MISSING:
-                raise SpecError(f"config.json: {key!r} is missing")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(f"config.json: {key!r} must be a positive integer, not {value!r}")
-        return value
-
-    def number(self, key: str, default: Any = _MISSING) -> float:
-        value = self.values.get(key)
-        if value is None:
-            if default is _MISSING:
-                raise SpecError(f"config.json: {key!r} is missing")
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise SpecError(f"config.json: {key!r} must be a number, not {value!r}")
-        return float(value)
-
-    def rope(self) -> Mapping[str, Any]:
-        """Rope parameters of the full-attention layers: transformers' rope_parameters, or the older
-        rope_scaling ({} for none)."""
-        rope = self.values.get("rope_parameters") or self.values.get("rope_scaling") or {}
-        if isinstance(rope, Mapping) and isinstance(rope.get("full_attention"), Mapping):
-            rope = rope["full_attention"]
-        if not isinstance(rope, Mapping):
-            raise SpecError(f"config.json: 'rope_scaling' must be an object or null, not {rope!r}")
-        return rope
-
-    def rope_theta(self) -> float | None:
-        theta = self.rope().get("rope_theta", self.values.get("rope_theta"))
-        return None if theta is None else self._number("rope_theta", theta)
-
-    def rope_theta_or(self, default: float | None) -> float:
-        """rope_theta, else `default`; SpecError when both are missing."""
-        theta = self.rope_theta()
-        if theta is None and default is None:
-            raise SpecError("config.json: 'rope_theta' is missing")
-        return theta if theta is not None else float(default or 0)
-
-    def _number(self, key: str, value: Any) -> float:
-        return _Params({key: value}).number(key)
-
-
-@dataclass(frozen=True)
-class _Dims:
-    """The numbers that decide the tensors' shapes."""
-
-    n_vocab: int
-    d_model: int
-    n_layer: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_ff: int
-    tied: bool
-    n_expert: int = 0
-    n_expert_used: int = 0
-    n_ff_exp: int = 0
-
-    @classmethod
-    def read(cls, hp: _Params, arch: MODEL_ARCH, hf_arch: str) -> _Dims:
-        d, n_head = (
-            hp.integer("hidden_size"),
-            hp.integer("num_attention_heads", 8 if arch == MODEL_ARCH.GEMMA3 else _MISSING),
-        )
-        n_kv = hp.integer("num_key_value_heads", 4 if arch == MODEL_ARCH.GEMMA3 else n_head)
-        default_hd = 256 if arch == MODEL_ARCH.GEMMA3 else (d // n_head if d % n_head == 0 else _MISSING)
-        head_dim = hp.integer("head_dim", default_hd)
-        if n_head % n_kv:
-            raise SpecError(
-                f"config.json: num_attention_heads {n_head} is not a multiple of num_key_value_heads {n_kv}"
-            )
-        n_vocab = hp.integer("vocab_size")
-        if arch == MODEL_ARCH.GEMMA3:
-            n_vocab = min(n_vocab, _GEMMA3_TOKENIZER_SIZE)
-        if n_vocab < 259:
-            raise SpecError(f"config.json: 'vocab_size' {n_vocab} is too small (at least 259)")
-        tied = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3) or bool(hp.get("tie_word_embeddings", False))
-        dims = cls(
-            n_vocab, d, hp.integer("num_hidden_layers"), n_head, n_kv, head_dim, hp.integer("intermediate_size"), tied
-        )
-        return _with_experts(dims, hp, hf_arch)
-
-
-def _with_experts(dims: _Dims, hp: _Params, hf_arch: str) -> _Dims:
-    if hf_arch == "MixtralForCausalLM":
-        n_exp, n_ff_exp = hp.integer("num_local_experts"), dims.n_ff
-    elif hf_arch == "Qwen3MoeForCausalLM":
-        n_exp, n_ff_exp = hp.integer("num_experts"), hp.integer("moe_intermediate_size")
-        if hp.get("mlp_only_layers") or hp.integer("decoder_sparse_step", 1) != 1:
-            raise SpecError(
-                "config.json: 'mlp_only_layers' / 'decoder_sparse_step': dense layers in a Qwen3-MoE are not supported"
-            )
-    else:
-        return dims
-    used = hp.integer("num_experts_per_tok")
-    if used > n_exp:
-        raise SpecError(f"config.json: 'num_experts_per_tok' {used} is more than the {n_exp} experts")
-    return replace(dims, n_expert=n_exp, n_expert_used=used, n_ff_exp=n_ff_exp)
-
-
 class _KV:
     """Metadata in the order written; a key set twice keeps its first place (as gguf's writer does)."""
 
@@ -260,7 +141,7 @@ class _KV:
 # ---------- per-architecture metadata, as the converter's set_gguf_parameters writes it ----------
 
 
-def _base(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+def _base(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     """TextModel.set_gguf_parameters: what every converter class built on it writes."""
     kv.u32(Keys.LLM.BLOCK_COUNT, dims.n_layer)
     for key in ("max_position_embeddings", "n_ctx", "n_positions"):
@@ -289,7 +170,7 @@ def _base(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
     return []
 
 
-def _rope_scaling(kv: _KV, hp: _Params) -> None:
+def _rope_scaling(kv: _KV, hp: Params) -> None:
     rope = hp.rope()
     kind = str(rope.get("rope_type", rope.get("type", ""))).lower()
     factor = rope.get("factor")
@@ -299,7 +180,7 @@ def _rope_scaling(kv: _KV, hp: _Params) -> None:
     elif kind == "yarn" and factor is not None:
         kv.string(Keys.Rope.SCALING_TYPE, RopeScalingType.YARN.value)
         kv.f32(Keys.Rope.SCALING_FACTOR, hp._number("rope_scaling.factor", factor))
-        orig = _Params(rope).integer("original_max_position_embeddings")
+        orig = Params(rope).integer("original_max_position_embeddings")
         kv.u32(Keys.Rope.SCALING_ORIG_CTX_LEN, orig)
         for name, key in (
             ("extrapolation_factor", Keys.Rope.SCALING_YARN_EXT_FACTOR),
@@ -313,23 +194,23 @@ def _rope_scaling(kv: _KV, hp: _Params) -> None:
         kv.string(Keys.Rope.SCALING_TYPE, RopeScalingType.LONGROPE.value)
 
 
-def _llama(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+def _llama(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     _base(kv, hp, dims)
     kv.u32(Keys.LLM.VOCAB_SIZE, dims.n_vocab)
     kv.u32(Keys.Rope.DIMENSION_COUNT, dims.head_dim)
     if str(hp.rope().get("rope_type", "")).lower() == "llama3":  # Llama 3.1's rope: per-frequency factors
-        return [_spec(MODEL_ARCH.LLAMA, MODEL_TENSOR.ROPE_FREQS, (dims.head_dim // 2,))]
+        return [tensor_spec(MODEL_ARCH.LLAMA, MODEL_TENSOR.ROPE_FREQS, (dims.head_dim // 2,))]
     return []
 
 
-def _qwen3moe(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+def _qwen3moe(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     _base(kv, hp, dims)
     kv.u32(Keys.LLM.EXPERT_COUNT, dims.n_expert)
     kv.u32(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, dims.n_ff_exp)
     return []
 
 
-def _gemma2(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+def _gemma2(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.integer("max_position_embeddings"))
     kv.u32(Keys.LLM.EMBEDDING_LENGTH, dims.d_model)
     kv.u32(Keys.LLM.BLOCK_COUNT, dims.n_layer)
@@ -346,7 +227,7 @@ def _gemma2(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
     return []
 
 
-def _gemma3(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+def _gemma3(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     _base(kv, hp, dims)
     kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.integer("max_position_embeddings", 131072))
     kv.u32(Keys.Attention.HEAD_COUNT, dims.n_head)
@@ -362,9 +243,9 @@ def _gemma3(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
     return []
 
 
-def _phi3(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
+def _phi3(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     rope = hp.rope()
-    orig = _Params({**hp.values, **rope}).integer("original_max_position_embeddings")
+    orig = Params({**hp.values, **rope}).integer("original_max_position_embeddings")
     rope_dims = int(hp.number("partial_rotary_factor", 1.0) * dims.d_model) // dims.n_head
     kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.integer("max_position_embeddings"))
     kv.u32(Keys.Rope.SCALING_ORIG_CTX_LEN, orig)
@@ -381,7 +262,7 @@ def _phi3(kv: _KV, hp: _Params, dims: _Dims) -> list[TensorSpec]:
     return _phi3_long_rope(kv, hp, rope, orig, rope_dims)
 
 
-def _phi3_long_rope(kv: _KV, hp: _Params, rope: Mapping, orig: int, rope_dims: int) -> list[TensorSpec]:
+def _phi3_long_rope(kv: _KV, hp: Params, rope: Mapping, orig: int, rope_dims: int) -> list[TensorSpec]:
     """Phi-3's long-context models: an attention factor and the long and short rope factors as tensors."""
     import math
 
@@ -400,7 +281,7 @@ def _phi3_long_rope(kv: _KV, hp: _Params, rope: Mapping, orig: int, rope_dims: i
         raise SpecError(f"config.json: rope_scaling long_factor and short_factor must have {rope_dims // 2} values")
     kv.f32(Keys.Rope.SCALING_ATTN_FACTOR, factor)
     return [
-        _spec(MODEL_ARCH.PHI3, kind, (rope_dims // 2,))
+        tensor_spec(MODEL_ARCH.PHI3, kind, (rope_dims // 2,))
         for kind in (MODEL_TENSOR.ROPE_FACTORS_LONG, MODEL_TENSOR.ROPE_FACTORS_SHORT)
     ]
 
@@ -432,66 +313,6 @@ def _vocab(kv: _KV, n_vocab: int) -> None:
     kv.put(Keys.Tokenizer.ADD_BOS, Field.boolean(True))
     kv.put(Keys.Tokenizer.ADD_EOS, Field.boolean(False))
     kv.put(Keys.Tokenizer.ADD_PREFIX, Field.boolean(False))
-
-
-# ---------- tensors, as llama.cpp's loader takes them for each architecture ----------
-
-
-def _tensors(arch: MODEL_ARCH, dims: _Dims) -> tuple[TensorSpec, ...]:
-    d, v = dims.d_model, dims.n_vocab
-    out = [_spec(arch, MODEL_TENSOR.TOKEN_EMBD, (d, v))]
-    for bid in range(dims.n_layer):
-        out += _block(arch, dims, bid)
-    out.append(_spec(arch, MODEL_TENSOR.OUTPUT_NORM, (d,)))
-    if not dims.tied:
-        out.append(_spec(arch, MODEL_TENSOR.OUTPUT, (d, v)))
-    return tuple(out)
-
-
-def _block(arch: MODEL_ARCH, dims: _Dims, bid: int) -> list[TensorSpec]:
-    d, hd = dims.d_model, dims.head_dim
-    q, kv = dims.n_head * hd, dims.n_head_kv * hd
-    gemma, T = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3), MODEL_TENSOR
-    parts: list[tuple[MODEL_TENSOR, tuple[int, ...], str]] = [(T.ATTN_NORM, (d,), "weight")]
-    if arch == MODEL_ARCH.PHI3:
-        parts.append((T.ATTN_QKV, (d, q + 2 * kv), "weight"))
-    else:
-        parts += [(T.ATTN_Q, (d, q), "weight"), (T.ATTN_K, (d, kv), "weight"), (T.ATTN_V, (d, kv), "weight")]
-    if arch == MODEL_ARCH.QWEN2:
-        parts += [(T.ATTN_Q, (q,), "bias"), (T.ATTN_K, (kv,), "bias"), (T.ATTN_V, (kv,), "bias")]
-    if arch in (MODEL_ARCH.QWEN3, MODEL_ARCH.QWEN3MOE, MODEL_ARCH.GEMMA3):
-        parts += [(T.ATTN_Q_NORM, (hd,), "weight"), (T.ATTN_K_NORM, (hd,), "weight")]
-    parts.append((T.ATTN_OUT, (q, d), "weight"))
-    if gemma:
-        parts.append((T.ATTN_POST_NORM, (d,), "weight"))
-    parts.append((T.FFN_PRE_NORM if gemma else T.FFN_NORM, (d,), "weight"))  # one name, two roles in gguf
-    parts += _ffn(arch, dims)
-    if gemma:
-        parts.append((T.FFN_POST_NORM, (d,), "weight"))
-    return [_spec(arch, kind, shape, bid, suffix) for kind, shape, suffix in parts]
-
-
-def _ffn(arch: MODEL_ARCH, dims: _Dims) -> list[tuple[MODEL_TENSOR, tuple[int, ...], str]]:
-    d, ff, T = dims.d_model, dims.n_ff, MODEL_TENSOR
-    if dims.n_expert:
-        e, fe = dims.n_expert, dims.n_ff_exp
-        return [
-            (T.FFN_GATE_INP, (d, e), "weight"),
-            (T.FFN_GATE_EXP, (d, fe, e), "weight"),
-            (T.FFN_UP_EXP, (d, fe, e), "weight"),
-            (T.FFN_DOWN_EXP, (fe, d, e), "weight"),
-        ]
-    if arch == MODEL_ARCH.PHI3:  # gate and up fused into one matrix of twice the width
-        return [(T.FFN_UP, (d, 2 * ff), "weight"), (T.FFN_DOWN, (ff, d), "weight")]
-    return [(T.FFN_GATE, (d, ff), "weight"), (T.FFN_UP, (d, ff), "weight"), (T.FFN_DOWN, (ff, d), "weight")]
-
-
-def _spec(arch: MODEL_ARCH, kind: MODEL_TENSOR, shape: tuple[int, ...], bid: int = 0, suffix: str = "weight"):
-    """A tensor as the converter writes it in F16: matrices F16; vectors, biases and the expert router F32."""
-    if kind not in MODEL_TENSORS[arch]:  # gguf's table of what each architecture holds
-        raise SpecError(f"{MODEL_ARCH_NAMES[arch]} has no {TENSOR_NAMES[kind]} tensor")
-    f32 = len(shape) == 1 or kind == MODEL_TENSOR.FFN_GATE_INP
-    return TensorSpec(f"{TENSOR_NAMES[kind].format(bid=bid)}.{suffix}", shape, "F32" if f32 else "F16")
 
 
 def llama_config(

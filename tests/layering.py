@@ -2,8 +2,8 @@
 too) points down or sideways within a layer, and no modules import each other in a cycle.
 
 A module's layer is its folder's (`ondevice/<folder>/...`, or the installed `ondevice.quant`,
-`ondevice.tui`); FOLDER_LAYERS says which layer each folder is, top to bottom (the README's
-Layout section draws the same):
+`ondevice.tui`); FOLDER_LAYERS says which layer each folder is, top to bottom (docs/layout.md
+draws the same):
 
     7  cli, tui      argparse commands; the Textual app
     6  bench         suites, runner, stats, compare, reports

@@ -4,6 +4,7 @@ the ones .ci/run runs."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,3 +44,33 @@ def test_readme_setup_commands_are_the_ones_ci_runs():
     assert install.startswith('python -m pip install -e ".[model,test]"')
     assert 'python -m pip install -q -e ".[model,test]"' in ci  # the same install, quiet
     assert test in ci
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `ondevice ...` line in the README's ```sh blocks, split as a shell would."""
+    text = (ROOT / "README.md").read_text()
+    lines = [line.strip() for block in re.findall(r"```sh\n(.*?)```", text, re.S) for line in block.splitlines()]
+    commands = []
+    for line in lines:
+        for part in line.split("&&"):
+            argv = shlex.split(part)
+            if argv and argv[0] == "ondevice":
+                commands.append(argv[1:])
+    return commands
+
+
+def test_every_command_the_readme_shows_is_one_the_cli_takes(capsys):
+    from ondevice.cli.main import build_parser
+
+    commands = readme_commands()
+    assert {argv[0] for argv in commands} >= {"run", "chat", "bench", "predict"}
+    parser = build_parser()
+    for argv in commands:
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            raise AssertionError(f"ondevice {shlex.join(argv)}: {capsys.readouterr().err}") from None
+
+
+def test_the_readme_stays_short():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 160

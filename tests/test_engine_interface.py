@@ -1,6 +1,6 @@
-"""The real engine and the tests' fake engines satisfy the Protocols their consumers rely on
-(ondevice.engine.interface): every member exists, and every method accepts what the Protocol
-passes it. A fake that drifts from the engine fails here, not by silently testing nothing."""
+"""The real engine, the tests' fake engines and the roofline's predictors satisfy the Protocols their
+consumers rely on (ondevice.engine.interface): every member exists, and every method accepts what the
+Protocol passes it. A fake that drifts from the engine fails here, not by silently testing nothing."""
 
 from __future__ import annotations
 
@@ -9,9 +9,23 @@ from typing import Any
 
 import pytest
 
+import ondevice
+from ondevice.core.errors import InvalidParameterError
 from ondevice.engine import Engine
 from ondevice.engine.chat import Chat
-from ondevice.engine.interface import ChatEngine, ChatLike, StreamingEngine
+from ondevice.engine.interface import (
+    ChatEngine,
+    ChatLike,
+    Predictor,
+    PredictsBatchCeiling,
+    PredictsBatchStep,
+    PredictsDecode,
+    PredictsPrefill,
+    PredictsTTFT,
+    StreamingEngine,
+)
+from ondevice.roofline import Predictor as RooflinePredictor
+from ondevice.roofline import TimedPredictor
 from tests import bench_fakes, tui_fakes
 
 
@@ -79,3 +93,40 @@ def test_the_check_finds_a_drifted_fake():
     ]
     with pytest.raises(AssertionError):
         assert isinstance(Drifted(), StreamingEngine)
+
+
+PREDICTOR_PROTOCOLS = (
+    Predictor,
+    PredictsTTFT,
+    PredictsPrefill,
+    PredictsDecode,
+    PredictsBatchStep,
+    PredictsBatchCeiling,
+)
+
+
+@pytest.mark.parametrize("cls", [RooflinePredictor, TimedPredictor], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("protocol", PREDICTOR_PROTOCOLS, ids=lambda p: p.__name__)
+def test_the_roofline_predictors_satisfy_every_predictor_protocol(cls, protocol):
+    assert mismatches(cls, protocol) == []
+    assert issubclass(cls, protocol)
+
+
+def test_a_predictor_of_another_shape_is_caught():
+    class StepOnly:
+        def step_s(self, n_ctx):
+            return 1.0, 1.0
+
+    class Drifted:
+        def step_s(self):  # lost n_ctx
+            return 1.0, 1.0
+
+    assert isinstance(StepOnly(), Predictor) and not isinstance(StepOnly(), PredictsTTFT)
+    assert mismatches(Drifted(), Predictor) == ["step_s: no parameter 'n_ctx'"]
+    assert mismatches(StepOnly(), PredictsBatchStep) == ["tokens_step_s: missing"]
+
+
+@pytest.mark.parametrize("bad", ["fast", 3, object()], ids=["a-string", "a-number", "no-step_s"])
+def test_load_refuses_what_is_not_a_predictor(tiny_model, bad):
+    with pytest.raises(InvalidParameterError, match="predictor must be"):
+        ondevice.load(tiny_model, n_ctx=256, n_threads=1, predictor=bad)

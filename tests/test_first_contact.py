@@ -80,3 +80,14 @@ def test_run_on_first_contact_says_so_and_shows_the_prediction(empty_cache, tiny
     assert "other processes used" in line
     assert main(["run", str(tiny_model), "hello", "-n", "3", "-c", "256", "--ignore-eos"]) == 0
     assert api.FIRST_CONTACT not in capsys.readouterr().err  # once
+
+
+def test_the_first_contact_passes_are_one_named_figure(monkeypatch):
+    """benchmarks/host_accuracy.py compares a C kernel's best of FIRST_CONTACT_PASSES with the probe's: both must
+    read the same figure (the benchmark failed to import it)."""
+    import ondevice.probing
+
+    asked = {}
+    monkeypatch.setattr(ondevice.probing, "probe", lambda **kw: asked.update(kw))
+    api.first_contact("CPU", save=False)
+    assert asked["memory_passes"] == api.FIRST_CONTACT_PASSES and not asked["full"]

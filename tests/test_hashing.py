@@ -26,3 +26,17 @@ def test_copy_sha256_writes_the_sources_in_order_and_hashes_what_it_wrote(tmp_pa
     out = io.BytesIO()
     assert copy_sha256(paths, out) == hashlib.sha256(b"".join(parts)).hexdigest()
     assert out.getvalue() == b"".join(parts)
+
+
+def test_copy_sha256_reports_bytes_done_of_the_total(tmp_path):
+    parts = [b"a" * (CHUNK_BYTES + 1), b"tail"]
+    paths = []
+    for i, part in enumerate(parts):
+        paths.append(tmp_path / f"part{i}")
+        paths[-1].write_bytes(part)
+    heard: list[tuple[int, int]] = []
+    out = io.BytesIO()
+    digest = copy_sha256(iter(paths), out, lambda done, total: heard.append((done, total)))
+    total = CHUNK_BYTES + 5
+    assert digest == hashlib.sha256(b"".join(parts)).hexdigest()
+    assert heard == [(CHUNK_BYTES, total), (CHUNK_BYTES + 1, total), (total, total)]

@@ -113,7 +113,9 @@ def test_resume_of_a_damaged_conversation_opens_it(tmp_path, capsys, monkeypatch
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
     monkeypatch.setattr("sys.stdout.isatty", lambda: True)
     monkeypatch.setattr("ondevice.llama.guard.cpu_buffer_verdict", lambda: None)
-    monkeypatch.setattr(chat_cli, "_run_app", lambda path, settings, store, resume, kw: opened.update(resume=resume))
+    monkeypatch.setattr(
+        chat_cli, "_run_app", lambda path, settings, store, resume, kw, sampling: opened.update(resume=resume)
+    )
     for resume in ("last", str(cid)):
         rc = main(["chat", str(tiny_model), "--resume", resume, "--history-db", str(db)])
         err = capsys.readouterr().err

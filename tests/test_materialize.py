@@ -281,3 +281,34 @@ def test_repair_leaves_a_directory_with_files_in_it_alone(fake_registry, capsys)
     rc, lines = _verify(capsys, "--repair")
     assert rc == 1 and "move it aside" in lines["fake"], lines["fake"]
     assert (path / "notes.txt").read_text() == "mine"
+
+
+def test_assembly_reports_its_progress_and_a_second_use_reports_none(cache, chunk_package):
+    sha, data = chunk_package
+    heard: list[tuple[int, int]] = []
+    materialize.materialize(entry(sha), lambda done, total: heard.append((done, total)))
+    assert heard and heard[-1] == (len(data), len(data))
+    assert [done for done, _ in heard] == sorted(done for done, _ in heard)
+    heard.clear()
+    materialize.materialize(entry(sha), lambda done, total: heard.append((done, total)))
+    assert heard == []
+
+
+def test_the_cli_bar_shows_only_on_a_terminal_and_is_cleared(cache, chunk_package, monkeypatch):
+    import io
+
+    from ondevice.cli.progress import resolve_model_with_bar
+    from ondevice.models.registry import Registry
+
+    sha, _ = chunk_package
+    registry = Registry(entries={"fake": entry(sha)}, default_name="fake", files=())
+    monkeypatch.setattr(materialize, "load_registry", lambda: registry)
+    log = io.StringIO()
+    assert resolve_model_with_bar(None, stream=log).is_file() and log.getvalue() == ""  # not a terminal
+    (cache / "models" / "m.gguf").unlink()
+    tty = io.StringIO()
+    tty.isatty = lambda: True  # type: ignore[method-assign]
+    resolve_model_with_bar(None, stream=tty)
+    frames = [f for f in tty.getvalue().split("\r\033[K") if f]
+    assert frames and frames[-1].startswith("assembling the model (once) [####") and "100%" in frames[-1]
+    assert tty.getvalue().endswith("\r\033[K")

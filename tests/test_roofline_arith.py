@@ -44,7 +44,7 @@ def test_quant_mix_shares_sum_to_one():
 
 
 def test_design_worked_check_8b_q4km_on_307():
-    """README (The roofline): Llama 3.1 8B Q4_K_M (~4.9 GB) on 307 GB/s -> about 63 tok/s."""
+    """docs/roofline.md: Llama 3.1 8B Q4_K_M (~4.9 GB) on 307 GB/s -> about 63 tok/s."""
     p = predict(llama8b(params=8.0e9), ctx=(1,), bandwidth_gbs=307, prompt_tokens=None)
     assert p.contexts[0].weight_bytes == pytest.approx(4.8e9, rel=0.01)
     assert 62 <= p.contexts[0].ceiling_tok_s <= 65

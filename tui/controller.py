@@ -29,6 +29,7 @@ from ondevice.tui.store import Conversation, HistoryStore
 
 from ondevice.core import paths
 from ondevice.core.errors import OndeviceError
+from ondevice.engine.interface import PredictsTTFT
 
 __all__ = [
     "ChatController",
@@ -318,12 +319,12 @@ class ChatController:
     def _predicted_ttft(self, text: str) -> float | None:
         """The roofline's TTFT for this message's prompt, counting what the KV cache already holds
         (shown while the user waits for the first token); None without a prefill model."""
-        ttft_s = getattr(self.engine.predictor, "ttft_s", None)
-        if not callable(ttft_s) or self.session is None:
+        predictor = self.engine.predictor
+        if not isinstance(predictor, PredictsTTFT) or self.session is None:
             return None
         try:
             ids = self.session.chat.prompt_tokens(text)
-            return ttft_s(len(ids), self.engine.cached_prefix(ids))
+            return predictor.ttft_s(len(ids), self.engine.cached_prefix(ids))
         except Exception:  # a prompt that cannot be rendered fails in the worker, with its message
             return None
 

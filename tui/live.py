@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ondevice.core.results import Generation, TokenEvent
+from ondevice.engine.interface import Predictor
 
 __all__ = [
     "LiveFeed",
     "LiveTracker",
     "LiveStats",
-    "StepPredictor",
     "context_level",
     "generation_stats",
     "WARN_FRACTION",
@@ -26,10 +26,6 @@ __all__ = [
 
 ITL_HISTORY = 512  # inter-token gaps kept for the sparkline
 WARN_FRACTION = 0.8  # the context bar turns when this share of n_ctx is used
-
-
-class StepPredictor(Protocol):
-    def step_s(self, n_ctx: int) -> tuple[float, float]: ...  # (ceiling_step_s, calibrated_step_s)
 
 
 class LiveFeed:
@@ -85,9 +81,7 @@ class LiveStats:
 class LiveTracker:
     """Running sums over the events of one message (UI thread only)."""
 
-    def __init__(
-        self, predictor: StepPredictor | None = None, n_ctx_start: int = 0, predicted_ttft_s: float | None = None
-    ):
+    def __init__(self, predictor: Predictor | None = None, n_ctx_start: int = 0, predicted_ttft_s: float | None = None):
         self.predictor = predictor
         self.predicted_ttft_s = predicted_ttft_s  # known before the first token
         self.itl_s: deque[float] = deque(maxlen=ITL_HISTORY)  # recent gaps, seconds

@@ -20,6 +20,7 @@ from ondevice.tui.store import Conversation, HistoryError, HistoryStore
 from ondevice.core.errors import ContextOverflowError, InvalidParameterError, OndeviceError, StateFileError
 from ondevice.core.results import Generation, TokenEvent
 from ondevice.core.textclean import clean_text
+from ondevice.engine.interface import PredictsPrefill
 from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
 from ondevice.engine.state import choose_resume
 
@@ -194,10 +195,10 @@ class ChatSession:
 
     def _recompute_s(self) -> float | None:
         """Predicted prefill of the conversation so far (None without a predictor)."""
-        prefill = getattr(getattr(self.engine, "predictor", None), "prefill_s", None)
-        if prefill is None:
+        predictor = self.engine.predictor
+        if not isinstance(predictor, PredictsPrefill):
             return None
-        return prefill(len(self.chat.prompt_tokens()))
+        return predictor.prefill_s(len(self.chat.prompt_tokens()))
 
     def _settings_of(self, conversation: Conversation) -> ChatSettings:
         """The conversation's settings; the current sampling where the stored one is not valid (a damaged store)."""

@@ -1,5 +1,5 @@
 """`ondevice bench`: repeatable latency measurements with percentiles, cache states split,
-and the roofline beside them (README: What the numbers mean, How the bench measures).
+and the roofline beside them (docs/metrics.md, docs/bench.md).
 
     from ondevice.bench import BenchConfig, get_suite, run_bench, scenario_results
     outcome = run_bench(BenchConfig(models=(None,), suite=get_suite("quick"), scenarios=DEFAULT_SCENARIOS))

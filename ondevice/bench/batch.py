@@ -1,6 +1,6 @@
 """`bench --batch 1,2,4,8`: B sequences per llama_decode, swept over B, against the roofline.
 
-Per batch size B (README: Batching): one batch context (Engine.batched) of B sequences of P + N
+Per batch size B (docs/bench.md): one batch context (Engine.batched) of B sequences of P + N
 tokens, made before anything is timed; warm-up generations that are not counted; then the
 measured repeats, interleaved across the levels with the order rotated each repeat (1 2 4 8,
 2 4 8 1, ...) so drift on a shared machine hits every level alike. Every run gives each

@@ -1,4 +1,4 @@
-"""The reproducibility record every result file carries (README: How the bench measures).
+"""The reproducibility record every result file carries (docs/bench.md).
 
 Model files are hashed before the bench runs (hashing reads the whole file, which must not
 happen between a cold-load eviction and its load); digests are cached by path, size and

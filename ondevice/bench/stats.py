@@ -1,4 +1,4 @@
-"""Per-scenario statistics from the runs (README: What the numbers mean; How the bench measures).
+"""Per-scenario statistics from the runs (docs/metrics.md, docs/bench.md).
 
 Only ok runs enter the statistics; every other run is listed in `failures` with its reason
 and stays in `runs`. ITLs are pooled over all tokens of all ok runs; TPOT, TTFT, E2E and the
@@ -34,6 +34,7 @@ from ondevice.bench.runs import (
 )
 from ondevice.bench.speculative import spec_summary
 from ondevice.core.metrics import Summary, summarize
+from ondevice.engine.interface import Predictor, PredictsDecode, PredictsTTFT
 
 __all__ = ["ScenarioResult", "scenario_results", "METRICS", "EXTRA_METRICS", "clean"]
 
@@ -154,7 +155,7 @@ def _values(runs: Iterable[RunRecord], metric: str) -> list[float | None]:
     return out
 
 
-def _roofline(predictor: Any, scenario: str, p: int, n: int) -> tuple[float | None, float | None]:
+def _roofline(predictor: Predictor | None, scenario: str, p: int, n: int) -> tuple[float | None, float | None]:
     if predictor is None or scenario not in (RESIDENT, PREFIX_HIT, SPECULATIVE) or n < 2:
         return None, None
     try:
@@ -165,15 +166,14 @@ def _roofline(predictor: Any, scenario: str, p: int, n: int) -> tuple[float | No
 
 
 def _request_prediction(
-    predictor: Any, scenario: str, p: int, n: int, cached: float | None
+    predictor: Predictor | None, scenario: str, p: int, n: int, cached: float | None
 ) -> tuple[float | None, float | None]:
     """(predicted TTFT, predicted E2E) of the cell's request; None where the predictor has no prefill model."""
-    decode_fn = getattr(predictor, "decode_s", None)
     ttft = _predicted_ttft(predictor, p, int(cached or 0)) if scenario in (RESIDENT, PREFIX_HIT) else None
     if ttft is None:
         return None, None
     try:
-        return ttft, (ttft + decode_fn(p, n) if callable(decode_fn) and n >= 1 else None)
+        return ttft, (ttft + predictor.decode_s(p, n) if isinstance(predictor, PredictsDecode) and n >= 1 else None)
     except Exception:  # a predictor that cannot answer leaves the columns empty
         return ttft, None
 
@@ -182,7 +182,7 @@ def build_result(
     runs: Sequence[RunRecord],
     *,
     spec: Any = None,
-    predictor: Any = None,
+    predictor: Predictor | None = None,
     prompt_tokens: int = 0,
     output_tokens: int = 0,
 ) -> ScenarioResult:
@@ -309,14 +309,13 @@ def _with_cold_start(results: list[ScenarioResult], plans: dict[str, Any]) -> li
     return out
 
 
-def _predicted_ttft(predictor: Any, n_prompt: int, n_cached: int = 0) -> float | None:
+def _predicted_ttft(predictor: object, n_prompt: int, n_cached: int = 0) -> float | None:
     """The predictor's TTFT of a prompt (n_cached of it in the KV cache); None where it has no
     prefill model (older predictors, fakes) or cannot answer."""
-    ttft = getattr(predictor, "ttft_s", None)
-    if not callable(ttft) or n_prompt < 1:
+    if not isinstance(predictor, PredictsTTFT) or n_prompt < 1:
         return None
     try:
-        value = float(ttft(n_prompt, n_cached))
+        value = float(predictor.ttft_s(n_prompt, n_cached))
     except Exception:  # a predictor that cannot answer leaves the part empty
         return None
     return value if math.isfinite(value) and value >= 0 else None

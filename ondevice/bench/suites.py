@@ -1,4 +1,4 @@
-"""Bench suites (fixed workload groups, README: How the bench measures) and exact-length prompts.
+"""Bench suites (fixed workload groups, docs/bench.md) and exact-length prompts.
 
 A workload is a prompt length P and an output length N, both in the model's own tokens.
 Prompts are built from seeded English-like text, tokenized by the model and cut to exactly

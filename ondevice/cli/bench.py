@@ -22,8 +22,9 @@ import sys
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
 from ondevice.cli.output import terminal_width
+from ondevice.cli.progress import step_progress
+from ondevice.cli.sampling_args import add_sampling_args, sampling_settings
 from ondevice.core.errors import BenchError
-from ondevice.engine.sampling import DEFAULTS
 
 EXIT_OK, EXIT_FAILURES, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_TIMEOUT_S = 1e6  # seconds per request: about 11 days, far inside every timer's range
@@ -65,12 +66,7 @@ def register(sub) -> None:
     p.add_argument("-t", "--threads", type=int, help="CPU threads (default: the engine's choice)")
     p.add_argument("--n-gpu-layers", default="auto", help="layers to offload: a number or auto (default)")
     add_engine_args(p)
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=DEFAULTS.temperature,
-        help=f"sampling temperature (default {DEFAULTS.temperature:g}; 0 = greedy)",
-    )
+    add_sampling_args(p, short_temperature=False)  # -t is --threads here, as in llama-bench
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt texts and the sampler (default 0)")
     p.add_argument("--timeout", type=float, help="seconds per request before it is cancelled and kept as a time-out")
     p.add_argument(
@@ -110,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
     if args.batch is not None:
         from ondevice.cli.bench_batch import run_batch
 
-        return run_batch(args, _config, _check_outputs, write_files, _plain_progress)
+        return run_batch(args, _config, _check_outputs, write_files)
     from ondevice.cli import bench_serve
 
     if bench_serve.check_serve_args(args):
         _check_outputs(args, ("--json", "--csv", "--md"))
-        return _exit_code(*bench_serve.run_serve(args, _config, _write_outputs, _plain_progress))
+        return _exit_code(*bench_serve.run_serve(args, _config, _write_outputs))
     _check_outputs(args, ("--json", "--csv", "--md", "--plot"))
     if args.plot is not None:
         from ondevice.bench.plot import check_plot_path
@@ -133,22 +129,9 @@ def run(args: argparse.Namespace) -> int:
     from ondevice.bench.record import model_digests
 
     digests = model_digests(plans)
-    if args.no_progress:
-        outcome = run_bench(config, plans)
-    elif not sys.stderr.isatty():  # a log file: one plain line per step
-        outcome = run_bench(config, plans, progress=_plain_progress)
-    else:
-        from rich.console import Console
-
-        from ondevice.bench.report import ProgressBar
-
-        with ProgressBar(Console(stderr=True)) as bar:
-            outcome = run_bench(config, plans, progress=bar)
+    with step_progress("bench", enabled=not args.no_progress) as progress:
+        outcome = run_bench(config, plans, progress=progress)
     return _report(args, outcome, digests, slo_bounds)
-
-
-def _plain_progress(event) -> None:
-    print(f"[{event.done}/{event.total}] {event.description}", file=sys.stderr, flush=True)
 
 
 def _check_outputs(args, flags) -> None:
@@ -248,7 +231,7 @@ def write_files(doc, writers) -> None:
 
 def _config(args: argparse.Namespace):
     from ondevice.bench import suites
-    from ondevice.bench.runner import DEFAULT_SAMPLING, BenchConfig
+    from ondevice.bench.runner import BenchConfig
     from ondevice.bench.runs import DEFAULT_SCENARIOS, NO_KV_CACHE, SPECULATIVE
 
     custom = args.prompt_tokens is not None or args.output_tokens is not None
@@ -279,12 +262,10 @@ def _config(args: argparse.Namespace):
         resolve_n_ctx(
             args.n_ctx
         )  # llama.cpp's smallest context, as in run and chat (the runner checks the trained one)
-    # finite numbers only: an infinite time-out overflows the watchdog's and the socket's timers,
-    # a NaN temperature fails every run
+    # finite numbers only: an infinite time-out overflows the watchdog's and the socket's timers
     if args.timeout is not None and not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S):
         raise BenchError(f"--timeout {args.timeout}: must be a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise BenchError(f"--temperature {args.temperature}: must be a finite number, 0 or more")
+    sampling = sampling_settings(args)  # a NaN temperature would fail every run
     from ondevice.cli.run import parse_spec_exact
 
     spec_exact = parse_spec_exact(args.spec_exact)
@@ -306,7 +287,7 @@ def _config(args: argparse.Namespace):
         n_threads=args.threads,
         n_gpu_layers=gpu,
         **engine_kwargs(args),
-        sampling=dict(DEFAULT_SAMPLING, temperature=args.temperature),
+        sampling=sampling,
         seed=args.seed,
         timeout_s=args.timeout,
         spec_exact=spec_exact,

@@ -55,9 +55,7 @@ def _check_args(args: argparse.Namespace) -> tuple[int, ...]:
     return parse_number_list(args.batch, "--batch")
 
 
-def run_batch(
-    args: argparse.Namespace, make_config: Callable, check_outputs: Callable, write_files: Callable, progress: Callable
-) -> int:
+def run_batch(args: argparse.Namespace, make_config: Callable, check_outputs: Callable, write_files: Callable) -> int:
     """Plan, check, load, sweep, report; returns the exit status."""
     from ondevice.bench.batch import SweepConfig, check_levels
     from ondevice.bench.runner import load_plan, plan_bench
@@ -87,7 +85,7 @@ def run_batch(
     engine = load_plan(config, plan)
     say_fit(engine.info)
     try:
-        outcome = _run(engine, sweep, args, progress)
+        outcome = _run(engine, sweep, args)
     finally:
         plan.engine = None
         engine.close()
@@ -95,19 +93,12 @@ def run_batch(
     return _report(args, config, plan, digests, sweep, outcome, bounds, write_files)
 
 
-def _run(engine: Any, sweep: Any, args: argparse.Namespace, progress: Callable):
+def _run(engine: Any, sweep: Any, args: argparse.Namespace):
     from ondevice.bench.batch import run_sweep
+    from ondevice.cli.progress import step_progress
 
-    if args.no_progress:
-        return run_sweep(engine, sweep)
-    if not sys.stderr.isatty():
+    with step_progress("bench --batch", enabled=not args.no_progress) as progress:  # a bar per batch level
         return run_sweep(engine, sweep, progress=progress)
-    from rich.console import Console
-
-    from ondevice.bench.report import ProgressBar
-
-    with ProgressBar(Console(stderr=True)) as bar:
-        return run_sweep(engine, sweep, progress=bar)
 
 
 def _report(args, config, plan, digests, sweep, outcome, bounds, write_files) -> int:

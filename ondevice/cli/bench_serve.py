@@ -3,7 +3,7 @@
 Exit status as for local benches (ondevice.cli.bench decides it from what run_serve returns):
 0 all ok, 1 a request failed or timed out or an SLO failed, 2 bad input (one line), 130 after
 Ctrl-C (what was gathered is written, marked incomplete). The local bench's helpers (its
-config, output writers, progress lines) are handed in, so this module does not import it back.
+config, output writers) are handed in, so this module does not import it back.
 """
 
 from __future__ import annotations
@@ -125,9 +125,7 @@ def _serve_config(args: argparse.Namespace, make_config: Callable[[argparse.Name
     )
 
 
-def run_serve(
-    args: argparse.Namespace, make_config: Callable, write_outputs: Callable, progress: Callable
-) -> tuple[Any, dict]:
+def run_serve(args: argparse.Namespace, make_config: Callable, write_outputs: Callable) -> tuple[Any, dict]:
     """Run and report; returns (the BenchOutcome, the SLO results) for the exit status."""
     from ondevice.bench import report
     from ondevice.bench.serve.report import level_table, serve_record
@@ -137,7 +135,10 @@ def run_serve(
 
     cfg = _serve_config(args, make_config)
     bounds = parse_slo(args.slo) if args.slo else None
-    serve = run(cfg, progress=None if args.no_progress else progress)
+    from ondevice.cli.progress import step_progress
+
+    with step_progress("bench", enabled=not args.no_progress) as progress:  # a bar per load level on a terminal
+        serve = run(cfg, progress=progress)
     outcome = serve.outcome
     results = scenario_results(outcome)
     slo = {}

@@ -17,10 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs
+from ondevice.cli.sampling_args import add_sampling_args, sampling_settings
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.paths import check_destination
 from ondevice.core.textclean import printable
-from ondevice.engine.sampling import CHAT_MAX_TOKENS, DEFAULTS
+from ondevice.engine.sampling import CHAT_MAX_TOKENS
 
 __all__ = ["register", "run"]
 
@@ -39,14 +40,7 @@ def register(sub) -> None:
         default=None,
         help=f'system prompt (default: none; with the built-in chat model, "{CHAT_MODEL_SYSTEM}"; "" for none)',
     )
-    p.add_argument(
-        "-t",
-        "--temperature",
-        type=float,
-        default=DEFAULTS.temperature,
-        help=f"0 = greedy (default {DEFAULTS.temperature:g})",
-    )
-    p.add_argument("--top-p", type=float, default=DEFAULTS.top_p, help=f"nucleus sampling (default {DEFAULTS.top_p:g})")
+    add_sampling_args(p)
     p.add_argument(
         "-n",
         "--max-tokens",
@@ -105,9 +99,12 @@ def run(args) -> int:
     from ondevice.tui.session import ChatSettings
     from ondevice.tui.store import HistoryStore
 
+    sampling = sampling_settings(args)
     settings = ChatSettings(
-        system_prompt(args), args.temperature, args.top_p, args.max_tokens, args.speculative
+        system_prompt(args), sampling["temperature"], sampling["top_p"], args.max_tokens, args.speculative
     ).validated()
+    # the settings screen edits temperature and top_p; the other sampler flags hold for the whole session
+    fixed = {k: v for k, v in sampling.items() if not hasattr(settings, k)}
     from ondevice.engine.loader import resolve_n_ctx
 
     if args.n_ctx is not None:
@@ -134,7 +131,7 @@ def run(args) -> int:
     from ondevice.llama.guard import cpu_buffer_verdict
 
     cpu_buffer_verdict()  # a first-contact self-test, and its one line, before the app takes the screen
-    return _run_app(path, settings, store, resume, load_kwargs)
+    return _run_app(path, settings, store, resume, load_kwargs, fixed)
 
 
 def _fit(path: Path, kw: dict) -> dict:
@@ -156,7 +153,7 @@ def _fit(path: Path, kw: dict) -> dict:
     return {"n_ctx": choice.n_ctx, "n_gpu_layers": choice.n_gpu_layers if kw["n_gpu_layers"] != 0 else 0}
 
 
-def _run_app(path: Path, settings, store, resume: int | None, load_kwargs: dict) -> int:
+def _run_app(path: Path, settings, store, resume: int | None, load_kwargs: dict, sampling: dict) -> int:
     from ondevice.tui.app import ChatApp
 
     def factory():
@@ -164,7 +161,9 @@ def _run_app(path: Path, settings, store, resume: int | None, load_kwargs: dict)
 
         return load(path, **load_kwargs)
 
-    app = ChatApp(factory, settings=settings, store=store, model_label=path.name, resume=resume)
+    app = ChatApp(
+        factory, settings=settings, store=store, model_label=path.name, resume=resume, extra_sampling=sampling
+    )
     try:
         with _log_to_file():
             app.run()

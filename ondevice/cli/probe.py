@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from ondevice.cli.output import dump_json, terminal_width
+from ondevice.cli.progress import StatusLine
 from ondevice.core.fmt import fold_lines, human_bytes, millis
 
 __all__ = ["register", "run", "render", "render_timing", "age_text", "cpu_buffers_text", "disk_text"]
@@ -24,16 +25,12 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _progress(msg: str) -> None:
-    print(f"probing: {msg}", file=sys.stderr, flush=True)
-
-
 def _waiting_only(msg: str) -> None:
     """--json: stdout is the document; stderr still says when this probe waits for another."""
     from ondevice.probing import WAITING
 
     if msg.startswith(WAITING):
-        _progress(msg)
+        print(f"probing: {msg}", file=sys.stderr, flush=True)
 
 
 def run(args) -> int:
@@ -48,9 +45,14 @@ def run(args) -> int:
         from ondevice.llama.guard import forget_verdict
 
         forget_verdict()
-    say = _waiting_only if args.json else _progress
-    result = probe(refresh=args.refresh, backend=args.backend, n_threads=args.threads, progress=say)
-    model, timing = _time_model(args, say) if args.time_model else (None, None)
+    status = None if args.json else StatusLine("probing")  # one line rewritten on a terminal; a log gets each line
+    say = _waiting_only if status is None else status
+    try:
+        result = probe(refresh=args.refresh, backend=args.backend, n_threads=args.threads, progress=say)
+        model, timing = _time_model(args, say) if args.time_model else (None, None)
+    finally:
+        if status is not None:
+            status.close()
     if args.json:
         d = result.to_dict()
         d.update(age_s=result.age_s, from_cache=result.from_cache, cpu_buffers=cpu_buffers_text())
@@ -67,10 +69,11 @@ def run(args) -> int:
 
 def _time_model(args, say):
     """(model file name, its ShapeTiming on this machine: cached unless --refresh, else timed now)."""
+    from ondevice.cli.progress import resolve_model_with_bar
     from ondevice.engine import load
     from ondevice.probing import timing_for
 
-    engine = load(args.model, n_threads=args.threads)
+    engine = load(resolve_model_with_bar(args.model), n_threads=args.threads)
     try:
         return engine.info.model_path.rsplit("/", 1)[-1], timing_for(engine, progress=say, refresh=args.refresh)
     finally:

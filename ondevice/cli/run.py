@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from ondevice.cli.engine_args import add_engine_args, engine_kwargs, say_fit, settings_text
+from ondevice.cli.progress import resolve_model_with_bar
+from ondevice.cli.sampling_args import add_sampling_args, sampling_settings
 from ondevice.core.errors import DestinationError, InvalidParameterError, StateFileError
 from ondevice.core.fmt import MS_THEN_S, millis, number, rate
 from ondevice.engine.sampling import DEFAULTS
@@ -48,17 +50,7 @@ def register(sub) -> None:
         default=DEFAULTS.max_tokens,
         help=f"output tokens at most (default {DEFAULTS.max_tokens})",
     )
-    p.add_argument(
-        "-t",
-        "--temperature",
-        type=float,
-        default=DEFAULTS.temperature,
-        help=f"0 = greedy (default {DEFAULTS.temperature:g})",
-    )
-    p.add_argument("--top-k", type=int, default=DEFAULTS.top_k)
-    p.add_argument("--top-p", type=float, default=DEFAULTS.top_p)
-    p.add_argument("--min-p", type=float, default=DEFAULTS.min_p)
-    p.add_argument("--repeat-penalty", type=float, default=DEFAULTS.repeat_penalty)
+    add_sampling_args(p)
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the engine's)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence")
@@ -99,8 +91,10 @@ def run(args) -> int:
         raise InvalidParameterError("expected [MODEL] PROMPT; quote a prompt that has spaces")
     model, prompt = (None, args.args[0]) if len(args.args) == 1 else args.args
     spec = speculative_kwargs(args)  # bad settings or a missing draft file: one line, before any work
+    sampling = sampling_settings(args)
     if prompt == "-":
         prompt = _read_stdin()
+    model = resolve_model_with_bar(model)  # the default model's first use assembles it: a bar on a terminal
     layers = args.n_gpu_layers if args.n_gpu_layers == "auto" else _int_arg("--n-gpu-layers", args.n_gpu_layers)
     engine = load(
         model,
@@ -119,11 +113,7 @@ def run(args) -> int:
         stream = engine.stream(
             prompt,
             max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            min_p=args.min_p,
-            repeat_penalty=args.repeat_penalty,
+            **sampling,
             seed=args.seed,
             stop=args.stop,
             ignore_eos=args.ignore_eos,
@@ -142,7 +132,9 @@ def run(args) -> int:
         sys.stdout.flush()
         g = stream.generation
         if g is not None:
-            basis = engine.predictor.basis if engine.predictor is not None else None
+            from ondevice.roofline import Predictor as RooflinePredictor
+
+            basis = engine.predictor.basis if isinstance(engine.predictor, RooflinePredictor) else None
             print(
                 f"{timings_line(g, engine.info.load_s, engine.info.backend, basis)} | {settings_text(engine.info)}",
                 file=sys.stderr,

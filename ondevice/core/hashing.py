@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -20,13 +21,22 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def copy_sha256(sources: Iterable[str | Path], out: BinaryIO) -> str:
-    """Write the files `sources`, one after another, to `out`; the hex sha256 of all that was written."""
+def copy_sha256(
+    sources: Iterable[str | Path], out: BinaryIO, progress: Callable[[int, int], None] | None = None
+) -> str:
+    """Write the files `sources`, one after another, to `out`; the hex sha256 of all that was written.
+    progress(bytes written, bytes in all) hears each block."""
+    sources = list(sources)
+    total = sum(os.stat(s).st_size for s in sources) if progress is not None else 0
     digest = hashlib.sha256()
+    done = 0
     for source in sources:
         for block in _blocks(source):
             digest.update(block)
             out.write(block)
+            done += len(block)
+            if progress is not None:
+                progress(done, total)
     return digest.hexdigest()
 
 

@@ -1,7 +1,7 @@
 """Result types shared by the engine, the bench, the TUI and scripts.
 
 One timing path: every consumer reads these, so a number means the same thing
-everywhere. Definitions are README: What the numbers mean's; all times are seconds measured with
+everywhere. Definitions are docs/metrics.md's; all times are seconds measured with
 time.perf_counter_ns() from the moment the request (text in) was made.
 """
 
@@ -29,7 +29,7 @@ class TokenEvent:
 
 @dataclass(frozen=True)
 class Timings:
-    """Request timings (README: What the numbers mean). Load time is reported apart, on the engine."""
+    """Request timings (docs/metrics.md). Load time is reported apart, on the engine."""
 
     tokenize_s: float  # text -> token ids (part of TTFT)
     prefill_s: float  # forward pass(es) over the prompt tokens not already cached

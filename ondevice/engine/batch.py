@@ -30,6 +30,7 @@ from typing import Any
 from ondevice.core.errors import ContextOverflowError, EngineBusyError, EngineError, InvalidParameterError
 from ondevice.core.metrics import timings_from_marks
 from ondevice.core.results import FinishReason, Generation
+from ondevice.engine.interface import PredictsBatchCeiling, PredictsBatchStep
 from ondevice.engine.loader import context_settings
 from ondevice.engine.loop import OutputTokens, cancel_poll
 from ondevice.engine.sampling import SamplerChain, SamplingParams, make_params
@@ -379,15 +380,18 @@ class BatchContext:
 
     def _predicted(self, prompts: list[list[int]], max_tokens: int) -> tuple[float | None, float | None]:
         """(calibrated, ceiling) seconds of one step of every sequence at the mean mid-decode context,
-        when the engine's predictor has the batched step model (Predictor.tokens_step_s)."""
+        when the engine's predictor has the batched step model (PredictsBatchStep)."""
         pred = self._engine.predictor
-        fn, ceil_fn = getattr(pred, "tokens_step_s", None), getattr(pred, "ceiling_tokens_step_s", None)
-        if fn is None or max_tokens < 2:
+        if not isinstance(pred, PredictsBatchStep) or max_tokens < 2:
             return None, None
         mid = round(sum(len(i) for i in prompts) / len(prompts) + max_tokens / 2)
         try:
-            calibrated = float(fn(mid, 1, len(prompts)))
-            ceiling = float(ceil_fn(mid, 1, len(prompts))) if ceil_fn is not None else None
+            calibrated = float(pred.tokens_step_s(mid, 1, len(prompts)))
+            ceiling = (
+                float(pred.ceiling_tokens_step_s(mid, 1, len(prompts)))
+                if isinstance(pred, PredictsBatchCeiling)
+                else None
+            )
         except Exception:  # a predictor that cannot answer leaves the prediction empty
             return None, None
         return (calibrated if calibrated > 0 else None), (ceiling if ceiling and ceiling > 0 else None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -19,15 +18,16 @@ from ondevice.core.errors import (
     EngineBusyError,
     EngineError,
     InvalidParameterError,
-    StateFileError,
 )
 from ondevice.core.results import Generation
 from ondevice.core.textclean import clean_text
 from ondevice.engine import state as kv_state
 from ondevice.engine.batch import BatchContext
+from ondevice.engine.interface import Predictor, StreamArgs, check_predictor
 from ondevice.engine.loader import EngineInfo, open_model
-from ondevice.engine.loop import KVCache, Request, TokenStream, _token_reader, cancel_poll, check_cancel, run_request
-from ondevice.engine.sampling import DEFAULTS, SamplingArgs, make_params
+from ondevice.engine.loop import KVCache, Request, TokenStream, cancel_poll, check_cancel, run_request
+from ondevice.engine.sampling import DEFAULTS, make_params
+from ondevice.engine.tokens import check_ids, detokenize_ids, token_reader, tokenize_bytes
 from ondevice.llama.model import LlamaHandle
 
 __all__ = ["load", "Engine", "StreamArgs"]
@@ -44,7 +44,7 @@ def load(
     n_gpu_layers: int | str = "auto",
     flash_attn: bool | str = "auto",
     seed: int = 0,
-    predictor: Any = None,
+    predictor: Predictor | None = None,
     n_ubatch: int | None = None,
     cache_type_k: str = "f16",
     cache_type_v: str = "f16",
@@ -58,8 +58,8 @@ def load(
     llama.cpp's own defaults (2048 / 512 tokens, flash attention "auto"). cache_type_k/_v: the
     KV cache element types ("f16", "q8_0", "q4_0", ...; a quantized V cache needs flash
     attention). n_gpu_layers "auto" offloads every layer when this llama.cpp build can
-    offload, else none. predictor: an object with step_s(n_ctx) -> (ceiling_step_s,
-    calibrated_step_s) that each token event is held against, or None (ondevice.load passes
+    offload, else none. predictor: a Predictor (ondevice.engine.interface: step_s(n_ctx) -> (ceiling_step_s,
+    calibrated_step_s)) that each token event is held against, or None (ondevice.load passes
     the one from this machine's cached probe). A load that will not fit the free memory is refused before
     llama.cpp allocates anything (InsufficientMemoryError, with the figures); fit=True instead chooses the
     largest context up to n_ctx (None: the trained context) and the most GPU layers that fit
@@ -68,7 +68,7 @@ def load(
     from ondevice.gguf.loadcheck import inspect_for_load
     from ondevice.models.materialize import resolve_model
 
-    pred = _check_predictor(predictor)
+    pred = check_predictor(predictor)
     path = resolve_model(model)
     # GGUFFormatError for a malformed or inconsistent file, before llama.cpp sees it; KV bytes for the cache types used
     spec = inspect_for_load(path).with_kv_cache(cache_type_k, cache_type_v)
@@ -89,34 +89,15 @@ def load(
     return Engine(handle, info, pred)
 
 
-def _check_predictor(predictor: Any) -> Any:
-    if predictor is not None and not callable(getattr(predictor, "step_s", None)):
-        raise InvalidParameterError(
-            "predictor must be None or have a step_s(n_ctx) -> (ceiling_step_s, calibrated_step_s) method"
-        )
-    return predictor
-
-
-class StreamArgs(SamplingArgs, total=False):
-    """Engine.stream's keywords: the sampling settings plus cancellation, prefix reuse and speculation."""
-
-    cancel: threading.Event | None
-    reuse_prefix: bool
-    speculative: str | None
-    draft: str | Path | None
-    spec_k: int | None
-    exact: bool | None
-
-
 class Engine:
     """A loaded model and its context. One generation at a time; a second one concurrently raises EngineBusyError."""
 
-    def __init__(self, handle: LlamaHandle, info: EngineInfo, predictor: Any = None):
+    def __init__(self, handle: LlamaHandle, info: EngineInfo, predictor: Predictor | None = None):
         self._h = handle
         self.info = info
         self.predictor = predictor
         self._kv = KVCache(handle)
-        self._token_info = _token_reader(handle)
+        self._token_info = token_reader(handle)
         self._busy = threading.Lock()
         # Held around tokenize/detokenize (which may run beside a generation) so close() cannot free the
         # vocabulary under them; close() takes it after _busy, tokenize never takes _busy, so no cycle.
@@ -169,17 +150,7 @@ class Engine:
             return self._tokenize_open(clean_text(text).encode("utf-8"), add_bos, special)
 
     def _tokenize_open(self, raw: bytes, add_bos: bool, special: bool) -> list[int]:
-        lib = self._h.lib
-        cap = len(raw) + 8
-        buf = (ctypes.c_int32 * cap)()
-        n = lib.llama_tokenize(self._h.vocab, raw, len(raw), buf, cap, add_bos, special)
-        if n < 0:
-            cap = -n
-            buf = (ctypes.c_int32 * cap)()
-            n = lib.llama_tokenize(self._h.vocab, raw, len(raw), buf, cap, add_bos, special)
-        if n < 0:
-            raise EngineError(f"llama_tokenize failed (code {n})")
-        return list(buf[:n])
+        return tokenize_bytes(self._h, raw, add_bos, special)
 
     def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
         """Token ids -> text (invalid UTF-8 becomes U+FFFD)."""
@@ -192,31 +163,10 @@ class Engine:
             return self._detokenize_open(ids, special)
 
     def _detokenize_open(self, ids: list[int], special: bool) -> str:
-        lib = self._h.lib
-        arr = (ctypes.c_int32 * len(ids))(*ids)
-        cap = 8 * len(ids) + 16
-        for _ in range(2):
-            buf = ctypes.create_string_buffer(cap)
-            n = lib.llama_detokenize(self._h.vocab, arr, len(ids), buf, cap, False, special)
-            if n >= 0:
-                return buf.raw[:n].decode("utf-8", "replace")
-            cap = -n
-        raise EngineError(f"llama_detokenize failed (code {n})")
+        return detokenize_ids(self._h, ids, special)
 
     def _check_ids(self, ids: Any, *, allow_empty: bool = False) -> list[int]:
-        try:
-            out = [int(t) for t in ids]
-            bad = any(isinstance(t, bool) or int(t) != t for t in ids)
-        except (TypeError, ValueError):
-            raise InvalidParameterError("prompt token ids must be a sequence of integers") from None
-        if bad:
-            raise InvalidParameterError("prompt token ids must be a sequence of integers")
-        if not out and not allow_empty:
-            raise InvalidParameterError("prompt is empty: no tokens to process")
-        for t in out:
-            if not 0 <= t < self._h.n_vocab:
-                raise InvalidParameterError(f"token id {t} is outside the vocabulary [0, {self._h.n_vocab})")
-        return out
+        return check_ids(ids, self._h.n_vocab, allow_empty=allow_empty)
 
     # ---- generation --------------------------------------------------------------------
     def stream(
@@ -304,7 +254,7 @@ class Engine:
                 "speculative decoding needs a KV cache that can drop rejected drafts; "
                 "this model's recurrent state cannot"
             )
-        drafter = self._draft_model(settings.draft).drafter() if settings.mode == "draft" else None
+        drafter = self._draft_model(settings.draft).drafter() if settings.draft is not None else None
         want = settings.k_max + 1
         checked, exact_tokens = self._exact
         if not settings.exact:
@@ -424,16 +374,7 @@ class Engine:
         The file's size in bytes. DestinationError when `path` cannot be written."""
         self._check_open()
         with self._holding():
-            h, kv = self._h, self._kv
-            n_bytes = int(h.lib.llama_state_seq_get_size(h.ctx, 0))
-            buf = (ctypes.c_uint8 * n_bytes)()
-            got = int(h.lib.llama_state_seq_get_data(h.ctx, buf, n_bytes, 0))
-            if got != n_bytes:
-                raise EngineError(f"llama.cpp wrote {got} of {n_bytes} state bytes")
-            held = kv.prompt_logits is not None and kv.prompt_logits_len <= len(kv.tokens)
-            logits = kv_state.logits_bytes(kv.prompt_logits if held else None)
-            binding = kv_state.state_binding(self.info)
-            return kv_state.write_state(Path(path), binding, kv.tokens, bytes(buf), logits, kv.prompt_logits_len * held)
+            return kv_state.save_kv(self._h, self._kv, self.info, Path(path))
 
     def load_state(self, path: str | Path, prompt: Sequence[int] | None = None) -> int:
         """Restore a state save_state wrote; the number of tokens the cache then holds. With `prompt`, the
@@ -441,25 +382,7 @@ class Engine:
         state of another model, build, context or prompt, or a truncated, damaged or special file."""
         self._check_open()
         with self._holding():
-            h, kv = self._h, self._kv
-            cap = self.n_ctx * max(1, self.info.spec.kv_bytes_per_token) * 4 + 4 * h.n_vocab + (16 << 20)
-            header, payload = kv_state.read_state(Path(path), kv_state.state_binding(self.info), cap)
-            tokens = header["tokens"]
-            if prompt is not None and list(prompt[: len(tokens)]) != tokens:
-                raise StateFileError(f"{path}: saved for another prompt (its {len(tokens)} tokens differ)")
-            if len(tokens) > self.n_ctx:
-                raise StateFileError(f"{path}: {len(tokens)} tokens do not fit this {self.n_ctx}-token context")
-            kv.clear()
-            n_state = header["state_bytes"]
-            src = (ctypes.c_uint8 * n_state).from_buffer_copy(payload[:n_state])
-            if int(h.lib.llama_state_seq_set_data(h.ctx, src, n_state, 0)) != n_state:
-                kv.clear()
-                raise StateFileError(f"{path}: llama.cpp refused the saved state")
-            kv.tokens.extend(tokens)
-            if header["logits_bytes"] == 4 * h.n_vocab and 0 < header["logits_len"] <= len(tokens):
-                kv.prompt_logits = kv_state.as_float_array(payload[n_state:])
-                kv.prompt_logits_len = header["logits_len"]
-            return len(tokens)
+            return kv_state.load_kv(self._h, self._kv, self.info, path, prompt)
 
     def chat(self, system: str | None = None, **sampling_defaults: Any):
         """A multi-turn conversation on this engine (see ondevice.engine.chat.Chat)."""

@@ -1,6 +1,6 @@
 """The decode loop: prefill in n_batch chunks, then one llama_decode per token, every token timed.
 
-Timing marks are `time.perf_counter_ns()` (README: What the numbers mean): the request starts when
+Timing marks are `time.perf_counter_ns()` (docs/metrics.md): the request starts when
 the caller handed in text, a token is "available" the moment the native sampler returns
 it. Logits never leave llama.cpp: sampling is `llama_sampler_sample` on the context.
 """
@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from time import perf_counter_ns
 from typing import Any
 
-from ondevice.core.errors import EngineError, InvalidParameterError
+from ondevice.core.errors import InvalidParameterError
 from ondevice.core.metrics import timings_from_marks
 from ondevice.core.reasoning import first_visible
 from ondevice.core.results import Attribution, FinishReason, Generation, TokenEvent
+from ondevice.engine.interface import Predictor, PredictsTTFT
+from ondevice.engine.kvcache import KVCache
 from ondevice.engine.sampling import SamplerChain, SamplingParams
 from ondevice.engine.text import TextAssembler
 from ondevice.llama.model import LlamaHandle
@@ -25,98 +27,6 @@ from ondevice.llama.model import LlamaHandle
 __all__ = ["KVCache", "Request", "run_request", "TokenStream", "OutputTokens", "cancel_poll", "check_cancel"]
 
 _NS = 1e-9
-
-
-class KVCache:
-    """What sequence 0 of the context holds: token ids at positions 0..n-1."""
-
-    def __init__(self, handle: LlamaHandle):
-        self._h = handle
-        self.tokens: list[int] = []  # ids whose K/V are in the cache, in position order
-        # The logits a prompt's prefill produced at its last position, and that prompt's length. A request
-        # for the same prompt samples its first token from these instead of recomputing the last prompt
-        # token alone: a one-token batch rounds differently from the same token inside the prompt's batch,
-        # so the repeated greedy request would drift from the first one.
-        self.prompt_logits: Any = None  # ctypes float array of n_vocab, or None
-        self.prompt_logits_len = 0
-
-    def clear(self) -> None:
-        self._h.lib.llama_memory_clear(self._h.memory, False)  # cells emptied; buffers need no zeroing
-        self.tokens.clear()
-        self.drop_prompt_logits()
-
-    def drop_prompt_logits(self) -> None:
-        self.prompt_logits, self.prompt_logits_len = None, 0
-
-    def keep_prompt_logits(self) -> None:
-        """Copy the logits of the last decoded position (a prompt's last token) beside the cache."""
-        h = self._h
-        src = h.lib.llama_get_logits_ith(h.ctx, -1)
-        if not src:
-            self.drop_prompt_logits()
-            return
-        buf = self.prompt_logits
-        if buf is None or len(buf) != h.n_vocab:
-            buf = (ctypes.c_float * h.n_vocab)()
-        ctypes.memmove(buf, src, 4 * h.n_vocab)
-        self.prompt_logits, self.prompt_logits_len = buf, len(self.tokens)
-
-    def restore_prompt_logits(self) -> bool:
-        """Write the kept logits back as the context's last output row (what sampling with index -1 reads)."""
-        h = self._h
-        dst = h.lib.llama_get_logits_ith(h.ctx, -1) if self.prompt_logits is not None else None
-        if not dst:
-            return False
-        ctypes.memmove(dst, self.prompt_logits, 4 * h.n_vocab)
-        return True
-
-    def whole_prompt_held(self, ids: Sequence[int]) -> bool:
-        """The cache holds all of `ids` and the logits its prefill produced after them."""
-        n = len(ids)
-        return (
-            self.prompt_logits is not None
-            and n == self.prompt_logits_len
-            and len(self.tokens) >= n
-            and self.tokens[:n] == list(ids)
-        )
-
-    def decode_failed(self, rc: int, where: str) -> EngineError:
-        """After a failed llama_decode nothing says what the cache holds: clear it, and return the error to raise."""
-        self.clear()
-        return EngineError(f"llama_decode failed (code {rc}) {where}")
-
-    def common_prefix(self, ids: Sequence[int]) -> int:
-        """Leading tokens of `ids` the cache holds, at most len(ids) - 1 (one token is always computed)."""
-        cached, n = self.tokens, 0
-        limit = min(len(cached), len(ids) - 1)
-        while n < limit and cached[n] == ids[n]:
-            n += 1
-        return n
-
-    def reuse(self, ids: Sequence[int], allow: bool) -> int:
-        """Keep the longest common prefix with `ids`; return its length. All of `ids` only when the logits after
-        them are kept too (whole_prompt_held), else at least one token is left to compute."""
-        if not allow:
-            self.clear()
-            return 0
-        whole = self.whole_prompt_held(ids) and self.restore_prompt_logits()
-        n = len(ids) if whole else self.common_prefix(ids)
-        if n < self.prompt_logits_len:
-            self.drop_prompt_logits()  # positions the logits depend on are about to be trimmed
-        cached = self.tokens
-        lib, mem = self._h.lib, self._h.memory
-        # Always trim from n on: also drops a cell decoded but not recorded (an exception between the two).
-        if not lib.llama_memory_seq_rm(mem, 0, n, -1):
-            self.clear()
-            return 0
-        del cached[n:]
-        if n and self._h.n_swa > 0:
-            # A sliding-window cache that already dropped old positions cannot resume at n.
-            pos_min = int(lib.llama_memory_seq_pos_min(mem, 0))
-            if pos_min > max(0, n - self._h.n_swa):
-                self.clear()
-                return 0
-        return n
 
 
 @dataclass
@@ -149,27 +59,6 @@ def cancel_poll(own: threading.Event, external: Any = None) -> Callable[[], bool
     return lambda: own.is_set() or external.is_set()
 
 
-def _token_reader(handle: LlamaHandle) -> Callable[[int], tuple[bytes, bool]]:
-    """token id -> (its bytes, is it end-of-generation), cached per id: one ctypes call per new id."""
-    lib, vocab, cache = handle.lib, handle.vocab, {}
-    buf = ctypes.create_string_buffer(64)
-
-    def read(token: int) -> tuple[bytes, bool]:
-        out = cache.get(token)
-        if out is None:
-            n = lib.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
-            if n < 0:
-                big = ctypes.create_string_buffer(-n)
-                n = lib.llama_token_to_piece(vocab, token, big, len(big), 0, False)
-                piece = big.raw[:n]
-            else:
-                piece = buf.raw[:n]
-            out = cache[token] = (piece, bool(lib.llama_vocab_is_eog(vocab, token)))
-        return out
-
-    return read
-
-
 def _prefill(handle: LlamaHandle, kv: KVCache, ids: list[int], n_batch: int, cancelled: Callable[[], bool]) -> bool:
     """Decode ids into the cache in chunks of n_batch; False when cancelled between chunks."""
     lib = handle.lib
@@ -194,7 +83,7 @@ def run_request(
     kv: KVCache,
     req: Request,
     n_batch: int,
-    predictor: Any,
+    predictor: Predictor | None,
     token_info: Callable[[int], tuple[bytes, bool]],
 ) -> Generator[TokenEvent, None, Generation]:
     """Prefill, then sample/decode token by token, yielding a TokenEvent per output token."""
@@ -221,9 +110,8 @@ def run_request(
     if req.think is not None:
         timings = replace(timings, ttft_visible_s=_visible_s(req, token_ns, ids_out, texts))
     ceiling, predicted = _rates(steps)
-    ttft_fn = getattr(predictor, "ttft_s", None)
     chunk = min(n_batch, handle.n_ubatch)  # llama.cpp computes a prompt in passes of n_ubatch tokens
-    predicted_ttft = ttft_fn(n_prompt, n_cached, chunk) if callable(ttft_fn) else None
+    predicted_ttft = predictor.ttft_s(n_prompt, n_cached, chunk) if isinstance(predictor, PredictsTTFT) else None
     predicted_e2e = predicted_ttft + sum(s[1] for s in steps[1:]) if predicted_ttft is not None and steps else None
     attribution = spent.attribution(timings, prefill_start, prefill_end, token_ns) if token_ns else None
     return Generation(
@@ -276,7 +164,7 @@ class OutputTokens:
         params: SamplingParams,
         n_prompt: int,
         start_ns: int,
-        predictor: Any,
+        predictor: Predictor | None,
         token_info: Callable[[int], tuple[bytes, bool]],
         token_ns: list[int] | None = None,
         ids_out: list[int] | None = None,

@@ -17,14 +17,25 @@ import json
 import os
 import stat
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ondevice.core import paths
-from ondevice.core.errors import StateFileError
+from ondevice.core.errors import EngineError, StateFileError
 
-__all__ = ["MAGIC", "state_binding", "write_state", "read_state", "model_identity", "ResumeChoice", "choose_resume"]
+__all__ = [
+    "MAGIC",
+    "state_binding",
+    "write_state",
+    "read_state",
+    "model_identity",
+    "ResumeChoice",
+    "choose_resume",
+    "save_kv",
+    "load_kv",
+]
 
 MAGIC = b"ONDEVICE-KV-STATE-1\n"
 _HEADER_MAX_BYTES = 64 << 20  # the header holds at most n_ctx token ids as JSON
@@ -162,3 +173,41 @@ def choose_resume(state_bytes: int, disk_read_gbs: float | None, recompute_s: fl
     if restore_s is None or recompute_s is None:
         return ResumeChoice(True, restore_s, recompute_s)
     return ResumeChoice(restore_s < recompute_s, restore_s, recompute_s)
+
+
+def save_kv(h: Any, kv: Any, info: Any, path: Path) -> int:
+    """Engine.save_state's work (the engine's lock held): sequence 0's llama.cpp state, the tokens the KV cache
+    (a loop.KVCache) holds and the prompt's kept logits, written to `path` bound to the engine's EngineInfo."""
+    n_bytes = int(h.lib.llama_state_seq_get_size(h.ctx, 0))
+    buf = (ctypes.c_uint8 * n_bytes)()
+    got = int(h.lib.llama_state_seq_get_data(h.ctx, buf, n_bytes, 0))
+    if got != n_bytes:
+        raise EngineError(f"llama.cpp wrote {got} of {n_bytes} state bytes")
+    held = kv.prompt_logits is not None and kv.prompt_logits_len <= len(kv.tokens)
+    logits = logits_bytes(kv.prompt_logits if held else None)
+    binding = state_binding(info)
+    return write_state(path, binding, kv.tokens, bytes(buf), logits, kv.prompt_logits_len * held)
+
+
+def load_kv(h: Any, kv: Any, info: Any, path: str | Path, prompt: Sequence[int] | None) -> int:
+    """Engine.load_state's work (the engine's lock held): the state at `path` into sequence 0 and the KV
+    cache's bookkeeping; the number of tokens the cache then holds."""
+    n_ctx = info.n_ctx
+    cap = n_ctx * max(1, info.spec.kv_bytes_per_token) * 4 + 4 * h.n_vocab + (16 << 20)
+    header, payload = read_state(Path(path), state_binding(info), cap)
+    tokens = header["tokens"]
+    if prompt is not None and list(prompt[: len(tokens)]) != tokens:
+        raise StateFileError(f"{path}: saved for another prompt (its {len(tokens)} tokens differ)")
+    if len(tokens) > n_ctx:
+        raise StateFileError(f"{path}: {len(tokens)} tokens do not fit this {n_ctx}-token context")
+    kv.clear()
+    n_state = header["state_bytes"]
+    src = (ctypes.c_uint8 * n_state).from_buffer_copy(payload[:n_state])
+    if int(h.lib.llama_state_seq_set_data(h.ctx, src, n_state, 0)) != n_state:
+        kv.clear()
+        raise StateFileError(f"{path}: llama.cpp refused the saved state")
+    kv.tokens.extend(tokens)
+    if header["logits_bytes"] == 4 * h.n_vocab and 0 < header["logits_len"] <= len(tokens):
+        kv.prompt_logits = as_float_array(payload[n_state:])
+        kv.prompt_logits_len = header["logits_len"]
+    return len(tokens)

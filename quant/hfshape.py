@@ -1,0 +1,194 @@
+"""A Hugging Face config's shape as llama.cpp's converter reads it (Params, Dims: the fields, checked, with the
+name of the one missing or wrong in the SpecError), and the tensors llama.cpp's loader takes for that shape
+in each architecture (tensor_list). ondevice.quant.hfconfig writes the header from them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, MODEL_TENSOR, MODEL_TENSORS, TENSOR_NAMES
+from ondevice.quant.header import TensorSpec
+
+from ondevice.core.errors import SpecError
+
+__all__ = ["Params", "Dims", "with_experts", "tensor_list", "tensor_spec"]
+
+# Every Gemma 3 shares one tokenizer of 262144 tokens; the converter cuts the embedding to it where a
+# config's vocab_size is larger (262208 in the 4B-27B configs: rows no token reaches)
+_GEMMA3_TOKENIZER_SIZE = 262144
+_MISSING = object()
+
+
+class Params:
+    """The config's fields, read with the name of the one that is missing or wrong in the error."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self.values = dict(values)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.values.get(key)
+        return default if value is None else value
+
+    def integer(self, key: str, default: Any = _MISSING) -> int:
+        value = self.values.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise SpecError(f"config.json: {key!r} is missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"config.json: {key!r} must be a positive integer, not {value!r}")
+        return value
+
+    def number(self, key: str, default: Any = _MISSING) -> float:
+        value = self.values.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise SpecError(f"config.json: {key!r} is missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise SpecError(f"config.json: {key!r} must be a number, not {value!r}")
+        return float(value)
+
+    def rope(self) -> Mapping[str, Any]:
+        """Rope parameters of the full-attention layers: transformers' rope_parameters, or the older
+        rope_scaling ({} for none)."""
+        rope = self.values.get("rope_parameters") or self.values.get("rope_scaling") or {}
+        if isinstance(rope, Mapping) and isinstance(rope.get("full_attention"), Mapping):
+            rope = rope["full_attention"]
+        if not isinstance(rope, Mapping):
+            raise SpecError(f"config.json: 'rope_scaling' must be an object or null, not {rope!r}")
+        return rope
+
+    def rope_theta(self) -> float | None:
+        theta = self.rope().get("rope_theta", self.values.get("rope_theta"))
+        return None if theta is None else self._number("rope_theta", theta)
+
+    def rope_theta_or(self, default: float | None) -> float:
+        """rope_theta, else `default`; SpecError when both are missing."""
+        theta = self.rope_theta()
+        if theta is None and default is None:
+            raise SpecError("config.json: 'rope_theta' is missing")
+        return theta if theta is not None else float(default or 0)
+
+    def _number(self, key: str, value: Any) -> float:
+        return Params({key: value}).number(key)
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The numbers that decide the tensors' shapes."""
+
+    n_vocab: int
+    d_model: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    tied: bool
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+
+    @classmethod
+    def read(cls, hp: Params, arch: MODEL_ARCH, hf_arch: str) -> Dims:
+        d, n_head = (
+            hp.integer("hidden_size"),
+            hp.integer("num_attention_heads", 8 if arch == MODEL_ARCH.GEMMA3 else _MISSING),
+        )
+        n_kv = hp.integer("num_key_value_heads", 4 if arch == MODEL_ARCH.GEMMA3 else n_head)
+        default_hd = 256 if arch == MODEL_ARCH.GEMMA3 else (d // n_head if d % n_head == 0 else _MISSING)
+        head_dim = hp.integer("head_dim", default_hd)
+        if n_head % n_kv:
+            raise SpecError(
+                f"config.json: num_attention_heads {n_head} is not a multiple of num_key_value_heads {n_kv}"
+            )
+        n_vocab = hp.integer("vocab_size")
+        if arch == MODEL_ARCH.GEMMA3:
+            n_vocab = min(n_vocab, _GEMMA3_TOKENIZER_SIZE)
+        if n_vocab < 259:
+            raise SpecError(f"config.json: 'vocab_size' {n_vocab} is too small (at least 259)")
+        tied = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3) or bool(hp.get("tie_word_embeddings", False))
+        dims = cls(
+            n_vocab, d, hp.integer("num_hidden_layers"), n_head, n_kv, head_dim, hp.integer("intermediate_size"), tied
+        )
+        return with_experts(dims, hp, hf_arch)
+
+
+def with_experts(dims: Dims, hp: Params, hf_arch: str) -> Dims:
+    if hf_arch == "MixtralForCausalLM":
+        n_exp, n_ff_exp = hp.integer("num_local_experts"), dims.n_ff
+    elif hf_arch == "Qwen3MoeForCausalLM":
+        n_exp, n_ff_exp = hp.integer("num_experts"), hp.integer("moe_intermediate_size")
+        if hp.get("mlp_only_layers") or hp.integer("decoder_sparse_step", 1) != 1:
+            raise SpecError(
+                "config.json: 'mlp_only_layers' / 'decoder_sparse_step': dense layers in a Qwen3-MoE are not supported"
+            )
+    else:
+        return dims
+    used = hp.integer("num_experts_per_tok")
+    if used > n_exp:
+        raise SpecError(f"config.json: 'num_experts_per_tok' {used} is more than the {n_exp} experts")
+    return replace(dims, n_expert=n_exp, n_expert_used=used, n_ff_exp=n_ff_exp)
+
+
+# ---------- tensors, as llama.cpp's loader takes them for each architecture ----------
+
+
+def tensor_list(arch: MODEL_ARCH, dims: Dims) -> tuple[TensorSpec, ...]:
+    d, v = dims.d_model, dims.n_vocab
+    out = [tensor_spec(arch, MODEL_TENSOR.TOKEN_EMBD, (d, v))]
+    for bid in range(dims.n_layer):
+        out += _block(arch, dims, bid)
+    out.append(tensor_spec(arch, MODEL_TENSOR.OUTPUT_NORM, (d,)))
+    if not dims.tied:
+        out.append(tensor_spec(arch, MODEL_TENSOR.OUTPUT, (d, v)))
+    return tuple(out)
+
+
+def _block(arch: MODEL_ARCH, dims: Dims, bid: int) -> list[TensorSpec]:
+    d, hd = dims.d_model, dims.head_dim
+    q, kv = dims.n_head * hd, dims.n_head_kv * hd
+    gemma, T = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3), MODEL_TENSOR
+    parts: list[tuple[MODEL_TENSOR, tuple[int, ...], str]] = [(T.ATTN_NORM, (d,), "weight")]
+    if arch == MODEL_ARCH.PHI3:
+        parts.append((T.ATTN_QKV, (d, q + 2 * kv), "weight"))
+    else:
+        parts += [(T.ATTN_Q, (d, q), "weight"), (T.ATTN_K, (d, kv), "weight"), (T.ATTN_V, (d, kv), "weight")]
+    if arch == MODEL_ARCH.QWEN2:
+        parts += [(T.ATTN_Q, (q,), "bias"), (T.ATTN_K, (kv,), "bias"), (T.ATTN_V, (kv,), "bias")]
+    if arch in (MODEL_ARCH.QWEN3, MODEL_ARCH.QWEN3MOE, MODEL_ARCH.GEMMA3):
+        parts += [(T.ATTN_Q_NORM, (hd,), "weight"), (T.ATTN_K_NORM, (hd,), "weight")]
+    parts.append((T.ATTN_OUT, (q, d), "weight"))
+    if gemma:
+        parts.append((T.ATTN_POST_NORM, (d,), "weight"))
+    parts.append((T.FFN_PRE_NORM if gemma else T.FFN_NORM, (d,), "weight"))  # one name, two roles in gguf
+    parts += _ffn(arch, dims)
+    if gemma:
+        parts.append((T.FFN_POST_NORM, (d,), "weight"))
+    return [tensor_spec(arch, kind, shape, bid, suffix) for kind, shape, suffix in parts]
+
+
+def _ffn(arch: MODEL_ARCH, dims: Dims) -> list[tuple[MODEL_TENSOR, tuple[int, ...], str]]:
+    d, ff, T = dims.d_model, dims.n_ff, MODEL_TENSOR
+    if dims.n_expert:
+        e, fe = dims.n_expert, dims.n_ff_exp
+        return [
+            (T.FFN_GATE_INP, (d, e), "weight"),
+            (T.FFN_GATE_EXP, (d, fe, e), "weight"),
+            (T.FFN_UP_EXP, (d, fe, e), "weight"),
+            (T.FFN_DOWN_EXP, (fe, d, e), "weight"),
+        ]
+    if arch == MODEL_ARCH.PHI3:  # gate and up fused into one matrix of twice the width
+        return [(T.FFN_UP, (d, 2 * ff), "weight"), (T.FFN_DOWN, (ff, d), "weight")]
+    return [(T.FFN_GATE, (d, ff), "weight"), (T.FFN_UP, (d, ff), "weight"), (T.FFN_DOWN, (ff, d), "weight")]
+
+
+def tensor_spec(arch: MODEL_ARCH, kind: MODEL_TENSOR, shape: tuple[int, ...], bid: int = 0, suffix: str = "weight"):
+    """A tensor as the converter writes it in F16: matrices F16; vectors, biases and the expert router F32."""
+    if kind not in MODEL_TENSORS[arch]:  # gguf's table of what each architecture holds
+        raise SpecError(f"{MODEL_ARCH_NAMES[arch]} has no {TENSOR_NAMES[kind]} tensor")
+    f32 = len(shape) == 1 or kind == MODEL_TENSOR.FFN_GATE_INP
+    return TensorSpec(f"{TENSOR_NAMES[kind].format(bid=bid)}.{suffix}", shape, "F32" if f32 else "F16")
