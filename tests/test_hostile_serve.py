@@ -58,38 +58,18 @@ def test_a_bad_server_number_is_that_requests_labelled_failure(field, raw):
 def _endless_server(mode: str):
     """A loopback server that answers and never ends: SSE chunks, SSE comments only, or a JSON body trickled a byte
     at a time; the connection carries no length, so http.client reads until the server closes it."""
-    import socket
-    import threading
+    from tests.serve_fakes import broken_server
 
-    stop = threading.Event()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
+    def behave(conn, stop):
+        if mode == "models":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+        else:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+        piece = {"models": b" ", "ping": b": ping\n\n"}.get(mode, b'data: {"choices":[{"text":"x"}]}\n\n')
+        while not stop.wait(0.02):
+            conn.sendall(piece)
 
-    def answer(conn):
-        with conn:
-            try:
-                conn.recv(65536)
-                if mode == "models":
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
-                else:
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-                piece = {"models": b" ", "ping": b": ping\n\n"}.get(mode, b'data: {"choices":[{"text":"x"}]}\n\n')
-                while not stop.wait(0.02):
-                    conn.sendall(piece)
-            except OSError:
-                pass
-
-    def accept():
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    return listener, stop
+    return broken_server(behave)
 
 
 @pytest.mark.parametrize("mode", ["chunks", "ping"])

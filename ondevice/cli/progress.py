@@ -29,9 +29,9 @@ def eta_text(seconds: float | None) -> str:
     return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes}:{secs:02d}"
 
 
-class ProgressBar:
-    """Call with (done, total) as work advances; close() when it ends. The time left is the elapsed time
-    scaled by the share still to do (clock: seconds, injectable for tests)."""
+class _Display:
+    """What every display here holds: its label, the stream it writes to (stderr), a clock (seconds, injectable
+    for tests), and whether the stream is a terminal (a line rewritten in place) or a log (a line per event)."""
 
     def __init__(
         self,
@@ -45,7 +45,15 @@ class ProgressBar:
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
         self.terminal = self.stream.isatty() if terminal is None else terminal
-        self.started_s = clock()
+
+
+class ProgressBar(_Display):
+    """Call with (done, total) as work advances; close() when it ends. The time left is the elapsed time
+    scaled by the share still to do (clock: seconds, injectable for tests)."""
+
+    def __init__(self, label: str, **display: Any):
+        super().__init__(label, **display)
+        self.started_s = self.clock()
         self._plain_step = -1
         self._shown = False
 
@@ -80,23 +88,14 @@ class ProgressBar:
 STEP_TEXT = 40  # characters of a step's description a bar shows (the bar stays on one terminal line)
 
 
-class StepProgress:
+class StepProgress(_Display):
     """A display for the library's step events (.done, .total, .description: the bench's and the probe's):
     on a terminal one ProgressBar labelled with the step now running, with the time left; otherwise one
     plain line per step ("[3/40] description"), as a log wants."""
 
-    def __init__(
-        self,
-        label: str,
-        *,
-        stream: TextIO | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        terminal: bool | None = None,
-    ):
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.terminal = self.stream.isatty() if terminal is None else terminal
-        self._bar = ProgressBar(label, stream=self.stream, clock=clock, terminal=True) if self.terminal else None
+    def __init__(self, label: str, **display: Any):
+        super().__init__(label, **display)
+        self._bar = ProgressBar(label, stream=self.stream, clock=self.clock, terminal=True) if self.terminal else None
 
     def __call__(self, event: Any) -> None:
         if self._bar is None:
@@ -144,24 +143,14 @@ def resolve_model_with_bar(ref: Any, *, stream: TextIO | None = None) -> Any:
 _COUNTED = re.compile(r"^(?P<what>.*?):? *round (?P<n>\d+) of (?P<total>\d+)")
 
 
-class StatusLine:
+class StatusLine(_Display):
     """A library's progress lines (the probe's: "host f32 compute", "timing MODEL: round 2 of 3") on a terminal:
     one line rewritten in place, the latest step in it, and a bar with the time left while the steps count
     rounds ("round r of n": r - 1 of n done). Off a terminal every line is printed as it comes, as a log wants.
     close() clears the line."""
 
-    def __init__(
-        self,
-        label: str,
-        *,
-        stream: TextIO | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        terminal: bool | None = None,
-    ):
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.clock = clock
-        self.terminal = self.stream.isatty() if terminal is None else terminal
+    def __init__(self, label: str, **display: Any):
+        super().__init__(label, **display)
         self._bar: ProgressBar | None = None
         self._counting = ""  # the step whose rounds the bar counts
         self._shown = False

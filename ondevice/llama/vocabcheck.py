@@ -36,7 +36,6 @@ def open_vocab_only(path: Path) -> int:
 
     model = load_vocab_only(path, lib)
     if not model:
-        print(f"llama.cpp could not open {path} vocab-only", file=sys.stderr)
         return REFUSED_EXIT
     try:
         _round_trip(lib, lib.llama_model_get_vocab(model))
@@ -62,7 +61,11 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m ondevice.llama.vocabcheck", description="the first-open child")
     parser.add_argument("path", type=Path, help="the GGUF file to open vocab-only")
-    return open_vocab_only(parser.parse_args(argv).path)
+    path = parser.parse_args(argv).path
+    code = open_vocab_only(path)
+    if code == REFUSED_EXIT:  # the parent reads the exit status; this line is for whoever runs the child by hand
+        print(f"llama.cpp could not open {path} vocab-only", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":
