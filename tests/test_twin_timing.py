@@ -45,3 +45,44 @@ def test_a_header_is_timed_on_two_twins_and_extrapolated_to_its_blocks(tmp_path,
         blocks=None,
     )
     assert whole.source == "twin" and not list(shm.rglob("*.gguf")) and not list(work.glob("*.gguf"))
+
+
+def test_twins_stop_after_the_rounds_agree_and_time_batches_in_the_first_round_only(tmp_path, monkeypatch):
+    import ondevice.probing.timing as timing_mod
+    from ondevice.engine.batch import BatchContext
+    from ondevice.llama import firstopen
+
+    children: list = []
+    real_child = firstopen.open_vocab_only_in_child
+    monkeypatch.setattr(firstopen, "open_vocab_only_in_child", lambda p: children.append(p) or real_child(p))
+    batches: list = []
+    real_batch = BatchContext.generate
+    monkeypatch.setattr(BatchContext, "generate", lambda self, *a, **k: batches.append(1) or real_batch(self, *a, **k))
+    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 7}  # a shape no other test times
+    header = quantized_header(header_from_hf_config(config), "Q8_0")
+    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    plan = replace(PLAN, rounds=3, min_rounds=2, batch_rounds=1)
+    rounds: dict[bool, list[str]] = {}
+    for agree in (True, False):
+        monkeypatch.setattr(timing_mod, "_settled", lambda _diffs, _longest, agree=agree: agree)
+        said: list[str] = []
+        args = {"n_ctx": 256, "n_threads": 1}
+        timing, _info = time_header(
+            header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3), progress=said.append
+        )
+        rounds[agree] = [line for line in said if "round" in line]
+        assert [b for b, _s in timing.batch] == [2]
+    assert len(rounds[True]) == 2 and len(rounds[False]) == 3
+    assert len(batches) == 2 * 2  # the first round of each timing, on both twins
+    # the first-open check ran once for all four twin files: its verdict is kept under the header's shape
+    assert len(children) == 1
+
+
+def test_rounds_agree_when_the_multiplied_differences_lie_within_ten_percent():
+    from ondevice.probing.timing import _settled
+
+    close = {("blocks", 24): [0.0070, 0.0076], ("prefill", 0, 512): [1.70, 1.62], ("prefill", 0, 16): [0.1, 0.3]}
+    assert _settled(close, 512)  # the 16-token chunk's spread does not count: it is not what is multiplied most
+    assert not _settled(close | {("prefill", 0, 512): [1.88, 1.62]}, 512)
+    assert not _settled(close | {("blocks", 24): [-0.001, 0.001]}, 512)  # a negative difference is no agreement
+    assert not _settled({("prefill", 0, 16): [0.1, 0.1]}, 512)  # nothing multiplied measured yet

@@ -9,7 +9,9 @@ self-test). A child killed by a signal from inside makes the load a ModelLoadErr
 
 The verdict is stored in the user cache, keyed by the file's identity (resolved path, size,
 mtime, inode) and the llama.cpp build: a file that changes, or a new build, is checked again.
-Built-in registry models whose sha256 this machine has checked are not checked.
+Built-in registry models whose sha256 this machine has checked are not checked. A file written
+from a header (a twin, probing.twins) is keyed by what its caller says it depends on instead:
+its header's shape, checked once whatever file it is written to.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ondevice.core.stored import StoredFileError, load_json
 from ondevice.llama.build import build_id
 from ondevice.llama.guard import CheckOutcome, run_child
 
-__all__ = ["OpenVerdict", "check_first_open", "verdict_file"]
+__all__ = ["OpenVerdict", "check_first_open", "identity_verdict_file", "verdict_file"]
 
 SCHEMA = 1  # verdict file format; another number means check again
 OPEN_TIMEOUT_S = 60.0  # a vocab-only open takes well under a second; a hang is stored so no command waits again
@@ -59,12 +61,24 @@ def verdict_file(path: Path, root: Path | None = None) -> Path | None:
     return (root or paths.cache_dir()) / "native" / "first-open" / f"{key}.json"
 
 
-def check_first_open(path: Path, *, root: Path | None = None, opener: Opener | None = None) -> OpenVerdict | None:
+def identity_verdict_file(identity: str, root: Path | None = None) -> Path:
+    """Where the verdict for files that all depend on `identity` (e.g. one header's shape) is stored."""
+    key = hashlib.sha256(f"identity|{identity}|{build_id()}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return (root or paths.cache_dir()) / "native" / "first-open" / f"{key}.json"
+
+
+def check_first_open(
+    path: Path, *, root: Path | None = None, opener: Opener | None = None, identity: str | None = None
+) -> OpenVerdict | None:
     """Raise ModelLoadError when llama.cpp aborts opening `path` (checked once per file and build,
-    in a child); the verdict, or None when no check was needed (a verified built-in model)."""
-    store = verdict_file(path, root)
-    if store is None:
+    in a child); the verdict, or None when no check was needed (a verified built-in model).
+    identity: what the file's verdict depends on when it is not the file itself (a twin written from
+    a header: its shape); the verdict is stored under that, and holds for `path` for the rest of
+    this process (its load checks nothing again)."""
+    own_store = verdict_file(path, root)
+    if own_store is None:
         return None  # the load itself says what is wrong with the path
+    store = own_store if identity is None else identity_verdict_file(identity, root)
     verdict = _memo.get(str(store)) or _read(store)
     if verdict is None:
         if _verified_builtin(path):
@@ -74,7 +88,7 @@ def check_first_open(path: Path, *, root: Path | None = None, opener: Opener | N
             _write(store, path, verdict)
     if verdict is None:
         return None
-    _memo[str(store)] = verdict
+    _memo[str(store)] = _memo[str(own_store)] = verdict
     if verdict.crashed:
         raise ModelLoadError(
             f"{path}: llama.cpp aborts while opening this file ({verdict.detail}, in a vocab-only check run "

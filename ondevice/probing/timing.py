@@ -46,7 +46,13 @@ class TimingPlan:
     short_prompt: int = 16  # prompt tokens before the short-context decode steps
     decode_steps: int = 16  # decode steps timed at each context (their mean counts)
     batch: tuple[int, ...] = (2, 4, 8, 16)  # sequences per batched decode step
-    rounds: int = 3  # every point is timed this many times; the fastest round counts
+    rounds: int = 3  # every point is timed this many times; the median round counts
+    batch_rounds: int | None = None  # the rounds that time the batch points (None: all); each is B sequences' steps
+    min_rounds: int | None = None  # time_pair: stop after this many rounds once they agree (None: always `rounds`)
+
+    def times(self, key: tuple, round_index: int) -> bool:
+        """Whether round round_index times the point `key`."""
+        return key[0] != "batch" or self.batch_rounds is None or round_index < self.batch_rounds
 
     @property
     def tokens(self) -> int:
@@ -58,8 +64,19 @@ class TimingPlan:
 
 FULL = TimingPlan()  # `ondevice probe`, `ondevice predict`, `ondevice bench`
 # the full plan on a large model's twins (probing.twins): fewer chunk sizes, the chain of two, three rounds (the
-# twins' differences are multiplied by the model's blocks: one round on a busy moment would be too)
-TWINS = TimingPlan(name="full", chunks=(1, 16, 128, 512), chain=2, decode_steps=16, batch=(2, 4, 8), rounds=3)
+# twins' differences are multiplied by the model's blocks: one round on a busy moment would be too; the third only
+# when the first two disagree, _settled), the batch points in the first (each a mean over steps of B sequences at
+# once, and half of a round's time on its own)
+TWINS = TimingPlan(
+    name="full",
+    chunks=(1, 16, 128, 512),
+    chain=2,
+    decode_steps=16,
+    batch=(2, 4, 8),
+    rounds=3,
+    batch_rounds=1,
+    min_rounds=2,
+)
 # a first run: a second or two on a small model (chunks up to 256, one on top, fewer decode steps, one round)
 QUICK = TimingPlan(name="quick", chunks=(1, 16, 128, 256), chain=1, decode_steps=8, batch=(), rounds=1)
 
@@ -212,8 +229,9 @@ def time_engine(engine: Any, plan: TimingPlan = FULL, *, progress: Progress | No
             if plan.rounds > 1:
                 say(f"timing {_name(info)}: round {r + 1} of {plan.rounds}")
             out = {}
-            for _key, measure in points:
-                out.update(measure(engine, r * 131))
+            for key, measure in points:
+                if plan.times(key, r):
+                    out.update(measure(engine, r * 131))
             anchor_s = out[("prefill", 0, max(plan.chunks))]
             out.update(_chain_points(engine, plan, salt=r * 131, anchor_s=anchor_s)[0])
             rounds.append(out)
@@ -240,7 +258,9 @@ def time_pair(
         for r in range(plan.rounds):
             say(f"timing the twins: round {r + 1} of {plan.rounds}")
             out = {}
-            for i, (_key, measure) in enumerate(points):
+            for i, (key, measure) in enumerate(points):
+                if not plan.times(key, r):
+                    continue
                 first, second = (few, many) if (r + i) % 2 == 0 else (many, few)
                 a, b = measure(first, r * 131), measure(second, r * 131)
                 mine, theirs = (a, b) if first is few else (b, a)
@@ -257,11 +277,23 @@ def time_pair(
             diffs.setdefault(("blocks", plan.short_prompt + steps // 2), []).append(many_s - few_s)
             out.update(chain)
             rounds_few.append(out)
+            if plan.min_rounds is not None and r + 1 >= plan.min_rounds and _settled(diffs, max(plan.chunks)):
+                break
     elapsed = time.perf_counter() - t0
     few_timing = _timing(rounds_few, plan, few.info, other.cores(), elapsed)
     shared = _paired_differences(diffs)
-    many_rounds = [{key: r[key] + shared[key] for key in shared} for r in rounds_few]
+    many_rounds = [{key: r[key] + shared[key] for key in shared if key in r} for r in rounds_few]
     return few_timing, _timing(many_rounds, replace(plan, chain=0), many.info, other.cores(), 0.0)
+
+
+_SETTLED = 0.10  # time_pair stops early when the rounds' multiplied differences lie within this of each other
+
+
+def _settled(diffs: dict[tuple, list[float]], longest: int) -> bool:
+    """Whether the rounds so far agree on the differences extrapolation multiplies most: the twins' decode level
+    ("blocks") and their prefill of the longest chunk (max over min within 1 + _SETTLED, all positive)."""
+    keys = [key for key in diffs if key[0] == "blocks" or key == ("prefill", 0, longest)]
+    return bool(keys) and all(min(diffs[key]) > 0 and max(diffs[key]) / min(diffs[key]) - 1 <= _SETTLED for key in keys)
 
 
 def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
@@ -295,7 +327,8 @@ def _timing(rounds: list[dict[tuple, float]], plan: TimingPlan, info: Any, other
     if not any(key[0] == "decode" for key in points):
         raise ProbeError(f"timing {_name(info)}: no decode steps were measured")
     best = {key: statistics.median(ts) for key, ts in points.items()}
-    spread = statistics.median([max(ts) / min(ts) - 1 for ts in points.values()]) if len(rounds) > 1 else 0.0
+    spreads = [max(ts) / min(ts) - 1 for ts in points.values() if len(ts) > 1]
+    spread = statistics.median(spreads) if spreads else 0.0
     return ShapeTiming(
         decode=tuple(sorted((key[1], t) for key, t in best.items() if key[0] == "decode")),
         prefill=tuple(sorted((key[1], key[2], t) for key, t in best.items() if key[0] == "prefill")),

@@ -30,6 +30,7 @@ __all__ = ["time_header", "twin_blocks", "WHOLE_BYTES", "window_period"]
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
+Opened = Callable[[Path], None]  # the first-open check of a twin file just written
 
 WHOLE_BYTES = 768 << 20  # a model of at most this many weight bytes is timed whole (one twin, or its own file)
 
@@ -67,13 +68,14 @@ def time_header(
 ) -> tuple[ShapeTiming, Any]:
     """(the model's timing from twins of its header, the EngineInfo of a twin engine). blocks: "auto"
     (twin_blocks), None (one twin of every block), or (fewer, more)."""
-    from ondevice.quant.twin import matching_blocks, reduce_layers
+    from ondevice.quant.twin import matching_blocks, reduce_layers, shape_key
 
     say = progress or (lambda _msg: None)
     blocks = twin_blocks(spec) if blocks == "auto" else blocks
+    opened = partial(_vouch_for, identity=f"twin of {shape_key(header)}")
     if blocks is None:
         work_dir = paths.scratch_dir(work_dir, _data_bytes(header))
-        timing, info = _time_twin(header, work_dir, f"{spec.n_layer}", plan, engine_args or {}, say)
+        timing, info = _time_twin(header, work_dir, f"{spec.n_layer}", plan, engine_args or {}, say, opened)
         return replace(timing, source="twin"), info
     few, more = blocks
     if plan.name == "full":
@@ -82,13 +84,25 @@ def time_header(
         plan = TWINS
     twins = [reduce_layers(header, n, matching_blocks(header, n)) for n in (few, more)]
     work_dir = paths.scratch_dir(work_dir, sum(_data_bytes(twin) for twin in twins))
-    with _twin_file(twins[0], work_dir, f"{few}", say) as a, _twin_file(twins[1], work_dir, f"{more}", say) as b:
+    with (
+        _twin_file(twins[0], work_dir, f"{few}", say, opened) as a,
+        _twin_file(twins[1], work_dir, f"{more}", say, opened) as b,
+    ):
         with _engines((a, b, a), engine_args or {}) as (few_engine, many_engine, few_again):
             from ondevice.probing.timing import time_pair
 
             timing_few, timing_many = time_pair(few_engine, many_engine, plan, few_again=few_again, progress=say)
             cells = partial(decode_spans, few_engine.info.spec)
             return extrapolate_layers(timing_few, timing_many, few, more, spec.n_layer, cells), few_engine.info
+
+
+def _vouch_for(path: Path, *, identity: str) -> None:
+    """The first-open check of a twin file (ondevice.llama.firstopen), its verdict kept under the model's shape:
+    every twin of a header opens as the first did (the same metadata but the block count), so a model's twins
+    cost one child process on this machine and build, not one per file written."""
+    from ondevice.llama.firstopen import check_first_open
+
+    check_first_open(path, identity=identity)
 
 
 def _data_bytes(header: Any) -> int:
@@ -104,17 +118,20 @@ def _engines(files: tuple[Path, ...], engine_args: dict[str, Any]) -> Iterator[l
         yield [stack.enter_context(load(path, **engine_args)) for path in files]
 
 
-def _time_twin(header: Any, work_dir: Path, tag: str, plan: Any, engine_args: dict[str, Any], say: Progress):
+def _time_twin(
+    header: Any, work_dir: Path, tag: str, plan: Any, engine_args: dict[str, Any], say: Progress, opened: Opened
+):
     from ondevice.engine import load
     from ondevice.probing.timing import time_engine
 
-    with _twin_file(header, work_dir, tag, say) as path, load(path, **engine_args) as engine:
+    with _twin_file(header, work_dir, tag, say, opened) as path, load(path, **engine_args) as engine:
         return time_engine(engine, plan, progress=say), engine.info
 
 
 @contextlib.contextmanager
-def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress) -> Iterator[Path]:
-    """A twin of header written in work_dir for the time of the with block (removed after, whatever happens)."""
+def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress, opened: Opened) -> Iterator[Path]:
+    """A twin of header written in work_dir for the time of the with block (removed after, whatever happens),
+    first-opened (`opened`) before it is handed out."""
     from ondevice.quant.twin import shape_key, write_twin
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -125,6 +142,7 @@ def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress) -> Iterator
     # of experts keeps it, so that its router sends tokens to varied experts; a scratch file, not flushed to disk
     write_twin(header, path, hole_embedding=not header.value(header.key(Keys.LLM.EXPERT_COUNT), 0), durable=False)
     try:
+        opened(path)
         yield path
     finally:
         with contextlib.suppress(OSError):
