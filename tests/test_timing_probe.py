@@ -212,6 +212,21 @@ def test_the_chains_attention_is_measured_against_a_prefill_of_the_same_moment()
     assert [t for key, t in sorted(faster.items()) if key[0] == "prefill"] == [0.5, 0.5]
 
 
+def test_a_chain_right_after_its_chunk_is_measured_against_that_chunk_without_prefilling_it_again():
+    plan = TimingPlan(chunks=(1, 512), chain=2, decode_steps=4)
+    engine = _DriftingEngine(slow=0.001)
+    chunk = timing_mod.probe_ids(engine.n_vocab, 512, 512)  # the round's chunk point (salt 0), just timed
+    engine.generate(chunk, max_tokens=6, reuse_prefix=False)
+    calls = []
+    real = engine.generate
+    engine.generate = lambda ids, **kw: calls.append(len(ids)) or real(ids, **kw)
+    points, ids = timing_mod._chain_points(engine, plan, salt=0, anchor_s=0.512, just_timed=True)
+    assert calls == [1024, 1536]  # the links alone: the cache still held the chunk
+    # a link: the chunk's figure plus what it took beyond it (the attention over the 512 cached tokens)
+    assert points[("prefill", 512, 512)] == pytest.approx(0.512 + 0.001 * 512)
+    assert ids[:512] == chunk
+
+
 def test_the_twins_decode_difference_is_a_robust_line_over_the_contexts():
     # the 3-block twin's decode took 10 ms more than the 1-block one, and 1 us more per token of context;
     # one point's few steps landed on a busy moment (+30 ms)
