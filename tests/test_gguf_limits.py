@@ -121,3 +121,18 @@ def test_process_substitution_is_refused_as_not_regular(tiny_model):
     cmd = f'"{sys.executable}" -m ondevice.cli.main info <(cat "{tiny_model}")'
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=30)
     assert_one_line_not_regular(out)
+
+
+def test_read_strings_decodes_a_string_array_and_refuses_any_other(tmp_path):
+    words = [f"w{i}" for i in range(100)]  # past SMALL_ARRAY: kept as a reference
+    kvs = [
+        kv("general.architecture", VT.STRING, string("llama")),
+        kv("x.words", VT.ARRAY, array(VT.STRING, [string(w) for w in words])),
+        kv("x.numbers", VT.ARRAY, array(VT.UINT32, [scalar(VT.UINT32, i) for i in range(100)])),
+    ]
+    path = tmp_path / "arrays.gguf"
+    path.write_bytes(join(Parts(3, kvs)))
+    g = read_gguf(path)
+    assert g.read_strings(g.get("x.words")) == words
+    with pytest.raises(GGUFFormatError, match="expected an array of strings"):
+        g.read_strings(g.get("x.numbers"))

@@ -255,19 +255,19 @@ def _med(values: Sequence[float | None]) -> float | None:
 
 def _records(run: SweepRun, label: str, workload: Workload) -> list[RunRecord]:
     """One RunRecord per sequence (a failed run: one failed record per sequence), for bench.slo."""
-    base = dict(
+    base = RunRecord(
         model=label,
         scenario=SCENARIO,
         workload=workload.name,
         repeat=run.repeat,
+        status=run.status,
+        reason=run.reason,
         prompt_tokens=workload.prompt_tokens,
         output_tokens_requested=workload.output_tokens,
     )
     if not run.ok:
-        return [RunRecord(status=run.status, reason=run.reason, **base) for _ in range(run.n_seqs)]
-    return [
-        RunRecord(status="ok", timings=g.timings, finish_reason=g.finish_reason, **base) for g in run.result.generations
-    ]
+        return [base for _ in range(run.n_seqs)]  # frozen: one record can stand for every sequence
+    return [replace(base, timings=g.timings, finish_reason=g.finish_reason) for g in run.result.generations]
 
 
 def _level(b: int, runs: list[SweepRun], bounds: Sequence[Bound] | None, workload: Workload) -> LevelSummary:

@@ -86,8 +86,8 @@ def predict_cold_start(
         notes.append("no warm load in this bench (add warm_load to --scenarios) for the load overhead")
     if ttft_s is None:
         notes.append("no TTFT prediction (the predictor has no ttft_s: `ondevice probe` calibrates prefill)")
-    parts = (read_s, load_overhead_s, ttft_s)
-    total = sum(parts) if all(x is not None and math.isfinite(x) for x in parts) else None
+    parts = [x for x in (read_s, load_overhead_s, ttft_s) if x is not None and math.isfinite(x)]
+    total = sum(parts) if len(parts) == 3 else None  # only when all three are known
     return ColdStartPrediction(read_s, load_overhead_s, ttft_s, total, file_bytes, disk_read_gbs, tuple(notes))
 
 

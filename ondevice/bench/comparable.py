@@ -67,7 +67,7 @@ def _host_items(ha: dict[str, Any], hb: dict[str, Any]) -> list[str]:
         out.append(f"CPU ({ha['cpu_model']} vs {hb['cpu_model']})")
     gpus_a = [g.get("name") for g in ha.get("gpus") or [] if isinstance(g, dict)] if "gpus" in ha else None
     gpus_b = [g.get("name") for g in hb.get("gpus") or [] if isinstance(g, dict)] if "gpus" in hb else None
-    if _differ(gpus_a, gpus_b):
+    if gpus_a is not None and gpus_b is not None and gpus_a != gpus_b:  # _differ, spelled out for the types
         out.append(f"GPU ({', '.join(map(str, gpus_a)) or 'none'} vs {', '.join(map(str, gpus_b)) or 'none'})")
     if _differ(ha.get("machine_id"), hb.get("machine_id")):
         out.append(f"machine ({ha['machine_id']} vs {hb['machine_id']})")

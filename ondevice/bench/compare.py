@@ -221,7 +221,8 @@ def _compare_metric(ra: dict, rb: dict, metric: str, threshold: float, tested: b
 
 
 def _key(r: dict[str, Any], with_model: bool) -> tuple:
-    scenario = _SAME_AS.get(r.get("scenario"), r.get("scenario"))
+    scenario = r.get("scenario")
+    scenario = _SAME_AS.get(scenario, scenario) if isinstance(scenario, str) else scenario
     k = (scenario, r.get("workload", ""), r.get("prompt_tokens"), r.get("output_tokens"))
     return ((r.get("model"),) + k) if with_model else k
 

@@ -63,6 +63,12 @@ class ModelPlan:
     cold_prompt_note: str = ""  # said when the prompt had to be ids
     state_disk: tuple[float | None, str] | None = None  # restore: the probe's disk read where states go (GB/s, note)
 
+    def file(self) -> Path:
+        """The resolved GGUF path; BenchError for a plan that has none (its `error` says why)."""
+        if self.path is None:
+            raise BenchError(f"{self.label}: no model file ({self.error or 'not resolved'})")
+        return self.path
+
 
 def plan_bench(config: BenchConfig) -> list[ModelPlan]:
     """Resolve and inspect every model and fit the suite to its context.

@@ -133,10 +133,8 @@ def _versions() -> dict[str, Any]:
             out[dist] = None
     from ondevice.llama.build import build_id, build_info, llama_cpp_version
 
-    version, system_info = build_info()
-    out["llama_cpp_build"] = build_id(
-        version, system_info
-    )  # llama-cpp-python version + hash of llama.cpp's system info
+    binding_version, system_info = build_info()
+    out["llama_cpp_build"] = build_id(binding_version, system_info)  # llama-cpp-python version + system info hash
     out["llama_cpp"] = llama_cpp_version()
     out["llama_cpp_system_info"] = system_info.strip() if system_info else None
     return out

@@ -36,6 +36,7 @@ from ondevice.bench.runs import (
     SPECULATIVE,
     WARM_LOAD,
     RunRecord,
+    RunStatus,
 )
 from ondevice.bench.speculative import speculative_run
 from ondevice.bench.suites import PromptBuilder, Suite, Workload
@@ -293,7 +294,7 @@ def _guard(runs: list, ctx: sc.RequestContext, scenario: str, w: Workload, fn) -
     """Run one scenario and keep its record; an unexpected error (prompt building, ...) is a
     failed run, and Ctrl-C leaves an "interrupted" run behind before it ends the bench."""
 
-    def lost(status: str, reason: str) -> RunRecord:
+    def lost(status: RunStatus, reason: str) -> RunRecord:
         return RunRecord(
             ctx.model,
             scenario,
@@ -397,7 +398,7 @@ def _loads(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: PeakRss
         _close(p)
         before = None
         if scenario == COLD_LOAD:
-            ev = evict_page_cache(p.path)
+            ev = evict_page_cache(p.file())
             if not ev.evicted:
                 runs.append(RunRecord(p.label, COLD_LOAD, "", repeat, "skipped", reason=ev.note))
                 continue

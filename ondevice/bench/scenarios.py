@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ondevice.bench.oscache import PeakRss
-from ondevice.bench.runs import COLD_START, NO_KV_CACHE, PREFIX_HIT, RESIDENT, RunRecord
+from ondevice.bench.runs import COLD_START, NO_KV_CACHE, PREFIX_HIT, RESIDENT, RunRecord, RunStatus
 from ondevice.core.metrics import timings_from_marks
 from ondevice.core.results import Generation
 
@@ -47,7 +47,7 @@ class _Outcome:
 
     def __init__(self) -> None:
         self.generation: Generation | None = None
-        self.status = "ok"
+        self.status: RunStatus = "ok"
         self.reason = ""
 
 
@@ -180,11 +180,13 @@ def no_kv_cache_run(ctx: RequestContext, workload: str, ids: Sequence[int], n_ou
     prefill_s = 0.0
     deadline = time.perf_counter() + ctx.timeout_s if ctx.timeout_s else None
     start_ns = time.perf_counter_ns()
-    status, reason = "ok", ""
+    status: RunStatus = "ok"
+    reason = ""
     for i in range(n_out):
         call_ns = time.perf_counter_ns()
-        step_ctx = replace(ctx, timeout_s=(deadline - time.perf_counter()) if deadline else None)
-        if deadline and step_ctx.timeout_s <= 0:
+        left_s = deadline - time.perf_counter() if deadline else None
+        step_ctx = replace(ctx, timeout_s=left_s)
+        if left_s is not None and left_s <= 0:
             status, reason = "timeout", f"timeout after {ctx.timeout_s:g} s ({i} of {n_out} tokens)"
             break
         out = request(step_ctx, context, 1, seed + i, reuse_prefix=False)
@@ -232,7 +234,7 @@ def cold_start_run(
     that cannot be dropped skips the run. clock: nanoseconds (tests pass their own)."""
     from ondevice.core.pagecache import evict_page_cache
 
-    def lost(status: str, reason: str, **extra: Any) -> RunRecord:
+    def lost(status: RunStatus, reason: str, **extra: Any) -> RunRecord:
         return RunRecord(
             ctx.model,
             COLD_START,
@@ -261,7 +263,7 @@ def cold_start_run(
     out = request(replace(ctx, engine=engine), prompt, 1, seed, reuse_prefix=False)
     g = out.generation
     first = g is not None and g.timings.output_tokens > 0
-    cold_s = (handed_ns - t0) * 1e-9 + g.timings.ttft_s if first else None
+    cold_s = (handed_ns - t0) * 1e-9 + g.timings.ttft_s if g is not None and first else None
     rec = record(
         ctx,
         COLD_START,

@@ -61,7 +61,7 @@ def speculative_run(
     order = ("plain", "lookup") if ctx.repeat % 2 == 0 else ("lookup", "plain")
     outs = {}
     for mode in order:
-        extra = {"speculative": "lookup"} if mode == "lookup" else {}
+        extra: dict[str, Any] = {"speculative": "lookup"} if mode == "lookup" else {}
         if mode == "lookup" and exact is not None:
             extra["exact"] = exact
         outs[mode] = sc.request(ctx, ids, n_out, seed, reuse_prefix=False, **extra)
@@ -69,11 +69,11 @@ def speculative_run(
     rec = sc.record(ctx, SPECULATIVE, workload, n_out, seed, spec, prompt_tokens=len(ids))
     g = spec.generation
     stats = dict(g.speculative.to_dict()) if g is not None and g.speculative is not None else {}
-    pt = plain.generation.timings if plain.generation is not None and plain.status == "ok" else None
-    stats["plain_decode_tok_s"] = pt.decode_tok_s if pt else None
+    pg = plain.generation if plain.status == "ok" else None
+    stats["plain_decode_tok_s"] = pg.timings.decode_tok_s if pg is not None else None
     stats["plain_status"] = plain.status
-    if pt is not None and spec.status == "ok" and g is not None:
-        same, compared = token_agreement(g.token_ids, plain.generation.token_ids)
+    if pg is not None and spec.status == "ok" and g is not None:
+        same, compared = token_agreement(g.token_ids, pg.token_ids)
         stats.update(agree_tokens=same, compared_tokens=compared, agreement=same / compared if compared else None)
     rec = replace(rec, speculative=stats)
     if plain.status != "ok":
@@ -84,17 +84,17 @@ def speculative_run(
 def spec_summary(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
     """The speculative columns of one cell, from its ok runs: acceptance and per-step counts pooled
     over the runs, speedups as medians of the pairs."""
-    ok = [r for r in runs if r.ok and r.speculative]
+    ok = [(r.timings, r.speculative) for r in runs if r.ok and r.speculative]  # (Timings, SpecStats dict)
     if not ok:
         return None
     keys = ("drafted", "accepted", "steps", "plain_steps", "agree_tokens", "compared_tokens")
-    tot = {k: sum(r.speculative.get(k) or 0 for r in ok) for k in keys}
-    pairs = [(r.timings.decode_tok_s, r.speculative.get("plain_decode_tok_s")) for r in ok if r.timings]
+    tot = {k: sum(st.get(k) or 0 for _, st in ok) for k in keys}
+    pairs = [(t.decode_tok_s, st.get("plain_decode_tok_s")) for t, st in ok if t]
     speedups = [s / p for s, p in pairs if s and p]
-    predicted = [r.speculative["predicted_speedup"] for r in ok if r.speculative.get("predicted_speedup")]
-    at_acceptance = [r.speculative["speedup_at_acceptance"] for r in ok if r.speculative.get("speedup_at_acceptance")]
-    exact = {r.speculative.get("exact") for r in ok}
-    itl = sorted(x for r in ok if r.timings for x in r.timings.itl_s)
+    predicted = [st["predicted_speedup"] for _, st in ok if st.get("predicted_speedup")]
+    at_acceptance = [st["speedup_at_acceptance"] for _, st in ok if st.get("speedup_at_acceptance")]
+    exact = {st.get("exact") for _, st in ok}
+    itl = sorted(x for t, _ in ok if t for x in t.itl_s)
     plain = [p for _, p in pairs if p]
     plain_tpot = 1.0 / median(plain) if plain else None
     return {
@@ -107,7 +107,7 @@ def spec_summary(runs: Sequence[RunRecord]) -> dict[str, Any] | None:
         "drafts_per_step": tot["drafted"] / tot["steps"] if tot["steps"] else None,
         "verify_steps": tot["steps"],
         "plain_steps": tot["plain_steps"],
-        "k_cap": max(r.speculative.get("k_cap") or 0 for r in ok),
+        "k_cap": max(st.get("k_cap") or 0 for _, st in ok),
         "plain_decode_tok_s": median(plain) if plain else None,
         "spec_decode_tok_s": median(s for s, _ in pairs if s) if any(s for s, _ in pairs) else None,
         "speedup_p50": median(speedups) if speedups else None,

@@ -68,7 +68,7 @@ def run_batch(args: argparse.Namespace, make_config: Callable, check_outputs: Ca
     # --n-ctx is the context the whole batch may use (checked below), not the engine's own
     config = replace(make_config(args), suite=suite, scenarios=(), cap_to_context=built_in, n_ctx=None)
     plan = plan_bench(config)[0]  # resolves and reads the header: no llama.cpp yet
-    if plan.error:
+    if plan.error or plan.spec is None:  # a plan without a header has an error
         raise BenchError(f"{plan.label}: {plan.error}")
     workload = plan.suite.workloads[0]  # a built-in one may have been capped to the context
     levels = check_levels(levels, workload, n_ctx=args.n_ctx, n_ctx_train=plan.spec.n_ctx_train)

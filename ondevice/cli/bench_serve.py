@@ -142,10 +142,11 @@ def run_serve(args: argparse.Namespace, make_config: Callable, write_outputs: Ca
     outcome = serve.outcome
     results = scenario_results(outcome)
     slo = {}
-    for r in results if bounds else ():
-        s = evaluate(list(r.runs), bounds)
-        if s is not None:
-            slo[(r.model, r.scenario, r.workload)] = s
+    if bounds is not None:
+        for r in results:
+            s = evaluate(list(r.runs), bounds)
+            if s is not None:
+                slo[(r.model, r.scenario, r.workload)] = s
     load = level_table(serve, results, slo)
     from ondevice.bench.record import model_digests
 

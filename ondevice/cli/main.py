@@ -110,11 +110,12 @@ def _take_late_positionals(parser: argparse.ArgumentParser, args: argparse.Names
     PROMPT comes back unrecognized. A command that names its list in `late_positionals` gets
     such words appended; an unknown option is still an error (argparse's usage line, exit 2)."""
     dest = getattr(args, "late_positionals", None)
-    words = [a for a in extras if a == "-" or not a.startswith("-")] if dest else []
+    words = [a for a in extras if a == "-" or not a.startswith("-")] if isinstance(dest, str) else []
     unknown = [a for a in extras if a not in words]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    getattr(args, dest).extend(words)
+    if isinstance(dest, str):
+        getattr(args, dest).extend(words)
 
 
 def _configure_logging(level: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.core.fmt import human_bytes, table
 from ondevice.core.textclean import printable
@@ -34,7 +36,7 @@ def run(args) -> int:
             print(f)
         print(f"user registry: {user_registry_path()}")
         return 0
-    rows = []
+    rows: list[dict[str, Any]] = []  # JSON rows; the table reads them back
     for name, e in sorted(reg.entries.items()):
         rows.append(
             {

@@ -4,10 +4,14 @@ shape timed on it (the default model unless named)."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.cli.progress import StatusLine
 from ondevice.core.fmt import fold_lines, human_bytes, millis
+
+if TYPE_CHECKING:
+    from ondevice.roofline import ShapeTiming
 
 __all__ = ["register", "run", "render", "render_timing", "age_text", "cpu_buffers_text", "disk_text"]
 
@@ -49,25 +53,25 @@ def run(args) -> int:
     say = _waiting_only if status is None else status
     try:
         result = probe(refresh=args.refresh, backend=args.backend, n_threads=args.threads, progress=say)
-        model, timing = _time_model(args, say) if args.time_model else (None, None)
+        timed = _time_model(args, say) if args.time_model else None
     finally:
         if status is not None:
             status.close()
     if args.json:
         d = result.to_dict()
         d.update(age_s=result.age_s, from_cache=result.from_cache, cpu_buffers=cpu_buffers_text())
-        d["model"] = model
-        d["timing"] = timing.to_dict() if timing is not None else None
+        d["model"] = timed[0] if timed is not None else None
+        d["timing"] = timed[1].to_dict() if timed is not None else None
         dump_json(d)
     else:
         text = render(result, width=terminal_width())
-        if timing is not None:
-            text += "\n\n" + render_timing(model, timing)
+        if timed is not None:
+            text += "\n\n" + render_timing(*timed)
         print(text)
     return 0
 
 
-def _time_model(args, say):
+def _time_model(args, say) -> tuple[str, ShapeTiming]:
     """(model file name, its ShapeTiming on this machine: cached unless --refresh, else timed now)."""
     from ondevice.cli.progress import resolve_model_with_bar
     from ondevice.engine import load
@@ -80,7 +84,7 @@ def _time_model(args, say):
         engine.close()
 
 
-def render_timing(model: str, t) -> str:
+def render_timing(model: str, t: ShapeTiming) -> str:
     """A model's timing in words: its decode steps, prefill chunks and batch steps, and how it was timed."""
     how = {"model": "its own file", "twin": "its twin", "twins": f"twins of {' and '.join(map(str, t.layers))} layers"}
     lines = [

@@ -60,7 +60,7 @@ def run_tensors(model: Path, against: Path | None, as_json: bool) -> int:
     if as_json:
         dump_json({"path": str(model), "against": str(against), "tensors": [e.to_dict() for e in errors]})
         return 0
-    rows = [
+    error_rows = [
         [
             e.name,
             f"{e.source_type}->{e.type_name}",
@@ -75,7 +75,7 @@ def run_tensors(model: Path, against: Path | None, as_json: bool) -> int:
     print(
         table(
             ["tensor", "type", "shape", "bpw", "RMSE", "max abs err", "rel RMSE %"],
-            rows,
+            error_rows,
             align="lllrrrr",
             width=terminal_width(),
             drop=("shape", "max abs err"),

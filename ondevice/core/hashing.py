@@ -6,7 +6,7 @@ import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 __all__ = ["sha256_file", "copy_sha256", "CHUNK_BYTES"]
 
@@ -22,7 +22,7 @@ def sha256_file(path: str | Path) -> str:
 
 
 def copy_sha256(
-    sources: Iterable[str | Path], out: BinaryIO, progress: Callable[[int, int], None] | None = None
+    sources: Iterable[str | Path], out: IO[bytes], progress: Callable[[int, int], None] | None = None
 ) -> str:
     """Write the files `sources`, one after another, to `out`; the hex sha256 of all that was written.
     progress(bytes written, bytes in all) hears each block."""

@@ -24,7 +24,16 @@ from ondevice.engine.sampling import SamplerChain, SamplingParams
 from ondevice.engine.text import TextAssembler
 from ondevice.llama.model import LlamaHandle
 
-__all__ = ["KVCache", "Request", "run_request", "TokenStream", "OutputTokens", "cancel_poll", "check_cancel"]
+__all__ = [
+    "KVCache",
+    "Request",
+    "run_request",
+    "TokenStream",
+    "OutputTokens",
+    "DecodeState",
+    "cancel_poll",
+    "check_cancel",
+]
 
 _NS = 1e-9
 
@@ -95,28 +104,26 @@ def run_request(
     done = (not cancelled()) and _prefill(handle, kv, req.ids[n_cached:], n_batch, cancelled)
     prefill_end = perf_counter_ns()
     n_computed = len(kv.tokens) - n_cached
-    token_ns: list[int] = []
-    ids_out: list[int] = []
-    texts: list[str] = []
-    steps: list[tuple[float, float]] = []
-    finish: FinishReason = "cancelled"
+    out = OutputTokens(p, n_prompt, req.start_ns, predictor, token_info)
     spent = _Spent()
+    finish: FinishReason = "cancelled"
     if done and p.max_tokens and not cancelled():
         decode = _decode if req.spec is None else req.spec.decode
-        finish = yield from decode(handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps, spent)
+        finish = yield from decode(DecodeState(handle, kv, req, out, spent))
     elif done:
         finish = "length" if not p.max_tokens else "cancelled"
+    token_ns, steps = out.token_ns, out.steps
     timings = timings_from_marks(req.start_ns, req.tokenized_ns, prefill_start, prefill_end, token_ns, n_computed)
     if req.think is not None:
-        timings = replace(timings, ttft_visible_s=_visible_s(req, token_ns, ids_out, texts))
+        timings = replace(timings, ttft_visible_s=_visible_s(req, out))
     ceiling, predicted = _rates(steps)
     chunk = min(n_batch, handle.n_ubatch)  # llama.cpp computes a prompt in passes of n_ubatch tokens
     predicted_ttft = predictor.ttft_s(n_prompt, n_cached, chunk) if isinstance(predictor, PredictsTTFT) else None
     predicted_e2e = predicted_ttft + sum(s[1] for s in steps[1:]) if predicted_ttft is not None and steps else None
     attribution = spent.attribution(timings, prefill_start, prefill_end, token_ns) if token_ns else None
     return Generation(
-        text="".join(texts),
-        token_ids=tuple(ids_out),
+        text="".join(out.texts),
+        token_ids=tuple(out.ids),
         finish_reason=finish,
         prompt_tokens=n_prompt,
         cached_prompt_tokens=n_cached,
@@ -156,8 +163,7 @@ class _Spent:
 class OutputTokens:
     """What happens to each output token once it is sampled, in the plain, the speculative and the
     batched loops alike: its time mark, its text (stop strings, end-of-generation, max_tokens),
-    its predicted step and its event. The lists are the caller's when given (run_request reads
-    them after), else its own."""
+    its predicted step and its event. The caller reads the lists after the loop."""
 
     def __init__(
         self,
@@ -166,20 +172,16 @@ class OutputTokens:
         start_ns: int,
         predictor: Predictor | None,
         token_info: Callable[[int], tuple[bytes, bool]],
-        token_ns: list[int] | None = None,
-        ids_out: list[int] | None = None,
-        texts: list[str] | None = None,
-        steps: list | None = None,
     ):
         self._text = TextAssembler(params.stop)
         self._step_s = predictor.step_s if predictor is not None else None
         self._check_eog, self._last_i = not params.ignore_eos, params.max_tokens - 1
         self._n_prompt, self._start = n_prompt, start_ns
         self._info = token_info
-        self.token_ns = [] if token_ns is None else token_ns  # perf_counter_ns() when each token was available
-        self.ids = [] if ids_out is None else ids_out  # output token ids
-        self.texts = [] if texts is None else texts  # text released with each token
-        self._steps = [] if steps is None else steps  # (ceiling, calibrated) step s per token, with a predictor
+        self.token_ns: list[int] = []  # perf_counter_ns() when each token was available
+        self.ids: list[int] = []  # output token ids
+        self.texts: list[str] = []  # text released with each token
+        self.steps: list[tuple[float, float]] = []  # (ceiling, calibrated) step s per token, with a predictor
 
     def commit(self, token: int, t_ns: int) -> tuple[TokenEvent, FinishReason | None]:
         """Record one output token, available at perf_counter_ns() t_ns: (its event, the finish
@@ -197,16 +199,29 @@ class OutputTokens:
         pred = None
         if self._step_s is not None:
             step = self._step_s(self._n_prompt + i)
-            self._steps.append(step)
+            self.steps.append(step)
             pred = step[1]
         self.texts.append(out)
         finish: FinishReason | None = "stop" if stopped else ("length" if i == self._last_i else None)
         return TokenEvent(i, token, out, (t_ns - self._start) * _NS, self._n_prompt + i, pred), finish
 
 
-def _decode(
-    handle, kv, req, predictor, token_info, token_ns, ids_out, texts, steps, spent: _Spent
-) -> Generator[TokenEvent, None, FinishReason]:
+@dataclass(slots=True)
+class DecodeState:
+    """One request's decoding, as the plain and the speculative loop share it: what they read (the
+    engine's handle and KV cache, the request) and what they fill (its output tokens, the time spent
+    per kind of work), which run_request reads after."""
+
+    handle: LlamaHandle
+    kv: KVCache
+    req: Request
+    output: OutputTokens
+    spent: _Spent
+
+
+def _decode(state: DecodeState) -> Generator[TokenEvent, None, FinishReason]:
+    """The plain loop: one llama_decode and one sample per output token."""
+    handle, kv, req, out, spent = state.handle, state.kv, state.req, state.output, state.spent
     lib, p = handle.lib, req.params
     ctx = handle.ctx
     decode, sample = lib.llama_decode, lib.llama_sampler_sample
@@ -216,7 +231,6 @@ def _decode(
     chain = SamplerChain(lib, p, req.seed, handle.n_vocab, history=req.ids)
     smpl = chain.ptr
     tokens = kv.tokens
-    out = OutputTokens(p, len(req.ids), req.start_ns, predictor, token_info, token_ns, ids_out, texts, steps)
     token = t_yield = t_decoded = 0  # set by each step, read by the next
     try:
         for i in range(p.max_tokens):
@@ -248,12 +262,12 @@ def _decode(
         chain.close()
 
 
-def _visible_s(req: Request, token_ns: list[int], ids_out: list[int], texts: list[str]) -> float | None:
+def _visible_s(req: Request, out: OutputTokens) -> float | None:
     """Seconds to the first token carrying visible text (ondevice.core.reasoning), read after the request.
     A marker that is a control token (rendered as no text) is put back by its id."""
     markers, by_id = req.think
-    i = first_visible([by_id.get(t, s) for t, s in zip(ids_out, texts)], markers)
-    return (token_ns[i] - req.start_ns) * _NS if i is not None else None
+    i = first_visible([by_id.get(t, s) for t, s in zip(out.ids, out.texts)], markers)
+    return (out.token_ns[i] - req.start_ns) * _NS if i is not None else None
 
 
 def _rates(steps: list[tuple[float, float]]) -> tuple[float | None, float | None]:

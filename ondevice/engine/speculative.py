@@ -24,16 +24,17 @@ verify step arrive together (ITLs of ~0 inside a burst are kept, not smoothed).
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
 from ondevice.core.errors import EngineError, InvalidParameterError
-from ondevice.core.results import SpecStats
+from ondevice.core.results import FinishReason, SpecStats, TokenEvent
 from ondevice.engine.drafters import Drafter
 from ondevice.engine.interface import Predictor
 from ondevice.engine.kplan import KPlanner, StepCost, expected_committed, speedup_at_acceptance
-from ondevice.engine.loop import KVCache, OutputTokens, Request
+from ondevice.engine.loop import DecodeState, KVCache
 from ondevice.engine.sampling import SamplerChain
 from ondevice.llama.model import LlamaHandle, fill_batch
 
@@ -128,8 +129,8 @@ def exact_verify_tokens(handle: LlamaHandle, info: Any, tokenize: Any, want: int
 
 
 class Speculator:
-    """One request's speculative decoding: `decode` stands in for the plain loop's decode (same
-    arguments, same lists filled), `stats()` tells what it did."""
+    """One request's speculative decoding: `decode` stands in for the plain loop's decode (the same
+    DecodeState read and filled), `stats()` tells what it did."""
 
     def __init__(
         self,
@@ -167,53 +168,27 @@ class Speculator:
             speedup_at_acceptance=speedup_at_acceptance(self._k_steps, self._plain_steps, acceptance, self._pred_cost),
         )
 
-    def decode(
-        self,
-        handle: LlamaHandle,
-        kv: KVCache,
-        req: Request,
-        predictor: Predictor | None,
-        token_info: Any,
-        token_ns: list[int],
-        ids_out: list[int],
-        texts: list[str],
-        steps: list,
-        spent: Any,
-    ) -> Any:
-        """Generator of TokenEvents, returning the FinishReason (as the plain loop's _decode). spent: the
-        loop's attribution sums (verify decodes count as llama_decode; drafting is in the overhead)."""
+    def decode(self, state: DecodeState) -> Generator[TokenEvent, None, FinishReason]:
+        """Generator of TokenEvents, returning the FinishReason (as the plain loop's _decode). The state's
+        `spent`: the attribution sums (verify decodes count as llama_decode; drafting is in the overhead)."""
+        handle, req = state.handle, state.req
         lib = handle.lib
         k_max = max(0, min(self.k_cap, handle.n_batch - 1))
         batch = lib.llama_batch_init(k_max + 1, 0, 1)
         chain = SamplerChain(lib, req.params, req.seed, handle.n_vocab, history=req.ids)
         try:
             self._drafter.extend(req.ids)
-            return (
-                yield from self._run(
-                    handle,
-                    kv,
-                    req,
-                    predictor,
-                    token_info,
-                    chain.ptr,
-                    batch,
-                    k_max,
-                    token_ns,
-                    ids_out,
-                    texts,
-                    steps,
-                    spent,
-                )
-            )
+            return (yield from self._run(state, chain.ptr, batch, k_max))
         finally:
             lib.llama_batch_free(batch)
             chain.close()
             self._drafter.close()
 
-    def _run(self, handle, kv, req, predictor, token_info, smpl, batch, k_max, token_ns, ids_out, texts, steps, spent):
+    def _run(self, state: DecodeState, smpl: Any, batch: Any, k_max: int) -> Generator[TokenEvent, None, FinishReason]:
+        handle, kv, req, out, spent = state.handle, state.kv, state.req, state.output, state.spent
         lib, ctx, p = handle.lib, handle.ctx, req.params
         sample, decode = lib.llama_sampler_sample, lib.llama_decode
-        out = OutputTokens(p, len(req.ids), req.start_ns, predictor, token_info, token_ns, ids_out, texts, steps)
+        ids_out = out.ids
         drafter, planner, tokens = self._drafter, self.planner, kv.tokens
         token = sample(smpl, ctx, -1)  # the first token, from the prompt's logits
         s1 = perf_counter_ns()

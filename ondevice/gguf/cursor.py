@@ -200,6 +200,12 @@ class Cursor:
     def _skip_strings(self, count: int, what: str) -> None:
         self._strings(count, what, None)
 
+    def strings(self, count: int) -> list[str]:
+        """Decode `count` admitted strings (an array's items) as a list of str."""
+        out: list[str] = []
+        self._strings(count, "array string", out)
+        return out
+
     def _strings(self, count: int, what: str, out: list[str] | None) -> None:
         """Walk `count` admitted strings, appending each (decoded) to `out` unless it is None."""
         buf, pos, size, unpack, errors = self.buf, self.pos, self.size, _U64.unpack_from, self.text_errors
@@ -223,9 +229,7 @@ class Cursor:
         """Decode `count` admitted items: numbers as a numpy array, strings as a list of str,
         arrays as a list of their values (lists or ArrayRefs, as `array` gives them)."""
         if item_type == GGUFValueType.STRING:
-            strings: list[str] = []
-            self._strings(count, "array string", strings)
-            return strings
+            return self.strings(count)
         if item_type == GGUFValueType.ARRAY:
             out = []
             for _ in range(count):

@@ -1,6 +1,6 @@
 """Semantic checks run before llama.cpp opens a file.
 
-gguf_file.read_gguf guarantees the header is well-formed; this guarantees the
+ondevice.gguf.reader.read_gguf guarantees the header is well-formed; this guarantees the
 hyperparameters agree with the tensors, so that nonsense metadata (a layer count with no
 layers behind it, a zero head count, token ids beyond the vocabulary) is refused with a
 typed error instead of reaching llama.cpp's C++ code; what llama.cpp asserts rather than
@@ -46,40 +46,46 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
     if not spec.arch:
         raise GGUFFormatError(f"{where}: no {Keys.General.ARCHITECTURE}; cannot load")
     check_hparams(g, spec.arch, where)
-    for key in ("n_layer", "d_model", "n_head", "n_head_kv", "n_vocab"):
-        if not getattr(spec, key):
-            raise GGUFFormatError(
-                f"{where}: missing, zero or implausible {key} for architecture {spec.arch!r}; cannot load"
-            )
-    if spec.n_head % spec.n_head_kv:
-        raise GGUFFormatError(f"{where}: head count {spec.n_head} is not a multiple of KV head count {spec.n_head_kv}")
+    n_layer, d_model, n_head, n_head_kv, n_vocab = (
+        _required_size(spec, key, where) for key in ("n_layer", "d_model", "n_head", "n_head_kv", "n_vocab")
+    )
+    if n_head % n_head_kv:
+        raise GGUFFormatError(f"{where}: head count {n_head} is not a multiple of KV head count {n_head_kv}")
     if spec.n_ctx_train is None or spec.n_ctx_train <= 0:
         raise GGUFFormatError(f"{where}: implausible context {spec.n_ctx_train}")
     by_name = {t.name: t for t in g.tensors}
     layers = {int(n.split(".")[1]) for n in by_name if n.startswith("blk.") and n.split(".")[1].isdigit()}
-    if layers != set(range(spec.n_layer)):
-        raise GGUFFormatError(
-            f"{where}: metadata says {spec.n_layer} layers but the file has tensors for {len(layers)}"
-        )
+    if layers != set(range(n_layer)):
+        raise GGUFFormatError(f"{where}: metadata says {n_layer} layers but the file has tensors for {len(layers)}")
     embd = by_name.get("token_embd.weight")
     if embd is None or len(embd.shape) != 2:
         raise GGUFFormatError(f"{where}: no 2-D token_embd.weight tensor")
-    if embd.shape[0] != spec.d_model or embd.shape[1] != spec.n_vocab:
+    if embd.shape[0] != d_model or embd.shape[1] != n_vocab:
         raise GGUFFormatError(
             f"{where}: token_embd.weight is {embd.shape[0]}x{embd.shape[1]} but metadata says "
-            f"d_model {spec.d_model} and vocabulary {spec.n_vocab}"
+            f"d_model {d_model} and vocabulary {n_vocab}"
         )
     q = by_name.get("blk.0.attn_q.weight")
-    if q is not None and spec.head_dim_k and q.shape[-1] != spec.n_head * spec.head_dim_k:
+    if q is not None and spec.head_dim_k and q.shape[-1] != n_head * spec.head_dim_k:
         raise GGUFFormatError(
             f"{where}: blk.0.attn_q.weight has {q.shape[-1]} outputs, expected n_head x head_dim = "
-            f"{spec.n_head * spec.head_dim_k}"
+            f"{n_head * spec.head_dim_k}"
         )
     _check_vocab(g, where)
     for name, key in _TOKEN_ID_KEYS:
         token = g.get(key)
-        if isinstance(token, int) and not 0 <= token < spec.n_vocab:
-            raise GGUFFormatError(f"{where}: {name} token id {token} is outside the vocabulary of {spec.n_vocab}")
+        if isinstance(token, int) and not 0 <= token < n_vocab:
+            raise GGUFFormatError(f"{where}: {name} token id {token} is outside the vocabulary of {n_vocab}")
+
+
+def _required_size(spec: ModelSpec, key: str, where: str) -> int:
+    """A size the loader cannot do without (layers, heads, vocabulary...): a positive int, else GGUFFormatError."""
+    value = getattr(spec, key)
+    if not isinstance(value, int) or value <= 0:
+        raise GGUFFormatError(
+            f"{where}: missing, zero or implausible {key} for architecture {spec.arch!r}; cannot load"
+        )
+    return value
 
 
 def _check_token_text(g: GGUFFile, tokens: list[str], where: str) -> None:
@@ -102,8 +108,9 @@ def _check_vocab(g: GGUFFile, where: str) -> None:
     tokens_ref = g.get(Keys.Tokenizer.LIST)
     if tokens_ref is None:
         raise GGUFFormatError(f"{where}: no {Keys.Tokenizer.LIST} vocabulary")
+    tokens: list[str]
     if isinstance(tokens_ref, ArrayRef) and tokens_ref.item_type == GGUFValueType.STRING:
-        tokens = g.read_array(tokens_ref)
+        tokens = g.read_strings(tokens_ref)
     elif isinstance(tokens_ref, list) and all(isinstance(t, str) for t in tokens_ref):
         tokens = tokens_ref
     else:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, Keys
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, Keys
 
 from ondevice.core.errors import GGUFFormatError, ModelNotFoundError
 from ondevice.gguf.cursor import ArrayRef, Cursor, not_regular_reason
@@ -77,6 +77,15 @@ class GGUFFile:
             cur.pos = ref.offset
             cur.admit(ref.item_type, ref.count, "array", ref.depth)
             return cur.items(ref.item_type, ref.count, ref.depth)
+
+    def read_strings(self, ref: ArrayRef) -> list[str]:
+        """Decode an ArrayRef of strings as read_array does; GGUFFormatError when its items are not strings."""
+        if ref.item_type != GGUFValueType.STRING:
+            raise GGUFFormatError(f"{self.path}: expected an array of strings, found one of {ref.item_type.name}")
+        with Cursor.open(self.path, text_errors="surrogateescape") as cur:
+            cur.pos = ref.offset
+            cur.admit(ref.item_type, ref.count, "array", ref.depth)
+            return cur.strings(ref.count)
 
 
 def read_gguf(path: str | Path) -> GGUFFile:

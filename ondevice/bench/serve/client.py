@@ -23,6 +23,7 @@ from time import perf_counter_ns
 from typing import Any
 from urllib.parse import urlsplit
 
+from ondevice.bench.runs import RunStatus
 from ondevice.bench.serve.sse import MAX_LINE, StreamError, iter_events, parse_chunk
 from ondevice.core.errors import BenchError
 from ondevice.core.textclean import printable
@@ -106,7 +107,7 @@ class StreamLog:
     server_timings: dict[str, Any] | None = None
     http_status: int | None = None
     done: bool = False  # the [DONE] sentinel arrived
-    status: str = "ok"  # "ok" | "failed" | "timeout"
+    status: RunStatus = "ok"  # "ok" | "failed" | "timeout"
     reason: str = ""
 
 
@@ -185,7 +186,8 @@ class _Deadline:
 
     def __init__(self, conn: http.client.HTTPConnection, timeout_s: float):
         self.fired = threading.Event()
-        self._conn, self._sock = conn, None
+        self._conn = conn
+        self._sock: socket.socket | None = None
         self._timer = threading.Timer(timeout_s, self._cut)
         self._timer.daemon = True
         self._timer.start()

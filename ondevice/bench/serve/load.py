@@ -158,7 +158,7 @@ def level_stats(
 ) -> LevelStats:
     """The level's figures from its runs (server runs: each with its serve.sent_s/done_s)."""
     spans = [(r.serve["sent_s"], r.serve["done_s"]) for r in runs if r.serve and r.serve.get("sent_s") is not None]
-    ok = [r for r in runs if r.ok and r.timings is not None]
+    ok = [r.timings for r in runs if r.ok and r.timings is not None]  # the ok runs' Timings
     failed = sum(r.status in ("failed", "timeout") for r in runs)
     if not spans:
         return LevelStats(
@@ -182,7 +182,7 @@ def level_stats(
     window = max(last - first, 1e-9)
     sends = sorted(s for s, _ in spans)
     rate = len(spans) / window
-    w = sum(r.timings.e2e_s for r in ok) / len(ok) if ok else None
+    w = sum(t.e2e_s for t in ok) / len(ok) if ok else None
     tokens = sum(r.output_tokens for r in runs if r.timings is not None)
     return LevelStats(
         level=runs[0].scenario,

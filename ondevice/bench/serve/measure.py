@@ -52,9 +52,10 @@ def count_output(log: StreamLog, counter: Counter | None) -> tuple[int, str]:
     completion = (log.usage or {}).get("completion_tokens")
     if isinstance(completion, int) and completion >= 0 and not isinstance(completion, bool):
         return completion, "usage"
-    timed = (log.server_timings or {}).get("output_tokens")
+    server_timings = log.server_timings or {}
+    timed = server_timings.get("output_tokens")
     if isinstance(timed, int) and timed >= 0:
-        return timed, log.server_timings.get("source", "server timings")
+        return timed, server_timings.get("source", "server timings")
     if counter is not None:
         return counter("".join(c.reasoning + c.text for c in log.chunks)), "tokenizer"
     return len(log.chunks), "estimated (1 token per chunk)"

@@ -64,9 +64,8 @@ def _num(v: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def _sources(r: ScenarioResult) -> str:
-    found = sorted(
-        {x.serve.get("token_count") for x in r.runs if x.serve and x.serve.get("token_count") not in (None, "none")}
-    )
+    counts = (x.serve.get("token_count") for x in r.runs if x.serve)
+    found = sorted({c for c in counts if isinstance(c, str) and c != "none"})
     return ", ".join(found) or "-"
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from ondevice.bench import scenarios as sc
 from ondevice.bench.oscache import PeakRss
 from ondevice.bench.runner import BenchConfig, BenchOutcome, ModelPlan, Progress, load_plan, plan_bench
-from ondevice.bench.runs import RESIDENT, RunRecord
+from ondevice.bench.runs import RESIDENT, RunRecord, RunStatus
 from ondevice.bench.serve.client import Target, get_json, parse_base_url, stream_request
 from ondevice.bench.serve.load import LoadInterrupted, closed_loop, open_loop, poisson_arrivals
 from ondevice.bench.serve.measure import RequestSpec, to_record
@@ -91,17 +91,20 @@ class _Prompts:
 
     def __init__(self, engine: Any, seed: int):
         self.engine = engine
-        self.builder = PromptBuilder(
-            (lambda t, b: engine.tokenize(t, add_bos=b)) if engine else (lambda t, b: t.split()), seed
-        )
+        self.builder = PromptBuilder((lambda t, b: engine.tokenize(t, add_bos=b)) if engine else _no_tokenizer, seed)
         self.bos = engine.tokenize("", add_bos=True) if engine else []
 
     def get(self, n: int, key: str) -> tuple[str, list[int] | None]:
+        """(prompt text, its ids): about n tokens of text and no ids without a tokenizer."""
         if self.engine is None:
             return self.builder.text(max(1, round(n * WORDS_PER_TOKEN)), key), None
         ids = self.builder.ids(n, key)
         body = ids[len(self.bos) :] if self.bos and ids[: len(self.bos)] == self.bos else ids
         return self.engine.detokenize(body), ids
+
+
+def _no_tokenizer(text: str, add_bos: bool) -> list[int]:
+    raise BenchError("prompt ids need a tokenizer (--tokenizer or --local)")
 
 
 def _setup(cfg: ServeConfig) -> tuple[ModelPlan | None, Any, str]:
@@ -128,8 +131,8 @@ def _served_model(target: Target) -> tuple[str | None, list[str], str]:
         listed = [m.get("id") for m in get_json(target, "/models").get("data", []) if isinstance(m, dict)]
     except Exception as exc:  # a server without /models, or none at all: the requests will say
         return target.model, [], target.scrub(f"GET /models failed: {type(exc).__name__}: {exc}")
-    listed = [m for m in listed if isinstance(m, str)]
-    return target.model or (listed[0] if listed else None), listed, ""
+    ids = [m for m in listed if isinstance(m, str)]
+    return target.model or (ids[0] if ids else None), ids, ""
 
 
 def _short_name(model: str | None) -> str | None:
@@ -278,10 +281,11 @@ class _Run:
 
     def _record(self, spec: RequestSpec, lg: Any, start_ns: int, interrupted: bool = False) -> RunRecord:
         if lg is None:
-            status, why = (
-                ("interrupted", "interrupted by the user (Ctrl-C)")
+            status: RunStatus = "interrupted" if interrupted else "skipped"
+            why = (
+                "interrupted by the user (Ctrl-C)"
                 if interrupted
-                else ("skipped", f"not sent: the level's {self.cfg.duration_s:g} s budget ran out")
+                else f"not sent: the level's {self.cfg.duration_s:g} s budget ran out"
             )
             return RunRecord(
                 spec.model,

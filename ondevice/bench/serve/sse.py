@@ -105,7 +105,9 @@ def parse_chunk(event: Event) -> Delta:
     text, reasoning, finish = "", "", None
     if choices and isinstance(choices[0], dict):
         c = choices[0]
-        delta = c.get("delta") if isinstance(c.get("delta"), dict) else {}
+        delta = c.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
         text = _str(c.get("text")) + _str(delta.get("content"))
         reasoning = _str(delta.get("reasoning_content")) or _str(delta.get("reasoning"))
         finish = c.get("finish_reason") if isinstance(c.get("finish_reason"), str) else None
