@@ -11,7 +11,8 @@ model's twin measured here, moved to other contexts and prompt lengths by attent
 - attention.py   cached tokens a decode step attends, attention cells of a prompt chunk
 - prediction.py  predict(): ceilings and predictions per context, TTFT, memory verdict
 - spec.py        a spec typed in by hand (a model you do not have)
-- estimate.py    decode speed on a machine you do not have, fitted on published llama.cpp runs
+- estimate.py    decode speed on a machine you do not have, fitted on published llama.cpp runs:
+  measurements.py  the published runs (the table), estimate_fit.py  the fit and its leave-one-out range
 - target.py      that machine's backend, compute and memory; the compute behind the TTFT floor
 """
 
