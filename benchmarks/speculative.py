@@ -23,7 +23,12 @@ Checks per side (exit 1 when one fails): grounded median >= 2.0x, open median >=
 predicted (k, acceptance) within 15% of measured per set; exact: every output token for token
 the plain one.
 
+With --chat each prompt is one user turn in the model's chat template (an instruct model answers it rather
+than continuing it). A prompt whose plain or speculative runs all stopped before a second token has no decode
+speed: it is listed as skipped, not counted.
+
     python -m benchmarks.speculative [--repeats 2] [--max-tokens 96] [--model REF] [--threads N] [--modes exact,fast]
+                                     [--chat]
 """
 
 from __future__ import annotations
@@ -75,8 +80,8 @@ rerun_rounds = [0, 0]  # rounds run again because the process was stopped; round
 
 
 def one_prompt(
-    engine, prompt: str, repeats: int, max_tokens: int, modes: tuple[str, ...], stops: StopCounter
-) -> dict[str, dict]:
+    engine, prompt: str | list[int], repeats: int, max_tokens: int, modes: tuple[str, ...], stops: StopCounter
+) -> dict[str, dict | None]:
     """Per speculative mode: its runs paired with the plain run of the same repeat (the order rotates). A round
     during which the process was stopped and continued is run again (its timings hold the pause)."""
     sides = ("plain",) + modes
@@ -95,7 +100,8 @@ def one_prompt(
     return {m: _pairs(runs["plain"], runs[m]) for m in modes}
 
 
-def _pairs(plains: list, specs: list) -> dict:
+def _pairs(plains: list, specs: list) -> dict | None:
+    """A prompt's figures for one side; None when no pair of runs decoded (each stopped at its first token)."""
     from ondevice.bench.speculative import token_agreement
 
     pairs = [
@@ -103,6 +109,8 @@ def _pairs(plains: list, specs: list) -> dict:
         for plain, spec in zip(plains, specs)
         if plain.timings.decode_tok_s and spec.timings.decode_tok_s
     ]
+    if not pairs:
+        return None
     agree = [token_agreement(spec.token_ids, plain.token_ids) for plain, spec in zip(plains, specs)]
     s = [p[2].speculative for p in pairs]
     return {
@@ -129,13 +137,19 @@ def _pct(xs: list[float], q: float) -> float:
     return percentile(sorted(xs), q)
 
 
-def report_set(name: str, rows: list[dict]) -> dict:
+def report_set(name: str, all_rows: list[dict | None]) -> dict:
     print(f"\n{name} prompts")
+    skipped = [i for i, r in enumerate(all_rows) if r is None]
+    if skipped:
+        print(f"skipped (stopped before a second token, no decode speed): prompt {', '.join(map(str, skipped))}")
+    rows = [r for r in all_rows if r is not None]
     print(
         f"{'#':>2}  {'tokens':>6}  {'plain tok/s':>11}  {'spec tok/s':>10}  {'speedup':>7}  {'pred (k,a)':>10}  "
         f"{'planned':>7}  {'accept':>6}  {'acc/step':>8}  {'drafts/step':>11}  {'verify/plain steps':>18}  agree"
     )
-    for i, r in enumerate(rows):
+    for i, r in enumerate(all_rows):
+        if r is None:
+            continue
         acc = f"{100 * r['accepted'] / r['drafted']:.0f}%" if r["drafted"] else "-"
         per = f"{r['accepted'] / r['steps']:.2f}" if r["steps"] else "-"
         dps = f"{r['drafted'] / r['steps']:.2f}" if r["steps"] else "-"
@@ -184,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--modes", default="exact,fast", help="speculative sides: exact (exact=True), fast (exact=False)")
+    ap.add_argument("--chat", action="store_true", help="each prompt as one user turn in the model's chat template")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.max_tokens < 2:
         ap.error("--repeats must be at least 1 and --max-tokens at least 2")
@@ -201,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         predicted_costs = {n: tss(256, n) / tss(256, 1) for n in costs} if tss else {}
         for m in modes:  # warm-up, and the batch check exact=True needs
             eng.generate(prompts["open"][0], max_tokens=8, temperature=0, speculative="lookup", exact=MODES[m])
+        if args.chat:
+            from ondevice.engine.chat import Chat
+
+            prompts = {name: [Chat(eng).prompt_tokens(p) for p in prompts[name]] for name in ("grounded", "open")}
         rows = {
             name: [one_prompt(eng, p, args.repeats, args.max_tokens, modes, stops) for p in prompts[name]]
             for name in ("grounded", "open")
@@ -212,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"speculative decoding (prompt lookup): {i.spec.name} on {i.backend}, {i.n_threads} threads, CPU buffers "
         f"{i.cpu_buffers}, greedy, {args.repeats} interleaved pairs per prompt, up to {args.max_tokens} tokens"
+        + (", each prompt a user turn in the model's chat template" if args.chat else "")
     )
     print(
         "verify cost measured, one decode of n tokens (logits at every position) / one of 1 token: "

@@ -88,3 +88,25 @@ def test_speculative_summary_table_has_a_row_per_side_and_set():
     assert len(lines) == 2 + 3 and lines[0].startswith("| side |")
     assert lines[2] == "| exact (exact=True) | grounded | 20.0 | 30.0 | 1.50x | 1.40x | 98.0% |"
     assert lines[4].startswith("| fast (exact=False) | grounded |")
+
+
+def test_a_speculative_prompt_that_stops_at_its_first_token_is_skipped_not_a_crash(capsys):
+    from types import SimpleNamespace
+
+    from benchmarks.speculative import _pairs, report_set
+
+    def run(tok_s, ids=(1, 2, 3)):
+        spec = SimpleNamespace(
+            predicted_speedup=1.2, speedup_at_acceptance=1.1, drafted=4, accepted=3, steps=1, plain_steps=1, k_cap=4
+        )
+        return SimpleNamespace(
+            timings=SimpleNamespace(decode_tok_s=tok_s, itl_s=[0.01]), token_ids=list(ids), speculative=spec
+        )
+
+    stopped = [run(None, (7,)), run(None, (7,))]  # an instruct model answering a raw prompt with end-of-turn
+    assert _pairs(stopped, stopped) is None
+    decoded = _pairs([run(50.0)], [run(75.0)])
+    assert decoded is not None and decoded["speedup"] == 1.5
+    figures = report_set("exact grounded", [None, decoded])
+    assert figures["measured"] == 1.5
+    assert "skipped (stopped before a second token, no decode speed): prompt 0" in capsys.readouterr().out
