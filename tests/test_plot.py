@@ -109,3 +109,42 @@ def test_roofline_from_a_bench(tiny_model, tmp_path):
     assert len(itls) == 2 and all(len(v) == 5 for v in itls.values())
     if pytest.importorskip("matplotlib"):
         assert "ctx 51" in write_plot(tmp_path / "b.svg", roof, itls).read_text()
+
+
+def test_missing_extra_with_batch_is_one_line_exit_2_before_the_model_loads(
+    no_matplotlib, tiny_model, tmp_path, capsys
+):
+    out = tmp_path / "sweep.svg"
+    rc = main(["bench", str(tiny_model), "--batch", "1,2", "-p", "8", "-n", "4", "--plot", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "ondevice[plot]" in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_sweep_draws_its_curve(tiny_model, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sweep.svg"
+    argv = ["bench", str(tiny_model), "--batch", "1,2,4", "-p", "8", "-n", "6", "-r", "1", "--warmup", "0"]
+    rc = main([*argv, "--n-ctx", "1024", "--threads", "1", "--no-progress", "--plot", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    text = out.read_text()
+    assert "batch sweep: " in text and "measured: all sequences" in text and "measured: per sequence" in text
+    assert "sequences per decode step (B)" in text
+
+
+def test_the_batch_curve_takes_each_levels_figures():
+    from types import SimpleNamespace
+
+    from ondevice.bench.plot import BatchPoint, batch_curve_from_sweep
+
+    level = lambda b, tok_s: SimpleNamespace(  # noqa: E731 - a SweepResult level's fields the curve reads
+        n_seqs=b,
+        decode_tok_s=tok_s,
+        seq_decode_tok_s=tok_s / b,
+        predicted_decode_tok_s=1.1 * tok_s,
+        ceiling_decode_tok_s=500.0 * b,
+    )
+    curve = batch_curve_from_sweep(SimpleNamespace(levels=(level(1, 50.0), level(4, 120.0)), knee=4), "m, 8 + 6")
+    assert curve.knee == 4 and curve.label == "m, 8 + 6"
+    assert curve.points[1] == BatchPoint(4, 120.0, 30.0, pytest.approx(132.0), 2000.0)

@@ -3,7 +3,9 @@
 The roofline: decode tok/s against bytes read per token, both axes logarithmic. The ceiling is the line
 tok/s = bandwidth / bytes (the probe's measured bandwidth, or the one the prediction used); each model,
 context and quant level is a point: hollow where predicted, filled where measured, joined by a thin line.
-A bench adds the ITL distribution of every request cell (a box per model, scenario and workload).
+A bench adds the ITL distribution of every request cell (a box per model, scenario and workload); a batch sweep
+(`bench --batch`) is its own picture: aggregate and per-sequence decode tok/s against the batch size B, measured
+beside predicted, with the bandwidth ceiling and the knee.
 Files are written whole or not at all (a temporary file, then renamed); the format follows the suffix.
 """
 
@@ -28,6 +30,9 @@ __all__ = [
     "roofline_from_prediction",
     "roofline_from_bench",
     "itl_series",
+    "BatchPoint",
+    "BatchCurve",
+    "batch_curve_from_sweep",
     "write_plot",
 ]
 
@@ -124,11 +129,43 @@ def itl_series(results: Sequence[Any]) -> dict[str, list[float]]:
     return out
 
 
-def write_plot(path: str | Path, roofline: Roofline | None, itls: Mapping[str, list[float]] | None = None) -> Path:
-    """Draw the roofline (and, when given, the ITL boxes beside it) to `path`, atomically."""
+@dataclass(frozen=True)
+class BatchPoint:
+    n_seqs: int  # B
+    decode_tok_s: float | None  # measured aggregate decode tok/s (all sequences)
+    seq_decode_tok_s: float | None  # measured per-sequence decode tok/s (1 / TPOT)
+    predicted_decode_tok_s: float | None  # the prediction of the aggregate
+    ceiling_decode_tok_s: float | None  # B / the bandwidth-bound step time
+
+
+@dataclass(frozen=True)
+class BatchCurve:
+    label: str  # model and workload
+    points: tuple[BatchPoint, ...]  # ascending B
+    knee: int | None  # the last B that still scales
+
+
+def batch_curve_from_sweep(result: Any, label: str) -> BatchCurve:
+    """A batch sweep's levels (ondevice.bench.batch.SweepResult) as the curve to draw."""
+    points = tuple(
+        BatchPoint(lv.n_seqs, lv.decode_tok_s, lv.seq_decode_tok_s, lv.predicted_decode_tok_s, lv.ceiling_decode_tok_s)
+        for lv in result.levels
+    )
+    return BatchCurve(label, points, result.knee)
+
+
+def write_plot(
+    path: str | Path,
+    roofline: Roofline | None,
+    itls: Mapping[str, list[float]] | None = None,
+    batch: BatchCurve | None = None,
+) -> Path:
+    """Draw the roofline, the ITL boxes and the batch sweep curve (those given) side by side to `path`,
+    atomically."""
     plt = require_matplotlib()
     fmt = check_plot_path(path)
-    panels = [p for p in (roofline is not None and roofline.points, bool(itls)) if p]
+    has_batch = batch is not None and any(p.decode_tok_s or p.predicted_decode_tok_s for p in batch.points)
+    panels = [p for p in (roofline is not None and roofline.points, bool(itls), has_batch) if p]
     if not panels:
         from ondevice.core.errors import InvalidParameterError
 
@@ -142,6 +179,9 @@ def write_plot(path: str | Path, roofline: Roofline | None, itls: Mapping[str, l
         column += 1
     if itls:
         _draw_itls(axes[0][column], itls)
+        column += 1
+    if batch is not None and has_batch:
+        _draw_batch(axes[0][column], batch)
     fig.tight_layout()
     metadata = {"Date": None} if fmt == "svg" else {}
     with atomic_write(Path(path)) as out:
@@ -190,6 +230,33 @@ def _draw_itls(ax: Any, itls: Mapping[str, list[float]]) -> None:
     ax.set_xlabel("inter-token latency (ms)")
     ax.set_title("ITL distribution per scenario")
     ax.grid(True, axis="x", linewidth=0.3)
+
+
+def _draw_batch(ax: Any, curve: BatchCurve) -> None:
+    def series(attr: str) -> tuple[list[int], list[float]]:
+        pts = [(p.n_seqs, getattr(p, attr)) for p in curve.points if getattr(p, attr)]
+        return [b for b, _v in pts], [v for _b, v in pts]
+
+    lines = (
+        ("ceiling_decode_tok_s", {"color": "black", "linewidth": 1.2}, "ceiling: B / bandwidth-bound step"),
+        ("predicted_decode_tok_s", {"color": "C0", "linestyle": "--", "marker": "o", "mfc": "none"}, "predicted"),
+        ("decode_tok_s", {"color": "C0", "marker": "o"}, "measured: all sequences"),
+        ("seq_decode_tok_s", {"color": "C1", "marker": "s", "markersize": 4}, "measured: per sequence"),
+    )
+    for attr, style, label in lines:
+        xs, ys = series(attr)
+        if xs:
+            ax.plot(xs, ys, label=label, **style)
+    if curve.knee is not None:
+        ax.axvline(curve.knee, color="grey", linewidth=0.8, linestyle=":", label=f"knee: B = {curve.knee}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks([p.n_seqs for p in curve.points], [str(p.n_seqs) for p in curve.points])
+    ax.set_xlabel("sequences per decode step (B)")
+    ax.set_ylabel("decode tok/s")
+    ax.set_title(f"batch sweep: {curve.label}", fontsize=9)
+    ax.grid(True, which="both", linewidth=0.3)
+    ax.legend(fontsize=7, loc="best")
 
 
 def _colors(n: int) -> list[Any]:

@@ -83,7 +83,8 @@ def register(sub) -> None:
         "--plot",
         metavar="FILE.svg",
         help="draw the roofline (measured and predicted decode tok/s against bytes per token, the ceiling line) "
-        "and the ITL distribution per scenario (.svg, .png or .pdf; needs the extra ondevice[plot])",
+        "and the ITL distribution per scenario; with --batch, the sweep: decode tok/s against B, measured and "
+        "predicted (.svg, .png or .pdf; needs the extra ondevice[plot])",
     )
     p.add_argument(
         "--force", action="store_true", help="replace existing --json/--csv/--md/--plot files (refused without it)"
@@ -101,8 +102,8 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.models[:1] == ["compare"]:
         return run_compare(args)
-    if args.plot is not None and (args.batch is not None or getattr(args, "url", None)):
-        raise BenchError("--plot draws a local bench: not with --batch or --url")
+    if args.plot is not None and getattr(args, "url", None):
+        raise BenchError("--plot draws a local bench: not with --url")
     if args.batch is not None:
         from ondevice.cli.bench_batch import run_batch
 
