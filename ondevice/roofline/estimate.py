@@ -138,7 +138,7 @@ def _terms(
     eta = f.eta[family] if own else f.pooled_eta[family]
     h = (f.hbm_extra if own else f.pooled_hbm_extra) * hbm_flag(gbs)
     eta = 1.0 / (1.0 / eta + h)
-    t0 = f.t0_s[name] if own else f.pooled_t0_s
+    t0 = f.t0_s[name] if name is not None and own else f.pooled_t0_s
     reach = f"{family} weights reach {eta:.0%} of the bandwidth" + (" (an HBM card)" if h else "")
     if own:
         basis = f"{name} fit on {f.n_rows} published llama.cpp runs: {reach}, plus {t0 * 1e3:.1f} ms per token"
@@ -215,7 +215,7 @@ def caveats(spec: ModelSpec, contexts: Sequence[int], backend: str | None, gbs: 
     if gbs > hi or gbs < lo:
         out.append(f"{gbs:g} GB/s is outside the fit's devices ({lo:g}-{hi:g} GB/s): extrapolated")
     name = canonical_backend(backend) or backend
-    t0 = f.t0_s.get(name, f.pooled_t0_s)
+    t0 = f.t0_s.get(name, f.pooled_t0_s) if name is not None else f.pooled_t0_s
     if estimates and t0 and estimates[0].tok_s > 0.6 / t0:
         out.append(
             f"{estimates[0].tok_s:.0f} tok/s is near the {1 / t0:.0f} tok/s that the fit's fixed {t0 * 1e3:.1f} ms per "

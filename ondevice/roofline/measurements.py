@@ -9,6 +9,7 @@ them, benchmarks/estimate_accuracy.py scores the shipped fit on them.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,7 +116,8 @@ def load_measurements(path: Path | None = None) -> tuple[Measurement, ...]:
     """The published-measurement table (the package's own unless path is given). EstimateDataError if unusable."""
     src = data_file(MEASUREMENTS_FILE, path)
     try:
-        with src.open(newline="", encoding="utf-8") as f:
+        # Traversable.open takes no newline=, which csv needs: wrap the byte stream the way open() would
+        with io.TextIOWrapper(src.open("rb"), encoding="utf-8", newline="") as f:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise EstimateDataError(f"cannot read the decode measurement table {src}: {exc}") from None

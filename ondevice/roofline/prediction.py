@@ -161,17 +161,17 @@ def predict(
         calibrated = timing is not None
         notes += (
             timing_notes(timing)
-            if calibrated
+            if timing is not None
             else ["this model's shape was not timed here: the figures are the bound and an estimate"]
         )
         source = "measured"
     gflops, compute_note = ttft_compute(cal.backend, cal.compute_gflops, probe, target)
     floor_cal = replace(cal, compute_gflops=gflops)  # the device's compute on a GPU backend (or the target's)
-    pred = TimedPredictor(spec, cal, timing) if calibrated else Predictor(spec, floor_cal)
+    pred = TimedPredictor(spec, cal, timing) if calibrated and timing is not None else Predictor(spec, floor_cal)
     rows = tuple(_context_row(pred, n, calibrated) for n in contexts)
     ttft = None
     if prompt_tokens is not None and gflops:
-        ttft = _ttft(spec, prompt_tokens, floor_cal)
+        ttft = _ttft(spec, prompt_tokens, gflops, floor_cal.ceiling_gbs)
     notes += [compute_note] if compute_note and prompt_tokens is not None else []
     request = None
     if prompt_tokens:
@@ -317,14 +317,14 @@ def prefill_flops(spec: ModelSpec, p: int) -> float:
     return chunk_flops(spec, 0, p, 1)
 
 
-def _ttft(spec: ModelSpec, p: int, cal: Calibration) -> TTFTPrediction:
+def _ttft(spec: ModelSpec, p: int, compute_gflops: float, ceiling_gbs: float) -> TTFTPrediction:
     flops = prefill_flops(spec, p)
-    compute_s = flops / (cal.compute_gflops * 1e9)
-    bandwidth_s = spec.decode_weight_bytes / (cal.ceiling_gbs * 1e9)
+    compute_s = flops / (compute_gflops * 1e9)
+    bandwidth_s = spec.decode_weight_bytes / (ceiling_gbs * 1e9)
     return TTFTPrediction(
         prompt_tokens=p,
         prefill_flops=flops,
-        compute_gflops=cal.compute_gflops,
+        compute_gflops=compute_gflops,
         compute_s=compute_s,
         bandwidth_s=bandwidth_s,
         floor_s=max(compute_s, bandwidth_s),
@@ -334,11 +334,13 @@ def _ttft(spec: ModelSpec, p: int, cal: Calibration) -> TTFTPrediction:
 def _memory_budget(probe, backend: str, given: int | None) -> tuple[str, int | None]:
     host = probe.host if probe is not None else None
     if backend.upper() == "CPU" or host is None:
-        if given is None and host is None:
+        if given is not None:
+            return "RAM", given
+        if host is None:
             import psutil
 
-            given = psutil.virtual_memory().available
-        return "RAM", given if given is not None else host.ram_available_bytes
+            return "RAM", psutil.virtual_memory().available
+        return "RAM", host.ram_available_bytes
     if host.unified_memory:
         limit = int(_UNIFIED_GPU_SHARE * (host.ram_total_bytes or 0)) or None
         avail = min(x for x in (limit, host.ram_available_bytes) if x) if (limit or host.ram_available_bytes) else None

@@ -99,18 +99,18 @@ def spec_from_flags(
     name: str | None = None,
 ) -> ModelSpec:
     """A ModelSpec from numbers. Raises SpecError naming a missing or invalid field."""
-    missing = [
-        f
-        for f, v in (
-            ("--params", params),
-            ("--quant", quant),
-            ("--layers", layers),
-            ("--kv-heads", kv_heads),
-            ("--head-dim", head_dim),
-        )
-        if v is None
-    ]
-    if missing:
+    if params is None or quant is None or layers is None or kv_heads is None or head_dim is None:
+        missing = [
+            f
+            for f, v in (
+                ("--params", params),
+                ("--quant", quant),
+                ("--layers", layers),
+                ("--kv-heads", kv_heads),
+                ("--head-dim", head_dim),
+            )
+            if v is None
+        ]
         raise SpecError(f"a spec needs {', '.join(missing)} (with --params, --quant, --layers, --kv-heads, --head-dim)")
     n_params = positive_number("--params", params)
     n_active = positive_number("--active-params", active_params) if active_params is not None else n_params
@@ -139,7 +139,7 @@ def spec_from_flags(
     for t, share in mix.items():
         _add(by_type, t, block * share * bits_per_weight(t) / 8)
         _add(decode, t, active_block * share * bits_per_weight(t) / 8)
-    if embed:
+    if vocab and d_model:  # the embedding is known (embed > 0)
         embed_type = head_type if tied else next(iter(mix))
         _add(by_type, embed_type, embed * bits_per_weight(embed_type) / 8)
         _add(decode, embed_type, (embed if tied else d_model) * bits_per_weight(embed_type) / 8)
