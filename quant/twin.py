@@ -10,10 +10,9 @@ llama.cpp's quantizer would give it (`quantized_header`, from its dry run).
     small = reduce_layers(header, 3, matching_blocks(header, 3))
     write_twin(small, "twin.gguf")
 
-The token embedding is gathered one row per token, not read whole (unless the head is tied to it),
-so `write_twin(..., hole_embedding=True)` leaves it as a sparse hole (zeros, no disk writes). That
-decodes as fast on a dense model, but its activations are all zero, and a MoE router would send every
-token to the same experts; the default writes it.
+Every tensor is written, the token embedding too, although a token reads only its own row of it: left
+zeros, every activation is zero, every attention score equal, and attention runs faster than on real
+activations (docs/twins.md), while a MoE router would send every token to the same experts.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ __all__ = [
 ]
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")  # gguf's per-block tensor names: "blk.{bid}.attn_q.weight"
-_EMBED, _HEAD = "token_embd.weight", "output.weight"
 # general.* keys that decide speed; every other general.* key is a label (name, licence, tags, file type)
 _GENERAL_KEPT = (Keys.General.ARCHITECTURE, Keys.General.ALIGNMENT, Keys.General.QUANTIZATION_VERSION)
 # arrays that are not per layer even when their length happens to equal the layer count
@@ -224,13 +222,11 @@ def write_twin(
     *,
     seed: int = 0,
     sparse: bool = False,
-    hole_embedding: bool = False,
     durable: bool = True,
 ) -> Path:
     """Write a GGUF of `header` with valid random data of each tensor's type (ondevice.quant.twindata),
     atomically; return the path. Same header and seed, same bytes. `sparse`: the header only, the
     data region a hole of its full size (for tools that read headers, like the quantizer's dry run).
-    `hole_embedding`: the token embedding left a hole (zeros) unless the output head is tied to it.
     `durable`: flushed to disk before it is renamed into place (False: a scratch twin, timed and removed)."""
     path = Path(path)
     raw = encode_header(header)
@@ -238,21 +234,17 @@ def write_twin(
     ends = [start + off + t.n_bytes for t, off in zip(header.tensors, offsets)]
     total = max(ends, default=start)
     total = -(-total // header.alignment) * header.alignment if header.tensors else start
-    tied = not any(t.name == _HEAD for t in header.tensors)
-    holes = {_EMBED} if hole_embedding and not tied else set()
     with paths.atomic_path(path, durable=durable) as tmp, open(tmp, "r+b") as out:
         out.write(raw)
         if not sparse:
-            _write_data(out, header, start, offsets, holes, np.random.default_rng(seed))
+            _write_data(out, header, start, offsets, np.random.default_rng(seed))
         out.truncate(total)
     return path
 
 
-def _write_data(out, header: Header, start: int, offsets: list[int], holes: set[str], rng) -> None:
+def _write_data(out, header: Header, start: int, offsets: list[int], rng) -> None:
     pools: dict[str, np.ndarray] = {}
     for t, offset in zip(header.tensors, offsets):
-        if t.name in holes:
-            continue
         if t.type not in pools:
             pools[t.type] = block_pool(t.type, rng)
         pool = pools[t.type]

@@ -13,7 +13,7 @@ import pytest
 from ondevice.probing import timing as timing_mod
 from ondevice.probing import timing_for
 from ondevice.probing.timing import TimingPlan, plan_for_engine, time_engine
-from ondevice.probing.timingcache import load_timing, save_timing, timing_key, timing_path
+from ondevice.probing.timingcache import SCHEMA, load_timing, save_timing, timing_key, timing_path
 from ondevice.roofline.timing import ShapeTiming
 
 NaN = float("nan")
@@ -115,10 +115,10 @@ def test_a_model_and_its_renamed_copy_share_the_timing(engine, tiny_model, tmp_p
     "content",
     [
         "{not json",
-        json.dumps({"schema": 1, "timing": {"decode": [[1, "x"]]}}),
-        json.dumps({"schema": 1, "timing": {"decode": [[1, -1]], "prefill": []}}),
+        json.dumps({"schema": SCHEMA, "timing": {"decode": [[1, "x"]]}}),
+        json.dumps({"schema": SCHEMA, "timing": {"decode": [[1, -1]], "prefill": []}}),
         "[" * 100000,
-        json.dumps({"schema": 1, "timing": {"decode": [[1, NaN]]}}),
+        json.dumps({"schema": SCHEMA, "timing": {"decode": [[1, NaN]]}}),
     ],
 )
 def test_a_damaged_timing_file_is_measured_again(engine, tmp_path, content, caplog):
@@ -128,6 +128,16 @@ def test_a_damaged_timing_file_is_measured_again(engine, tmp_path, content, capl
     path.write_text(content)
     assert load_timing(key, tmp_path) is None
     assert "damaged" in caplog.text and str(path) in caplog.text
+
+
+def test_a_timing_of_an_earlier_schema_is_not_reused(engine, tmp_path, caplog):
+    # schema 1 timed twins whose token embedding was zeros: attention ran faster than on real activations
+    key = timing_key("shape", engine.info)
+    save_timing(key, ShapeTiming(decode=((4, 0.01),), prefill=((0, 4, 0.02),)), tmp_path)
+    path = timing_path(key, tmp_path)
+    assert load_timing(key, tmp_path) is not None
+    path.write_text(path.read_text().replace(f'"schema": {SCHEMA}', '"schema": 1'))
+    assert load_timing(key, tmp_path) is None and "damaged" not in caplog.text
 
 
 def test_a_timing_file_that_is_not_a_regular_file_or_is_huge_is_not_read(engine, tmp_path):

@@ -49,9 +49,9 @@ def models(tdir) -> dict[str, Path]:
     return {t: quantize(small, tdir / f"small-{t}.gguf", t, threads=2) for t in TYPES}
 
 
-def _generates(path: Path, *, varied: bool = True) -> None:
-    """Loads through the engine and generates; the logits of a short window are finite (and, unless
-    the token embedding is a hole of zeros, which makes every activation zero, not all equal)."""
+def _generates(path: Path) -> None:
+    """Loads through the engine and generates; the logits of a short window are finite and not all equal (the
+    activations vary, as a real model's do)."""
     from ondevice.engine import load
 
     with load(path, n_ctx=256, n_threads=1) as eng:
@@ -59,7 +59,7 @@ def _generates(path: Path, *, varied: bool = True) -> None:
     assert len(g.timings.itl_s) == 3
     with LogitsModel(path, n_ctx=256, n_threads=1) as m:
         logits = m.window_logits([1, 300, 301, 302, 303], 1)
-    assert np.isfinite(logits).all() and (logits.std() > 0) == varied
+    assert np.isfinite(logits).all() and logits.std() > 0
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -105,15 +105,11 @@ def test_sparse_twin_is_the_header_and_a_hole_of_full_size(models, tdir):
     assert data.size and not data.any()
 
 
-def test_hole_embedding_only_when_the_head_is_not_tied(wide, tdir):
-    header = read_header(wide)
-    path = write_twin(header, tdir / "hole.gguf", hole_embedding=True)
-    embed = _tensor_bytes(path, "token_embd.weight")
-    assert not embed.any() and _tensor_bytes(path, "output.weight").any()
-    _generates(path, varied=False)  # a llama without biases: zero embeddings, zero activations
-    tied = build_synthetic_model(replace(WIDE, n_layer=1, tied_output=True), tdir / "tied.gguf")
-    path = write_twin(read_header(tied), tdir / "tied-hole.gguf", hole_embedding=True)
-    assert _tensor_bytes(path, "token_embd.weight").any()  # the head reads it whole: real data
+def test_the_embedding_is_written_even_when_the_head_is_not_tied_to_it(wide, tdir):
+    # a token reads one row of it, but zeros there make every activation zero and attention faster than real
+    path = write_twin(read_header(wide), tdir / "twin.gguf")
+    assert _tensor_bytes(path, "token_embd.weight").any() and _tensor_bytes(path, "output.weight").any()
+    _generates(path)
 
 
 def _tensor_bytes(path: Path, name: str) -> np.ndarray:

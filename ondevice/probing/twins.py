@@ -19,8 +19,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gguf import Keys
-
 from ondevice.core import paths
 from ondevice.gguf.spec import ModelSpec
 from ondevice.roofline.attention import decode_spans
@@ -138,9 +136,7 @@ def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress, opened: Ope
     paths.remove_stale_temps(work_dir, owned=True)
     path = work_dir / f"twin-{shape_key(header)}-{tag}.gguf"
     say(f"writing a twin ({tag} blocks)")
-    # a dense model's embedding is gathered a row per token: left a hole (zeros), it costs no writing; a mixture
-    # of experts keeps it, so that its router sends tokens to varied experts; a scratch file, not flushed to disk
-    write_twin(header, path, hole_embedding=not header.value(header.key(Keys.LLM.EXPERT_COUNT), 0), durable=False)
+    write_twin(header, path, durable=False)  # a scratch file, not flushed to disk
     try:
         opened(path)
         yield path
