@@ -102,8 +102,12 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.models[:1] == ["compare"]:
         return run_compare(args)
-    if args.plot is not None and getattr(args, "url", None):
-        raise BenchError("--plot draws a local bench: not with --url")
+    if args.plot is not None:  # the extra installed and the format known, before any model loads
+        if getattr(args, "url", None):
+            raise BenchError("--plot draws a local bench: not with --url")
+        from ondevice.bench.plot import check_plot_path
+
+        check_plot_path(args.plot)
     if args.batch is not None:
         from ondevice.cli.bench_batch import run_batch
 
@@ -114,10 +118,6 @@ def run(args: argparse.Namespace) -> int:
         _check_outputs(args, ("--json", "--csv", "--md"))
         return _exit_code(*bench_serve.run_serve(args, _config, _write_outputs))
     _check_outputs(args, ("--json", "--csv", "--md", "--plot"))
-    if args.plot is not None:
-        from ondevice.bench.plot import check_plot_path
-
-        check_plot_path(args.plot)
     from ondevice.bench.runner import plan_bench, run_bench
 
     config = _config(args)

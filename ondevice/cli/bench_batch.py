@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,6 @@ def run_batch(args: argparse.Namespace, make_config: Callable, check_outputs: Ca
     levels = _check_args(args)
     workload, built_in = batch_workload(args)
     check_outputs(args, ("--json", "--csv", "--md", "--plot"))
-    if args.plot is not None:
-        from ondevice.bench.plot import check_plot_path
-
-        check_plot_path(args.plot)  # the extra installed and the format known, before the model loads
     suite = with_counts(Suite("batch", (workload,), repeats=3, warmup=1), repeats=args.repeat, warmup=args.warmup)
     # --n-ctx is the context the whole batch may use (checked below), not the engine's own
     config = replace(make_config(args), suite=suite, scenarios=(), cap_to_context=built_in, n_ctx=None)
@@ -119,7 +116,8 @@ def _report(args, config, plan, digests, sweep, outcome, bounds, write_files) ->
     doc = br.sweep_document(record, sweep.workload, result, outcome.runs)
     sys.stdout.write(br.render_sweep(record, sweep.workload, result, width=terminal_width()))
     label = f"{plan.label}, {sweep.workload.prompt_tokens} + {sweep.workload.output_tokens} tokens"
-    _write(args, doc, lambda: br.sweep_markdown(record, sweep.workload, result), write_files, (result, label))
+    draw = partial(_write_plot, result=result, label=label)
+    _write(args, doc, lambda: br.sweep_markdown(record, sweep.workload, result), write_files, draw)
     if outcome.incomplete:
         print("ondevice: bench interrupted: the results above are incomplete", file=sys.stderr)
         return 130
@@ -127,7 +125,7 @@ def _report(args, config, plan, digests, sweep, outcome, bounds, write_files) ->
     return 1 if failed or (bounds and result.slo_max_seqs is None) else 0
 
 
-def _write(args, doc: dict, markdown: Callable[[], str], write_files: Callable, curve: tuple[Any, str]) -> None:
+def _write(args, doc: dict, markdown: Callable[[], str], write_files: Callable, draw: Callable[[str], None]) -> None:
     from ondevice.bench import batch_report as br
     from ondevice.bench import report
     from ondevice.core.paths import atomic_write
@@ -142,7 +140,7 @@ def _write(args, doc: dict, markdown: Callable[[], str], write_files: Callable, 
             ("--json", args.json, lambda p: report.write_json(p, doc)),
             ("--csv", args.csv, lambda p: br.write_sweep_csv(p, doc)),
             ("--md", args.md, write_md),
-            ("--plot", args.plot, lambda p: _write_plot(p, *curve)),
+            ("--plot", args.plot, draw),
         ),
     )
 

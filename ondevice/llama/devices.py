@@ -38,7 +38,7 @@ class LlamaDevice:
     """A device llama.cpp's ggml registered (ggml_backend_dev_*)."""
 
     name: str  # "CPU", "CUDA0", "Metal", "Vulkan0", ...
-    description: str  # "AMD EPYC", "NVIDIA GeForce RTX 4090", ...
+    description: str  # the device's name as its backend reports it
     kind: str  # "CPU", "GPU", "ACCEL", "IGPU"
     memory_total_bytes: int | None  # device memory, bytes
     memory_free_bytes: int | None  # free device memory, bytes

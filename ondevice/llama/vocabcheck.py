@@ -59,13 +59,13 @@ def _round_trip(lib, vocab) -> None:
 def main(argv: list[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m ondevice.llama.vocabcheck", description="the first-open child")
+    parser = argparse.ArgumentParser(
+        prog="python -m ondevice.llama.vocabcheck",
+        description="the first-open child",
+        epilog=f"exit 0: opened; exit {REFUSED_EXIT}: llama.cpp refused the file; killed by a signal: it aborts",
+    )
     parser.add_argument("path", type=Path, help="the GGUF file to open vocab-only")
-    path = parser.parse_args(argv).path
-    code = open_vocab_only(path)
-    if code == REFUSED_EXIT:  # the parent reads the exit status; this line is for whoever runs the child by hand
-        print(f"llama.cpp could not open {path} vocab-only", file=sys.stderr)
-    return code
+    return open_vocab_only(parser.parse_args(argv).path)  # the parent reads the exit status, nothing printed
 
 
 if __name__ == "__main__":
