@@ -53,8 +53,13 @@ def test_first_contact_measures_what_a_first_run_does_and_can_leave_the_cache_al
 
     monkeypatch.setattr(host, "probe_disk", not_on_first_contact)
     monkeypatch.setattr(host, "probe_compute", not_on_first_contact)
+    floors: list[int] = []
+    monkeypatch.setattr(
+        host, "array_bytes_for", lambda *_a, floor=host.MIN_ARRAY_BYTES: floors.append(floor) or 16 << 20
+    )
     cached = api.first_contact("CPU")
     assert cached.compute is None and cached.disk is None and cache.load_cached("CPU") == cached
+    assert floors == [host.QUICK_MIN_ARRAY_BYTES]  # smaller arrays: fresh memory is most of what it costs
     fresh = api.first_contact("CPU", refresh=True, save=False)
     assert fresh.created_unix_s > cached.created_unix_s
     assert cache.load_cached("CPU") == cached  # measured, not cached

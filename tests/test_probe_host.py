@@ -14,7 +14,7 @@ import pytest
 
 from ondevice.core.errors import ProbeError
 from ondevice.probing import host
-from ondevice.probing.host import MIN_ARRAY_BYTES, array_bytes_for, probe_compute, probe_memory
+from ondevice.probing.host import MIN_ARRAY_BYTES, QUICK_MIN_ARRAY_BYTES, array_bytes_for, probe_compute, probe_memory
 
 MIB = 1 << 20
 
@@ -153,6 +153,9 @@ def test_array_size_rules():
     assert array_bytes_for(None, None) == MIN_ARRAY_BYTES
     assert array_bytes_for(32 * MIB, 1 << 30) == (1 << 30) // 16 // MIB * MIB  # 2 arrays within 1/8 of free RAM
     assert array_bytes_for(32 * MIB, 1) == 8 * MIB  # never below 8 MiB
+    # the first-contact probe's floor is lower, never below 4x the last-level cache
+    assert array_bytes_for(None, None, floor=QUICK_MIN_ARRAY_BYTES) == QUICK_MIN_ARRAY_BYTES < MIN_ARRAY_BYTES
+    assert array_bytes_for(64 * MIB, 64 << 30, floor=QUICK_MIN_ARRAY_BYTES) == 4 * 64 * MIB
 
 
 def test_compute_probe_small():

@@ -431,3 +431,21 @@ def test_labels_say_where_figures_come_from(empty_cache, capsys):
     assert main(["predict", *SPEC, "--device", "RTX 4060", "--memory", "4", "--ctx", "128"]) == 0
     out = capsys.readouterr().out
     assert "DOES NOT FIT" in out and "the model does not fit the VRAM there: the estimate is for a machine" in out
+
+
+def test_a_timed_prediction_past_a_bound_says_which_figure_to_doubt(tiny_model):
+    spec = inspect(tiny_model)
+    within = predict(
+        spec, ctx=(16,), probe=fake_result(build="b", read_gbs=1e4), prompt_tokens=8, timing=fake_timing(spec)
+    )
+    assert not any("faster than the ceiling" in n or "under the TTFT floor" in n for n in within.notes)
+    # a probe that read 1 MB/s: every timed step beats its ceiling; a probe whose compute is 1 GFLOP/s: the
+    # timed TTFT beats the floor made of it
+    slow = dataclasses.replace(
+        fake_result(build="b", read_gbs=0.001),
+        compute=dataclasses.replace(fake_result(build="b").compute, f32_gflops=1e-3),
+    )
+    past = predict(spec, ctx=(16, 64), probe=slow, prompt_tokens=8, timing=fake_timing(spec))
+    assert past.contexts[0].predicted_tok_s > past.contexts[0].ceiling_tok_s
+    assert any("faster than the ceiling at 16, 64 tokens" in n and "probe --refresh" in n for n in past.notes)
+    assert past.request.ttft_s < past.ttft.floor_s and any("under the TTFT floor" in n for n in past.notes)

@@ -44,7 +44,7 @@ def test_timing_an_engine_measures_every_point_of_the_plan(engine):
     # decode after each chunk (4 steps), after the short prompt (its 4 steps), after each link of the chain:
     # at the context of the middle of the steps
     assert [n for n, _s in t.decode] == [1 + 2, 4 + 2, 8 + 2, 16 + 2, 32 + 2, 48 + 2]
-    assert [b for b, _s in t.batch] == [2] and t.batch_ctx == 8 + 4  # the short prompt and half the 8 batch steps
+    assert [b for b, _s in t.batch] == [2] and t.batch_ctx == 4 + 4  # the batch prompt and half the 8 batch steps
     assert t.n_ubatch == engine.info.n_ubatch and t.plan == "full" and t.source == "model"
     assert t.spread >= 0 and t.other_cpu_cores >= 0 and t.elapsed_s > 0
     assert ShapeTiming.from_dict(json.loads(json.dumps(t.to_dict()))) == t
@@ -257,3 +257,9 @@ def test_the_twins_decode_difference_takes_its_level_from_the_long_paired_bursts
     assert ("blocks", 40) not in shared
     for ctx in (3, 18, 130, 514):
         assert shared[("decode", ctx)] == pytest.approx(0.011 + 1e-6 * ctx)
+
+
+def test_the_twins_decode_difference_without_decode_points_is_the_bursts_level_at_their_context():
+    diffs = {("blocks", 24): [0.010, 0.012, 0.030], ("prefill", 0, 16): [0.2, 0.3, 0.1]}
+    shared = timing_mod._paired_differences(diffs)
+    assert shared == {("decode", 24): pytest.approx(0.012), ("prefill", 0, 16): pytest.approx(0.2)}

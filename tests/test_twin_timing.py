@@ -78,6 +78,39 @@ def test_twins_stop_after_the_rounds_agree_and_time_batches_in_the_first_round_o
     assert len(children) == 1
 
 
+def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_against_the_fewer(tmp_path, monkeypatch):
+    import ondevice.probing.timing as timing_mod
+
+    asked: list[tuple[int, int]] = []  # (blocks of the engine, tokens asked) of every prompt the round times
+    real = timing_mod._first_token_s
+    monkeypatch.setattr(
+        timing_mod,
+        "_first_token_s",
+        lambda eng, ids, reuse, max_tokens=1: (
+            asked.append((eng.info.spec.n_layer, max_tokens)) or real(eng, ids, reuse, max_tokens)
+        ),
+    )
+    bursts: list[tuple[int, int]] = []
+    real_bursts = timing_mod._decode_bursts
+    monkeypatch.setattr(
+        timing_mod,
+        "_decode_bursts",
+        lambda a, a_ids, b, b_ids, steps: (
+            bursts.append((a.info.spec.n_layer, b.info.spec.n_layer)) or real_bursts(a, a_ids, b, b_ids, steps)
+        ),
+    )
+    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 5}  # a shape no other test times
+    header = quantized_header(header_from_hf_config(config), "Q8_0")
+    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    args = {"n_ctx": 256, "n_threads": 1}
+    timing, _info = time_header(header, spec, plan=PLAN, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))
+    many = [tokens for blocks, tokens in asked if blocks == 3]
+    assert many == [1, 1]  # each chunk from an empty cache, its first token only: no short-context decode point
+    assert any(blocks == 1 and tokens > 1 for blocks, tokens in asked)  # the fewer decodes after its chunks
+    assert bursts == [(1, 1), (3, 1)]  # long vs short context on the fewer, then more vs fewer blocks
+    assert len(timing.decode) >= 3 and all(s > 0 for _c, s in timing.decode)
+
+
 def test_rounds_agree_when_the_multiplied_differences_lie_within_ten_percent():
     from ondevice.probing.timing import _settled
 

@@ -137,7 +137,7 @@ def _measure(
     """Measure the host now: memory bandwidth, and with `full` compute, the read curve and the disk."""
     from ondevice.core.errors import ProbeError
     from ondevice.probing import cache, hardware
-    from ondevice.probing.host import array_bytes_for, best_of, probe_compute, probe_memory
+    from ondevice.probing.host import QUICK_MIN_ARRAY_BYTES, array_bytes_for, best_of, probe_compute, probe_memory
     from ondevice.probing.nameplate import lookup
     from ondevice.probing.readcurve import probe_read_curve
     from ondevice.probing.result import ProbeResult
@@ -146,7 +146,8 @@ def _measure(
     if backend.upper() != "CPU" and host.accelerator_backend.upper() != backend.upper():
         raise ProbeError(f"backend {backend!r} is not in this llama.cpp build ({host.accelerator_backend})")
     threads = n_threads or hardware.default_threads(host)
-    array_bytes = array_bytes_for(host.llc_bytes, host.ram_available_bytes)
+    floor = {} if full else {"floor": QUICK_MIN_ARRAY_BYTES}
+    array_bytes = array_bytes_for(host.llc_bytes, host.ram_available_bytes, **floor)
     say(f"host memory bandwidth ({threads} threads)")
     memory = probe_memory(threads, array_bytes, passes=memory_passes)
     compute = curve = disk = None
@@ -261,14 +262,15 @@ def timing_for_header(
     cache_root: Path | None = None,
 ):
     """The ShapeTiming of a model known by its header alone (a config.json, a file not downloaded): cached under
-    its shape and the engine arguments asked, else timed now on its twins (probing.twins) and cached."""
+    its shape and the engine arguments asked, else timed now on its twins (probing.twins) and cached. plan:
+    probing.timing.UNBATCHED by default (decode and prefill, no batched steps)."""
     from ondevice.probing import cache
-    from ondevice.probing.timing import FULL
+    from ondevice.probing.timing import UNBATCHED
     from ondevice.probing.timingcache import load_timing, requested_key, save_timing
     from ondevice.probing.twins import time_header
     from ondevice.quant.twin import shape_key
 
-    plan, args = plan or FULL, {"n_ctx": twin_n_ctx(spec), **(engine_args or {})}
+    plan, args = plan or UNBATCHED, {"n_ctx": twin_n_ctx(spec), **(engine_args or {})}
     key = requested_key(shape_key(header), args)
     found = None if refresh else load_timing(key, cache_root)
     if found is not None and (found.plan == "full" or plan.name == "quick"):

@@ -40,6 +40,7 @@ import numpy as np
 from ondevice.core.errors import ProbeError
 
 __all__ = [
+    "QUICK_MIN_ARRAY_BYTES",
     "MemoryProbe",
     "ComputeProbe",
     "DiskProbe",
@@ -56,6 +57,10 @@ __all__ = [
 _MB = 1 << 20
 _MIN_SLICE = 32 * 1024  # float64 elements per thread at least
 MIN_ARRAY_BYTES = 256 * _MB  # also covers system-level caches the OS does not report
+# the first-contact probe's floor: half of it. Its arrays are fresh memory, and touching fresh memory is most of what
+# a first run adds (slow on some VMs: a page fault each that the host backs); still 4x the caches the OS reports,
+# and a full `ondevice probe` measures over MIN_ARRAY_BYTES later
+QUICK_MIN_ARRAY_BYTES = 128 * _MB
 _ABSENT_BYTE = 0x01  # memchr's needle: the arrays hold 1.0 and 2.0 (bytes 0x00, 0xF0, 0x3F and 0x40), never this
 
 
@@ -83,10 +88,12 @@ class ComputeProbe:
         return asdict(self)
 
 
-def array_bytes_for(llc_bytes: int | None, available_bytes: int | None, n_arrays: int = 2) -> int:
-    """Bytes per array: at least 4x the last-level cache and MIN_ARRAY_BYTES, the n_arrays
-    together at most 1/8 of the free RAM, never below 8 MiB; whole MiB."""
-    want = max(4 * (llc_bytes or 0), MIN_ARRAY_BYTES)
+def array_bytes_for(
+    llc_bytes: int | None, available_bytes: int | None, n_arrays: int = 2, *, floor: int = MIN_ARRAY_BYTES
+) -> int:
+    """Bytes per array: at least 4x the last-level cache and `floor`, the n_arrays together at most 1/8
+    of the free RAM, never below 8 MiB; whole MiB."""
+    want = max(4 * (llc_bytes or 0), floor)
     if available_bytes:
         want = min(want, available_bytes // (8 * n_arrays))
     return max(want // _MB, 8) * _MB

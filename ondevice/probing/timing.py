@@ -29,7 +29,17 @@ from ondevice.core.cpuload import OtherCpu
 from ondevice.core.errors import ProbeError
 from ondevice.roofline.timing import ShapeTiming, robust_line
 
-__all__ = ["TimingPlan", "FULL", "QUICK", "TWINS", "time_engine", "time_pair", "probe_ids", "plan_for_engine"]
+__all__ = [
+    "TimingPlan",
+    "FULL",
+    "QUICK",
+    "TWINS",
+    "UNBATCHED",
+    "time_engine",
+    "time_pair",
+    "probe_ids",
+    "plan_for_engine",
+]
 
 Progress = Callable[[str], None]
 
@@ -46,6 +56,7 @@ class TimingPlan:
     short_prompt: int = 16  # prompt tokens before the short-context decode steps
     decode_steps: int = 16  # decode steps timed at each context (their mean counts)
     batch: tuple[int, ...] = (2, 4, 8, 16)  # sequences per batched decode step
+    batch_prompt: int = 4  # prompt tokens of each sequence before the batched steps (each prefilled on its own)
     rounds: int = 3  # every point is timed this many times; the median round counts
     batch_rounds: int | None = None  # the rounds that time the batch points (None: all); each is B sequences' steps
     min_rounds: int | None = None  # time_pair: stop after this many rounds once they agree (None: always `rounds`)
@@ -58,7 +69,7 @@ class TimingPlan:
     def tokens(self) -> int:
         """Tokens one round computes (the chunk on top reuses the longest chunk's cache): what its cost grows with."""
         on_top = self.chain * max(self.chunks) + self.decode_steps
-        batch = sum(b * (self.short_prompt + self.decode_steps) for b in self.batch)
+        batch = sum(b * (self.batch_prompt + _BATCH_STEPS) for b in self.batch)
         return sum(self.chunks) + on_top + self.short_prompt + self.decode_steps + batch
 
 
@@ -77,6 +88,10 @@ TWINS = TimingPlan(
     batch_rounds=1,
     min_rounds=2,
 )
+# a model known by its header alone (`ondevice predict --config`, a file not downloaded): what predict shows, decode
+# and TTFT, without the batched steps (a third of a large model's first round; a batch step is then estimated from
+# the chunks, roofline.timing.TimedPredictor._columns_s); the twins of a large one time the same points (time_header)
+UNBATCHED = replace(FULL, batch=())
 # a first run: about a second on a small model (chunks up to 128, one on top, fewer decode steps, one round)
 QUICK = TimingPlan(name="quick", chunks=(1, 16, 128), chain=1, decode_steps=8, batch=(), rounds=1)
 
@@ -116,14 +131,18 @@ def _decode_point(g: Any, n_prompt: int) -> dict[tuple, float]:
     )
 
 
-def _shared_points(plan: TimingPlan, vocab: int, batches: dict[int, dict[int, Any]]) -> list[tuple[tuple, Measure]]:
-    """What a round times on any engine: decode after a short prompt, batched steps (batches: id(engine) ->
+def _shared_points(
+    plan: TimingPlan, vocab: int, batches: dict[int, dict[int, Any]], *, decode: bool = True
+) -> list[tuple[tuple, Measure]]:
+    """What a round times on an engine: decode after a short prompt, batched steps (batches: id(engine) ->
     {B: its batch context}), chunks from an empty cache (each followed by a few decode steps: decode at their
-    context), the longest last (the chain goes on top of it)."""
+    context), the longest last (the chain goes on top of it). decode=False: neither the short-context decode
+    point nor the steps after the chunks (time_pair's more-block twin: its decode comes from paired bursts)."""
+    after = _AFTER_CHUNK if decode else 0
 
     def chunk(k: int) -> Measure:
         def measure(eng: Any, salt: int) -> dict[tuple, float]:
-            t, g = _first_token_s(eng, probe_ids(vocab, k, salt + k), reuse=False, max_tokens=1 + _AFTER_CHUNK)
+            t, g = _first_token_s(eng, probe_ids(vocab, k, salt + k), reuse=False, max_tokens=1 + after)
             return {("prefill", 0, k): t, **_decode_point(g, k)}
 
         return measure
@@ -134,14 +153,14 @@ def _shared_points(plan: TimingPlan, vocab: int, batches: dict[int, dict[int, An
 
     def batch(b: int) -> Measure:
         def step(eng: Any, salt: int) -> dict[tuple, float]:
-            prompts = [probe_ids(vocab, plan.short_prompt, salt + i) for i in range(b)]
+            prompts = [probe_ids(vocab, plan.batch_prompt, salt + i) for i in range(b)]
             bg = batches[id(eng)][b].generate(prompts, max_tokens=1 + _BATCH_STEPS, ignore_eos=True, seed=0)
             full = [s for s, n in zip(bg.step_s, bg.step_seqs) if n == b]
             return {("batch", b): statistics.fmean(full)} if full else {}
 
         return step
 
-    points: list[tuple[tuple, Measure]] = [(("short",), short)]
+    points: list[tuple[tuple, Measure]] = [(("short",), short)] if decode else []
     points += [(("batch", b), batch(b)) for b in plan.batch]
     return points + [(("chunk", k), chunk(k)) for k in sorted(plan.chunks)]  # the longest last: the chain's base
 
@@ -202,16 +221,24 @@ def _decode_bursts(
 
 
 @contextlib.contextmanager
-def _timing_session(engines: list[Any], plan: TimingPlan) -> Iterator[dict[int, dict[int, Any]]]:
-    """Engines warmed up, their batch contexts open, their requests kept off the callers' seeds."""
+def _timing_session(
+    engines: list[Any], plan: TimingPlan, *, decode_only: tuple[Any, ...] = ()
+) -> Iterator[dict[int, dict[int, Any]]]:
+    """Engines warmed up, the batch contexts of those that do more than decode (not in decode_only) open, their
+    requests kept off the callers' seeds. A plan of several rounds warms each of those up with its longest chunk:
+    the first pass of that size is the first to use all of the engine's compute buffers, and where fresh memory is
+    slow to touch (a VM's), it would make the first round alone slower and the rounds disagree."""
     with contextlib.ExitStack() as stack:
         batches: dict[int, dict[int, Any]] = {}
         for eng in engines:
             stack.enter_context(eng.side_requests())
-            eng.generate(probe_ids(eng.n_vocab, 8), max_tokens=2, ignore_eos=True, seed=0, reuse_prefix=False)
-            seq = plan.short_prompt + _BATCH_STEPS + 8
+            prefills = all(eng is not d for d in decode_only)
+            warm = max(plan.chunks) if plan.rounds > 1 and prefills else 8
+            eng.generate(probe_ids(eng.n_vocab, warm), max_tokens=2, ignore_eos=True, seed=0, reuse_prefix=False)
+            seq = plan.batch_prompt + _BATCH_STEPS + 8
             batches[id(eng)] = {
-                b: stack.enter_context(contextlib.closing(eng.batched(b, seq_tokens=seq))) for b in plan.batch
+                b: stack.enter_context(contextlib.closing(eng.batched(b, seq_tokens=seq)))
+                for b in (plan.batch if prefills else ())
             }
         yield batches
 
@@ -248,24 +275,30 @@ def time_pair(
     plus the paired differences (_paired_differences). The chain and the decode after it are timed on the fewer alone
     (roofline.extrapolate_layers scales them: attention is the same in every block), that decode in bursts
     alternating with the short-context decode of a second engine on the fewer twin (few_again): the difference,
-    which extrapolation multiplies by the model's blocks over the twin's, comes from the same moments."""
+    which extrapolation multiplies by the model's blocks over the twin's, comes from the same moments. The more-block
+    twin decodes only in bursts alternating with few_again's (its decode level at a short context); what a longer
+    context adds to it is the fewer twin's attention per cell times its blocks (roofline.extrapolate_layers)."""
     say = progress or (lambda _msg: None)
     plan = plan_for_engine(plan, min(few.info.n_ctx, many.info.n_ctx), few.info.n_ubatch)
     other, t0 = OtherCpu(), time.perf_counter()
     rounds_few: list[dict[tuple, float]] = []
     diffs: dict[tuple, list[float]] = {}
     short = ("decode", plan.short_prompt + plan.decode_steps // 2)
-    with _timing_session([few, many, few_again], plan) as batches:
+    with _timing_session([few, many, few_again], plan, decode_only=(few_again,)) as batches:
         points = _shared_points(plan, few.n_vocab, batches)
+        on_many = dict(_shared_points(plan, few.n_vocab, batches, decode=False))
         for r in range(plan.rounds):
             say(f"timing the twins: round {r + 1} of {plan.rounds}")
             out = {}
             for i, (key, measure) in enumerate(points):
                 if not plan.times(key, r):
                     continue
-                first, second = (few, many) if (r + i) % 2 == 0 else (many, few)
-                a, b = measure(first, r * 131), measure(second, r * 131)
-                mine, theirs = (a, b) if first is few else (b, a)
+                if key not in on_many:
+                    out.update(measure(few, r * 131))
+                    continue
+                turns = ((few, measure), (many, on_many[key]))  # which goes first alternates
+                got = {id(eng): m(eng, r * 131) for eng, m in (turns if (r + i) % 2 == 0 else turns[::-1])}
+                mine, theirs = got[id(few)], got[id(many)]
                 out.update(mine)
                 for key in mine.keys() & theirs.keys():
                     diffs.setdefault(key, []).append(theirs[key] - mine[key])
@@ -300,21 +333,20 @@ def _settled(diffs: dict[tuple, list[float]], longest: int) -> bool:
 
 def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
     """What the more-block twin took beyond the fewer at each point: the median of its paired differences. The
-    decode points' differences lie on a line over their contexts: its slope (what more blocks' attention adds as
-    the context grows) a robust line through them (each point's few steps alone are noisy), its level the
-    median of the ("blocks", context) differences, long decode bursts of both twins alternating (without those,
-    the robust line's own level)."""
-    shared = {key: statistics.median(d) for key, d in diffs.items() if key[0] != "blocks"}
+    decode differences lie on a line over their contexts: its slope (what more blocks' attention adds as the
+    context grows) a robust line through the ("decode", context) differences (each point's few steps alone are
+    noisy; none: no slope), its level the median of the ("blocks", context) differences, long decode bursts of
+    both twins alternating (without those, the robust line's own level). The line gives a decode difference at
+    every context either kind was timed at."""
+    shared = {key: statistics.median(d) for key, d in diffs.items() if key[0] not in ("decode", "blocks")}
     decode = [(float(key[1]), d) for key, ds in diffs.items() if key[0] == "decode" for d in ds]
     blocks = [(float(key[1]), d) for key, ds in diffs.items() if key[0] == "blocks" for d in ds]
-    if not decode:
+    if not decode and not blocks:
         return shared
-    a, b = (
-        robust_line(decode) if len({ctx for ctx, _d in decode}) > 1 else (statistics.median(d for _c, d in decode), 0.0)
-    )
-    if blocks:
-        a = statistics.median(d - b * ctx for ctx, d in blocks)
-    shared.update({key: a + b * key[1] for key in shared if key[0] == "decode"})
+    b = robust_line(decode)[1] if len({ctx for ctx, _d in decode}) > 1 else 0.0
+    a = statistics.median(d - b * ctx for ctx, d in (blocks or decode))
+    contexts = {int(ctx) for ctx, _d in decode + blocks}
+    shared.update({("decode", ctx): a + b * ctx for ctx in contexts})
     return shared
 
 
@@ -335,7 +367,7 @@ def _timing(rounds: list[dict[tuple, float]], plan: TimingPlan, info: Any, other
         decode=tuple(sorted((key[1], t) for key, t in best.items() if key[0] == "decode")),
         prefill=tuple(sorted((key[1], key[2], t) for key, t in best.items() if key[0] == "prefill")),
         batch=tuple(sorted((key[1], t) for key, t in best.items() if key[0] == "batch")),
-        batch_ctx=plan.short_prompt + _BATCH_STEPS // 2 if plan.batch else 0,
+        batch_ctx=plan.batch_prompt + _BATCH_STEPS // 2 if plan.batch else 0,
         n_ubatch=int(info.n_ubatch),
         plan=plan.name,
         spread=spread,

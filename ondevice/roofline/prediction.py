@@ -191,6 +191,7 @@ def predict(
         backend=mem_backend,
         n_gpu_layers=(spec.n_layer or 0) + 1 if where != "RAM" else 0,
     )
+    notes += _beyond_bound_notes(rows, ttft, request, cal) if calibrated else []
     estimates = () if calibrated else estimates_for(pred, contexts, target.backend if target else cal.backend)
     notes += _estimate_notes(spec, contexts, target.backend if target else cal.backend, cal, estimates, memory)
     if request is not None and target is not None and not gflops:  # no compute figure there: no TTFT, no E2E
@@ -225,6 +226,26 @@ def timing_notes(timing: ShapeTiming) -> list[str]:
             f"timed while other processes used {timing.other_cpu_cores:.1f} cores (rounds "
             f"{100 * timing.spread:.0f}% apart): the figures may be slow; `ondevice probe --refresh` "
             "times it again"
+        )
+    return notes
+
+
+def _beyond_bound_notes(rows, ttft, request, cal: Calibration) -> list[str]:
+    """What to make of a timed prediction past a bound: faster than the decode ceiling (the probe's bandwidth is
+    lower than what the timing read: a stale or disturbed probe), or a TTFT under the compute floor (the probe's
+    compute figure is numpy's f32 product; llama.cpp's quantized kernels can do more)."""
+    notes = []
+    over = [r.n_ctx for r in rows if r.predicted_tok_s and r.predicted_tok_s > r.ceiling_tok_s]
+    if over:
+        notes.append(
+            f"predicted faster than the ceiling at {', '.join(map(str, over))} tokens: the probe's "
+            f"{cal.ceiling_gbs:.1f} GB/s is less than this machine read while timing the model; "
+            "`ondevice probe --refresh` measures it again"
+        )
+    if ttft is not None and request is not None and request.ttft_s is not None and request.ttft_s < ttft.floor_s:
+        notes.append(
+            "predicted TTFT under the TTFT floor: the floor's compute figure is the probe's f32 matrix product, "
+            "and llama.cpp's quantized kernels prefilled faster when timed (the timed figure stands)"
         )
     return notes
 

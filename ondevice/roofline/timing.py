@@ -142,7 +142,7 @@ def extrapolate_layers(
     shortest = (min(s for s, _t in many.decode),) if many.decode else ()
     decode = merged(few.decode, many.decode, lambda x: shortest, "decode")
     if few_cells is not None and shortest:
-        per_cell = _attention_per_cell(few.decode, few_cells)
+        per_cell = _attention_per_cell(few.decode, few_cells, base_ctx=shortest[0])
         at_base = dict(decode)[shortest[0]]
         shared = {ctx for ctx, _t in many.decode}
         scale = n_layer / n_few * per_cell
@@ -163,12 +163,17 @@ def extrapolate_layers(
     )
 
 
-def _attention_per_cell(points: Sequence[tuple[int, float]], cells: Callable[[int], float]) -> float:
-    """What one more attended cell adds to a decode step: from the short-context points (a quarter of the longest
-    context or less: their median) to the longest-context point, which a twin's timing measures against a
-    short-context decode in alternating bursts (the same moments); never negative."""
+def _attention_per_cell(
+    points: Sequence[tuple[int, float]], cells: Callable[[int], float], base_ctx: int | None = None
+) -> float:
+    """What one more attended cell adds to a decode step: from the point at base_ctx (the short context a twin's
+    long-context decode was measured against in alternating bursts: the longest point is that point plus the
+    bursts' difference, so this is the difference of the same moments) or, without one, from the short-context
+    points (a quarter of the longest context or less: their median), to the longest-context point; never
+    negative. (Decode steps right after a prefill run slower than steady ones: a median of those would lower it.)"""
     longest_ctx, longest_s = max(points)
-    short = [(cells(ctx), t) for ctx, t in points if ctx <= longest_ctx / 4]
+    at_base = [(cells(ctx), t) for ctx, t in points if ctx == base_ctx and ctx < longest_ctx]
+    short = at_base or [(cells(ctx), t) for ctx, t in points if ctx <= longest_ctx / 4]
     if not short:
         return robust_line([(cells(ctx), t) for ctx, t in points])[1]
     x0, y0 = statistics.median(x for x, _t in short), statistics.median(t for _x, t in short)
