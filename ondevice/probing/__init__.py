@@ -137,7 +137,14 @@ def _measure(
     """Measure the host now: memory bandwidth, and with `full` compute, the read curve and the disk."""
     from ondevice.core.errors import ProbeError
     from ondevice.probing import cache, hardware
-    from ondevice.probing.host import QUICK_MIN_ARRAY_BYTES, array_bytes_for, best_of, probe_compute, probe_memory
+    from ondevice.probing.host import (
+        MIN_ARRAY_BYTES,
+        QUICK_MIN_ARRAY_BYTES,
+        array_bytes_for,
+        best_of,
+        probe_compute,
+        probe_memory,
+    )
     from ondevice.probing.nameplate import lookup
     from ondevice.probing.readcurve import probe_read_curve
     from ondevice.probing.result import ProbeResult
@@ -146,8 +153,8 @@ def _measure(
     if backend.upper() != "CPU" and host.accelerator_backend.upper() != backend.upper():
         raise ProbeError(f"backend {backend!r} is not in this llama.cpp build ({host.accelerator_backend})")
     threads = n_threads or hardware.default_threads(host)
-    floor = {} if full else {"floor": QUICK_MIN_ARRAY_BYTES}
-    array_bytes = array_bytes_for(host.llc_bytes, host.ram_available_bytes, **floor)
+    floor = MIN_ARRAY_BYTES if full else QUICK_MIN_ARRAY_BYTES
+    array_bytes = array_bytes_for(host.llc_bytes, host.ram_available_bytes, floor=floor)
     say(f"host memory bandwidth ({threads} threads)")
     memory = probe_memory(threads, array_bytes, passes=memory_passes)
     compute = curve = disk = None

@@ -296,9 +296,10 @@ def time_pair(
                 if key not in on_many:
                     out.update(measure(few, r * 131))
                     continue
-                turns = ((few, measure), (many, on_many[key]))  # which goes first alternates
-                got = {id(eng): m(eng, r * 131) for eng, m in (turns if (r + i) % 2 == 0 else turns[::-1])}
-                mine, theirs = got[id(few)], got[id(many)]
+                if (r + i) % 2 == 0:  # which twin goes first alternates
+                    mine, theirs = measure(few, r * 131), on_many[key](many, r * 131)
+                else:
+                    theirs, mine = on_many[key](many, r * 131), measure(few, r * 131)
                 out.update(mine)
                 for key in mine.keys() & theirs.keys():
                     diffs.setdefault(key, []).append(theirs[key] - mine[key])

@@ -88,8 +88,7 @@ def time_header(
         # then the same verdict, kept under the model's shape
         a = stack.enter_context(_twin_file(twins[0], work_dir, f"{few}", say, None))
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
-        checked = pool.submit(opened, a)
-        stack.callback(checked.cancel)
+        checked = pool.submit(opened, a)  # (leaving the block waits for it before `a` is removed)
         b = stack.enter_context(_twin_file(twins[1], work_dir, f"{more}", say, None))
         checked.result()
         opened(b)
