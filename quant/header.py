@@ -29,6 +29,7 @@ __all__ = ["Field", "TensorSpec", "Header", "read_header", "encode_header", "dat
 GGUF_VERSION = 3  # the version written
 _SCALAR = {vt: np.dtype(t).newbyteorder("<") for vt, t in GGUFReader.gguf_scalar_to_np.items()}
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+_SPLIT_KEYS = "split."  # gguf-split's keys (Keys.Split): where a file sits among a split model's
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ class Header:
 
 def read_header(path: str | Path) -> Header:
     """The metadata (with value types) and tensor table of a GGUF file. GGUFFormatError /
-    ModelNotFoundError on a file that is not a well-formed GGUF."""
+    ModelNotFoundError on a file that is not a well-formed GGUF. Of a split model (path: its first file),
+    the model's header as one file: the first file's metadata less the split.* keys, every file's tensors."""
     path = Path(path)
     g = read_gguf(path)  # validates the whole header, tensor offsets and sizes included
     with Cursor.open(path, text_errors="surrogateescape") as cur:
@@ -131,6 +133,8 @@ def read_header(path: str | Path) -> Header:
         for _ in range(len(g.metadata)):
             key = cur.string("metadata key")
             fields[key] = _read_value(cur, cur.value_type(cur.u32(f"type of {key!r}"), key), key, depth=0)
+    if g.parts:
+        fields = {key: f for key, f in fields.items() if not key.startswith(_SPLIT_KEYS)}
     tensors = tuple(TensorSpec(t.name, tuple(int(d) for d in t.shape), t.type_name) for t in g.tensors)
     return Header(fields, tensors)
 

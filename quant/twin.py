@@ -46,6 +46,7 @@ __all__ = [
     "matching_blocks",
     "quantized_header",
     "write_twin",
+    "split_outside_blocks",
     "header_spec",
 ]
 
@@ -251,6 +252,33 @@ def _write_data(out, header: Header, start: int, offsets: list[int], rng) -> Non
         step = block_format(t.type).block_bytes
         out.seek(start + offset)
         write_tiled(out, pool, t.n_bytes, start=int(rng.integers(0, pool.size // step)) * step)
+
+
+def split_outside_blocks(header: Header) -> tuple[Header, Header]:
+    """`header` as a model split in two files (llama.cpp's gguf-split keys): the first with every key and the
+    blocks' tensors, the second with the tensors outside the blocks (the token embedding, the output head and
+    norm) and no key but its place and general.alignment. The second depends on those tensors alone: twins of one
+    model with different block counts share it (written once, each twin's name linked to it)."""
+    inside = tuple(t for t in header.tensors if _block_of(t.name) is not None)
+    outside = tuple(t for t in header.tensors if _block_of(t.name) is None)
+    kept = {key: f for key, f in header.fields.items() if not key.startswith("split.")}
+    first = {
+        **kept,
+        **_split_fields(0),
+        Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT: Field(GGUFValueType.INT32, len(header.tensors)),
+    }
+    second = _split_fields(1)
+    if Keys.General.ALIGNMENT in header.fields:
+        second = {Keys.General.ALIGNMENT: header.fields[Keys.General.ALIGNMENT], **second}
+    return Header(first, inside), Header(second, outside)
+
+
+def _split_fields(no: int) -> dict[str, Field]:
+    """The keys that place a file among two (the types llama.cpp reads them as)."""
+    return {
+        Keys.Split.LLM_KV_SPLIT_NO: Field(GGUFValueType.UINT16, no),
+        Keys.Split.LLM_KV_SPLIT_COUNT: Field(GGUFValueType.UINT16, 2),
+    }
 
 
 def header_spec(header: Header):

@@ -47,6 +47,45 @@ def test_a_header_is_timed_on_two_twins_and_extrapolated_to_its_blocks(tmp_path,
     assert whole.source == "twin" and not list(shm.rglob("*.gguf")) and not list(work.glob("*.gguf"))
 
 
+def test_the_twins_share_one_file_of_what_lies_outside_their_blocks(tmp_path, monkeypatch):
+    """Each twin is a model split in two whose second file (the embedding, output head and norm) is one file
+    written once; the engines load both twins through it, and nothing stays behind."""
+    import os
+
+    import ondevice.quant.twin as twin_mod
+
+    import ondevice.engine
+    from ondevice.gguf.reader import read_gguf
+
+    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 5}
+    header = quantized_header(header_from_hf_config(config), "Q8_0")
+    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(paths, "SHARED_MEMORY_DIR", shm)
+    written: list = []
+    real_write, real_load = twin_mod.write_twin, ondevice.engine.load
+    monkeypatch.setattr(
+        twin_mod, "write_twin", lambda h, path, **k: written.append((h, path)) or real_write(h, path, **k)
+    )
+    loaded: list = []
+
+    def load(path, **kwargs):
+        g = read_gguf(path)
+        loaded.append((g.get("llama.block_count"), [os.stat(f.path).st_ino for f in g.files]))
+        return real_load(path, **kwargs)
+
+    monkeypatch.setattr(ondevice.engine, "load", load)
+    work = tmp_path / "twins"
+    args = {"n_ctx": 256, "n_threads": 1}
+    time_header(header, spec, plan=replace(PLAN, batch=()), work_dir=work, engine_args=args, blocks=(1, 3))
+    blocks = [sorted({t.name.split(".")[1] for t in h.tensors if t.name.startswith("blk.")}) for h, _p in written]
+    assert blocks == [[], ["0"], ["0", "1", "2"]]  # what lies outside the blocks, once; then each twin's blocks
+    assert [n for n, _inodes in loaded] == [1, 3, 1]
+    assert len({inodes[1] for _n, inodes in loaded}) == 1 and len({inodes[0] for _n, inodes in loaded}) == 2
+    assert not list(shm.rglob("*.gguf")) and not list(work.rglob("*.gguf"))  # written, then removed
+
+
 def test_twins_stop_after_the_rounds_agree_and_time_batches_in_the_first_round_only(tmp_path, monkeypatch):
     import ondevice.probing.timing as timing_mod
     from ondevice.engine.batch import BatchContext

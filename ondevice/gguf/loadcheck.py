@@ -42,7 +42,8 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
     where = str(g.path)
     if not g.tensors:
         raise GGUFFormatError(f"{where}: holds no weights (vocab-only GGUF); nothing to load")
-    check_layout(g, where)
+    for part in g.files:  # each file of a split model laid out on its own
+        check_layout(part, str(part.path))
     if not spec.arch:
         raise GGUFFormatError(f"{where}: no {Keys.General.ARCHITECTURE}; cannot load")
     check_hparams(g, spec.arch, where)

@@ -9,13 +9,18 @@ never reach llama.cpp, and the work a header can ask for is bounded by the file
 (ondevice.gguf.cursor). Large arrays (the vocabulary) and arrays of arrays are kept as
 references and only decoded on request. Paths that are not regular files (FIFOs, devices)
 are refused before they are opened.
+
+A model split over several files (llama.cpp's gguf-split: `name-00001-of-00003.gguf` and on) is read
+from its first file, as llama.cpp loads it: the other files are found by that name, each checked as
+llama.cpp checks them (its split.no, no tensor named twice, the tensor count the first file gives), and
+the model's tensors are all of theirs (`GGUFFile.files` holds each file's own header).
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +30,22 @@ from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuant
 from ondevice.core.errors import GGUFFormatError, ModelNotFoundError
 from ondevice.gguf.cursor import ArrayRef, Cursor, not_regular_reason
 
-__all__ = ["GGUFFile", "TensorInfo", "ArrayRef", "read_gguf", "MAX_METADATA_ENTRIES", "MAX_TENSORS"]
+__all__ = [
+    "GGUFFile",
+    "TensorInfo",
+    "ArrayRef",
+    "read_gguf",
+    "split_path",
+    "split_paths",
+    "MAX_METADATA_ENTRIES",
+    "MAX_TENSORS",
+]
 
 _MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_METADATA_ENTRIES = 1 << 16  # key/value pairs in one header (real models: a few dozen)
 MAX_TENSORS = 1 << 16  # tensors in one file (the largest real models: a few thousand)
+MAX_SPLITS = (1 << 16) - 1  # llama.cpp reads split.count as a uint16
+_SPLIT_NAME = "-{no:05d}-of-{count:05d}.gguf"  # llama.cpp's llama_split_path: prefix + this, `no` counted from 1
 
 
 @dataclass(frozen=True)
@@ -37,8 +53,9 @@ class TensorInfo:
     name: str
     shape: tuple[int, ...]  # ggml order: shape[0] is the row length (ne0)
     ggml_type: GGMLQuantizationType
-    offset: int  # absolute byte offset of the data in the file
+    offset: int  # absolute byte offset of the data in its file
     n_bytes: int  # bytes of data
+    split: int = 0  # the file of a split model that holds it (GGUFFile.files[split]); 0 for one file
 
     @property
     def n_elements(self) -> int:
@@ -57,12 +74,28 @@ class GGUFFile:
     alignment: int  # tensor data alignment in bytes
     data_offset: int  # byte offset where tensor data starts
     metadata: dict[str, Any]  # key -> scalar, str, list (small arrays) or ArrayRef
-    tensors: tuple[TensorInfo, ...]  # in file order
+    tensors: tuple[TensorInfo, ...]  # the model's, in file order (of a split model: every file's, file by file)
+    parts: tuple[GGUFFile, ...] = ()  # a split model's files, each with its own tensors alone; () for one file
+
+    @property
+    def files(self) -> tuple[GGUFFile, ...]:
+        """Each file of the model with its own tensors: this one alone, or a split model's files in order."""
+        return self.parts or (self,)
+
+    @property
+    def model_file_bytes(self) -> int:
+        """Bytes of every file of the model."""
+        return sum(f.file_bytes for f in self.files)
+
+    @property
+    def header_bytes(self) -> int:
+        """Bytes before the tensor data, in every file of the model."""
+        return sum(f.data_offset for f in self.files)
 
     @property
     def tensor_data_bytes(self) -> int:
-        """Bytes from data_offset to the end of the file (tensor data + padding)."""
-        return self.file_bytes - self.data_offset
+        """Bytes from data_offset to the end of each file (tensor data + padding), every file of the model."""
+        return sum(f.file_bytes - f.data_offset for f in self.files)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
@@ -89,8 +122,36 @@ class GGUFFile:
 
 
 def read_gguf(path: str | Path) -> GGUFFile:
-    """Parse and validate a GGUF header; raise GGUFFormatError on any inconsistency."""
+    """Parse and validate a GGUF header (of a split model, every file's); raise GGUFFormatError on any
+    inconsistency, ModelNotFoundError when the file or one of its splits is not there."""
+    first = _read_file(Path(path))
+    count = first.get(Keys.Split.LLM_KV_SPLIT_COUNT, 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 1:
+        return first
+    return _join_splits(first, count)
+
+
+def split_path(prefix: str | Path, no: int, count: int) -> Path:
+    """The path of file `no` (from 0) of a model split in `count` (llama.cpp's llama_split_path):
+    split_path("dir/name", 0, 3) is dir/name-00001-of-00003.gguf."""
+    return Path(f"{prefix}{_SPLIT_NAME.format(no=no + 1, count=count)}")
+
+
+def split_paths(path: str | Path, count: int) -> list[Path]:
+    """The files of a model split in `count`, from its first file's path (llama.cpp's naming:
+    name-00001-of-00003.gguf, name-00002-of-00003.gguf, ...). GGUFFormatError when the path is not named so."""
     path = Path(path)
+    postfix = _SPLIT_NAME.format(no=1, count=count)
+    if not path.name.endswith(postfix) or len(path.name) == len(postfix):
+        raise GGUFFormatError(
+            f"{path}: the first of {count} split files must be named <name>{postfix} (llama.cpp finds the others by it)"
+        )
+    prefix = str(path)[: -len(postfix)]
+    return [split_path(prefix, no, count) for no in range(count)]
+
+
+def _read_file(path: Path) -> GGUFFile:
+    """One file's header, parsed and validated."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -109,6 +170,42 @@ def read_gguf(path: str | Path) -> GGUFFile:
         raise GGUFFormatError(f"{path}: malformed GGUF header ({exc})") from None
     except OSError as exc:
         raise GGUFFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _join_splits(first: GGUFFile, count: int) -> GGUFFile:
+    """A split model from its first file: the others read and checked as llama.cpp's loader checks them."""
+    where = first.path
+    if count > MAX_SPLITS:
+        raise GGUFFormatError(f"{where}: {Keys.Split.LLM_KV_SPLIT_COUNT} {count} is more than {MAX_SPLITS}")
+    no = first.get(Keys.Split.LLM_KV_SPLIT_NO)
+    if no != 0:
+        raise GGUFFormatError(
+            f"{where}: {Keys.Split.LLM_KV_SPLIT_NO} is {no!r} in a model split in {count}; "
+            "a split model is opened by its first file (split.no 0)"
+        )
+    parts = [first]
+    for no, path in enumerate(split_paths(where, count)[1:], start=1):
+        if not path.exists():
+            raise ModelNotFoundError(f"{where}: split {no + 1} of {count} is missing ({path.name})")
+        part = _read_file(path)
+        if part.get(Keys.Split.LLM_KV_SPLIT_NO) != no:
+            raise GGUFFormatError(
+                f"{path}: {Keys.Split.LLM_KV_SPLIT_NO} is {part.get(Keys.Split.LLM_KV_SPLIT_NO)!r}, expected {no}"
+            )
+        parts.append(replace(part, tensors=tuple(replace(t, split=no) for t in part.tensors)))
+    tensors = tuple(t for part in parts for t in part.tensors)
+    expected = first.get(Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT)
+    if expected != len(tensors):
+        raise GGUFFormatError(
+            f"{where}: {Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT} is {expected!r} but the {count} files hold "
+            f"{len(tensors)} tensors"
+        )
+    seen: set[str] = set()
+    for t in tensors:
+        if t.name in seen:
+            raise GGUFFormatError(f"{where}: tensor {t.name!r} is in more than one of its {count} split files")
+        seen.add(t.name)
+    return replace(first, tensors=tensors, parts=tuple(parts))
 
 
 def _parse(path: Path, cur: Cursor) -> GGUFFile:

@@ -55,7 +55,7 @@ class ModelSpec:
     n_expert: int  # experts per MoE layer (0 = dense)
     n_expert_used: int  # experts used per token
     tied_output: bool  # output head reads token_embd (no output.weight)
-    file_bytes: int  # size of the file
+    file_bytes: int  # size of the file (of a split model, of all its files)
     weight_bytes: int  # bytes of all tensor data
     decode_weight_bytes: int  # bytes one decode step reads
     bytes_by_type: dict[str, int]  # tensor type -> bytes, all tensors
@@ -163,7 +163,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         n_expert=n_expert,
         n_expert_used=n_expert_used,
         tied_output=tied,
-        file_bytes=g.file_bytes,
+        file_bytes=g.model_file_bytes,
         weight_bytes=weight_bytes,
         decode_weight_bytes=sum(counts["decode_bytes_by_type"].values()),
         bytes_by_type=counts["bytes_by_type"],
@@ -171,7 +171,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         decode_rows_by_type=counts["decode_rows_by_type"],
         kv_bytes_per_token_by_layer=_kv_by_layer(g, shape, n_head_kv_layers, warnings),
         n_tensors=len(g.tensors),
-        header_bytes=g.data_offset,
+        header_bytes=g.header_bytes,
         padding_bytes=g.tensor_data_bytes - weight_bytes,
         has_chat_template=isinstance(g.get(Keys.Tokenizer.CHAT_TEMPLATE), str),
         tokenizer_model=g.get(Keys.Tokenizer.MODEL),

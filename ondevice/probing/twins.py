@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -82,14 +83,16 @@ def time_header(
 
         plan = TWINS if plan.batch else replace(TWINS, batch=())
     twins = [reduce_layers(header, n, matching_blocks(header, n)) for n in (few, more)]
-    work_dir = paths.scratch_dir(work_dir, sum(_data_bytes(twin) for twin in twins))
+    work_dir = paths.scratch_dir(work_dir, _data_bytes(twins[0]) + _data_bytes(twins[1]) - _outside_bytes(header))
     with contextlib.ExitStack() as stack:
-        # the first twin's first-open check (a child process) runs while the second is written; the second's is
-        # then the same verdict, kept under the model's shape
-        a = stack.enter_context(_twin_file(twins[0], work_dir, f"{few}", say, None))
+        # the twins share what lies outside their blocks (one file, _twins_sharing_outside); the first twin's
+        # first-open check (a child process) runs while the second is written; the second's is then the same
+        # verdict, kept under the model's shape
+        add_twin = stack.enter_context(_twins_sharing_outside(header, work_dir))
+        a = add_twin(twins[0], f"{few}", say)
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
         checked = pool.submit(opened, a)  # (leaving the block waits for it before `a` is removed)
-        b = stack.enter_context(_twin_file(twins[1], work_dir, f"{more}", say, None))
+        b = add_twin(twins[1], f"{more}", say)
         checked.result()
         opened(b)
         with _engines((a, b, a), engine_args or {}) as (few_engine, many_engine, few_again):
@@ -113,6 +116,48 @@ def _data_bytes(header: Any) -> int:
     return sum(t.n_bytes for t in header.tensors)
 
 
+def _outside_bytes(header: Any) -> int:
+    from ondevice.quant.twin import split_outside_blocks
+
+    return _data_bytes(split_outside_blocks(header)[1])
+
+
+@contextlib.contextmanager
+def _twins_sharing_outside(header: Any, work_dir: Path) -> Iterator[Callable[[Any, str, Progress], Path]]:
+    """A writer of twins of `header` (-> each twin's path), all removed after, written as models split in two
+    (quant.twin.split_outside_blocks) that share their second file: what lies outside the blocks, the embedding
+    and output head (most of a fewer-block twin's bytes when the vocabulary is large), is written once, and the
+    engines on the twins map one copy of it. Where a file system has no hard links, a symbolic one."""
+    from ondevice.gguf.reader import split_path
+    from ondevice.quant.twin import shape_key, split_outside_blocks, write_twin
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    paths.remove_stale_temps(work_dir, owned=True)
+    stem = work_dir / f"twin-{shape_key(header)}"
+    written: list[Path] = []
+
+    def add_twin(twin: Any, tag: str, say: Progress) -> Path:
+        first, second = split_path(f"{stem}-{tag}", 0, 2), split_path(f"{stem}-{tag}", 1, 2)
+        say(f"writing a twin ({tag} blocks)")
+        written.append(first)
+        write_twin(split_outside_blocks(twin)[0], first, durable=False)  # a scratch file, not flushed to disk
+        written.append(second)
+        try:
+            os.link(shared, second)
+        except OSError:
+            os.symlink(shared, second)
+        return first
+
+    try:
+        shared = write_twin(split_outside_blocks(header)[1], f"{stem}-outside.gguf", durable=False)
+        written.append(shared)
+        yield add_twin
+    finally:
+        for path in written:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
 @contextlib.contextmanager
 def _engines(files: tuple[Path, ...], engine_args: dict[str, Any]) -> Iterator[list[Any]]:
     """An engine on each file (the same file twice: two engines on it), all closed after."""
@@ -133,9 +178,9 @@ def _time_twin(
 
 
 @contextlib.contextmanager
-def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress, opened: Opened | None) -> Iterator[Path]:
+def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress, opened: Opened) -> Iterator[Path]:
     """A twin of header written in work_dir for the time of the with block (removed after, whatever happens),
-    first-opened (`opened`, unless None: the caller checks it) before it is handed out."""
+    first-opened (`opened`) before it is handed out."""
     from ondevice.quant.twin import shape_key, write_twin
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -144,8 +189,7 @@ def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress, opened: Ope
     say(f"writing a twin ({tag} blocks)")
     write_twin(header, path, durable=False)  # a scratch file, not flushed to disk
     try:
-        if opened is not None:
-            opened(path)
+        opened(path)
         yield path
     finally:
         with contextlib.suppress(OSError):
