@@ -49,11 +49,19 @@ def paired_order(round_index: int, sides: tuple[str, str]) -> tuple[str, str]:
 
 
 def cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo, else what platform knows."""
+    """The CPU's model name from /proc/cpuinfo with its x86 family and model numbers (a VM often names only the
+    vendor's line, "AMD EPYC", and the numbers tell its generation apart), else what platform knows."""
     try:
+        fields: dict[str, str] = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _sep, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+            if not line.strip() and fields:  # the first processor's block is enough
+                break
+        name = fields.get("model name")
+        if name:
+            family, model = fields.get("cpu family"), fields.get("model")
+            return f"{name} (family {family}, model {model})" if family and model else name
     except OSError:
         pass
     return platform.processor() or platform.machine()

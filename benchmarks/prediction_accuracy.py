@@ -7,9 +7,11 @@ The models (built here, none of them ever timed to set anything):
 - the default model (Gemma 3 270M, Q4_K_M) and its requantized ladder: Q4_0, Q4_1, Q5_K_M, Q6_K, Q8_0, F16, IQ4_XS;
 - the chat model (SmolLM2 135M Instruct, Q4_1) when its package is installed;
 - files in the shapes of public models (their Hugging Face config.json, tests/data/hf_configs): Qwen2.5 0.5B,
-  Qwen3 0.6B, Gemma 3 1B, and at reduced depth Llama 3.1 8B (6 of 32 blocks), Mistral 7B (6 of 32), Phi-3-mini
+  Qwen3 0.6B, Gemma 3 1B, and at reduced depth Llama 3.1 8B (16 of 32 blocks), Mistral 7B (6 of 32), Phi-3-mini
   (8 of 32), Qwen3-30B-A3B (a MoE, 4 of 48 blocks); random data, so their twins are other random files of the
-  same header (a large one's are two twins of fewer blocks, extrapolated to the file's blocks).
+  same header (a large one's are two twins of fewer blocks, extrapolated to the file's blocks);
+- with `--models full` (not in `all`: a 4.9 GB file, minutes a round): Llama 3.1 8B at its full depth, what
+  `ondevice predict --config llama-3.1-8b.json --quant Q4_K_M` predicts for it.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -17,7 +19,7 @@ next OUTPUT tokens. The error of a row is the median over rounds of predicted / 
 meets the target when its decode is within +-10% and its TTFT within +-15%; the script exits 1 when fewer than
 90% of the rows do.
 
-    python -m benchmarks.prediction_accuracy [--rounds 3] [--models all|default,ladder,chat,shapes] [--json out.json]
+    python -m benchmarks.prediction_accuracy [--rounds 3] [--models all|default,ladder,chat,shapes,full] [--json out.json]
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ SHAPES = (
     ("phi-3-mini-4k-instruct.json", "Q4_0", 8),
     ("qwen3-30b-a3b.json", "Q4_K_M", 4),
 )
+FULL_DEPTH = (("llama-3.1-8b.json", "Q4_K_M", None),)  # `--models full`
 LONG_PROMPT_BYTES = 2 << 30  # a model larger than this is measured at the shorter prompts only (minutes each)
 
 
@@ -74,6 +77,8 @@ def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
             say(f"chat model left out: {exc}")
     if "shapes" in which:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in SHAPES]
+    if "full" in which:
+        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in FULL_DEPTH]
     return out
 
 
@@ -206,7 +211,7 @@ def report(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--models", default="all", help="all, or some of default,ladder,chat,shapes")
+    ap.add_argument("--models", default="all", help="all (default,ladder,chat,shapes), or some of those and full")
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")
     args = ap.parse_args(argv)
