@@ -24,12 +24,21 @@ from ondevice.core.errors import SpecError
 from ondevice.gguf.cursor import Cursor
 from ondevice.gguf.reader import read_gguf
 
-__all__ = ["Field", "TensorSpec", "Header", "read_header", "encode_header", "data_layout", "GGUF_VERSION"]
+__all__ = [
+    "Field",
+    "TensorSpec",
+    "Header",
+    "read_header",
+    "encode_header",
+    "data_layout",
+    "GGUF_VERSION",
+    "SPLIT_KEY_PREFIX",
+]
 
 GGUF_VERSION = 3  # the version written
 _SCALAR = {vt: np.dtype(t).newbyteorder("<") for vt, t in GGUFReader.gguf_scalar_to_np.items()}
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
-_SPLIT_KEYS = "split."  # gguf-split's keys (Keys.Split): where a file sits among a split model's
+SPLIT_KEY_PREFIX = "split."  # gguf-split's keys (Keys.Split): where a file sits among a split model's
 
 
 @dataclass(frozen=True)
@@ -134,7 +143,7 @@ def read_header(path: str | Path) -> Header:
             key = cur.string("metadata key")
             fields[key] = _read_value(cur, cur.value_type(cur.u32(f"type of {key!r}"), key), key, depth=0)
     if g.parts:
-        fields = {key: f for key, f in fields.items() if not key.startswith(_SPLIT_KEYS)}
+        fields = {key: f for key, f in fields.items() if not key.startswith(SPLIT_KEY_PREFIX)}
     tensors = tuple(TensorSpec(t.name, tuple(int(d) for d in t.shape), t.type_name) for t in g.tensors)
     return Header(fields, tensors)
 

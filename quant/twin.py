@@ -28,7 +28,15 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_VERSION, GGUFValueType, Keys
 from ondevice.quant.formats import block_format
-from ondevice.quant.header import Field, Header, TensorSpec, data_layout, encode_header, read_header
+from ondevice.quant.header import (
+    SPLIT_KEY_PREFIX,
+    Field,
+    Header,
+    TensorSpec,
+    data_layout,
+    encode_header,
+    read_header,
+)
 from ondevice.quant.quantize import file_type
 from ondevice.quant.twindata import block_pool, write_tiled
 
@@ -76,7 +84,7 @@ def shape_key(header: Header) -> str:
 def _decides_speed(key: str) -> bool:
     if key.startswith("general."):
         return key in _GENERAL_KEPT
-    return not key.startswith(("tokenizer.", "quantize.", "split."))  # provenance and tokenization
+    return not key.startswith(("tokenizer.", "quantize.", SPLIT_KEY_PREFIX))  # provenance and tokenization
 
 
 def _canonical(field: Field):
@@ -261,7 +269,7 @@ def split_outside_blocks(header: Header) -> tuple[Header, Header]:
     model with different block counts share it (written once, each twin's name linked to it)."""
     inside = tuple(t for t in header.tensors if _block_of(t.name) is not None)
     outside = tuple(t for t in header.tensors if _block_of(t.name) is None)
-    kept = {key: f for key, f in header.fields.items() if not key.startswith("split.")}
+    kept = {key: f for key, f in header.fields.items() if not key.startswith(SPLIT_KEY_PREFIX)}
     first = {
         **kept,
         **_split_fields(0),
