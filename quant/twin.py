@@ -12,7 +12,9 @@ llama.cpp's quantizer would give it (`quantized_header`, from its dry run).
 
 Every tensor is written, the token embedding too, although a token reads only its own row of it: left
 zeros, every activation is zero, every attention score equal, and attention runs faster than on real
-activations (docs/twins.md), while a MoE router would send every token to the same experts.
+activations (docs/twins.md), while a MoE router would send every token to the same experts. For the same
+reason a gain (a norm's weight, RoPE's frequency factors: `is_gain`) is written around one, as a trained
+model's are, not as small as a weight: tiny gains make tiny activations, and some kernels run faster on those.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ondevice.quant.header import (
     read_header,
 )
 from ondevice.quant.quantize import file_type
-from ondevice.quant.twindata import block_pool, write_tiled
+from ondevice.quant.twindata import block_pool, gain_pool, write_tiled
 
 from ondevice.core import paths
 from ondevice.core.errors import QuantError, SpecError
@@ -54,10 +56,14 @@ __all__ = [
     "matching_blocks",
     "quantized_header",
     "write_twin",
+    "is_gain",
     "split_outside_blocks",
     "header_spec",
 ]
 
+# tensors that scale activations (norm gains, RoPE frequency factors: "blk.0.attn_q_norm.weight",
+# "rope_freqs.weight"), written with values around one (twindata.gain_pool)
+_GAIN = re.compile(r"(^|\.)(\w*norm\w*|rope_freqs|rope_factors_\w+)\.weight$")
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")  # gguf's per-block tensor names: "blk.{bid}.attn_q.weight"
 # general.* keys that decide speed; every other general.* key is a label (name, licence, tags, file type)
 _GENERAL_KEPT = (Keys.General.ARCHITECTURE, Keys.General.ALIGNMENT, Keys.General.QUANTIZATION_VERSION)
@@ -95,6 +101,11 @@ def _canonical(field: Field):
     if field.item_type == GGUFValueType.FLOAT32:
         return [float(v) for v in np.asarray(field.value, dtype=np.float32)]
     return list(field.value)
+
+
+def is_gain(tensor_name: str) -> bool:
+    """Whether a tensor scales activations (a norm's gain, RoPE's frequency factors) rather than mixing them."""
+    return _GAIN.search(tensor_name) is not None
 
 
 def _block_of(name: str) -> tuple[int, str] | None:
@@ -252,11 +263,12 @@ def write_twin(
 
 
 def _write_data(out, header: Header, start: int, offsets: list[int], rng) -> None:
-    pools: dict[str, np.ndarray] = {}
+    pools: dict[tuple[str, bool], np.ndarray] = {}
     for t, offset in zip(header.tensors, offsets):
-        if t.type not in pools:
-            pools[t.type] = block_pool(t.type, rng)
-        pool = pools[t.type]
+        kind = (t.type, is_gain(t.name))
+        if kind not in pools:
+            pools[kind] = (gain_pool if kind[1] else block_pool)(t.type, rng)
+        pool = pools[kind]
         step = block_format(t.type).block_bytes
         out.seek(start + offset)
         write_tiled(out, pool, t.n_bytes, start=int(rng.integers(0, pool.size // step)) * step)

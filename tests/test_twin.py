@@ -14,6 +14,7 @@ from ondevice.quant.header import Field, Header, TensorSpec, data_layout, encode
 from ondevice.quant.quantize import quantize
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
 from ondevice.quant.twin import (
+    is_gain,
     layer_signatures,
     matching_blocks,
     quantized_header,
@@ -110,6 +111,42 @@ def test_the_embedding_is_written_even_when_the_head_is_not_tied_to_it(wide, tdi
     path = write_twin(read_header(wide), tdir / "twin.gguf")
     assert _tensor_bytes(path, "token_embd.weight").any() and _tensor_bytes(path, "output.weight").any()
     _generates(path)
+
+
+def test_gains_are_written_around_one_and_weights_as_a_trained_model_holds_them(wide, tdir):
+    # gains of a weight's size (0.02) shrink every activation to near zero, and a value-dependent kernel (GELU's
+    # table, exp's range checks) then runs faster than on the model: a Gemma 3 270M twin prefilled ~10% faster
+    path = write_twin(read_header(wide), tdir / "gains.gguf")
+    header = read_header(path)
+    gains = [t for t in header.tensors if is_gain(t.name)]
+    assert {t.name for t in gains} >= {"output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"}
+    for t in gains:
+        values = _tensor_bytes(path, t.name).view(np.float32)
+        assert 0.9 < values.mean() < 1.1 and values.min() > 0
+    q = _tensor_bytes(path, "blk.0.attn_q.weight").view(np.float16).astype(np.float32)
+    assert abs(q.mean()) < 0.005 and 0.015 < q.std() < 0.025
+
+
+@pytest.mark.parametrize(
+    "name, gain",
+    [
+        ("blk.0.attn_norm.weight", True),
+        ("blk.7.attn_q_norm.weight", True),
+        ("blk.1.post_ffw_norm.weight", True),
+        ("output_norm.weight", True),
+        ("token_embd_norm.weight", True),
+        ("rope_freqs.weight", True),
+        ("rope_factors_long.weight", True),
+        ("blk.0.attn_norm.bias", False),
+        ("blk.0.attn_q.weight", False),
+        ("blk.0.attn_q.bias", False),
+        ("blk.0.ffn_gate_inp.weight", False),
+        ("token_embd.weight", False),
+        ("output.weight", False),
+    ],
+)
+def test_gains_are_told_by_their_names(name, gain):
+    assert is_gain(name) is gain
 
 
 def _tensor_bytes(path: Path, name: str) -> np.ndarray:

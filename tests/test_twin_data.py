@@ -19,7 +19,7 @@ from ondevice.quant.formats import (
     SCALE_SPREAD,
     block_format,
 )
-from ondevice.quant.twindata import block_pool, supported_types, write_tiled
+from ondevice.quant.twindata import GAIN_STD, block_pool, gain_pool, supported_types, write_tiled
 
 from ondevice.core.errors import QuantError
 
@@ -128,3 +128,16 @@ def test_write_tiled_repeats_the_pool_from_its_start(monkeypatch, n_bytes, start
     write_tiled(out, pool, n_bytes, start=start)
     expected = np.tile(pool, n_bytes // pool.size + 3)[start % pool.size : start % pool.size + n_bytes]
     assert out.getvalue() == expected.tobytes()
+
+
+@pytest.mark.parametrize("name, dtype", [("F32", np.float32), ("F16", np.float16)])
+def test_gains_are_positive_values_around_one(name, dtype):
+    values = gain_pool(name, np.random.default_rng(5), 1 << 16).view(dtype).astype(np.float64)
+    assert np.isfinite(values).all() and values.min() > 0
+    assert abs(values.mean() - 1) < 0.01 and abs(values.std() - GAIN_STD) < 0.01
+
+
+def test_bf16_gains_are_around_one_and_a_block_type_gets_its_blocks():
+    bf16 = gain_pool("BF16", np.random.default_rng(6), 1 << 12).view(np.uint16).astype(np.uint32) << 16
+    assert abs(bf16.view(np.float32).mean() - 1) < 0.02
+    assert np.array_equal(gain_pool("Q8_0", np.random.default_rng(7)), block_pool("Q8_0", np.random.default_rng(7)))

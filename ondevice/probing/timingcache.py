@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-SCHEMA = 2  # 2: twins with their token embedding written (timings of zero-embedding twins are not reused)
+SCHEMA = 3  # 2: twins with their token embedding written; 3: their gains around one (earlier timings are not reused)
 MAX_FILE_BYTES = 1 << 20  # a timing file is a few KB; anything larger is not one
 SETTINGS = (
     "backend",
