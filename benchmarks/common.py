@@ -18,7 +18,7 @@ __all__ = [
     "add_model_arg",
     "add_threads_arg",
     "add_pairs_arg",
-    "paired_order",
+    "rotating_order",
     "cpu_name",
     "cpu_description",
     "print_json",
@@ -42,10 +42,12 @@ def add_pairs_arg(ap: argparse.ArgumentParser, default: int, help: str = "A/B pa
     ap.add_argument("--pairs", type=int, default=default, help=help)
 
 
-def paired_order(round_index: int, sides: tuple[str, str]) -> tuple[str, str]:
-    """The two sides in the order round `round_index` runs them: swapped every other round, so neither side
-    always runs first (warm caches, turbo clocks) and a drift of the machine falls on both alike."""
-    return sides if round_index % 2 == 0 else (sides[1], sides[0])
+def rotating_order(round_index: int, sides: tuple[str, ...]) -> tuple[str, ...]:
+    """The sides in the order round `round_index` runs them: rotated by one each round, so over len(sides) rounds
+    each side runs in every place once (no side always first: warm caches, turbo clocks) and a drift of the machine
+    falls on all alike. Two sides swap every other round."""
+    shift = round_index % len(sides)
+    return sides[shift:] + sides[:shift]
 
 
 def cpu_name() -> str:

@@ -12,9 +12,15 @@ import pytest
 from benchmarks import common
 
 
-def test_paired_order_swaps_every_other_round():
-    orders = [common.paired_order(r, ("a", "b")) for r in range(4)]
+def test_two_sides_swap_every_other_round():
+    orders = [common.rotating_order(r, ("a", "b")) for r in range(4)]
     assert orders == [("a", "b"), ("b", "a"), ("a", "b"), ("b", "a")]
+
+
+def test_each_of_three_sides_runs_in_every_place_once_in_three_rounds():
+    orders = [common.rotating_order(r, ("a", "b", "c")) for r in range(3)]
+    assert orders == [("a", "b", "c"), ("b", "c", "a"), ("c", "a", "b")]
+    assert common.rotating_order(3, ("a", "b", "c")) == orders[0]
 
 
 def test_shared_flags_parse():
