@@ -15,7 +15,8 @@ fast as the file it copies (the premise of timing twins: kernel speed does not d
    twin's place, so twin/copy is what the values change and copy/model what placement and noise alone
    do (on a 2 vCPU VM a copy's decode came out 5% either side of the model's in runs of 12 rounds).
    Reported per model: the medians over rounds of the twin/model, copy/model and twin/copy ratios of
-   TTFT and of the median ITL. Exit 1 when any model's twin/copy TTFT ratio is off by more than
+   TTFT and of the median ITL, and (with --threads 1, all of llama.cpp's work on this thread) of the
+   process CPU time per generation, which depends less on what else the machine does. Exit 1 when any model's twin/copy TTFT ratio is off by more than
    --prefill-tolerance (8%) or its ITL ratio by more than --tolerance (5%).
    (Random-weight files in public models' shapes, as prediction_accuracy measures, cannot show
    this: their twins are random as they are. Only real weights show whether values move speed.)
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from time import process_time_ns
 
 from benchmarks.common import HF_CONFIGS, cpu_description, rotating_order
 from ondevice.core import paths
@@ -92,6 +94,7 @@ def fidelity_check(label: str, real: Path, twin_dir: Path, args) -> dict[str, tu
     n_ctx = args.prompt + args.tokens + 64
     ttft: dict[str, list[float]] = {k: [] for k in SIDES}
     itl: dict[str, list[float]] = {k: [] for k in SIDES}
+    cpu: dict[str, list[float]] = {k: [] for k in SIDES}
     with contextlib.ExitStack() as stack:
         for path in (files["copy"], files["twin"]):
             stack.callback(path.unlink, missing_ok=True)
@@ -99,8 +102,10 @@ def fidelity_check(label: str, real: Path, twin_dir: Path, args) -> dict[str, tu
         for r in range(args.rounds + 1):  # round 0 warms all up (first use of the compute buffers) and is not counted
             prompt = probe_ids(engines["model"].n_vocab, args.prompt, salt=r)  # the same ids on every side
             for side in rotating_order(r, SIDES):
+                c0 = process_time_ns()
                 g = engines[side].generate(prompt, max_tokens=args.tokens, ignore_eos=True, reuse_prefix=False, seed=0)
                 if r:
+                    cpu[side].append(process_time_ns() - c0)
                     ttft[side].append(g.timings.ttft_s)
                     itl[side].append(statistics.median(g.timings.itl_s))
 
@@ -115,7 +120,8 @@ def fidelity_check(label: str, real: Path, twin_dir: Path, args) -> dict[str, tu
     print(
         f"{label:<28} model TTFT({args.prompt}) {1e3 * statistics.median(ttft['model']):7.1f} ms, decode "
         f"{1 / statistics.median(itl['model']):6.1f} tok/s | TTFT, ITL ratios: "
-        + ", ".join(f"{k} {p:.3f} {d:.3f}" for k, (p, d) in ratios.items()),
+        + ", ".join(f"{k} {p:.3f} {d:.3f}" for k, (p, d) in ratios.items())
+        + f" | CPU time twin/copy {ratio(cpu, 'twin', 'copy'):.3f}",
         flush=True,
     )
     return ratios

@@ -265,10 +265,10 @@ def write_twin(
 def _write_data(out, header: Header, start: int, offsets: list[int], rng) -> None:
     pools: dict[tuple[str, bool], np.ndarray] = {}
     for t, offset in zip(header.tensors, offsets):
-        kind = (t.type, is_gain(t.name))
-        if kind not in pools:
-            pools[kind] = (gain_pool if kind[1] else block_pool)(t.type, rng)
-        pool = pools[kind]
+        gain = is_gain(t.name)
+        if (t.type, gain) not in pools:
+            pools[t.type, gain] = gain_pool(t.type, rng) if gain else block_pool(t.type, rng)
+        pool = pools[t.type, gain]
         step = block_format(t.type).block_bytes
         out.seek(start + offset)
         write_tiled(out, pool, t.n_bytes, start=int(rng.integers(0, pool.size // step)) * step)
