@@ -23,8 +23,8 @@ import hashlib
 import json
 import re
 import tempfile
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,8 @@ __all__ = [
     "matching_blocks",
     "quantized_header",
     "write_twin",
+    "ModelData",
+    "block_origins",
     "is_gain",
     "split_outside_blocks",
     "header_spec",
@@ -64,6 +66,7 @@ __all__ = [
 # tensors that scale activations (norm gains, RoPE frequency factors: "blk.0.attn_q_norm.weight",
 # "rope_freqs.weight"), written with values around one (twindata.gain_pool)
 _GAIN = re.compile(r"(^|\.)(\w*norm\w*|rope_freqs|rope_factors_\w+)\.weight$")
+COPY_CHUNK_BYTES = 8 << 20  # bytes of a model's tensor read at once when a twin copies it
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")  # gguf's per-block tensor names: "blk.{bid}.attn_q.weight"
 # general.* keys that decide speed; every other general.* key is a label (name, licence, tags, file type)
 _GENERAL_KEPT = (Keys.General.ARCHITECTURE, Keys.General.ALIGNMENT, Keys.General.QUANTIZATION_VERSION)
@@ -236,6 +239,23 @@ def _quantizer_order(t: TensorSpec) -> tuple[int, str]:
     return (-1 if where is None else where[0], t.name)
 
 
+@dataclass(frozen=True)
+class ModelData:
+    """A model file whose own tensor data a twin of it copies, where a twin tensor and the model's tensor it
+    stands for (`origins`: twin name -> model name, the same name where absent) have the same type and size.
+    Twin data is random otherwise; with its model's bytes, a twin holds its values too, and these move speed on
+    x86 (ggml converts block scales through a lookup table whose cache misses depend on them: docs/twins.md)."""
+
+    path: Path
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+
+def block_origins(blocks_from: Sequence[int]) -> dict[str, str]:
+    """For a twin reduce_layers(header, len(blocks_from), blocks_from) and the model's file: each of the twin's
+    block prefixes ("blk.0.") -> the model's block it copies ("blk.7."), to look tensors up by (ModelData)."""
+    return {f"blk.{i}.": f"blk.{int(b)}." for i, b in enumerate(blocks_from)}
+
+
 def write_twin(
     header: Header,
     path: str | Path,
@@ -243,11 +263,13 @@ def write_twin(
     seed: int = 0,
     sparse: bool = False,
     durable: bool = True,
+    model: ModelData | None = None,
 ) -> Path:
     """Write a GGUF of `header` with valid random data of each tensor's type (ondevice.quant.twindata),
     atomically; return the path. Same header and seed, same bytes. `sparse`: the header only, the
     data region a hole of its full size (for tools that read headers, like the quantizer's dry run).
-    `durable`: flushed to disk before it is renamed into place (False: a scratch twin, timed and removed)."""
+    `durable`: flushed to disk before it is renamed into place (False: a scratch twin, timed and removed).
+    `model`: the model's own file, whose tensors' bytes are copied wherever they fit (ModelData)."""
     path = Path(path)
     raw = encode_header(header)
     start, offsets = data_layout(header, len(raw))
@@ -257,21 +279,56 @@ def write_twin(
     with paths.atomic_path(path, durable=durable) as tmp, open(tmp, "r+b") as out:
         out.write(raw)
         if not sparse:
-            _write_data(out, header, start, offsets, np.random.default_rng(seed))
+            own = _model_tensors(header, model) if model is not None else {}
+            _write_data(out, header, start, offsets, np.random.default_rng(seed), own)
         out.truncate(total)
     return path
 
 
-def _write_data(out, header: Header, start: int, offsets: list[int], rng) -> None:
+def _model_tensors(header: Header, model: ModelData) -> dict[str, tuple[Path, int]]:
+    """Twin tensor name -> (file, offset) of the model's tensor it copies, for those of the same type and size."""
+    from ondevice.gguf.reader import read_gguf
+
+    model_file = read_gguf(model.path)
+    theirs = {t.name: t for t in model_file.tensors}
+    found = {}
+    for t in header.tensors:
+        name = t.name
+        for prefix, origin in model.origins.items():
+            if name.startswith(prefix):
+                name = origin + name[len(prefix) :]
+                break
+        source = theirs.get(name)
+        if source is not None and source.type_name == t.type and source.n_bytes == t.n_bytes:
+            found[t.name] = (model_file.files[source.split].path, source.offset)
+    return found
+
+
+def _write_data(out, header: Header, start: int, offsets: list[int], rng, own: Mapping[str, tuple[Path, int]]) -> None:
     pools: dict[tuple[str, bool], np.ndarray] = {}
     for t, offset in zip(header.tensors, offsets):
+        out.seek(start + offset)
+        if t.name in own:
+            _copy_bytes(out, *own[t.name], t.n_bytes)
+            continue
         gain = is_gain(t.name)
         if (t.type, gain) not in pools:
             pools[t.type, gain] = gain_pool(t.type, rng) if gain else block_pool(t.type, rng)
         pool = pools[t.type, gain]
         step = block_format(t.type).block_bytes
-        out.seek(start + offset)
         write_tiled(out, pool, t.n_bytes, start=int(rng.integers(0, pool.size // step)) * step)
+
+
+def _copy_bytes(out, source: Path, offset: int, n_bytes: int) -> None:
+    with open(source, "rb") as f:
+        f.seek(offset)
+        left = n_bytes
+        while left:
+            chunk = f.read(min(left, COPY_CHUNK_BYTES))
+            if not chunk:
+                raise QuantError(f"{source} ended {left} bytes early, in a tensor a twin copies from it")
+            out.write(chunk)
+            left -= len(chunk)
 
 
 def split_outside_blocks(header: Header) -> tuple[Header, Header]:

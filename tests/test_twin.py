@@ -14,6 +14,8 @@ from ondevice.quant.header import Field, Header, TensorSpec, data_layout, encode
 from ondevice.quant.quantize import quantize
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
 from ondevice.quant.twin import (
+    ModelData,
+    block_origins,
     is_gain,
     layer_signatures,
     matching_blocks,
@@ -282,6 +284,37 @@ def test_reduced_twin_of_a_quant_mix_loads_and_generates(wide, tdir):
     small = reduce_layers(header, 3, matching_blocks(header, 3))
     assert read_header(write_twin(small, tdir / "small.gguf")) == small
     _generates(tdir / "small.gguf")
+
+
+# ---------- a twin of a model you have: its own bytes ----------
+
+
+def test_a_twin_of_every_block_with_its_models_data_is_the_model_byte_for_byte(models, tdir):
+    model = models["Q4_K_M" if "Q4_K_M" in models else "Q5_K_M"]
+    twin = write_twin(read_header(model), tdir / "own.gguf", model=ModelData(model))
+    assert twin.read_bytes() == model.read_bytes()
+
+
+def test_a_reduced_twin_holds_the_bytes_of_the_blocks_it_stands_for(wide, tdir):
+    model = quantize(wide, tdir / "mix-own.gguf", "Q4_K_M", threads=2, force=True)
+    header = read_header(model)
+    small = reduce_layers(header, 2, [5, 2])  # twin blocks 0 and 1 with the types of the model's blocks 5 and 2
+    own = ModelData(model, block_origins([0, 2]))  # ... and the data of its blocks 0 and 2 where the types agree
+    twin = write_twin(small, tdir / "own-small.gguf", model=own)
+    assert read_header(twin) == small
+    copied = {}
+    for t in small.tensors:
+        origin = t.name.replace("blk.1.", "blk.2.")
+        model_type = next(m.type for m in header.tensors if m.name == origin)
+        copied[t.name] = np.array_equal(_tensor_bytes(twin, t.name), _tensor_bytes(model, origin))
+        assert copied[t.name] == (model_type == t.type), t.name  # the model's bytes where the type fits, else random
+    assert copied["blk.1.ffn_down.weight"] and not copied["blk.0.ffn_down.weight"]  # Q4_K_M: block 0's is Q6_K
+    assert copied["token_embd.weight"]
+    _generates(twin)
+
+
+def test_block_origins_map_each_twin_block_to_its_models():
+    assert block_origins([3, 0, 7]) == {"blk.0.": "blk.3.", "blk.1.": "blk.0.", "blk.2.": "blk.7."}
 
 
 # ---------- per-tensor types of a file type, from the quantizer's dry run ----------

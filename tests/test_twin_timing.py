@@ -158,3 +158,47 @@ def test_rounds_agree_when_the_multiplied_differences_lie_within_ten_percent():
     assert not _settled(close | {("prefill", 0, 512): [1.88, 1.62]}, 512)
     assert not _settled(close | {("blocks", 24): [-0.001, 0.001]}, 512)  # a negative difference is no agreement
     assert not _settled({("prefill", 0, 16): [0.1, 0.1]}, 512)  # nothing multiplied measured yet
+
+
+def test_the_twins_of_a_model_on_disk_hold_its_own_bytes(tmp_path, monkeypatch):
+    """timing_for passes the model's file: each twin block then holds the bytes of the model block it stands for
+    (quant.twin.matching_blocks picks them), and the shared file the model's embedding and head."""
+    import numpy as np
+    import ondevice.quant.twin as twin_mod
+    from gguf import GGUFReader  # reads one file of a split model, as it is
+
+    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 6}
+    header = quantized_header(header_from_hf_config(config), "Q8_0")
+    model = write_twin(header, tmp_path / "model.gguf", seed=11)  # a model with data of its own
+    theirs = {t.name: t for t in GGUFReader(model).tensors}
+
+    def bytes_of(path, t):
+        return np.fromfile(path, dtype=np.uint8, count=int(t.n_bytes), offset=int(t.data_offset))
+
+    checked: list[tuple[str, bool]] = []
+    real_write = twin_mod.write_twin
+
+    def write(h, path, **kwargs):
+        out = real_write(h, path, **kwargs)
+        origins = kwargs["model"].origins
+        for t in GGUFReader(out).tensors:  # every tensor of each file written holds its model tensor's bytes
+            prefix = next((p for p in origins if t.name.startswith(p)), "")
+            origin = origins[prefix] + t.name[len(prefix) :] if prefix else t.name
+            checked.append((origin, np.array_equal(bytes_of(out, t), bytes_of(model, theirs[origin]))))
+        return out
+
+    monkeypatch.setattr(twin_mod, "write_twin", write)
+    args = {"n_ctx": 256, "n_threads": 1}
+    time_header(
+        header,
+        inspect(model),
+        plan=replace(PLAN, batch=()),
+        work_dir=tmp_path / "w",
+        engine_args=args,
+        blocks=(1, 3),
+        model_path=model,
+    )
+    assert checked and all(same for _name, same in checked)
+    blocks = {name.split(".")[1] for name, _same in checked if name.startswith("blk.")}
+    assert blocks == {str(b) for b in twin_mod.matching_blocks(header, 1) + twin_mod.matching_blocks(header, 3)}
+    assert "token_embd.weight" in dict(checked)

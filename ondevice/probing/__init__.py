@@ -203,7 +203,8 @@ def timing_for(
 ):
     """The ShapeTiming of the engine's model on this machine with the engine's settings: cached (a quick timing
     serves only a quick plan), else timed now and cached: on the engine itself for a model of few bytes, else
-    on twins of fewer blocks with the engine's settings (probing.twins). plan: probing.timing.FULL by default."""
+    on twins of fewer blocks, holding the model's own bytes, with the engine's settings (probing.twins). plan:
+    probing.timing.FULL by default."""
     from ondevice.probing import cache
     from ondevice.probing.timing import FULL, time_engine
     from ondevice.probing.timingcache import load_timing, save_timing, timing_key
@@ -227,6 +228,7 @@ def timing_for(
             work_dir=work,
             engine_args=twin_engine_args(engine.info),
             progress=progress,
+            model_path=engine.info.model_path,
         )
     try:
         save_timing(key, timing, cache_root)

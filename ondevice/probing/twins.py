@@ -65,10 +65,12 @@ def time_header(
     engine_args: dict[str, Any] | None = None,
     progress: Progress | None = None,
     blocks: tuple[int, int] | None | str = "auto",
+    model_path: Path | None = None,
 ) -> tuple[ShapeTiming, Any]:
     """(the model's timing from twins of its header, the EngineInfo of a twin engine). blocks: "auto"
-    (twin_blocks), None (one twin of every block), or (fewer, more)."""
-    from ondevice.quant.twin import matching_blocks, reduce_layers, shape_key
+    (twin_blocks), None (one twin of every block), or (fewer, more). model_path: the model's own file, when
+    there is one: the twins then hold its bytes (each twin block its model block's), not random data."""
+    from ondevice.quant.twin import ModelData, block_origins, matching_blocks, reduce_layers, shape_key
 
     say = progress or (lambda _msg: None)
     blocks = twin_blocks(spec) if blocks == "auto" else blocks
@@ -82,17 +84,20 @@ def time_header(
         from ondevice.probing.timing import TWINS
 
         plan = TWINS if plan.batch else replace(TWINS, batch=())
-    twins = [reduce_layers(header, n, matching_blocks(header, n)) for n in (few, more)]
+    picks = [matching_blocks(header, n) for n in (few, more)]
+    twins = [reduce_layers(header, len(p), p) for p in picks]
+    models = [None if model_path is None else ModelData(Path(model_path), block_origins(p)) for p in picks]
     work_dir = paths.scratch_dir(work_dir, _data_bytes(twins[0]) + _data_bytes(twins[1]) - _outside_bytes(header))
     with contextlib.ExitStack() as stack:
         # the twins share what lies outside their blocks (one file, _twins_sharing_outside); the first twin's
         # first-open check (a child process) runs while the second is written; the second's is then the same
         # verdict, kept under the model's shape
-        add_twin = stack.enter_context(_twins_sharing_outside(header, work_dir))
-        a = add_twin(twins[0], f"{few}", say)
+        outside = None if model_path is None else ModelData(Path(model_path))
+        add_twin = stack.enter_context(_twins_sharing_outside(header, work_dir, outside))
+        a = add_twin(twins[0], f"{few}", say, models[0])
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
         checked = pool.submit(opened, a)  # (leaving the block waits for it before `a` is removed)
-        b = add_twin(twins[1], f"{more}", say)
+        b = add_twin(twins[1], f"{more}", say, models[1])
         checked.result()
         opened(b)
         with _engines((a, b, a), engine_args or {}) as (few_engine, many_engine, few_again):
@@ -123,11 +128,12 @@ def _outside_bytes(header: Any) -> int:
 
 
 @contextlib.contextmanager
-def _twins_sharing_outside(header: Any, work_dir: Path) -> Iterator[Callable[[Any, str, Progress], Path]]:
+def _twins_sharing_outside(header: Any, work_dir: Path, model: Any = None) -> Iterator[Callable[..., Path]]:
     """A writer of twins of `header` (-> each twin's path), all removed after, written as models split in two
     (quant.twin.split_outside_blocks) that share their second file: what lies outside the blocks, the embedding
     and output head (most of a fewer-block twin's bytes when the vocabulary is large), is written once, and the
-    engines on the twins map one copy of it. Where a file system has no hard links, a symbolic one."""
+    engines on the twins map one copy of it. Where a file system has no hard links, a symbolic one. `model`
+    (quant.twin.ModelData): the model's file, whose bytes the shared file holds; each twin is given its own."""
     from ondevice.gguf.reader import split_path
     from ondevice.quant.twin import shape_key, split_outside_blocks, write_twin
 
@@ -136,11 +142,12 @@ def _twins_sharing_outside(header: Any, work_dir: Path) -> Iterator[Callable[[An
     stem = work_dir / f"twin-{shape_key(header)}"
     written: list[Path] = []
 
-    def add_twin(twin: Any, tag: str, say: Progress) -> Path:
+    def add_twin(twin: Any, tag: str, say: Progress, twin_model: Any = None) -> Path:
         first, second = split_path(f"{stem}-{tag}", 0, 2), split_path(f"{stem}-{tag}", 1, 2)
         say(f"writing a twin ({tag} blocks)")
         written.append(first)
-        write_twin(split_outside_blocks(twin)[0], first, durable=False)  # a scratch file, not flushed to disk
+        # a scratch file, not flushed to disk
+        write_twin(split_outside_blocks(twin)[0], first, durable=False, model=twin_model)
         written.append(second)
         try:
             os.link(shared, second)
@@ -149,7 +156,7 @@ def _twins_sharing_outside(header: Any, work_dir: Path) -> Iterator[Callable[[An
         return first
 
     try:
-        shared = write_twin(split_outside_blocks(header)[1], f"{stem}-outside.gguf", durable=False)
+        shared = write_twin(split_outside_blocks(header)[1], f"{stem}-outside.gguf", durable=False, model=model)
         written.append(shared)
         yield add_twin
     finally:
