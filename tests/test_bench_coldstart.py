@@ -105,6 +105,20 @@ def test_cold_start_without_eviction_is_skipped_and_a_failed_load_kept(tmp_path,
     assert engine is None and rec.status == "failed" and "cannot map" in rec.reason and rec.cold_start_s is None
 
 
+def test_a_cold_start_drops_every_file_of_a_split_model(tmp_path, monkeypatch):
+    from ondevice.core import pagecache
+
+    first, second = tmp_path / "m-00001-of-00002.gguf", tmp_path / "m-00002-of-00002.gguf"
+    for f in (first, second):
+        f.write_bytes(b"\1" * 4096)
+    dropped: list = []
+    monkeypatch.setattr(
+        pagecache, "evict_page_cache", lambda p: dropped.append(p) or pagecache.Eviction(False, "none", None, None, "x")
+    )
+    rec, _engine = sc.cold_start_run(_ctx(), "w", first, lambda: pytest.fail("no load"), [1, 2], 2, 0)
+    assert dropped == [first, second] and rec.status == "skipped"
+
+
 def test_prompt_is_text_when_it_round_trips():
     text_engine = TextEngine()
     ids = text_engine.tokenize("alpha beta gamma alpha")

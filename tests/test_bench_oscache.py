@@ -10,7 +10,8 @@ import psutil
 import pytest
 
 from ondevice.bench.oscache import PeakRss
-from ondevice.core.pagecache import evict_page_cache, resident_fraction
+from ondevice.core import pagecache
+from ondevice.core.pagecache import evict_files, evict_page_cache, resident_fraction
 
 
 def test_eviction_reports_what_happened(tmp_path):
@@ -36,6 +37,26 @@ def test_eviction_reports_what_happened(tmp_path):
 
 def test_eviction_of_a_missing_file_does_not_raise(tmp_path):
     ev = evict_page_cache(tmp_path / "missing.gguf")
+    assert not ev.evicted and ev.note
+
+
+def test_evicting_a_models_files_evicts_each_and_weighs_residency_by_size(tmp_path, monkeypatch):
+    small, large = tmp_path / "m-00001-of-00002.gguf", tmp_path / "m-00002-of-00002.gguf"
+    small.write_bytes(bytes(1000))
+    large.write_bytes(bytes(3000))
+    after = {small: 0.0, large: 0.5}
+    asked: list = []
+
+    def evict(path):
+        asked.append(path)
+        return pagecache.Eviction(True, "posix_fadvise(POSIX_FADV_DONTNEED)", 1.0, after[path], "")
+
+    monkeypatch.setattr(pagecache, "evict_page_cache", evict)
+    ev = evict_files([small, large])
+    assert asked == [small, large] and ev.evicted and ev.resident_before == 1.0
+    assert ev.resident_after == pytest.approx(0.375)  # (0 x 1000 + 0.5 x 3000) / 4000
+    monkeypatch.undo()
+    ev = evict_files([small, tmp_path / "m-00003-of-00003.gguf"])  # a file missing: not all of the model dropped
     assert not ev.evicted and ev.note
 
 

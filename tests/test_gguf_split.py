@@ -125,3 +125,19 @@ def test_a_broken_split_model_is_refused_with_one_line(whole, tmp_path, capsys, 
     assert main(["info", str(first)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and match.split(" ")[0] in err[0]
+
+
+@pytest.mark.parametrize(
+    "name, files",
+    [
+        ("m.gguf", ["m.gguf"]),
+        ("m-00001-of-00003.gguf", ["m-00001-of-00003.gguf", "m-00002-of-00003.gguf", "m-00003-of-00003.gguf"]),
+        ("m-00002-of-00003.gguf", ["m-00002-of-00003.gguf"]),  # not the first: llama.cpp opens a model by its first
+        ("m-00001-of-00001.gguf", ["m-00001-of-00001.gguf"]),
+        ("-00001-of-00002.gguf", ["-00001-of-00002.gguf"]),  # no name before the split postfix
+    ],
+)
+def test_model_files_are_a_split_models_every_file_by_name(tmp_path, name, files):
+    from ondevice.gguf.reader import model_files
+
+    assert model_files(tmp_path / name) == [tmp_path / f for f in files]  # by name alone: none of them exists

@@ -80,6 +80,23 @@ def test_the_verdict_is_kept_by_file_identity(tiny_model, tmp_path, monkeypatch)
     assert opened == [path]
 
 
+def test_a_split_models_verdict_follows_every_one_of_its_files(tmp_path):
+    """llama.cpp opens a split model through its first file and reads the others: a change to any of them, or one
+    arriving, is a file not checked yet. A single file's verdict is keyed as before."""
+    first, second = tmp_path / "m-00001-of-00002.gguf", tmp_path / "m-00002-of-00002.gguf"
+    first.write_bytes(b"GGUF" + bytes(60))
+    root = tmp_path / "cache"
+    missing = firstopen.verdict_file(first, root)
+    second.write_bytes(b"GGUF" + bytes(60))
+    present = firstopen.verdict_file(first, root)
+    st = second.stat()
+    os.utime(second, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    changed = firstopen.verdict_file(first, root)
+    assert len({missing, present, changed}) == 3 and None not in {missing, present, changed}
+    assert firstopen.verdict_file(second, root) not in {missing, present, changed}  # its own file, checked alone
+    assert firstopen.verdict_file(tmp_path / "absent-00001-of-00002.gguf", root) is None  # nothing to open
+
+
 def test_a_good_file_is_opened_in_a_child_once(tiny_model, tmp_path):
     root = tmp_path / "cache"
     verdict = firstopen.check_first_open(tiny_model, root=root)

@@ -41,8 +41,9 @@ from ondevice.bench.runs import (
 from ondevice.bench.speculative import speculative_run
 from ondevice.bench.suites import PromptBuilder, Suite, Workload
 from ondevice.core import paths
-from ondevice.core.pagecache import evict_page_cache
+from ondevice.core.pagecache import evict_files
 from ondevice.engine.interface import StreamingEngine
+from ondevice.gguf.reader import model_files
 
 __all__ = [
     "BenchConfig",
@@ -398,7 +399,7 @@ def _loads(config: BenchConfig, p: ModelPlan, repeat: int, load_fn, rss: PeakRss
         _close(p)
         before = None
         if scenario == COLD_LOAD:
-            ev = evict_page_cache(p.file())
+            ev = evict_files(model_files(p.file()))  # a split model: every file
             if not ev.evicted:
                 runs.append(RunRecord(p.label, COLD_LOAD, "", repeat, "skipped", reason=ev.note))
                 continue

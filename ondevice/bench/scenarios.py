@@ -228,11 +228,12 @@ def cold_start_run(
     notes: Sequence[str] = (),
     clock: Callable[[], int] = time.perf_counter_ns,
 ) -> tuple[RunRecord, Any]:
-    """The cold start (ondevice.bench.coldstart): drop `path` from the page cache, call load(),
+    """The cold start (ondevice.bench.coldstart): drop `path` (every file of it) from the page cache, call load(),
     then one request for one token; (record, the loaded engine or None). ctx.engine is unused
     (the engine is the one loaded here); n_prompt: the prompt's length in tokens. A page cache
     that cannot be dropped skips the run. clock: nanoseconds (tests pass their own)."""
-    from ondevice.core.pagecache import evict_page_cache
+    from ondevice.core.pagecache import evict_files
+    from ondevice.gguf.reader import model_files
 
     def lost(status: RunStatus, reason: str, **extra: Any) -> RunRecord:
         return RunRecord(
@@ -248,7 +249,7 @@ def cold_start_run(
             **extra,
         )
 
-    ev = evict_page_cache(path)
+    ev = evict_files(model_files(path))  # a split model: every file
     if not ev.evicted:
         return lost("skipped", ev.note), None
     ctx.rss.reset()

@@ -14,10 +14,11 @@ import ctypes.util
 import mmap
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Eviction", "evict_page_cache", "resident_fraction"]
+__all__ = ["Eviction", "evict_page_cache", "evict_files", "resident_fraction"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,35 @@ def evict_page_cache(path: str | Path) -> Eviction:
             "the cold load is partly warm"
         )
     return Eviction(True, "posix_fadvise(POSIX_FADV_DONTNEED)", before, after, note)
+
+
+def evict_files(paths: Sequence[str | Path]) -> Eviction:
+    """evict_page_cache for each file of a model (a split model has several): evicted when every one was, the
+    resident fractions weighted by the files' sizes, the notes of each; never raises."""
+    each = [(evict_page_cache(p), _size(p)) for p in paths]
+    total = sum(size for _ev, size in each)
+
+    def weighted(fractions: list[float | None]) -> float | None:
+        known = [f for f in fractions if f is not None]
+        if len(known) < len(fractions):
+            return None
+        return sum(f * size for f, (_ev, size) in zip(known, each)) / total if total else 0.0
+
+    notes = [ev.note for ev, _size in each if ev.note]
+    return Eviction(
+        all(ev.evicted for ev, _size in each),
+        each[0][0].method if each else "none",
+        weighted([ev.resident_before for ev, _size in each]),
+        weighted([ev.resident_after for ev, _size in each]),
+        "; ".join(dict.fromkeys(notes)),
+    )
+
+
+def _size(path: str | Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _libc():

@@ -19,6 +19,7 @@ the model's tensors are all of theirs (`GGUFFile.files` holds each file's own he
 from __future__ import annotations
 
 import os
+import re
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,6 +38,7 @@ __all__ = [
     "read_gguf",
     "split_path",
     "split_paths",
+    "model_files",
     "MAX_METADATA_ENTRIES",
     "MAX_TENSORS",
 ]
@@ -46,6 +48,7 @@ MAX_METADATA_ENTRIES = 1 << 16  # key/value pairs in one header (real models: a 
 MAX_TENSORS = 1 << 16  # tensors in one file (the largest real models: a few thousand)
 MAX_SPLITS = (1 << 16) - 1  # llama.cpp reads split.count as a uint16
 _SPLIT_NAME = "-{no:05d}-of-{count:05d}.gguf"  # llama.cpp's llama_split_path: prefix + this, `no` counted from 1
+_FIRST_SPLIT = re.compile(r".-00001-of-(\d{5})\.gguf$")  # the first of a split model's files, by that naming
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,16 @@ def split_path(prefix: str | Path, no: int, count: int) -> Path:
     """The path of file `no` (from 0) of a model split in `count` (llama.cpp's llama_split_path):
     split_path("dir/name", 0, 3) is dir/name-00001-of-00003.gguf."""
     return Path(f"{prefix}{_SPLIT_NAME.format(no=no + 1, count=count)}")
+
+
+def model_files(path: str | Path) -> list[Path]:
+    """Every file of the model opened by `path`, by name alone (nothing is read): a split model's first file
+    (name-00001-of-00003.gguf) gives it and its siblings, present or not; any other path gives [path]. What
+    depends on a model's bytes (a check's verdict, its page cache) depends on all of them."""
+    path = Path(path)
+    first = _FIRST_SPLIT.search(path.name)
+    count = int(first.group(1)) if first else 1
+    return split_paths(path, count) if count > 1 else [path]
 
 
 def split_paths(path: str | Path, count: int) -> list[Path]:

@@ -7,8 +7,9 @@ before is first opened vocab-only (architecture, hyperparameters, vocabulary; no
 fraction of a second) in a child (`ondevice.llama.vocabcheck`, run the way the crash guard runs its
 self-test). A child killed by a signal from inside makes the load a ModelLoadError, one line.
 
-The verdict is stored in the user cache, keyed by the file's identity (resolved path, size,
-mtime, inode) and the llama.cpp build: a file that changes, or a new build, is checked again.
+The verdict is stored in the user cache, keyed by the identity (resolved path, size, mtime, inode)
+of each of the model's files (a split model has several) and the llama.cpp build: a file that
+changes, or a new build, is checked again.
 Built-in registry models whose sha256 this machine has checked are not checked. A file written
 from a header (a twin, probing.twins) is keyed by what its caller says it depends on instead:
 its header's shape, checked once whatever file it is written to.
@@ -28,6 +29,7 @@ from pathlib import Path
 from ondevice.core import paths
 from ondevice.core.errors import ModelLoadError
 from ondevice.core.stored import StoredFileError, load_json
+from ondevice.gguf.reader import model_files
 from ondevice.llama.build import build_id
 from ondevice.llama.guard import CheckOutcome, run_child
 
@@ -50,15 +52,26 @@ class OpenVerdict:
 
 
 def verdict_file(path: Path, root: Path | None = None) -> Path | None:
-    """Where the verdict for the file at `path`, as it is now, is stored; None when it cannot be stat'ed."""
+    """Where the verdict for the model at `path`, as its files are now (a split model's every file: what llama.cpp
+    opens), is stored; None when `path` cannot be stat'ed."""
+    files = model_files(path)
     try:
-        st = os.stat(path)
-        where = str(Path(path).resolve())
+        parts = [_file_identity(files[0])]
     except OSError:
         return None
-    identity = f"{where}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_dev}|{build_id()}"
+    for other in files[1:]:  # a sibling missing now is part of the identity: its arrival changes the verdict
+        try:
+            parts.append(_file_identity(other))
+        except OSError:
+            parts.append(f"{other.name}|missing")
+    identity = "|".join(parts + [build_id()])
     key = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
     return (root or paths.cache_dir()) / "native" / "first-open" / f"{key}.json"
+
+
+def _file_identity(path: Path) -> str:
+    st = os.stat(path)
+    return f"{Path(path).resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_dev}"
 
 
 def identity_verdict_file(identity: str, root: Path | None = None) -> Path:
