@@ -124,7 +124,7 @@ def _windows(tokens: list[int], n_ctx: int, bos: int | None) -> list[tuple[list[
     """(window tokens, first scored index) for each window; only windows with something to score."""
     body = n_ctx - 1 if bos is not None else n_ctx
     first = n_ctx // 2
-    out = []
+    out: list[tuple[list[int], int]] = []
     for start in range(0, len(tokens), body):
         window = ([bos] if bos is not None else []) + tokens[start : start + body]
         if len(window) > first + 1 or (not out and len(window) >= 2):

@@ -15,6 +15,7 @@ import re
 import shutil
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gguf import GGMLQuantizationType, LlamaFileType
@@ -156,18 +157,18 @@ def _run_llama_quantize(
 
     if not supports_file_type(ftype.name, ftype.value):
         raise QuantError(f"this llama.cpp build does not support {_label(ftype)}")
-    state = {"done": 0, "total": 0, "rc": None, "error": None, "errors": []}
+    state = _QuantizeState()
 
     def on_log(text: str) -> None:
         match = _TENSOR_LINE.search(text)
         if match:
-            state["done"], state["total"] = int(match.group(1)), int(match.group(2))
+            state.done, state.total = int(match.group(1)), int(match.group(2))
         if "failed" in text or "error" in text.lower():
-            state["errors"].append(text.strip())
+            state.errors.append(text.strip())
 
     def work() -> None:
         try:
-            state["rc"] = quantize_file(
+            state.rc = quantize_file(
                 src,
                 tmp,
                 ftype.value,
@@ -176,7 +177,7 @@ def _run_llama_quantize(
                 pure=bool(pure),
             )
         except BaseException as exc:  # noqa: BLE001 - reported to the caller below
-            state["error"] = exc
+            state.error = exc
 
     drop = _DropReported()
     logging.getLogger("ondevice.llama_cpp").addFilter(drop)
@@ -187,10 +188,10 @@ def _run_llama_quantize(
             _wait(worker, state, progress)
         finally:
             logging.getLogger("ondevice.llama_cpp").removeFilter(drop)
-    if state["error"] is not None:
-        raise QuantError(f"quantizing {src} failed: {state['error']}")
-    if state["rc"] != 0:
-        detail = state["errors"][-1] if state["errors"] else f"llama_model_quantize returned {state['rc']}"
+    if state.error is not None:
+        raise QuantError(f"quantizing {src} failed: {state.error}")
+    if state.rc != 0:
+        detail = state.errors[-1] if state.errors else f"llama_model_quantize returned {state.rc}"
         if "iostream" in detail:  # std::ofstream failed mid-write
             raise QuantError(f"writing {dst} failed, the disk may be full: {detail}")
         raise QuantError(f"quantizing {src} to {_label(ftype)} failed: {detail}")
@@ -203,17 +204,28 @@ class _DropReported(logging.Filter):
         return "failed to quantize" not in record.getMessage()
 
 
-def _wait(worker: threading.Thread, state: dict, progress: Progress | None) -> None:
+@dataclass
+class _QuantizeState:
+    """What the quantizer's worker thread and its log callback leave for the caller's thread."""
+
+    done: int = 0  # tensors quantized so far
+    total: int = 0  # tensors in all
+    rc: int | None = None  # llama_model_quantize's status, once it returned
+    error: BaseException | None = None  # what the call raised instead
+    errors: list[str] = field(default_factory=list)  # llama.cpp's log lines that speak of a failure
+
+
+def _wait(worker: threading.Thread, state: _QuantizeState, progress: Progress | None) -> None:
     """Join the worker, reporting progress from this thread; Ctrl+C still reaches the caller."""
     shown = (-1, -1)
     while worker.is_alive():
         worker.join(0.1)
-        now = (state["done"], state["total"])
+        now = (state.done, state.total)
         if progress and now != shown and now[1]:
             progress(*now)
             shown = now
-    if progress and state["rc"] == 0 and state["total"]:
-        progress(state["total"], state["total"])
+    if progress and state.rc == 0 and state.total:
+        progress(state.total, state.total)
 
 
 def _verify_output(tmp: Path, dst: Path, n_tensors: int) -> None:

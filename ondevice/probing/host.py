@@ -164,7 +164,7 @@ class MemoryPasses:
     def close(self) -> None:
         """Stop the threads and let the arrays go (the memory is back as soon as this returns)."""
         self._pool.shutdown()
-        self._a = self._b = None
+        self._a = self._b = np.empty(0)
 
     def __enter__(self) -> MemoryPasses:
         return self
@@ -429,7 +429,7 @@ def _read_cold(path: Path, size: int, method: str) -> tuple[float | None, float 
         if method == "F_NOCACHE":
             import fcntl
 
-            fcntl.fcntl(f.fileno(), fcntl.F_NOCACHE, 1)
+            fcntl.fcntl(f.fileno(), getattr(fcntl, "F_NOCACHE"), 1)  # noqa: B009 - macOS only: not in Linux's fcntl
         elif hasattr(os, "posix_fadvise"):
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)  # as llama.cpp's loader asks
         start, got = time.perf_counter(), 0

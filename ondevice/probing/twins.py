@@ -73,7 +73,8 @@ def time_header(
     from ondevice.quant.twin import ModelData, block_origins, matching_blocks, reduce_layers, shape_key
 
     say = progress or (lambda _msg: None)
-    blocks = twin_blocks(spec) if blocks == "auto" else blocks
+    if isinstance(blocks, str):  # "auto"
+        blocks = twin_blocks(spec)
     opened = partial(_vouch_for, identity=f"twin of {shape_key(header)}")
     if blocks is None:
         work_dir = paths.scratch_dir(work_dir, _data_bytes(header))
@@ -105,7 +106,8 @@ def time_header(
 
             timing_few, timing_many = time_pair(few_engine, many_engine, plan, few_again=few_again, progress=say)
             cells = partial(decode_spans, few_engine.info.spec)
-            return extrapolate_layers(timing_few, timing_many, few, more, spec.n_layer, cells), few_engine.info
+            n_layer = int(spec.n_layer or more)  # a spec without a block count: the larger twin is the model
+            return extrapolate_layers(timing_few, timing_many, few, more, n_layer, cells), few_engine.info
 
 
 def _vouch_for(path: Path, *, identity: str) -> None:
