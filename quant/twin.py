@@ -24,7 +24,7 @@ import json
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +40,7 @@ from ondevice.quant.header import (
     read_header,
 )
 from ondevice.quant.quantize import file_type
-from ondevice.quant.twindata import block_pool, gain_pool, write_tiled
+from ondevice.quant.twindata import CHUNK_BYTES, block_pool, gain_pool, write_tiled
 
 from ondevice.core import paths
 from ondevice.core.errors import QuantError, SpecError
@@ -57,7 +57,6 @@ __all__ = [
     "quantized_header",
     "write_twin",
     "ModelData",
-    "block_origins",
     "is_gain",
     "split_outside_blocks",
     "header_spec",
@@ -66,7 +65,6 @@ __all__ = [
 # tensors that scale activations (norm gains, RoPE frequency factors: "blk.0.attn_q_norm.weight",
 # "rope_freqs.weight"), written with values around one (twindata.gain_pool)
 _GAIN = re.compile(r"(^|\.)(\w*norm\w*|rope_freqs|rope_factors_\w+)\.weight$")
-COPY_CHUNK_BYTES = 8 << 20  # bytes of a model's tensor read at once when a twin copies it
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")  # gguf's per-block tensor names: "blk.{bid}.attn_q.weight"
 # general.* keys that decide speed; every other general.* key is a label (name, licence, tags, file type)
 _GENERAL_KEPT = (Keys.General.ARCHITECTURE, Keys.General.ALIGNMENT, Keys.General.QUANTIZATION_VERSION)
@@ -241,19 +239,21 @@ def _quantizer_order(t: TensorSpec) -> tuple[int, str]:
 
 @dataclass(frozen=True)
 class ModelData:
-    """A model file whose own tensor data a twin of it copies, where a twin tensor and the model's tensor it
-    stands for (`origins`: twin name -> model name, the same name where absent) have the same type and size.
-    Twin data is random otherwise; with its model's bytes, a twin holds its values too, and these move speed on
-    x86 (ggml converts block scales through a lookup table whose cache misses depend on them: docs/twins.md)."""
+    """A model file whose own tensor data a twin of it copies, where a twin tensor and the model's tensor it stands
+    for (`origin`) have the same type and size. `blocks`: for a twin reduce_layers(header, k, blocks), the model's
+    block each twin block copies (empty: every tensor its namesake). Twin data is random otherwise; with its model's
+    bytes, a twin holds its values too, and these move speed on x86 (ggml converts block scales through a lookup
+    table whose cache misses depend on them: docs/twins.md)."""
 
     path: Path
-    origins: Mapping[str, str] = field(default_factory=dict)
+    blocks: tuple[int, ...] = ()
 
-
-def block_origins(blocks_from: Sequence[int]) -> dict[str, str]:
-    """For a twin reduce_layers(header, len(blocks_from), blocks_from) and the model's file: each of the twin's
-    block prefixes ("blk.0.") -> the model's block it copies ("blk.7."), to look tensors up by (ModelData)."""
-    return {f"blk.{i}.": f"blk.{int(b)}." for i, b in enumerate(blocks_from)}
+    def origin(self, name: str) -> str:
+        """The model's tensor that twin tensor `name` stands for."""
+        where = _block_of(name)
+        if not self.blocks or where is None:
+            return name
+        return f"blk.{self.blocks[where[0]]}.{where[1]}"
 
 
 def write_twin(
@@ -293,12 +293,7 @@ def _model_tensors(header: Header, model: ModelData) -> dict[str, tuple[Path, in
     theirs = {t.name: t for t in model_file.tensors}
     found = {}
     for t in header.tensors:
-        name = t.name
-        for prefix, origin in model.origins.items():
-            if name.startswith(prefix):
-                name = origin + name[len(prefix) :]
-                break
-        source = theirs.get(name)
+        source = theirs.get(model.origin(t.name))
         if source is not None and source.type_name == t.type and source.n_bytes == t.n_bytes:
             found[t.name] = (model_file.files[source.split].path, source.offset)
     return found
@@ -324,7 +319,7 @@ def _copy_bytes(out, source: Path, offset: int, n_bytes: int) -> None:
         f.seek(offset)
         left = n_bytes
         while left:
-            chunk = f.read(min(left, COPY_CHUNK_BYTES))
+            chunk = f.read(min(left, CHUNK_BYTES))
             if not chunk:
                 raise QuantError(f"{source} ended {left} bytes early, in a tensor a twin copies from it")
             out.write(chunk)

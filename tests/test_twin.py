@@ -15,7 +15,6 @@ from ondevice.quant.quantize import quantize
 from ondevice.quant.synth import SynthConfig, build_synthetic_model
 from ondevice.quant.twin import (
     ModelData,
-    block_origins,
     is_gain,
     layer_signatures,
     matching_blocks,
@@ -290,7 +289,7 @@ def test_reduced_twin_of_a_quant_mix_loads_and_generates(wide, tdir):
 
 
 def test_a_twin_of_every_block_with_its_models_data_is_the_model_byte_for_byte(models, tdir):
-    model = models["Q4_K_M" if "Q4_K_M" in models else "Q5_K_M"]
+    model = models["Q5_K_M"]
     twin = write_twin(read_header(model), tdir / "own.gguf", model=ModelData(model))
     assert twin.read_bytes() == model.read_bytes()
 
@@ -299,7 +298,7 @@ def test_a_reduced_twin_holds_the_bytes_of_the_blocks_it_stands_for(wide, tdir):
     model = quantize(wide, tdir / "mix-own.gguf", "Q4_K_M", threads=2, force=True)
     header = read_header(model)
     small = reduce_layers(header, 2, [5, 2])  # twin blocks 0 and 1 with the types of the model's blocks 5 and 2
-    own = ModelData(model, block_origins([0, 2]))  # ... and the data of its blocks 0 and 2 where the types agree
+    own = ModelData(model, (0, 2))  # ... and the data of its blocks 0 and 2 where the types agree
     twin = write_twin(small, tdir / "own-small.gguf", model=own)
     assert read_header(twin) == small
     copied = {}
@@ -313,8 +312,11 @@ def test_a_reduced_twin_holds_the_bytes_of_the_blocks_it_stands_for(wide, tdir):
     _generates(twin)
 
 
-def test_block_origins_map_each_twin_block_to_its_models():
-    assert block_origins([3, 0, 7]) == {"blk.0.": "blk.3.", "blk.1.": "blk.0.", "blk.2.": "blk.7."}
+def test_model_data_maps_each_twin_block_to_its_models():
+    own = ModelData(Path("m.gguf"), (3, 0, 7))
+    assert [own.origin(f"blk.{i}.attn_q.weight") for i in range(3)] == [f"blk.{b}.attn_q.weight" for b in (3, 0, 7)]
+    assert own.origin("token_embd.weight") == "token_embd.weight"  # outside the blocks: its namesake
+    assert ModelData(Path("m.gguf")).origin("blk.1.ffn_up.weight") == "blk.1.ffn_up.weight"
 
 
 # ---------- per-tensor types of a file type, from the quantizer's dry run ----------

@@ -70,7 +70,7 @@ def time_header(
     """(the model's timing from twins of its header, the EngineInfo of a twin engine). blocks: "auto"
     (twin_blocks), None (one twin of every block), or (fewer, more). model_path: the model's own file, when
     there is one: the twins then hold its bytes (each twin block its model block's), not random data."""
-    from ondevice.quant.twin import ModelData, block_origins, matching_blocks, reduce_layers, shape_key
+    from ondevice.quant.twin import ModelData, matching_blocks, reduce_layers, shape_key
 
     say = progress or (lambda _msg: None)
     if isinstance(blocks, str):  # "auto"
@@ -87,7 +87,7 @@ def time_header(
         plan = TWINS if plan.batch else replace(TWINS, batch=())
     picks = [matching_blocks(header, n) for n in (few, more)]
     twins = [reduce_layers(header, len(p), p) for p in picks]
-    models = [None if model_path is None else ModelData(Path(model_path), block_origins(p)) for p in picks]
+    models = [None if model_path is None else ModelData(Path(model_path), tuple(p)) for p in picks]
     work_dir = paths.scratch_dir(work_dir, _data_bytes(twins[0]) + _data_bytes(twins[1]) - _outside_bytes(header))
     with contextlib.ExitStack() as stack:
         # the twins share what lies outside their blocks (one file, _twins_sharing_outside); the first twin's
