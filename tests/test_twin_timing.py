@@ -103,7 +103,8 @@ def test_twins_stop_after_the_rounds_agree_and_time_batches_in_the_first_round_o
     plan = replace(PLAN, rounds=3, min_rounds=2, batch_rounds=1)
     rounds: dict[bool, list[str]] = {}
     for agree in (True, False):
-        monkeypatch.setattr(timing_mod, "_settled", lambda _diffs, _longest, agree=agree: agree)
+        unsettled = set() if agree else {("chunk", 16)}
+        monkeypatch.setattr(timing_mod, "_unsettled", lambda _diffs, _longest, u=unsettled: u)
         said: list[str] = []
         args = {"n_ctx": 256, "n_threads": 1}
         timing, _info = time_header(
@@ -112,9 +113,74 @@ def test_twins_stop_after_the_rounds_agree_and_time_batches_in_the_first_round_o
         rounds[agree] = [line for line in said if "round" in line]
         assert [b for b, _s in timing.batch] == [2]
     assert len(rounds[True]) == 2 and len(rounds[False]) == 3
+    assert "disagree" in rounds[False][2] and not any("disagree" in line for line in rounds[False][:2])
     assert len(batches) == 2 * 2  # the first round of each timing, on both twins
     # the first-open check ran once for all four twin files: its verdict is kept under the header's shape
     assert len(children) == 1
+
+
+def test_a_third_round_times_only_what_the_first_two_disagree_on(tmp_path, monkeypatch):
+    import ondevice.probing.timing as timing_mod
+
+    asked: list[tuple[int, int]] = []  # (blocks of the engine, prompt tokens) of every prompt timed
+    real_first = timing_mod._first_token_s
+    monkeypatch.setattr(
+        timing_mod,
+        "_first_token_s",
+        lambda eng, ids, reuse, max_tokens=1: (
+            asked.append((eng.info.spec.n_layer, len(ids))) or real_first(eng, ids, reuse, max_tokens)
+        ),
+    )
+    bursts: list[int] = []  # blocks of the first engine of every pair of decode bursts
+    real_bursts = timing_mod._decode_bursts
+    monkeypatch.setattr(
+        timing_mod,
+        "_decode_bursts",
+        lambda a, a_ids, b, b_ids, steps: bursts.append(a.info.spec.n_layer) or real_bursts(a, a_ids, b, b_ids, steps),
+    )
+    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 5}
+    header = quantized_header(header_from_hf_config(config), "Q8_0")
+    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    plan = replace(PLAN, batch=(), rounds=3, min_rounds=2)
+    seen: dict[str, tuple[list, list]] = {}
+    for name, unsettled in (("none", set()), ("chunk", {("chunk", 16)}), ("blocks", {("blocks",)})):
+        monkeypatch.setattr(timing_mod, "_unsettled", lambda _diffs, _longest, u=unsettled: u)
+        asked.clear(), bursts.clear()
+        args = {"n_ctx": 256, "n_threads": 1}
+        time_header(header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))
+        seen[name] = (list(asked), list(bursts))
+    two_asked, two_bursts = seen["none"]  # two full rounds
+    assert two_bursts == [1, 3, 1, 3]  # each round: long vs short context on the fewer, then more vs fewer blocks
+    for name, (third_asked, third_bursts) in (("chunk", ([(1, 16), (3, 16)], [])), ("blocks", ([], [3]))):
+        asked_here, bursts_here = seen[name]
+        assert asked_here[: len(two_asked)] == two_asked and bursts_here[:4] == two_bursts
+        assert sorted(asked_here[len(two_asked) :]) == third_asked and bursts_here[4:] == third_bursts
+
+
+def test_only_the_fewer_twin_is_warmed_up_with_its_longest_chunk(tmp_path, monkeypatch):
+    """A pass of the longest chunk touches an engine's compute buffers before the first round times it; on the
+    more-block twin that pass takes long enough for the touch to be lost in it, and warming it so costs as much as
+    the point: it is warmed with a few tokens, like the decode-only engine."""
+    from ondevice.engine.engine import Engine
+
+    first: dict[int, int] = {}  # id(engine) -> tokens of its first prompt
+    blocks: dict[int, int] = {}
+    real = Engine.generate
+
+    def generate(self, prompt, **kwargs):
+        first.setdefault(id(self), len(prompt))
+        blocks[id(self)] = self.info.spec.n_layer
+        return real(self, prompt, **kwargs)
+
+    monkeypatch.setattr(Engine, "generate", generate)
+    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 6}
+    header = quantized_header(header_from_hf_config(config), "Q8_0")
+    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    plan = replace(PLAN, chunks=(1, 32), batch=(), rounds=2)
+    args = {"n_ctx": 256, "n_threads": 1}
+    time_header(header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))
+    warmed = sorted((blocks[e], n) for e, n in first.items())
+    assert warmed == [(1, 8), (1, 32), (3, 8)]  # the fewer twin with its longest chunk; few_again and the more, 8
 
 
 def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_against_the_fewer(tmp_path, monkeypatch):
@@ -151,13 +217,13 @@ def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_agains
 
 
 def test_rounds_agree_when_the_multiplied_differences_lie_within_ten_percent():
-    from ondevice.probing.timing import _settled
+    from ondevice.probing.timing import _unsettled
 
     close = {("blocks", 24): [0.0070, 0.0076], ("prefill", 0, 512): [1.70, 1.62], ("prefill", 0, 16): [0.1, 0.3]}
-    assert _settled(close, 512)  # the 16-token chunk's spread does not count: it is not what is multiplied most
-    assert not _settled(close | {("prefill", 0, 512): [1.88, 1.62]}, 512)
-    assert not _settled(close | {("blocks", 24): [-0.001, 0.001]}, 512)  # a negative difference is no agreement
-    assert not _settled({("prefill", 0, 16): [0.1, 0.1]}, 512)  # nothing multiplied measured yet
+    assert _unsettled(close, 512) == set()  # the 16-token chunk's spread does not count: it is not multiplied most
+    assert _unsettled(close | {("prefill", 0, 512): [1.88, 1.62]}, 512) == {("chunk", 512)}
+    assert _unsettled(close | {("blocks", 24): [-0.001, 0.001]}, 512) == {("blocks",)}  # negative: no agreement
+    assert _unsettled({("prefill", 0, 16): [0.1, 0.1]}, 512) == {("blocks",), ("chunk", 512)}  # none measured yet
 
 
 def test_the_twins_of_a_model_on_disk_hold_its_own_bytes(tmp_path, monkeypatch):

@@ -59,7 +59,7 @@ class TimingPlan:
     batch_prompt: int = 4  # prompt tokens of each sequence before the batched steps (each prefilled on its own)
     rounds: int = 3  # every point is timed this many times; the median round counts
     batch_rounds: int | None = None  # the rounds that time the batch points (None: all); each is B sequences' steps
-    min_rounds: int | None = None  # time_pair: stop after this many rounds once they agree (None: always `rounds`)
+    min_rounds: int | None = None  # time_pair: after this many rounds, time only what they disagree on (None: all)
 
     def times(self, key: tuple, round_index: int) -> bool:
         """Whether round round_index times the point `key`."""
@@ -76,8 +76,8 @@ class TimingPlan:
 FULL = TimingPlan()  # `ondevice probe`, `ondevice predict`, `ondevice bench`
 # the full plan on a large model's twins (probing.twins): fewer chunk sizes, the chain of two, three rounds (the
 # twins' differences are multiplied by the model's blocks: one round on a busy moment would be too; the third only
-# when the first two disagree, _settled), the batch points in the first (each a mean over steps of B sequences at
-# once, and half of a round's time on its own)
+# when the first two disagree, and then only what they disagree on, _unsettled), the batch points in the first
+# (each a mean over steps of B sequences at once, and half of a round's time on its own)
 TWINS = TimingPlan(
     name="full",
     chunks=(1, 16, 128, 512),
@@ -222,18 +222,21 @@ def _decode_bursts(
 
 @contextlib.contextmanager
 def _timing_session(
-    engines: list[Any], plan: TimingPlan, *, decode_only: tuple[Any, ...] = ()
+    engines: list[Any], plan: TimingPlan, *, decode_only: tuple[Any, ...] = (), long_passes: tuple[Any, ...] = ()
 ) -> Iterator[dict[int, dict[int, Any]]]:
     """Engines warmed up, the batch contexts of those that do more than decode (not in decode_only) open, their
     requests kept off the callers' seeds. A plan of several rounds warms each of those up with its longest chunk:
     the first pass of that size is the first to use all of the engine's compute buffers, and where fresh memory is
-    slow to touch (a VM's), it would make the first round alone slower and the rounds disagree."""
+    slow to touch (a VM's), it would make the first round alone slower and the rounds disagree. Not the engines in
+    long_passes (a more-block twin's): their longest chunk takes so long that touching the buffers is lost in it,
+    and a pass of it to warm up would cost as much as the point it protects."""
     with contextlib.ExitStack() as stack:
         batches: dict[int, dict[int, Any]] = {}
         for eng in engines:
             stack.enter_context(eng.side_requests())
             prefills = all(eng is not d for d in decode_only)
-            warm = max(plan.chunks) if plan.rounds > 1 and prefills else 8
+            touches = prefills and plan.rounds > 1 and all(eng is not e for e in long_passes)
+            warm = max(plan.chunks) if touches else 8
             eng.generate(probe_ids(eng.n_vocab, warm), max_tokens=2, ignore_eos=True, seed=0, reuse_prefix=False)
             seq = plan.batch_prompt + _BATCH_STEPS + 8
             batches[id(eng)] = {
@@ -277,44 +280,35 @@ def time_pair(
     alternating with the short-context decode of a second engine on the fewer twin (few_again): the difference,
     which extrapolation multiplies by the model's blocks over the twin's, comes from the same moments. The more-block
     twin decodes only in bursts alternating with few_again's (its decode level at a short context); what a longer
-    context adds to it is the fewer twin's attention per cell times its blocks (roofline.extrapolate_layers)."""
+    context adds to it is the fewer twin's attention per cell times its blocks (roofline.extrapolate_layers).
+    With plan.min_rounds, the rounds after that many time only what the rounds so far disagree on (_unsettled),
+    and none once they agree."""
     say = progress or (lambda _msg: None)
     plan = plan_for_engine(plan, min(few.info.n_ctx, many.info.n_ctx), few.info.n_ubatch)
     other, t0 = OtherCpu(), time.perf_counter()
     rounds_few: list[dict[tuple, float]] = []
     diffs: dict[tuple, list[float]] = {}
-    short = ("decode", plan.short_prompt + plan.decode_steps // 2)
-    with _timing_session([few, many, few_again], plan, decode_only=(few_again,)) as batches:
+    with _timing_session([few, many, few_again], plan, decode_only=(few_again,), long_passes=(many,)) as batches:
         points = _shared_points(plan, few.n_vocab, batches)
         on_many = dict(_shared_points(plan, few.n_vocab, batches, decode=False))
         for r in range(plan.rounds):
-            say(f"timing the twins: round {r + 1} of {plan.rounds}")
-            out = {}
-            for i, (key, measure) in enumerate(points):
-                if not plan.times(key, r):
-                    continue
-                if key not in on_many:
-                    out.update(measure(few, r * 131))
-                    continue
-                if (r + i) % 2 == 0:  # which twin goes first alternates
-                    mine, theirs = measure(few, r * 131), on_many[key](many, r * 131)
-                else:
-                    theirs, mine = on_many[key](many, r * 131), measure(few, r * 131)
-                out.update(mine)
-                for key in mine.keys() & theirs.keys():
-                    diffs.setdefault(key, []).append(theirs[key] - mine[key])
-            anchor_s = out[("prefill", 0, max(plan.chunks))]
-            chain, ids = _chain_points(few, plan, salt=r * 131, anchor_s=anchor_s, decode=False)
-            steps = _PAIRED_STEPS * plan.decode_steps
-            short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
-            long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, steps)
-            chain[("decode", len(ids) + plan.decode_steps // 2)] = out[short] + long_s - short_s
-            many_s, few_s = _decode_bursts(many, short_ids, few_again, short_ids, steps)
-            diffs.setdefault(("blocks", plan.short_prompt + steps // 2), []).append(many_s - few_s)
-            out.update(chain)
-            rounds_few.append(out)
-            if plan.min_rounds is not None and r + 1 >= plan.min_rounds and _settled(diffs, max(plan.chunks)):
+            again = None if plan.min_rounds is None or r < plan.min_rounds else _unsettled(diffs, max(plan.chunks))
+            if again == set():
                 break
+            what = ", what the rounds disagree on" if again else ""
+            say(f"timing the twins: round {r + 1} of {plan.rounds}{what}")
+            out: dict[tuple, float] = {}
+            for i, (key, measure) in enumerate(points):
+                if plan.times(key, r) and (again is None or key in again):
+                    out.update(_in_turn(key, measure, on_many.get(key), (few, many), r, i, diffs))
+            short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
+            if again is None:
+                out.update(_long_decode(few, few_again, plan, out, short_ids, r))
+            if again is None or ("blocks",) in again:
+                steps = _PAIRED_STEPS * plan.decode_steps
+                many_s, few_s = _decode_bursts(many, short_ids, few_again, short_ids, steps)
+                diffs.setdefault(("blocks", plan.short_prompt + steps // 2), []).append(many_s - few_s)
+            rounds_few.append(out)
     elapsed = time.perf_counter() - t0
     few_timing = _timing(rounds_few, plan, few.info, other.cores(), elapsed)
     shared = _paired_differences(diffs)
@@ -322,14 +316,49 @@ def time_pair(
     return few_timing, _timing(many_rounds, replace(plan, chain=0), many.info, other.cores(), 0.0)
 
 
-_SETTLED = 0.10  # time_pair stops early when the rounds' multiplied differences lie within this of each other
+def _in_turn(
+    key: tuple, measure: Measure, on_many: Measure | None, twins: tuple[Any, Any], r: int, i: int, diffs: dict
+) -> dict[tuple, float]:
+    """One point of a round of time_pair: the fewer twin's figures (-> returned) and, where the more-block twin times
+    it too (on_many), the two in turn, which goes first alternating, their differences appended to diffs."""
+    few, many = twins
+    if on_many is None:
+        return measure(few, r * 131)
+    if (r + i) % 2 == 0:
+        mine, theirs = measure(few, r * 131), on_many(many, r * 131)
+    else:
+        theirs, mine = on_many(many, r * 131), measure(few, r * 131)
+    for point in mine.keys() & theirs.keys():
+        diffs.setdefault(point, []).append(theirs[point] - mine[point])
+    return mine
 
 
-def _settled(diffs: dict[tuple, list[float]], longest: int) -> bool:
-    """Whether the rounds so far agree on the differences extrapolation multiplies most: the twins' decode level
-    ("blocks") and their prefill of the longest chunk (max over min within 1 + _SETTLED, all positive)."""
-    keys = [key for key in diffs if key[0] == "blocks" or key == ("prefill", 0, longest)]
-    return bool(keys) and all(min(diffs[key]) > 0 and max(diffs[key]) / min(diffs[key]) - 1 <= _SETTLED for key in keys)
+def _long_decode(few: Any, few_again: Any, plan: TimingPlan, out: dict, short_ids: list, r: int) -> dict[tuple, float]:
+    """The chain on the fewer twin (right after its longest chunk, the round's last point) and the decode after it:
+    the short-context decode point plus what the long context added in bursts alternating with few_again's short
+    context."""
+    anchor_s = out[("prefill", 0, max(plan.chunks))]
+    chain, ids = _chain_points(few, plan, salt=r * 131, anchor_s=anchor_s, decode=False, just_timed=True)
+    long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, _PAIRED_STEPS * plan.decode_steps)
+    short = ("decode", plan.short_prompt + plan.decode_steps // 2)
+    chain[("decode", len(ids) + plan.decode_steps // 2)] = out[short] + long_s - short_s
+    return chain
+
+
+_SETTLED = 0.10  # time_pair's rounds agree when their multiplied differences lie within this of each other
+
+
+def _unsettled(diffs: dict[tuple, list[float]], longest: int) -> set[tuple]:
+    """The points of time_pair whose rounds so far disagree on the differences extrapolation multiplies most:
+    ("blocks",), the twins' decode level, and ("chunk", longest), their prefill of the longest chunk (they agree
+    when all are positive and max over min lies within 1 + _SETTLED); either, when not measured yet."""
+
+    def agree(ds: list[float]) -> bool:
+        return bool(ds) and min(ds) > 0 and max(ds) / min(ds) - 1 <= _SETTLED
+
+    blocks = [d for key, ds in diffs.items() if key[0] == "blocks" for d in ds]
+    prefill = diffs.get(("prefill", 0, longest), [])
+    return {point for point, ds in ((("blocks",), blocks), (("chunk", longest), prefill)) if not agree(ds)}
 
 
 def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
