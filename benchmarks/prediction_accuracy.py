@@ -11,7 +11,8 @@ The models (built here, none of them ever timed to set anything):
   (8 of 32), Qwen3-30B-A3B (a MoE, 4 of 48 blocks); random data, so their twins are other random files of the
   same header (a large one's are two twins of fewer blocks, extrapolated to the file's blocks);
 - with `--models full` (not in `all`: a 4.9 GB file, minutes a round): Llama 3.1 8B at its full depth, what
-  `ondevice predict --config llama-3.1-8b.json --quant Q4_K_M` predicts for it.
+  `ondevice predict --config llama-3.1-8b.json --quant Q4_K_M` predicts for it;
+- with `--models more` (not in `all`): two more architectures, Gemma 2 2B and Mixtral 8x7B (a MoE, 4 of 32 blocks).
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -48,6 +49,9 @@ SHAPES = (
     ("qwen3-30b-a3b.json", "Q4_K_M", 4),
 )
 FULL_DEPTH = (("llama-3.1-8b.json", "Q4_K_M", None),)  # `--models full`
+# `--models more`: two architectures no row above has, the timing never looked at on them: Gemma 2 (logit
+# soft-capping, every other layer windowed, a 256k vocabulary) and Mixtral (8 experts, 2 routed per token)
+MORE = (("gemma-2-2b.json", "Q4_K_M", None), ("mixtral-8x7b-v0.1.json", "Q4_K_M", 4))
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3
@@ -82,6 +86,8 @@ def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in SHAPES]
     if "full" in which:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in FULL_DEPTH]
+    if "more" in which:
+        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in MORE]
     return out
 
 
@@ -221,7 +227,7 @@ def report(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--models", default="all", help="all (default,ladder,chat,shapes), or some of those and full")
+    ap.add_argument("--models", default="all", help="all (default,ladder,chat,shapes), or some of those, full, more")
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")
     args = ap.parse_args(argv)

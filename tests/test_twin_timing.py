@@ -187,12 +187,15 @@ def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_agains
     import ondevice.probing.timing as timing_mod
 
     asked: list[tuple[int, int]] = []  # (blocks of the engine, tokens asked) of every prompt the round times
+    prompts: list[tuple[int, int, bool]] = []  # (blocks, prompt tokens, prefix reused) of the same
     real = timing_mod._first_token_s
     monkeypatch.setattr(
         timing_mod,
         "_first_token_s",
         lambda eng, ids, reuse, max_tokens=1: (
-            asked.append((eng.info.spec.n_layer, max_tokens)) or real(eng, ids, reuse, max_tokens)
+            asked.append((eng.info.spec.n_layer, max_tokens))
+            or prompts.append((eng.info.spec.n_layer, len(ids), reuse))
+            or real(eng, ids, reuse, max_tokens)
         ),
     )
     bursts: list[tuple[int, int]] = []
@@ -214,6 +217,10 @@ def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_agains
     assert any(blocks == 1 and tokens > 1 for blocks, tokens in asked)  # the fewer decodes after its chunks
     assert bursts == [(1, 1), (3, 1)]  # long vs short context on the fewer, then more vs fewer blocks
     assert len(timing.decode) >= 3 and all(s > 0 for _c, s in timing.decode)
+    # the chain's link (16 tokens on 16 cached) right after a prefill of the same 16 from an empty cache: what it
+    # adds, multiplied by the blocks, is measured against a moment next to it
+    link = prompts.index((1, 32, True))
+    assert prompts[link - 1] == (1, 16, False) and prompts.count((1, 16, False)) == 2  # the chunk point, and again
 
 
 def test_rounds_agree_when_the_multiplied_differences_lie_within_ten_percent():

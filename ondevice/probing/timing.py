@@ -334,11 +334,12 @@ def _in_turn(
 
 
 def _long_decode(few: Any, few_again: Any, plan: TimingPlan, out: dict, short_ids: list, r: int) -> dict[tuple, float]:
-    """The chain on the fewer twin (right after its longest chunk, the round's last point) and the decode after it:
-    the short-context decode point plus what the long context added in bursts alternating with few_again's short
-    context."""
+    """The chain on the fewer twin and the decode after it: the short-context decode point plus what the long
+    context added in bursts alternating with few_again's short context. The chain's links are measured against a
+    prefill of the longest chunk made right before them, not the round's figure of it (an earlier moment, the other
+    twin's chunk between them): what they add, attention, is multiplied by the model's blocks over the twin's."""
     anchor_s = out[("prefill", 0, max(plan.chunks))]
-    chain, ids = _chain_points(few, plan, salt=r * 131, anchor_s=anchor_s, decode=False, just_timed=True)
+    chain, ids = _chain_points(few, plan, salt=r * 131, anchor_s=anchor_s, decode=False)
     long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, _PAIRED_STEPS * plan.decode_steps)
     short = ("decode", plan.short_prompt + plan.decode_steps // 2)
     chain[("decode", len(ids) + plan.decode_steps // 2)] = out[short] + long_s - short_s
