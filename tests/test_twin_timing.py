@@ -273,3 +273,38 @@ def test_the_twins_of_a_model_on_disk_hold_its_own_bytes(tmp_path, monkeypatch):
     blocks = {name.split(".")[1] for name, _same in checked if name.startswith("blk.")}
     assert blocks == {str(b) for b in twin_mod.matching_blocks(header, 1) + twin_mod.matching_blocks(header, 3)}
     assert "token_embd.weight" in dict(checked)
+
+
+def test_twin_files_a_killed_timing_left_are_removed_and_never_collide(tmp_path, monkeypatch):
+    """A timing killed before its clean-up (SIGKILL, SIGTERM) leaves its twin files behind: the next timing of any
+    shape removes those of processes that are gone (and, by age, those of versions whose names had no pid), keeps
+    a live process's, and writes its own under names of its own, so a leftover never stands in its way."""
+    import os
+    import subprocess
+    import sys
+
+    from ondevice.quant.twin import shape_key
+
+    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 4}
+    header = quantized_header(header_from_hf_config(config), "Q8_0")
+    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(paths, "SHARED_MEMORY_DIR", shm)
+    work = paths.scratch_dir(tmp_path / "w", 1)
+    work.mkdir(parents=True, exist_ok=True)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid, live_pid = int(gone.stdout), os.getppid()
+    key = shape_key(header)
+    dead = [work / f"twin-{key}-p{dead_pid}-{name}" for name in ("outside.gguf", "1-00002-of-00002.gguf")]
+    older = work / f"twin-{key}-1-00002-of-00002.gguf"  # the name a version without pids wrote and would write
+    live = work / f"twin-{key}-p{live_pid}-1-00001-of-00002.gguf"
+    for path in (*dead, older, live):
+        path.write_bytes(b"left behind")
+    hour_ago = os.stat(older).st_mtime - 2 * paths.OLD_STYLE_STALE_AFTER_S
+    os.utime(older, (hour_ago, hour_ago))
+    args = {"n_ctx": 256, "n_threads": 1}
+    plan = replace(PLAN, batch=())
+    timing, _info = time_header(header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))
+    assert timing.decode
+    assert sorted(p.name for p in work.iterdir()) == [live.name]  # its own removed after, the dead ones before

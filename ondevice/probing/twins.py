@@ -14,12 +14,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from ondevice.core import paths
 from ondevice.gguf.spec import ModelSpec
@@ -129,6 +133,38 @@ def _outside_bytes(header: Any) -> int:
     return _data_bytes(split_outside_blocks(header)[1])
 
 
+_SCRATCH_NAME = re.compile(r"^twin-[0-9a-f]{16}-(p(?P<pid>\d+)-)?")  # _scratch_stem's names (no pid: older ones)
+
+
+def _scratch_stem(work_dir: Path, header: Any) -> Path:
+    """Where this process writes the twins of `header` in work_dir: names of its own (the pid in them), so that
+    processes timing one shape at once never share a file, and what a killed one left (it never reached its
+    clean-up) is removed here first, once its process is gone."""
+    from ondevice.quant.twin import shape_key
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    paths.remove_stale_temps(work_dir, owned=True)
+    for entry in os.scandir(work_dir):
+        if _left_by_the_dead(entry):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    return work_dir / f"twin-{shape_key(header)}-p{os.getpid()}"
+
+
+def _left_by_the_dead(entry: os.DirEntry) -> bool:
+    """A twin file of a process that is gone, or of a version whose names carried no pid and untouched for
+    paths.OLD_STYLE_STALE_AFTER_S."""
+    name = _SCRATCH_NAME.match(entry.name)
+    if name is None or not entry.name.endswith(".gguf"):
+        return False
+    if name["pid"] is not None:
+        return int(name["pid"]) != os.getpid() and not psutil.pid_exists(int(name["pid"]))
+    try:
+        return time.time() - entry.stat(follow_symlinks=False).st_mtime > paths.OLD_STYLE_STALE_AFTER_S
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def _twins_sharing_outside(header: Any, work_dir: Path, model: Any = None) -> Iterator[Callable[..., Path]]:
     """A writer of twins of `header` (-> each twin's path), all removed after, written as models split in two
@@ -137,11 +173,9 @@ def _twins_sharing_outside(header: Any, work_dir: Path, model: Any = None) -> It
     engines on the twins map one copy of it. Where a file system has no hard links, a symbolic one. `model`
     (quant.twin.ModelData): the model's file, whose bytes the shared file holds; each twin is given its own."""
     from ondevice.gguf.reader import split_path
-    from ondevice.quant.twin import shape_key, split_outside_blocks, write_twin
+    from ondevice.quant.twin import split_outside_blocks, write_twin
 
-    work_dir.mkdir(parents=True, exist_ok=True)
-    paths.remove_stale_temps(work_dir, owned=True)
-    stem = work_dir / f"twin-{shape_key(header)}"
+    stem = _scratch_stem(work_dir, header)
     written: list[Path] = []
 
     def add_twin(twin: Any, tag: str, say: Progress, twin_model: Any = None) -> Path:
@@ -190,11 +224,9 @@ def _time_twin(
 def _twin_file(header: Any, work_dir: Path, tag: str, say: Progress, opened: Opened) -> Iterator[Path]:
     """A twin of header written in work_dir for the time of the with block (removed after, whatever happens),
     first-opened (`opened`) before it is handed out."""
-    from ondevice.quant.twin import shape_key, write_twin
+    from ondevice.quant.twin import write_twin
 
-    work_dir.mkdir(parents=True, exist_ok=True)
-    paths.remove_stale_temps(work_dir, owned=True)
-    path = work_dir / f"twin-{shape_key(header)}-{tag}.gguf"
+    path = Path(f"{_scratch_stem(work_dir, header)}-{tag}.gguf")
     say(f"writing a twin ({tag} blocks)")
     write_twin(header, path, durable=False)  # a scratch file, not flushed to disk
     try:
