@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from ondevice.quant.hfconfig import header_from_hf_config
 from ondevice.quant.twin import quantized_header, write_twin
 
@@ -157,10 +158,14 @@ def test_a_third_round_times_only_what_the_first_two_disagree_on(tmp_path, monke
         assert sorted(asked_here[len(two_asked) :]) == third_asked and bursts_here[4:] == third_bursts
 
 
-def test_only_the_fewer_twin_is_warmed_up_with_its_longest_chunk(tmp_path, monkeypatch):
-    """A pass of the longest chunk touches an engine's compute buffers before the first round times it; on the
-    more-block twin that pass takes long enough for the touch to be lost in it, and warming it so costs as much as
-    the point: it is warmed with a few tokens, like the decode-only engine."""
+@pytest.mark.parametrize("config_name", ["llama-3.1-8b", "qwen3-30b-a3b"])
+def test_only_the_fewer_twin_is_warmed_up_with_its_longest_chunk_unless_experts_are_routed(
+    tmp_path, monkeypatch, config_name
+):
+    """A pass of the longest chunk touches an engine's compute buffers before the first round times it; on a dense
+    model's more-block twin that pass takes long enough for the touch to be lost in it, and warming it so costs as
+    much as the point: it is warmed with a few tokens, like the decode-only engine. A mixture of experts' is warmed
+    with the chunk all the same: a few tokens route through a few experts, the chunk through most."""
     from ondevice.engine.engine import Engine
 
     first: dict[int, int] = {}  # id(engine) -> tokens of its first prompt
@@ -173,14 +178,15 @@ def test_only_the_fewer_twin_is_warmed_up_with_its_longest_chunk(tmp_path, monke
         return real(self, prompt, **kwargs)
 
     monkeypatch.setattr(Engine, "generate", generate)
-    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 6}
+    config = tiny_config(config_name) | {"num_hidden_layers": 6}
     header = quantized_header(header_from_hf_config(config), "Q8_0")
     spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
     plan = replace(PLAN, chunks=(1, 32), batch=(), rounds=2)
     args = {"n_ctx": 256, "n_threads": 1}
     time_header(header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))
     warmed = sorted((blocks[e], n) for e, n in first.items())
-    assert warmed == [(1, 8), (1, 32), (3, 8)]  # the fewer twin with its longest chunk; few_again and the more, 8
+    more = 32 if spec.n_expert else 8
+    assert warmed == [(1, 8), (1, 32), (3, more)]  # the fewer twin with its longest chunk, few_again with 8
 
 
 def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_against_the_fewer(tmp_path, monkeypatch):

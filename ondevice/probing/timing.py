@@ -228,8 +228,8 @@ def _timing_session(
     requests kept off the callers' seeds. A plan of several rounds warms each of those up with its longest chunk:
     the first pass of that size is the first to use all of the engine's compute buffers, and where fresh memory is
     slow to touch (a VM's), it would make the first round alone slower and the rounds disagree. Not the engines in
-    long_passes (a more-block twin's): their longest chunk takes so long that touching the buffers is lost in it,
-    and a pass of it to warm up would cost as much as the point it protects."""
+    long_passes (a dense model's more-block twin): their longest chunk takes so long that touching the buffers is
+    lost in it, and a pass of it to warm up would cost as much as the point it protects."""
     with contextlib.ExitStack() as stack:
         batches: dict[int, dict[int, Any]] = {}
         for eng in engines:
@@ -288,7 +288,10 @@ def time_pair(
     other, t0 = OtherCpu(), time.perf_counter()
     rounds_few: list[dict[tuple, float]] = []
     diffs: dict[tuple, list[float]] = {}
-    with _timing_session([few, many, few_again], plan, decode_only=(few_again,), long_passes=(many,)) as batches:
+    # a mixture of experts' more-block twin is warmed with its longest chunk all the same: that pass is also what first
+    # reads most experts' weights (a few tokens route through a few), which its first round's chunks would pay for
+    long_passes = () if many.info.spec.n_expert else (many,)
+    with _timing_session([few, many, few_again], plan, decode_only=(few_again,), long_passes=long_passes) as batches:
         points = _shared_points(plan, few.n_vocab, batches)
         on_many = dict(_shared_points(plan, few.n_vocab, batches, decode=False))
         for r in range(plan.rounds):
