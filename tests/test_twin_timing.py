@@ -18,13 +18,18 @@ from tests.test_twin_hfconfig import tiny_config
 PLAN = TimingPlan(name="quick", chunks=(1, 16), chain=1, short_prompt=8, decode_steps=4, batch=(2,), rounds=1)
 
 
+def _tiny_shape(tmp_path, config_name: str, blocks: int):
+    """(header, spec) of a public config at tiny widths, `blocks` blocks, Q8_0 (the spec read from a sparse file)."""
+    config = tiny_config(config_name) | {"num_hidden_layers": blocks}
+    header = quantized_header(header_from_hf_config(config), "Q8_0")
+    return header, inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+
+
 def test_a_header_is_timed_on_two_twins_and_extrapolated_to_its_blocks(tmp_path, monkeypatch):
     shm = tmp_path / "shm"
     shm.mkdir()
     monkeypatch.setattr(paths, "SHARED_MEMORY_DIR", shm)
-    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 6}
-    header = quantized_header(header_from_hf_config(config), "Q8_0")
-    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 6)
     work = tmp_path / "twins"
     timing, info = time_header(
         header, spec, plan=PLAN, work_dir=work, engine_args={"n_ctx": 256, "n_threads": 1}, blocks=(1, 3)
@@ -58,9 +63,7 @@ def test_the_twins_share_one_file_of_what_lies_outside_their_blocks(tmp_path, mo
     import ondevice.engine
     from ondevice.gguf.reader import read_gguf
 
-    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 5}
-    header = quantized_header(header_from_hf_config(config), "Q8_0")
-    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 5)
     shm = tmp_path / "shm"
     shm.mkdir()
     monkeypatch.setattr(paths, "SHARED_MEMORY_DIR", shm)
@@ -98,9 +101,7 @@ def test_twins_stop_after_the_rounds_agree_and_time_batches_in_the_first_round_o
     batches: list = []
     real_batch = BatchContext.generate
     monkeypatch.setattr(BatchContext, "generate", lambda self, *a, **k: batches.append(1) or real_batch(self, *a, **k))
-    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 7}  # a shape no other test times
-    header = quantized_header(header_from_hf_config(config), "Q8_0")
-    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 7)  # a shape no other test times
     plan = replace(PLAN, rounds=3, min_rounds=2, batch_rounds=1)
     rounds: dict[bool, list[str]] = {}
     for agree in (True, False):
@@ -139,9 +140,7 @@ def test_a_third_round_times_only_what_the_first_two_disagree_on(tmp_path, monke
         "_decode_bursts",
         lambda a, a_ids, b, b_ids, steps: bursts.append(a.info.spec.n_layer) or real_bursts(a, a_ids, b, b_ids, steps),
     )
-    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 5}
-    header = quantized_header(header_from_hf_config(config), "Q8_0")
-    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 5)
     plan = replace(PLAN, batch=(), rounds=3, min_rounds=2)
     seen: dict[str, tuple[list, list]] = {}
     for name, unsettled in (("none", set()), ("chunk", {("chunk", 16)}), ("blocks", {("blocks",)})):
@@ -178,9 +177,7 @@ def test_only_the_fewer_twin_is_warmed_up_with_its_longest_chunk_unless_experts_
         return real(self, prompt, **kwargs)
 
     monkeypatch.setattr(Engine, "generate", generate)
-    config = tiny_config(config_name) | {"num_hidden_layers": 6}
-    header = quantized_header(header_from_hf_config(config), "Q8_0")
-    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    header, spec = _tiny_shape(tmp_path, config_name, 6)
     plan = replace(PLAN, chunks=(1, 32), batch=(), rounds=2)
     args = {"n_ctx": 256, "n_threads": 1}
     time_header(header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))
@@ -213,9 +210,7 @@ def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_agains
             bursts.append((a.info.spec.n_layer, b.info.spec.n_layer)) or real_bursts(a, a_ids, b, b_ids, steps)
         ),
     )
-    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 5}  # a shape no other test times
-    header = quantized_header(header_from_hf_config(config), "Q8_0")
-    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 5)  # a shape no other test times
     args = {"n_ctx": 256, "n_threads": 1}
     timing, _info = time_header(header, spec, plan=PLAN, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))
     many = [tokens for blocks, tokens in asked if blocks == 3]
@@ -291,9 +286,7 @@ def test_twin_files_a_killed_timing_left_are_removed_and_never_collide(tmp_path,
 
     from ondevice.quant.twin import shape_key
 
-    config = tiny_config("llama-3.1-8b") | {"num_hidden_layers": 4}
-    header = quantized_header(header_from_hf_config(config), "Q8_0")
-    spec = inspect(write_twin(header, tmp_path / "model.gguf", sparse=True))
+    header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 4)
     shm = tmp_path / "shm"
     shm.mkdir()
     monkeypatch.setattr(paths, "SHARED_MEMORY_DIR", shm)
