@@ -300,8 +300,9 @@ def test_twin_files_a_killed_timing_left_are_removed_and_never_collide(tmp_path,
     live = work / f"twin-{key}-p{live_pid}-1-00001-of-00002.gguf"
     for path in (*dead, older, live):
         path.write_bytes(b"left behind")
-    hour_ago = os.stat(older).st_mtime - 2 * paths.OLD_STYLE_STALE_AFTER_S
-    os.utime(older, (hour_ago, hour_ago))
+    long_ago = os.stat(older).st_mtime - 2 * paths.OLD_STYLE_STALE_AFTER_S  # the killed run was a while back
+    for path in (*dead, older, live):
+        os.utime(path, (long_ago, long_ago))
     args = {"n_ctx": 256, "n_threads": 1}
     plan = replace(PLAN, batch=())
     timing, _info = time_header(header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))

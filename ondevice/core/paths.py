@@ -17,7 +17,7 @@ import re
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -38,6 +38,7 @@ __all__ = [
     "ensure_replaceable",
     "remove_stale_temps",
     "scratch_dir",
+    "remove_left_behind",
 ]
 
 APP_NAME = "ondevice"
@@ -168,13 +169,33 @@ def remove_stale_temps(folder: Path, *, target_name: str | None = None, owned: b
     carry no pid (`.NAME.XXXXXXXX.tmp`) untouched for OLD_STYLE_STALE_AFTER_S go too; a
     user's folder keeps every name ondevice does not write now. Returns the removed paths.
     """
+    return _remove_if(folder, lambda entry, now: _is_stale(entry, target_name, owned, now))
+
+
+def remove_left_behind(folder: Path, names: re.Pattern[str]) -> list[Path]:
+    """Remove the files of `names` in `folder` (ondevice's own) that killed processes left (scratch files under
+    names of their own, not temp names): those whose `pid` group names a process that is gone, untouched for
+    STALE_AFTER_S, and those matched without a pid (an older version's names), untouched for
+    OLD_STYLE_STALE_AFTER_S. Returns the removed paths."""
+
+    def left(entry: os.DirEntry, now: float) -> bool:
+        match = names.match(entry.name)
+        if match is None:
+            return False
+        pid = match.groupdict().get("pid")
+        return _gone(entry, pid, STALE_AFTER_S if pid else OLD_STYLE_STALE_AFTER_S, now)
+
+    return _remove_if(folder, left)
+
+
+def _remove_if(folder: Path, stale: Callable[[os.DirEntry, float], bool]) -> list[Path]:
     try:
         entries = list(os.scandir(folder))
     except OSError:  # no folder yet, or not ours to read
         return []
     now, removed = time.time(), []
     for entry in entries:
-        if not _is_stale(entry, target_name, owned, now):
+        if not stale(entry, now):
             continue
         try:
             os.unlink(entry.path)
@@ -190,18 +211,21 @@ def _is_stale(entry: os.DirEntry, target_name: str | None, owned: bool, now: flo
     if match:
         if target_name is not None and match["target"] != target_name[:_NAME_CHARS]:
             return False
-        limit_s = STALE_AFTER_S
-    elif owned and target_name is None and _OLD_STYLE.match(entry.name):
-        limit_s = OLD_STYLE_STALE_AFTER_S
-    else:
-        return False
+        return _gone(entry, match["pid"], STALE_AFTER_S, now)
+    if owned and target_name is None and _OLD_STYLE.match(entry.name):
+        return _gone(entry, None, OLD_STYLE_STALE_AFTER_S, now)
+    return False
+
+
+def _gone(entry: os.DirEntry, pid: str | None, limit_s: float, now: float) -> bool:
+    """A regular file untouched for limit_s whose process (pid; None: by age alone) is gone."""
     try:
         st = entry.stat(follow_symlinks=False)
     except OSError:
         return False
     if not stat.S_ISREG(st.st_mode) or now - st.st_mtime <= limit_s:
         return False
-    return match is None or not psutil.pid_exists(int(match["pid"]))
+    return pid is None or not psutil.pid_exists(int(pid))
 
 
 # ---------- destinations of outputs ----------

@@ -15,15 +15,12 @@ import contextlib
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from ondevice.core import paths
 from ondevice.gguf.spec import ModelSpec
@@ -133,36 +130,19 @@ def _outside_bytes(header: Any) -> int:
     return _data_bytes(split_outside_blocks(header)[1])
 
 
-_SCRATCH_NAME = re.compile(r"^twin-[0-9a-f]{16}-(p(?P<pid>\d+)-)?")  # _scratch_stem's names (no pid: older ones)
+_SCRATCH_NAME = re.compile(r"^twin-[0-9a-f]{16}-(p(?P<pid>\d+)-)?.*\.gguf$")  # _scratch_stem's (no pid: older)
 
 
 def _scratch_stem(work_dir: Path, header: Any) -> Path:
     """Where this process writes the twins of `header` in work_dir: names of its own (the pid in them), so that
     processes timing one shape at once never share a file, and what a killed one left (it never reached its
-    clean-up) is removed here first, once its process is gone."""
+    clean-up) is removed here first, once its process is gone (paths.remove_left_behind)."""
     from ondevice.quant.twin import shape_key
 
     work_dir.mkdir(parents=True, exist_ok=True)
     paths.remove_stale_temps(work_dir, owned=True)
-    for entry in os.scandir(work_dir):
-        if _left_by_the_dead(entry):
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
+    paths.remove_left_behind(work_dir, _SCRATCH_NAME)
     return work_dir / f"twin-{shape_key(header)}-p{os.getpid()}"
-
-
-def _left_by_the_dead(entry: os.DirEntry) -> bool:
-    """A twin file of a process that is gone, or of a version whose names carried no pid and untouched for
-    paths.OLD_STYLE_STALE_AFTER_S."""
-    name = _SCRATCH_NAME.match(entry.name)
-    if name is None or not entry.name.endswith(".gguf"):
-        return False
-    if name["pid"] is not None:
-        return int(name["pid"]) != os.getpid() and not psutil.pid_exists(int(name["pid"]))
-    try:
-        return time.time() - entry.stat(follow_symlinks=False).st_mtime > paths.OLD_STYLE_STALE_AFTER_S
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
