@@ -177,6 +177,7 @@ def run(models: list[tuple[str, Path]], rounds: int, work: Path, keep=None) -> l
                         "timing_s": timing_s,
                         "predicted_ttft_s": pred.ttft_s(p, 0, chunk),
                         "predicted_tpot_s": pred.decode_s(p, OUTPUT) / (OUTPUT - 1),
+                        "timing": pred.timing.to_dict(),  # what predicted it: the arithmetic can be replayed on it
                     }
                 )
             if keep:

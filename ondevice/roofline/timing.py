@@ -13,10 +13,10 @@ The prediction reads those figures and moves them to other contexts and chunk si
 arithmetic only (attention.py): a decode step at context s = a + b x (cached tokens attended over
 the layers), fitted through the decode points; a prefill chunk of k tokens after pos cached ones =
 M(k) + k / K x A(pos): M interpolated linearly in k between the chunks timed from an empty cache, A
-what a full chunk of K tokens took at that position beyond the same chunk from an empty cache (the
-chain, linear between its positions; past the last, at its last cost per attention cell, windows
-capped). A twin of fewer layers than the model is extrapolated linearly in layers (extrapolate_layers),
-point by point.
+the attention cells a full chunk of K tokens adds at that position (windows capped) times what the
+chain's chunks took per added cell beyond the same chunk from an empty cache (a line through the
+origin over all of them). A twin of fewer layers than the model is extrapolated linearly in layers
+(extrapolate_layers), point by point.
 """
 
 from __future__ import annotations
@@ -190,7 +190,8 @@ class TimedPredictor(Predictor):
         self._decode_line = robust_line([(decode_spans(spec, s), t) for s, t in timing.decode])
         empty = sorted((k, t) for pos, k, t in timing.prefill if pos == 0)
         self._chunk_k, self._chunk_m = [float(k) for k, _t in empty], [t for _k, t in empty]
-        self._chain_k, self._chain = _chain(timing.prefill, self._chunk_k, self._chunk_m)
+        self._chain_k, chain = _chain(timing.prefill, self._chunk_k, self._chunk_m)
+        self._per_added_cell = _per_added_cell(chain, self._added_cells)
         self._ubatch = max(1, timing.n_ubatch)
 
     @property
@@ -210,16 +211,13 @@ class TimedPredictor(Predictor):
         return _interp(self._chunk_k, self._chunk_m, k) + k / self._chain_k * self._attention_s(max(0, int(pos)))
 
     def _attention_s(self, pos: int) -> float:
-        """What a full chunk (of the chain's length) takes after pos cached tokens beyond the same chunk from an
-        empty cache: the chain's figures, linear between them; past the last, its cost per attention cell
-        (least squares over the chain's chunks: one noisy chunk moves it less than it would a last segment)."""
-        positions, extra = [0.0] + [p for p, _a in self._chain], [0.0] + [a for _p, a in self._chain]
-        if pos <= positions[-1] or len(positions) < 2:
-            return _interp(positions, extra, pos) if len(positions) > 1 else 0.0
+        """What a chunk of the chain's length takes after pos cached tokens beyond the same chunk from an empty cache:
+        the attention cells it adds there (windows capped) times the chain's cost per added cell."""
+        return self._per_added_cell * self._added_cells(pos)
+
+    def _added_cells(self, pos: int) -> float:
         k = int(self._chain_k)
-        cells = [(chunk_cells(self.spec, int(p), k), a) for p, a in zip(positions, extra)]
-        _a, per_cell = robust_line(cells[1:] if len(cells) > 2 else cells)
-        return extra[-1] + per_cell * (chunk_cells(self.spec, pos, k) - cells[-1][0])
+        return chunk_cells(self.spec, pos, k) - chunk_cells(self.spec, 0, k)
 
     def prefill_s(self, n_tokens: int, n_cached: int = 0, n_batch: int = 512) -> float:
         """Chunks of min(n_batch, the timed n_ubatch) tokens, each as timed (its attention moved to its position)."""
@@ -284,6 +282,16 @@ def _chain(points: Sequence[tuple[int, int, float]], ks: list[float], ts: list[f
     k_chain = max(k for _p, k, _t in after)
     base = _interp(ks, ts, k_chain)
     return float(k_chain), [(float(pos), t - base) for pos, k, t in after if k == k_chain]
+
+
+def _per_added_cell(chain: Sequence[tuple[float, float]], added_cells: Callable[[int], float]) -> float:
+    """Seconds per attention cell a chunk adds after cached tokens: a least-squares line through the origin (a chunk
+    after no cached tokens adds nothing) over the chain's links [(position, seconds beyond the chunk from an empty
+    cache)]. Every link counts, the longer ones (which add the most cells, the figure least moved by a noisy moment)
+    the most; a slope between two links would multiply their noise by the prompt's length over their distance."""
+    points = [(added_cells(int(pos)), extra) for pos, extra in chain]
+    square = sum(x * x for x, _a in points)
+    return max(sum(x * a for x, a in points) / square, 0.0) if square > 0 else 0.0
 
 
 def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
