@@ -21,6 +21,7 @@ of a row is the median over rounds of predicted / measured - 1 (paired). A row m
 is within +-10% and its TTFT within +-15%; the script exits 1 when fewer than 90% of the rows do.
 
     python -m benchmarks.prediction_accuracy [--rounds 3] [--models all|default,ladder,chat,shapes,full] [--json out.json]
+    python -m benchmarks.prediction_accuracy --replay out.json   # its rows predicted again by the code as it is now
 """
 
 from __future__ import annotations
@@ -169,19 +170,48 @@ def run(models: list[tuple[str, Path]], rounds: int, work: Path, keep=None) -> l
             meas, chunk = measured(path, prompts, salt=1000 * (r + 1))
             for p in prompts:
                 ttft, tpot = meas[p]
-                row = rows.setdefault((label, p), {"model": label, "prompt": p, "twin": how, "rounds": []})
+                row = rows.setdefault(
+                    (label, p), {"model": label, "file": str(path), "prompt": p, "twin": how, "rounds": []}
+                )
                 row["rounds"].append(
                     {
                         "ttft_s": ttft,
                         "tpot_s": tpot,
                         "timing_s": timing_s,
-                        "predicted_ttft_s": pred.ttft_s(p, 0, chunk),
-                        "predicted_tpot_s": pred.decode_s(p, OUTPUT) / (OUTPUT - 1),
+                        "chunk": chunk,
+                        **_predicted_figures(pred, p, chunk),
                         "timing": pred.timing.to_dict(),  # what predicted it: the arithmetic can be replayed on it
                     }
                 )
             if keep:
                 keep(_with_errors(rows))
+    return _with_errors(rows)
+
+
+def _predicted_figures(pred, prompt: int, chunk: int) -> dict[str, float]:
+    return {
+        "predicted_ttft_s": pred.ttft_s(prompt, 0, chunk),
+        "predicted_tpot_s": pred.decode_s(prompt, OUTPUT) / (OUTPUT - 1),
+    }
+
+
+def replay(stored: list[dict]) -> list[dict]:
+    """A stored run's rows predicted again from each round's stored timing by the arithmetic as it is now, against
+    the same measurements: what a change of the arithmetic alone moves, with the machine's noise held still. It is
+    in-sample (the rows it is judged on are the ones it was looked at on): only a fresh run shows accuracy."""
+    from ondevice.gguf.spec import inspect
+    from ondevice.roofline import Calibration, ShapeTiming, TimedPredictor
+
+    rows: dict[tuple[str, int], dict] = {}
+    for row in stored:
+        if "file" not in row or any("timing" not in r for r in row["rounds"]):
+            raise SystemExit(f"{row['model']}: this run stored no file or timings to replay (runs before r11 did not)")
+        spec = inspect(Path(row["file"]))
+        rounds = []
+        for r in row["rounds"]:
+            pred = TimedPredictor(spec, Calibration("CPU", ceiling_gbs=1e3), ShapeTiming.from_dict(r["timing"]))
+            rounds.append({**r, **_predicted_figures(pred, row["prompt"], r.get("chunk", 512))})
+        rows[(row["model"], row["prompt"])] = {**row, "rounds": rounds}
     return _with_errors(rows)
 
 
@@ -231,7 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="all", help="all (default,ladder,chat,shapes), or some of those, full, more")
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")
+    ap.add_argument("--replay", type=Path, help="a stored run (--json): its rows predicted again by this code")
     args = ap.parse_args(argv)
+    if args.replay:
+        import json
+
+        stored = json.loads(args.replay.read_text())
+        print(f"CPU: {stored['cpu']}; {stored['rounds']} rounds, replayed from {args.replay}")
+        print(report(replay(stored["rows"])))
+        return 0
     which = {"default", "ladder", "chat", "shapes"} if args.models == "all" else set(args.models.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.time()
