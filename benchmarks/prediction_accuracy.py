@@ -12,7 +12,9 @@ The models (built here, none of them ever timed to set anything):
   same header (a large one's are two twins of fewer blocks, extrapolated to the file's blocks);
 - with `--models full` (not in `all`: a 4.9 GB file, minutes a round): Llama 3.1 8B at its full depth, what
   `ondevice predict --config llama-3.1-8b.json --quant Q4_K_M` predicts for it;
-- with `--models more` (not in `all`): two more architectures, Gemma 2 2B and Mixtral 8x7B (a MoE, 4 of 32 blocks).
+- with `--models more` (not in `all`): two more architectures, Gemma 2 2B and Mixtral 8x7B (a MoE, 4 of 32 blocks);
+- with `--models held` (not in `all`): Qwen2.5 7B Q5_K_M (8 of 28 blocks), Llama 3.2 3B IQ4_XS, Gemma 3 4B Q4_K_M (12 of
+  34 blocks), shapes and weight types no row had before the timing they were first measured with.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -53,6 +55,10 @@ FULL_DEPTH = (("llama-3.1-8b.json", "Q4_K_M", None),)  # `--models full`
 # `--models more`: two architectures no row above has, the timing never looked at on them: Gemma 2 (logit
 # soft-capping, every other layer windowed, a 256k vocabulary) and Mixtral (8 experts, 2 routed per token)
 MORE = (("gemma-2-2b.json", "Q4_K_M", None), ("mixtral-8x7b-v0.1.json", "Q4_K_M", 4))
+# `--models held`: shapes and weight types added after r11, measured first with the timing as it then stood: Qwen2.5
+# 7B (152k vocabulary, 7:1 grouped queries) at Q5_K_M, Llama 3.2 3B (tied embedding) at IQ4_XS, whole, and Gemma 3 4B
+# (windows of 1,024 on five layers of six, 262k vocabulary) at 12 of its 34 blocks
+HELD = (("qwen2.5-7b.json", "Q5_K_M", 8), ("llama-3.2-3b.json", "IQ4_XS", None), ("gemma-3-4b-it.json", "Q4_K_M", 12))
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3
@@ -89,6 +95,8 @@ def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in FULL_DEPTH]
     if "more" in which:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in MORE]
+    if "held" in which:
+        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD]
     return out
 
 
@@ -258,7 +266,9 @@ def report(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--models", default="all", help="all (default,ladder,chat,shapes), or some of those, full, more")
+    ap.add_argument(
+        "--models", default="all", help="all (default,ladder,chat,shapes), or some of those, full, more, held"
+    )
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")
     ap.add_argument("--replay", type=Path, help="a stored run (--json): its rows predicted again by this code")

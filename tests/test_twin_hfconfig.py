@@ -32,6 +32,8 @@ PUBLISHED = {
     "gemma-3-1b-pt": (999_885_952, {"n_layer": 26, "n_head_kv": 1, "sliding_window": 512}),
     "gemma-3-270m": (268_098_176, {"n_layer": 18, "d_model": 640, "n_vocab": 262144}),
     "phi-3-mini-4k-instruct": (3_821_079_552, {"n_layer": 32, "d_model": 3072, "n_vocab": 32064}),
+    "qwen2.5-7b": (7_615_616_512, {"n_layer": 28, "d_model": 3584, "n_head_kv": 4, "n_vocab": 152064}),
+    "llama-3.2-3b": (3_212_749_824, {"n_layer": 28, "d_model": 3072, "tied_output": True, "n_vocab": 128256}),
 }
 
 

@@ -227,11 +227,15 @@ def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_agains
 def test_rounds_agree_when_the_multiplied_differences_lie_within_ten_percent():
     from ondevice.probing.timing import _unsettled
 
-    close = {("blocks", 24): [0.0070, 0.0076], ("prefill", 0, 512): [1.70, 1.62], ("prefill", 0, 16): [0.1, 0.3]}
-    assert _unsettled(close, 512) == set()  # the 16-token chunk's spread does not count: it is not multiplied most
-    assert _unsettled(close | {("prefill", 0, 512): [1.88, 1.62]}, 512) == {("chunk", 512)}
-    assert _unsettled(close | {("blocks", 24): [-0.001, 0.001]}, 512) == {("blocks",)}  # negative: no agreement
-    assert _unsettled({("prefill", 0, 16): [0.1, 0.1]}, 512) == {("blocks",), ("chunk", 512)}  # none measured yet
+    close = {("blocks", 24): [0.0070, 0.0076], ("prefill", 0, 512): [1.70, 1.62], ("prefill", 0, 16): [0.10, 0.105]}
+    chunks = (16, 512)
+    assert _unsettled(close, chunks) == set()
+    assert _unsettled(close | {("prefill", 0, 512): [1.88, 1.62]}, chunks) == {("chunk", 512)}
+    # a shorter chunk counts as much: one round's slow moment would reach the TTFT of prompts that long
+    assert _unsettled(close | {("prefill", 0, 16): [0.10, 0.16]}, chunks) == {("chunk", 16)}
+    assert _unsettled(close | {("blocks", 24): [-0.001, 0.001]}, chunks) == {("blocks",)}  # negative: no agreement
+    none_yet = {("blocks",), ("chunk", 512)}
+    assert _unsettled({("prefill", 0, 16): [0.1, 0.1]}, chunks) == none_yet  # none measured yet
 
 
 def test_the_twins_of_a_model_on_disk_hold_its_own_bytes(tmp_path, monkeypatch):

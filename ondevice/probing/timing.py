@@ -295,7 +295,7 @@ def time_pair(
         points = _shared_points(plan, few.n_vocab, batches)
         on_many = dict(_shared_points(plan, few.n_vocab, batches, decode=False))
         for r in range(plan.rounds):
-            again = None if plan.min_rounds is None or r < plan.min_rounds else _unsettled(diffs, max(plan.chunks))
+            again = None if plan.min_rounds is None or r < plan.min_rounds else _unsettled(diffs, plan.chunks)
             if again == set():
                 break
             what = ", what the rounds disagree on" if again else ""
@@ -352,17 +352,19 @@ def _long_decode(few: Any, few_again: Any, plan: TimingPlan, out: dict, short_id
 _SETTLED = 0.10  # time_pair's rounds agree when their multiplied differences lie within this of each other
 
 
-def _unsettled(diffs: dict[tuple, list[float]], longest: int) -> set[tuple]:
-    """The points of time_pair whose rounds so far disagree on the differences extrapolation multiplies most:
-    ("blocks",), the twins' decode level, and ("chunk", longest), their prefill of the longest chunk (they agree
-    when all are positive and max over min lies within 1 + _SETTLED); either, when not measured yet."""
+def _unsettled(diffs: dict[tuple, list[float]], chunks: tuple[int, ...]) -> set[tuple]:
+    """The points of time_pair whose rounds so far disagree on a difference extrapolation multiplies: ("blocks",), the
+    twins' decode level, and ("chunk", k), their prefill of a chunk of k tokens, for each k (they agree when all
+    are positive and max over min lies within 1 + _SETTLED; not measured yet: they do not). Every chunk counts: with
+    two rounds a point's figure is their mean, and a moment that slowed one of them (a machine's noise only ever
+    slows) would be multiplied by the model's blocks over the twins' into the TTFT of prompts of that length."""
 
     def agree(ds: list[float]) -> bool:
         return bool(ds) and min(ds) > 0 and max(ds) / min(ds) - 1 <= _SETTLED
 
     blocks = [d for key, ds in diffs.items() if key[0] == "blocks" for d in ds]
-    prefill = diffs.get(("prefill", 0, longest), [])
-    return {point for point, ds in ((("blocks",), blocks), (("chunk", longest), prefill)) if not agree(ds)}
+    points = [(("blocks",), blocks)] + [(("chunk", k), diffs.get(("prefill", 0, k), [])) for k in chunks]
+    return {point for point, ds in points if not agree(ds)}
 
 
 def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
