@@ -60,10 +60,6 @@ def report(spec, beyond: dict[int, list[float]], chunk: int) -> str:
     return "\n".join(lines)
 
 
-def _spread(values: list[float]) -> float:
-    return max(values) / min(values) - 1 if len(values) > 1 else 0.0
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", type=Path)
