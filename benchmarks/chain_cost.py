@@ -26,7 +26,7 @@ def chain_seconds(engine, fresh, chunk: int, links: int, rounds: int) -> dict[in
     each link on `engine` right after a chunk from an empty cache on `fresh` (a second engine on the same file), so
     that what attention adds comes from the same moments as what it adds to (this machine's speed moves between
     minutes by more than attention adds at the first links)."""
-    from ondevice.probing.timing import probe_ids
+    from ondevice.probing.timing import first_token_s, probe_ids
 
     vocab, out = engine.n_vocab, {}
     for eng in (engine, fresh):  # warm-up: the first pass of a chunk this size touches the compute buffers first
@@ -35,24 +35,19 @@ def chain_seconds(engine, fresh, chunk: int, links: int, rounds: int) -> dict[in
         ids = probe_ids(vocab, chunk, 100 * r)
         engine.generate(ids, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
         for link in range(1, links + 1):
-            alone = _first_token_s(fresh, probe_ids(vocab, chunk, 100 * r + 50 + link), reuse=False)
+            alone = first_token_s(fresh, probe_ids(vocab, chunk, 100 * r + 50 + link), reuse=False)[0]
             ids = ids + probe_ids(vocab, chunk + 1, 100 * r + link)[1:]
-            out.setdefault(len(ids) - chunk, []).append(_first_token_s(engine, ids, reuse=True) - alone)
+            out.setdefault(len(ids) - chunk, []).append(first_token_s(engine, ids, reuse=True)[0] - alone)
     return out
 
 
-def _first_token_s(engine, ids: list[int], *, reuse: bool) -> float:
-    g = engine.generate(ids, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=reuse)
-    return g.timings.ttft_s - g.timings.tokenize_s
-
-
 def report(spec, beyond: dict[int, list[float]], chunk: int) -> str:
-    from ondevice.roofline.attention import chunk_cells
+    from ondevice.roofline.attention import added_chunk_cells
 
     lines = []
     for pos in sorted(beyond):
         t = statistics.median(beyond[pos])
-        added = chunk_cells(spec, pos, chunk) - chunk_cells(spec, 0, chunk)
+        added = added_chunk_cells(spec, pos, chunk)
         lines.append(
             f"after {pos:6d}: {t * 1e3:7.0f} ms beyond the chunk from an empty cache, "
             f"{t / added * 1e9:6.1f} ns per added cell (rounds {', '.join(f'{x * 1e3:.0f}' for x in beyond[pos])} ms)"

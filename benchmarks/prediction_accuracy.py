@@ -123,12 +123,18 @@ def predicted(path: Path, cache: Path):
     from ondevice.gguf.spec import inspect
     from ondevice.probing import timing_for_header
     from ondevice.probing.twins import twin_blocks
-    from ondevice.roofline import Calibration, TimedPredictor
 
     spec = inspect(path)
     timing = timing_for_header(read_header(path), spec, refresh=True, cache_root=cache)
     how = "whole" if twin_blocks(spec) is None else "twins of {} and {} blocks".format(*twin_blocks(spec))
-    return TimedPredictor(spec, Calibration("CPU", ceiling_gbs=1e3), timing), how, timing.elapsed_s
+    return _timed_predictor(spec, timing), how, timing.elapsed_s
+
+
+def _timed_predictor(spec, timing):
+    """The prediction from a timing alone (the ceiling's bandwidth is not what is measured here)."""
+    from ondevice.roofline import Calibration, TimedPredictor
+
+    return TimedPredictor(spec, Calibration("CPU", ceiling_gbs=1e3), timing)
 
 
 def measured(path: Path, prompts: tuple[int, ...], salt: int) -> tuple[dict[int, tuple[float, float]], int]:
@@ -208,7 +214,7 @@ def replay(stored: list[dict]) -> list[dict]:
     the same measurements: what a change of the arithmetic alone moves, with the machine's noise held still. It is
     in-sample (the rows it is judged on are the ones it was looked at on): only a fresh run shows accuracy."""
     from ondevice.gguf.spec import inspect
-    from ondevice.roofline import Calibration, ShapeTiming, TimedPredictor
+    from ondevice.roofline import ShapeTiming
 
     rows: dict[tuple[str, int], dict] = {}
     for row in stored:
@@ -217,7 +223,7 @@ def replay(stored: list[dict]) -> list[dict]:
         spec = inspect(Path(row["file"]))
         rounds = []
         for r in row["rounds"]:
-            pred = TimedPredictor(spec, Calibration("CPU", ceiling_gbs=1e3), ShapeTiming.from_dict(r["timing"]))
+            pred = _timed_predictor(spec, ShapeTiming.from_dict(r["timing"]))
             rounds.append({**r, **_predicted_figures(pred, row["prompt"], r.get("chunk", 512))})
         rows[(row["model"], row["prompt"])] = {**row, "rounds": rounds}
     return _with_errors(rows)

@@ -125,10 +125,10 @@ def test_a_third_round_times_only_what_the_first_two_disagree_on(tmp_path, monke
     import ondevice.probing.timing as timing_mod
 
     asked: list[tuple[int, int]] = []  # (blocks of the engine, prompt tokens) of every prompt timed
-    real_first = timing_mod._first_token_s
+    real_first = timing_mod.first_token_s
     monkeypatch.setattr(
         timing_mod,
-        "_first_token_s",
+        "first_token_s",
         lambda eng, ids, reuse, max_tokens=1: (
             asked.append((eng.info.spec.n_layer, len(ids))) or real_first(eng, ids, reuse, max_tokens)
         ),
@@ -191,10 +191,10 @@ def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_agains
 
     asked: list[tuple[int, int]] = []  # (blocks of the engine, tokens asked) of every prompt the round times
     prompts: list[tuple[int, int, bool]] = []  # (blocks, prompt tokens, prefix reused) of the same
-    real = timing_mod._first_token_s
+    real = timing_mod.first_token_s
     monkeypatch.setattr(
         timing_mod,
-        "_first_token_s",
+        "first_token_s",
         lambda eng, ids, reuse, max_tokens=1: (
             asked.append((eng.info.spec.n_layer, max_tokens))
             or prompts.append((eng.info.spec.n_layer, len(ids), reuse))

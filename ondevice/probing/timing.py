@@ -38,6 +38,7 @@ __all__ = [
     "time_engine",
     "time_pair",
     "probe_ids",
+    "first_token_s",
     "plan_for_engine",
 ]
 
@@ -114,7 +115,9 @@ def probe_ids(n_vocab: int, n_tokens: int, salt: int = 0) -> list[int]:
     return [1] + [3 + (i * 97 + salt * 7919) % span for i in range(n_tokens - 1)]
 
 
-def _first_token_s(engine: Any, ids: list[int], reuse: bool, max_tokens: int = 1):
+def first_token_s(engine: Any, ids: list[int], reuse: bool, max_tokens: int = 1):
+    """(seconds from a request to its first token, tokenizing left out; the generation): how every timed point is
+    taken. reuse: keep the KV cache's common prefix with ids (a chunk on top of it), else prefill from empty."""
     g = engine.generate(ids, max_tokens=max_tokens, ignore_eos=True, seed=0, reuse_prefix=reuse)
     return g.timings.ttft_s - g.timings.tokenize_s, g
 
@@ -142,14 +145,14 @@ def _shared_points(
 
     def chunk(k: int) -> Measure:
         def measure(eng: Any, salt: int) -> dict[tuple, float]:
-            t, g = _first_token_s(eng, probe_ids(vocab, k, salt + k), reuse=False, max_tokens=1 + after)
+            t, g = first_token_s(eng, probe_ids(vocab, k, salt + k), reuse=False, max_tokens=1 + after)
             return {("prefill", 0, k): t, **_decode_point(g, k)}
 
         return measure
 
     def short(eng: Any, salt: int) -> dict[tuple, float]:
         ids = probe_ids(vocab, plan.short_prompt, salt)
-        return _decode_point(_first_token_s(eng, ids, reuse=False, max_tokens=1 + plan.decode_steps)[1], len(ids))
+        return _decode_point(first_token_s(eng, ids, reuse=False, max_tokens=1 + plan.decode_steps)[1], len(ids))
 
     def batch(b: int) -> Measure:
         def step(eng: Any, salt: int) -> dict[tuple, float]:
@@ -178,12 +181,12 @@ def _chain_points(
     vocab, out = engine.n_vocab, {}
     longest = max(plan.chunks)
     ids = probe_ids(vocab, longest, salt + longest)  # the chunk point's prompt (_shared_points)
-    base_s = anchor_s if just_timed else _first_token_s(engine, ids, reuse=False)[0]
+    base_s = anchor_s if just_timed else first_token_s(engine, ids, reuse=False)[0]
     for link in range(plan.chain):
         ids += probe_ids(vocab, longest + 1, salt + 1 + link)[1:]
         last = link == plan.chain - 1
         steps = (plan.decode_steps if decode else 0) if last else _AFTER_CHUNK
-        t, g = _first_token_s(engine, ids, reuse=True, max_tokens=1 + steps)
+        t, g = first_token_s(engine, ids, reuse=True, max_tokens=1 + steps)
         out[("prefill", len(ids) - longest, longest)] = anchor_s + max(t - base_s, 0.0)
         out.update(_decode_point(g, len(ids)))  # (the next link reuses ids, not the tokens decoded after them)
     return out, ids

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ondevice.gguf.spec import ModelSpec
 
-__all__ = ["causal_spans", "decode_spans", "chunk_cells", "attention_head_dims"]
+__all__ = ["causal_spans", "decode_spans", "chunk_cells", "added_chunk_cells", "attention_head_dims"]
 
 
 def causal_spans(p0: int, p1: int, window: int | None = None) -> float:
@@ -41,6 +41,12 @@ def chunk_cells(spec: ModelSpec, pos: int, n_tokens: int) -> float:
     what precedes it, windows capped), summed over the layers."""
     p0, p1 = max(0, int(pos)), max(0, int(pos)) + max(0, int(n_tokens))
     return float(sum(causal_spans(p0, p1, w) for w in _windows(spec)))
+
+
+def added_chunk_cells(spec: ModelSpec, pos: int, n_tokens: int) -> float:
+    """The attention cells a chunk of n_tokens after pos cached tokens has beyond the same chunk from an empty
+    cache (what attending the cached tokens adds), summed over the layers."""
+    return chunk_cells(spec, pos, n_tokens) - chunk_cells(spec, 0, n_tokens)
 
 
 def attention_head_dims(spec: ModelSpec) -> int:

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ondevice.gguf.spec import ModelSpec
-from ondevice.roofline.attention import chunk_cells, decode_spans
+from ondevice.roofline.attention import added_chunk_cells, decode_spans
 from ondevice.roofline.model import Calibration, Predictor
 
 __all__ = ["ShapeTiming", "TimedPredictor", "extrapolate_layers", "robust_line", "MAX_POINTS"]
@@ -191,7 +191,7 @@ class TimedPredictor(Predictor):
         empty = sorted((k, t) for pos, k, t in timing.prefill if pos == 0)
         self._chunk_k, self._chunk_m = [float(k) for k, _t in empty], [t for _k, t in empty]
         self._chain_k, chain = _chain(timing.prefill, self._chunk_k, self._chunk_m)
-        self._per_added_cell = _per_added_cell(chain, self._added_cells)
+        self._per_added_cell = _per_added_cell(chain, lambda pos: added_chunk_cells(spec, pos, int(self._chain_k)))
         self._ubatch = max(1, timing.n_ubatch)
 
     @property
@@ -213,11 +213,7 @@ class TimedPredictor(Predictor):
     def _attention_s(self, pos: int) -> float:
         """What a chunk of the chain's length takes after pos cached tokens beyond the same chunk from an empty cache:
         the attention cells it adds there (windows capped) times the chain's cost per added cell."""
-        return self._per_added_cell * self._added_cells(pos)
-
-    def _added_cells(self, pos: int) -> float:
-        k = int(self._chain_k)
-        return chunk_cells(self.spec, pos, k) - chunk_cells(self.spec, 0, k)
+        return self._per_added_cell * added_chunk_cells(self.spec, pos, int(self._chain_k))
 
     def prefill_s(self, n_tokens: int, n_cached: int = 0, n_batch: int = 512) -> float:
         """Chunks of min(n_batch, the timed n_ubatch) tokens, each as timed (its attention moved to its position)."""
