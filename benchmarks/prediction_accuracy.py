@@ -14,7 +14,9 @@ The models (built here, none of them ever timed to set anything):
   `ondevice predict --config llama-3.1-8b.json --quant Q4_K_M` predicts for it;
 - with `--models more` (not in `all`): two more architectures, Gemma 2 2B and Mixtral 8x7B (a MoE, 4 of 32 blocks);
 - with `--models held` (not in `all`): Qwen2.5 7B Q5_K_M (8 of 28 blocks), Llama 3.2 3B IQ4_XS, Gemma 3 4B Q4_K_M (12 of
-  34 blocks), shapes and weight types no row had before the timing they were first measured with.
+  34 blocks), shapes and weight types no row had before the timing they were first measured with;
+- with `--models held2` (not in `all`): SmolLM2 1.7B Q3_K_M (full multi-head attention, twins), Qwen2.5 1.5B Q2_K,
+  SmolLM2 360M BF16 and Qwen2.5 0.5B Q5_1: shapes and weight types added after r12, measured first in r13.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -59,6 +61,14 @@ MORE = (("gemma-2-2b.json", "Q4_K_M", None), ("mixtral-8x7b-v0.1.json", "Q4_K_M"
 # 7B (152k vocabulary, 7:1 grouped queries) at Q5_K_M, Llama 3.2 3B (tied embedding) at IQ4_XS, whole, and Gemma 3 4B
 # (windows of 1,024 on five layers of six, 262k vocabulary) at 12 of its 34 blocks
 HELD = (("qwen2.5-7b.json", "Q5_K_M", 8), ("llama-3.2-3b.json", "IQ4_XS", None), ("gemma-3-4b-it.json", "Q4_K_M", 12))
+# `--models held2`: added after r12, first measured (r13) with the timing as r12 left it: SmolLM2 1.7B (32 KV heads of
+# 32: no grouped queries) at Q3_K_M, timed as twins; Qwen2.5 1.5B at Q2_K; SmolLM2 360M at BF16; Qwen2.5 0.5B at Q5_1
+HELD2 = (
+    ("smollm2-1.7b.json", "Q3_K_M", None),
+    ("qwen2.5-1.5b.json", "Q2_K", None),
+    ("smollm2-360m.json", "BF16", None),
+    ("qwen2.5-0.5b.json", "Q5_1", None),
+)
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3
@@ -97,6 +107,8 @@ def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in MORE]
     if "held" in which:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD]
+    if "held2" in which:
+        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD2]
     return out
 
 
@@ -273,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
-        "--models", default="all", help="all (default,ladder,chat,shapes), or some of those, full, more, held"
+        "--models", default="all", help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2"
     )
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")

@@ -34,6 +34,9 @@ PUBLISHED = {
     "phi-3-mini-4k-instruct": (3_821_079_552, {"n_layer": 32, "d_model": 3072, "n_vocab": 32064}),
     "qwen2.5-7b": (7_615_616_512, {"n_layer": 28, "d_model": 3584, "n_head_kv": 4, "n_vocab": 152064}),
     "llama-3.2-3b": (3_212_749_824, {"n_layer": 28, "d_model": 3072, "tied_output": True, "n_vocab": 128256}),
+    "smollm2-1.7b": (1_711_376_384, {"n_layer": 24, "d_model": 2048, "n_head_kv": 32, "tied_output": True}),
+    "smollm2-360m": (361_821_120, {"n_layer": 32, "d_model": 960, "n_head_kv": 5, "n_vocab": 49152}),
+    "qwen2.5-1.5b": (1_543_714_304, {"n_layer": 28, "d_model": 1536, "n_head_kv": 2, "tied_output": True}),
 }
 
 
