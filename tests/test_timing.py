@@ -10,7 +10,7 @@ import pytest
 
 from ondevice.gguf.spec import inspect
 from ondevice.roofline import Calibration, ShapeTiming, TimedPredictor, extrapolate_layers
-from ondevice.roofline.attention import decode_spans
+from ondevice.roofline.attention import decode_kv_padding, decode_spans
 from tests.probe_fakes import (
     TRUTH,
     fake_timing,
@@ -130,6 +130,50 @@ def _twins(spec, layers: int):
     per = dict(a=0.002, b=1e-9, m0=0.001, m1=1e-4, c=2e-9, w0=0.001, w1=2e-4)
     fixed = dict(a=0.004, b=0.0, m0=0.003, m1=1e-5, c=0.0, w0=0.002, w1=1e-5)
     return fake_timing(spec, {k: fixed[k] + layers * per[k] for k in per})
+
+
+def _stair_cells(n_ctx: int) -> int:
+    """The KV cells a decode step at n_ctx costs on the CPU with flash attention over an f16 cache (measured on
+    Qwen3 0.6B, benchmarks/data/twin_speed/epyc-zen4-2vcpu-kv-view-stairs.txt): llama.cpp's view of the cells in
+    use, this token's included, rounded up to 256; below a view of 512, the cells in use."""
+    view = (n_ctx + 1 + 255) // 256 * 256
+    return view if view >= 512 else n_ctx
+
+
+def test_the_decode_steps_stairs_of_the_padded_kv_view_are_predicted_where_the_count_of_tokens_leans_slow(tiny):
+    """A decode step costs the padded KV view (a step function in stairs of 256 cells from 512 on): the timing's
+    points (short contexts, then 2-16 steps past multiples of 512, the stairs' worst) read as the cached tokens make
+    the step's cost per token too steep, and a long prompt's decode too slow; read as the view, they are exact."""
+
+    def truth(n_ctx: int) -> float:
+        return 0.010 + 2e-6 * tiny.n_layer * _stair_cells(n_ctx)  # attention most of a long step, as on a CPU
+
+    points = tuple((c, truth(c)) for c in (3, 6, 18, 24, 66, 130, 514, 1026, 1538, 2056))
+    timing = replace(fake_timing(tiny), decode=points, kv_pad=256, kv_pad_from=512)
+    pred = TimedPredictor(tiny, CAL, timing)
+    for n in (0, 24, 128, 255, 256, 300, 511, 512, 1040, 2000, 4112, 8000):
+        assert pred.step_s(n)[1] == pytest.approx(truth(n), rel=1e-9), n
+    counted = TimedPredictor(tiny, CAL, replace(timing, kv_pad=1, kv_pad_from=0))  # the cached tokens alone
+    assert counted.step_s(4112)[1] > 1.03 * truth(4112)
+
+
+def test_which_engines_decode_costs_the_padded_view():
+    assert decode_kv_padding("CPU", True, "f16", "f16") == (256, 512)
+    assert decode_kv_padding("CPU", None, "F32", "f32") == (256, 512)  # flash attention "auto": llama.cpp did not say
+    assert decode_kv_padding("CPU", True, "q8_0", "q8_0") == (1, 0)  # whole heads per thread, masked cells skipped
+    assert decode_kv_padding("CPU", True, "f16", "q8_0") == (1, 0)
+    assert decode_kv_padding("CPU", False, "f16", "f16") == (1, 0)
+    assert decode_kv_padding("CUDA", True, "f16", "f16") == (1, 0)
+
+
+def test_the_padded_view_counts_stairs_and_keeps_windows(tiny, gemma):
+    per_layer = {n: decode_spans(tiny, n, 256, 512) / tiny.n_layer for n in (24, 255, 256, 300, 511, 767, 768, 4096)}
+    assert per_layer == {24: 24, 255: 255, 256: 512, 300: 512, 511: 512, 767: 768, 768: 1024, 4096: 4352}
+    assert decode_spans(tiny, 4096, 1, 0) == decode_spans(tiny, 4096) == 4096 * tiny.n_layer
+    window = gemma.sliding_window
+    windowed = sum(1 for i in gemma.swa_layers)
+    full = gemma.n_layer - windowed
+    assert decode_spans(gemma, 4096, 256, 512) == windowed * window + full * 4352
 
 
 def test_layer_extrapolation_is_exact_for_identical_blocks(tiny):

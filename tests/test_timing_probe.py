@@ -46,8 +46,19 @@ def test_timing_an_engine_measures_every_point_of_the_plan(engine):
     assert [n for n, _s in t.decode] == [1 + 2, 4 + 2, 8 + 2, 16 + 2, 32 + 2, 48 + 2]
     assert [b for b, _s in t.batch] == [2] and t.batch_ctx == 4 + 4  # the batch prompt and half the 8 batch steps
     assert t.n_ubatch == engine.info.n_ubatch and t.plan == "full" and t.source == "model"
+    # the CPU's flash attention over the f16 cache: a decode step costs llama.cpp's padded view of the KV cells
+    assert (engine.info.backend, engine.info.flash_attn_used, engine.info.cache_type_k) == ("CPU", True, "f16")
+    assert (t.kv_pad, t.kv_pad_from) == (256, 512)
     assert t.spread >= 0 and t.other_cpu_cores >= 0 and t.elapsed_s > 0
     assert ShapeTiming.from_dict(json.loads(json.dumps(t.to_dict()))) == t
+
+
+def test_a_quantized_kv_cache_is_timed_as_the_cells_in_use(default_model):
+    from ondevice.engine import load
+
+    with load(default_model, n_ctx=256, n_threads=1, cache_type_k="q8_0", cache_type_v="q8_0") as eng:
+        t = time_engine(eng, replace(TINY_PLAN, rounds=1, batch=()))
+    assert (t.kv_pad, t.kv_pad_from) == (1, 0)
 
 
 def test_timing_leaves_the_callers_seeds_and_cache_alone(engine):

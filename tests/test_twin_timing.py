@@ -11,6 +11,7 @@ from ondevice.quant.twin import quantized_header, write_twin
 
 from ondevice.core import paths
 from ondevice.gguf.spec import inspect
+from ondevice.probing import twins as twins_mod
 from ondevice.probing.timing import TimingPlan
 from ondevice.probing.twins import time_header
 from tests.test_twin_hfconfig import tiny_config
@@ -31,10 +32,17 @@ def test_a_header_is_timed_on_two_twins_and_extrapolated_to_its_blocks(tmp_path,
     monkeypatch.setattr(paths, "SHARED_MEMORY_DIR", shm)
     header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 6)
     work = tmp_path / "twins"
+    cells = []  # the fewer twin's decode cells the extrapolation multiplies by the blocks
+    extrapolate = twins_mod.extrapolate_layers
+    monkeypatch.setattr(twins_mod, "extrapolate_layers", lambda *a: cells.append(a[-1]) or extrapolate(*a))
     timing, info = time_header(
         header, spec, plan=PLAN, work_dir=work, engine_args={"n_ctx": 256, "n_threads": 1}, blocks=(1, 3)
     )
     assert timing.source == "twins" and timing.layers == (1, 3) and info.spec.n_layer == 1
+    # the twins' engine (CPU, flash attention, f16 cache) decodes at the cost of the padded KV view: so do the
+    # cells its attention per cell is multiplied over, and the prediction read from the timing
+    assert (timing.kv_pad, timing.kv_pad_from) == (256, 512)
+    assert [cells[0](n) for n in (100, 300, 600)] == [100, 512, 768]
     contexts = [ctx for ctx, _s in timing.decode]
     assert min(contexts) <= 16 and max(contexts) >= 32  # short decode and after the chain (16 + 16 on top)
     assert {(pos, k) for pos, k, _s in timing.prefill} == {(0, 1), (0, 16), (16, 16)}

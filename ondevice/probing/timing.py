@@ -27,6 +27,7 @@ from typing import Any
 
 from ondevice.core.cpuload import OtherCpu
 from ondevice.core.errors import ProbeError
+from ondevice.roofline.attention import decode_kv_padding
 from ondevice.roofline.timing import ShapeTiming, robust_line
 
 __all__ = [
@@ -389,6 +390,17 @@ def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
     return shared
 
 
+def _kv_padding(info: Any) -> tuple[int, int]:
+    """How the timed engine's decode steps cost their attention (roofline.attention.decode_kv_padding): ShapeTiming's
+    (kv_pad, kv_pad_from)."""
+    return decode_kv_padding(
+        str(getattr(info, "backend", "")),
+        getattr(info, "flash_attn_used", None),
+        str(getattr(info, "cache_type_k", "f16")),
+        str(getattr(info, "cache_type_v", "f16")),
+    )
+
+
 def _name(info: Any) -> str:
     return str(info.model_path).rsplit("/", 1)[-1]
 
@@ -400,6 +412,7 @@ def _timing(rounds: list[dict[tuple, float]], plan: TimingPlan, info: Any, other
     if not any(key[0] == "decode" for key in points):
         raise ProbeError(f"timing {_name(info)}: no decode steps were measured")
     best = {key: statistics.median(ts) for key, ts in points.items()}
+    kv_pad, kv_pad_from = _kv_padding(info)
     spreads = [max(ts) / min(ts) - 1 for ts in points.values() if len(ts) > 1]
     spread = statistics.median(spreads) if spreads else 0.0
     return ShapeTiming(
@@ -408,6 +421,8 @@ def _timing(rounds: list[dict[tuple, float]], plan: TimingPlan, info: Any, other
         batch=tuple(sorted((key[1], t) for key, t in best.items() if key[0] == "batch")),
         batch_ctx=plan.batch_prompt + _BATCH_STEPS // 2 if plan.batch else 0,
         n_ubatch=int(info.n_ubatch),
+        kv_pad=kv_pad,
+        kv_pad_from=kv_pad_from,
         plan=plan.name,
         spread=spread,
         other_cpu_cores=other,

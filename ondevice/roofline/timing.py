@@ -10,8 +10,9 @@ as the model. ondevice.probing.timing times it on the engine's own backend, thre
 - batch: one decode step of B sequences at once (every token's logits kept), for a few B.
 
 The prediction reads those figures and moves them to other contexts and chunk sizes by attention
-arithmetic only (attention.py): a decode step at context s = a + b x (cached tokens attended over
-the layers), fitted through the decode points; a prefill chunk of k tokens after pos cached ones =
+arithmetic only (attention.py): a decode step at context s = a + b x (the KV cells it works through over
+the layers: the cached tokens, or llama.cpp's padded view where the engine's kernel costs that), fitted through the
+decode points; a prefill chunk of k tokens after pos cached ones =
 M(k) + k / K x A(pos): M interpolated linearly in k between the chunks timed from an empty cache, A
 the attention cells a full chunk of K tokens adds at that position (windows capped) times what the
 chain's chunks took per added cell beyond the same chunk from an empty cache (a line through the
@@ -25,6 +26,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any
 
 from ondevice.gguf.spec import ModelSpec
@@ -46,6 +48,8 @@ class ShapeTiming:
     batch: tuple[tuple[int, float], ...] = ()  # (B sequences, seconds of one decode step of all B), at batch_ctx
     batch_ctx: int = 0  # context of each sequence in the batch steps, tokens
     n_ubatch: int = 512  # tokens per compute pass inside one llama_decode when timed (longer prompts: several)
+    kv_pad: int = 1  # a decode step's attention costs the KV view padded to this many cells (attention.decode_spans)
+    kv_pad_from: int = 0  # ... once the padded view holds this many (attention.decode_kv_padding of the timed engine)
     source: str = "model"  # "model" (its own file), "twin" (a twin of all its layers), "twins" (extrapolated in layers)
     plan: str = "full"  # the timing plan: "full", or "quick" (a first run: fewer chunk sizes, one round, no batch)
     layers: tuple[int, ...] = ()  # layer counts of the twins timed (() for all layers)
@@ -60,7 +64,7 @@ class ShapeTiming:
         _check_points("batch", self.batch, 2)
         if not self.decode or not any(pos == 0 for pos, _k, _t in self.prefill):
             raise ValueError("a timing needs decode steps and a prefill from an empty cache")
-        for name in ("batch_ctx", "n_ubatch"):
+        for name in ("batch_ctx", "n_ubatch", "kv_pad", "kv_pad_from"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a non-negative integer")
         for name in ("spread", "other_cpu_cores", "elapsed_s", "created_unix_s"):
@@ -80,6 +84,8 @@ class ShapeTiming:
             batch=tuple((int(b), float(t)) for b, t in d.get("batch", ())),
             batch_ctx=int(d.get("batch_ctx", 0)),
             n_ubatch=int(d.get("n_ubatch", 512)),
+            kv_pad=int(d.get("kv_pad", 1)),
+            kv_pad_from=int(d.get("kv_pad_from", 0)),
             source=str(d.get("source", "model")),
             plan=str(d.get("plan", "full")),
             layers=tuple(int(n) for n in d.get("layers", ())),
@@ -187,7 +193,8 @@ class TimedPredictor(Predictor):
     def __init__(self, spec: ModelSpec, calibration: Calibration, timing: ShapeTiming):
         super().__init__(spec, calibration)
         self.timing = timing
-        self._decode_line = robust_line([(decode_spans(spec, s), t) for s, t in timing.decode])
+        self._decode_cells = partial(decode_spans, spec, kv_pad=max(1, timing.kv_pad), pad_from=timing.kv_pad_from)
+        self._decode_line = robust_line([(self._decode_cells(s), t) for s, t in timing.decode])
         empty = sorted((k, t) for pos, k, t in timing.prefill if pos == 0)
         self._chunk_k, self._chunk_m = [float(k) for k, _t in empty], [t for _k, t in empty]
         self._chain_k, chain = _chain(timing.prefill, self._chunk_k, self._chunk_m)
@@ -200,7 +207,7 @@ class TimedPredictor(Predictor):
 
     def predicted_step_s(self, n_ctx: int) -> float:
         a, b = self._decode_line
-        return a + b * decode_spans(self.spec, n_ctx)
+        return a + b * self._decode_cells(n_ctx)
 
     def step_s(self, n_ctx: int) -> tuple[float, float]:
         return self.ceiling_step_s(n_ctx), self.predicted_step_s(n_ctx)
@@ -227,7 +234,8 @@ class TimedPredictor(Predictor):
 
     def tokens_step_s(self, n_ctx: int, n_tokens: int, n_seqs: int = 1) -> float:
         """One llama_decode of n_tokens in each of n_seqs sequences at a context of n_ctx, logits for every
-        token: the timed batch step of as many tokens, its attention moved to n_ctx (each sequence its own)."""
+        token: the timed batch step of as many tokens, its attention moved to n_ctx (each sequence its own; a step of
+        several tokens works through the cells in use, not a padded view: decode_kv_padding)."""
         n, b, s = max(1, int(n_tokens)), max(1, int(n_seqs)), max(0, int(n_ctx))
         columns = n * b
         if columns == 1:
