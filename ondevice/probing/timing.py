@@ -390,17 +390,6 @@ def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
     return shared
 
 
-def _kv_padding(info: Any) -> tuple[int, int]:
-    """How the timed engine's decode steps cost their attention (roofline.attention.decode_kv_padding): ShapeTiming's
-    (kv_pad, kv_pad_from)."""
-    return decode_kv_padding(
-        str(getattr(info, "backend", "")),
-        getattr(info, "flash_attn_used", None),
-        str(getattr(info, "cache_type_k", "f16")),
-        str(getattr(info, "cache_type_v", "f16")),
-    )
-
-
 def _name(info: Any) -> str:
     return str(info.model_path).rsplit("/", 1)[-1]
 
@@ -412,7 +401,7 @@ def _timing(rounds: list[dict[tuple, float]], plan: TimingPlan, info: Any, other
     if not any(key[0] == "decode" for key in points):
         raise ProbeError(f"timing {_name(info)}: no decode steps were measured")
     best = {key: statistics.median(ts) for key, ts in points.items()}
-    kv_pad, kv_pad_from = _kv_padding(info)
+    kv_pad, kv_pad_from = decode_kv_padding(info.backend, info.flash_attn_used, info.cache_type_k, info.cache_type_v)
     spreads = [max(ts) / min(ts) - 1 for ts in points.values() if len(ts) > 1]
     spread = statistics.median(spreads) if spreads else 0.0
     return ShapeTiming(

@@ -24,7 +24,6 @@ from typing import Any
 
 from ondevice.core import paths
 from ondevice.gguf.spec import ModelSpec
-from ondevice.roofline.attention import decode_spans
 from ondevice.roofline.timing import ShapeTiming, extrapolate_layers
 
 __all__ = ["time_header", "twin_blocks", "WHOLE_BYTES", "window_period"]
@@ -106,8 +105,7 @@ def time_header(
             from ondevice.probing.timing import time_pair
 
             timing_few, timing_many = time_pair(few_engine, many_engine, plan, few_again=few_again, progress=say)
-            pad = {"kv_pad": max(1, timing_few.kv_pad), "pad_from": timing_few.kv_pad_from}
-            cells = partial(decode_spans, few_engine.info.spec, **pad)
+            cells = partial(timing_few.decode_cells, few_engine.info.spec)
             n_layer = int(spec.n_layer or more)  # a spec without a block count: the larger twin is the model
             return extrapolate_layers(timing_few, timing_many, few, more, n_layer, cells), few_engine.info
 

@@ -72,6 +72,11 @@ class ShapeTiming:
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite non-negative number, not {value!r}")
 
+    def decode_cells(self, spec: ModelSpec, n_ctx: int) -> float:
+        """The KV cells a decode step at n_ctx works through, summed over spec's layers, on the engine this timing
+        was taken on (its padded view where that engine pays it: attention.decode_spans)."""
+        return decode_spans(spec, n_ctx, self.kv_pad, self.kv_pad_from)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -118,7 +123,7 @@ def extrapolate_layers(
     linear in the blocks (exact for identical blocks; the twins' blocks match the model's mix of weight types
     and window pattern). A point only the fewer timed (the chain's chunks after cached tokens, decode at a long
     context) plus n_layer / n_few times what it adds there: attention, which is the same in every block. With
-    few_cells (the cached tokens the fewer twin's layers attend at a context, attention.decode_spans of its spec),
+    few_cells (the KV cells the fewer twin's layers work through at a context, ShapeTiming.decode_cells of its spec),
     what a decode point adds is the fewer twin's attention per cell (_attention_per_cell) times the cells it adds,
     not the point's own few steps: the multiplication by n_layer / n_few would multiply their noise."""
     if not 0 < n_few < n_many:
@@ -193,7 +198,7 @@ class TimedPredictor(Predictor):
     def __init__(self, spec: ModelSpec, calibration: Calibration, timing: ShapeTiming):
         super().__init__(spec, calibration)
         self.timing = timing
-        self._decode_cells = partial(decode_spans, spec, kv_pad=max(1, timing.kv_pad), pad_from=timing.kv_pad_from)
+        self._decode_cells = partial(timing.decode_cells, spec)
         self._decode_line = robust_line([(self._decode_cells(s), t) for s, t in timing.decode])
         empty = sorted((k, t) for pos, k, t in timing.prefill if pos == 0)
         self._chunk_k, self._chunk_m = [float(k) for k, _t in empty], [t for _k, t in empty]
