@@ -17,6 +17,8 @@ The models (built here, none of them ever timed to set anything):
   34 blocks), shapes and weight types no row had before the timing they were first measured with;
 - with `--models held2` (not in `all`): SmolLM2 1.7B Q3_K_M (full multi-head attention, twins), Qwen2.5 1.5B Q2_K,
   SmolLM2 360M BF16 and Qwen2.5 0.5B Q5_1: shapes and weight types added after r12, measured first in r13.
+- with `--models held3` (not in `all`): Llama 3.2 1B IQ4_NL, Qwen3 1.7B Q3_K_L, Qwen3 4B Q4_K_S (12 of 36 blocks) and
+  Mistral NeMo 12B Q5_0 (4 of 40 blocks): shapes and weight types added after r15, measured first in r16.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -69,6 +71,15 @@ HELD2 = (
     ("smollm2-360m.json", "BF16", None),
     ("qwen2.5-0.5b.json", "Q5_1", None),
 )
+# `--models held3`: added after r15, first measured (r16) with the timing at the attention settle check: Llama 3.2 1B
+# at IQ4_NL, Qwen3 1.7B at Q3_K_L, Qwen3 4B (head_dim 128 where width / heads is 80) at Q4_K_S, 12 of its 36 blocks, and
+# Mistral NeMo 12B (head_dim 128, width 5,120, a 131k vocabulary) at Q5_0, 4 of its 40 blocks
+HELD3 = (
+    ("llama-3.2-1b.json", "IQ4_NL", None),
+    ("qwen3-1.7b.json", "Q3_K_L", None),
+    ("qwen3-4b.json", "Q4_K_S", 12),
+    ("mistral-nemo-base-2407.json", "Q5_0", 4),
+)
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3
@@ -109,6 +120,8 @@ def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD]
     if "held2" in which:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD2]
+    if "held3" in which:
+        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD3]
     return out
 
 
@@ -285,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
-        "--models", default="all", help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2"
+        "--models",
+        default="all",
+        help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2, held3",
     )
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")

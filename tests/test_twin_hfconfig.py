@@ -37,6 +37,12 @@ PUBLISHED = {
     "smollm2-1.7b": (1_711_376_384, {"n_layer": 24, "d_model": 2048, "n_head_kv": 32, "tied_output": True}),
     "smollm2-360m": (361_821_120, {"n_layer": 32, "d_model": 960, "n_head_kv": 5, "n_vocab": 49152}),
     "qwen2.5-1.5b": (1_543_714_304, {"n_layer": 28, "d_model": 1536, "n_head_kv": 2, "tied_output": True}),
+    "llama-3.2-1b": (1_235_814_400, {"n_layer": 16, "d_model": 2048, "n_head_kv": 8, "tied_output": True}),
+    # head_dim 128 where hidden_size / heads would be 80 and 160
+    "qwen3-4b": (4_022_468_096, {"n_layer": 36, "d_model": 2560, "head_dim_k": 128, "tied_output": True}),
+    "mistral-nemo-base-2407": (12_247_782_400, {"n_layer": 40, "d_model": 5120, "head_dim_k": 128, "n_vocab": 131072}),
+    # 1.7B with the tied embedding counted once (its card: 1.7B, 1.4B of them outside the embedding)
+    "qwen3-1.7b": (1_720_574_976, {"n_layer": 28, "d_model": 2048, "head_dim_k": 128, "tied_output": True}),
 }
 
 

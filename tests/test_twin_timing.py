@@ -151,7 +151,8 @@ def test_a_third_round_times_only_what_the_first_two_disagree_on(tmp_path, monke
     header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 5)
     plan = replace(PLAN, batch=(), rounds=3, min_rounds=2)
     seen: dict[str, tuple[list, list]] = {}
-    for name, unsettled in (("none", set()), ("chunk", {("chunk", 16)}), ("blocks", {("blocks",)})):
+    cases = (("none", set()), ("chunk", {("chunk", 16)}), ("blocks", {("blocks",)}), ("attention", {("attention",)}))
+    for name, unsettled in cases:
         monkeypatch.setattr(timing_mod, "_unsettled", lambda _diffs, _longest, u=unsettled: u)
         asked.clear(), bursts.clear()
         args = {"n_ctx": 256, "n_threads": 1}
@@ -159,10 +160,43 @@ def test_a_third_round_times_only_what_the_first_two_disagree_on(tmp_path, monke
         seen[name] = (list(asked), list(bursts))
     two_asked, two_bursts = seen["none"]  # two full rounds
     assert two_bursts == [1, 3, 1, 3]  # each round: long vs short context on the fewer, then more vs fewer blocks
-    for name, (third_asked, third_bursts) in (("chunk", ([(1, 16), (3, 16)], [])), ("blocks", ([], [3]))):
+    # attention: the chain on the fewer twin again (its longest chunk from an empty cache, the link on top), then
+    # its long context against few_again's short one
+    thirds = (("chunk", ([(1, 16), (3, 16)], [])), ("blocks", ([], [3])), ("attention", ([(1, 16), (1, 32)], [1])))
+    for name, (third_asked, third_bursts) in thirds:
         asked_here, bursts_here = seen[name]
         assert asked_here[: len(two_asked)] == two_asked and bursts_here[:4] == two_bursts
         assert sorted(asked_here[len(two_asked) :]) == third_asked and bursts_here[4:] == third_bursts
+
+
+def test_a_third_round_outvotes_a_round_whose_long_context_decode_disagrees(tmp_path, monkeypatch):
+    """One round's attention (what the long context adds to the fewer twin's decode step, multiplied by the model's
+    blocks) far from the other's: a third round times the chain and its decode again, and the median of three keeps
+    the two that agree, where two rounds' mean would carry half of the odd one."""
+    import ondevice.probing.timing as timing_mod
+
+    added = iter([0.010, 0.030, 0.012])  # seconds the long context adds, round by round
+    short_s = 0.001
+
+    def bursts(a, a_ids, b, b_ids, steps):
+        if len(a_ids) != len(b_ids):  # long context against short: the attention
+            return short_s + next(added), short_s
+        return 2 * short_s, short_s  # more blocks against fewer: a level that agrees
+
+    monkeypatch.setattr(timing_mod, "_decode_bursts", bursts)
+    fewer: list = []  # the fewer twin's timing (the extrapolation of these made-up figures is not the point)
+    monkeypatch.setattr(twins_mod, "extrapolate_layers", lambda *a: fewer.append(a[0]) or a[0])
+    header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 5)
+    plan = replace(PLAN, batch=(), rounds=3, min_rounds=2)
+    said: list[str] = []
+    args = {"n_ctx": 256, "n_threads": 1}
+    time_header(header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3), progress=said.append)
+    assert any("round 3" in line for line in said)
+    decode = dict(fewer[0].decode)
+    short_ctx = plan.short_prompt + plan.decode_steps // 2
+    long_ctx = max(decode)  # after the chain: 16 + 16 tokens, then half the decode steps
+    assert long_ctx == 32 + plan.decode_steps // 2
+    assert decode[long_ctx] - decode[short_ctx] == pytest.approx(0.012, abs=0.001)  # not 0.020, the first two's mean
 
 
 @pytest.mark.parametrize("config_name", ["llama-3.1-8b", "qwen3-30b-a3b"])
@@ -236,13 +270,16 @@ def test_rounds_agree_when_the_multiplied_differences_lie_within_ten_percent():
     from ondevice.probing.timing import _unsettled
 
     close = {("blocks", 24): [0.0070, 0.0076], ("prefill", 0, 512): [1.70, 1.62], ("prefill", 0, 16): [0.10, 0.105]}
+    close |= {("attention", 1536): [0.0021, 0.0025]}  # within a quarter: a smaller difference, noisier
     chunks = (16, 512)
     assert _unsettled(close, chunks) == set()
+    assert _unsettled(close | {("attention", 1536): [0.0021, 0.0028]}, chunks) == {("attention",)}
+    assert _unsettled(close | {("attention", 1536): [0.0021, -0.0001]}, chunks) == {("attention",)}
     assert _unsettled(close | {("prefill", 0, 512): [1.88, 1.62]}, chunks) == {("chunk", 512)}
     # a shorter chunk counts as much: one round's slow moment would reach the TTFT of prompts that long
     assert _unsettled(close | {("prefill", 0, 16): [0.10, 0.16]}, chunks) == {("chunk", 16)}
     assert _unsettled(close | {("blocks", 24): [-0.001, 0.001]}, chunks) == {("blocks",)}  # negative: no agreement
-    none_yet = {("blocks",), ("chunk", 512)}
+    none_yet = {("blocks",), ("attention",), ("chunk", 512)}
     assert _unsettled({("prefill", 0, 16): [0.1, 0.1]}, chunks) == none_yet  # none measured yet
 
 

@@ -193,7 +193,8 @@ def _chain_points(
     return out, ids
 
 
-_BURST = 4  # _decode_bursts: decode steps of one engine before switching to the other
+_BURST = 1  # _decode_bursts: decode steps of one engine before switching to the other (switching every step
+# follows a drifting machine closest: benchmarks/data/twin_speed/*-burst-size.txt)
 _PAIRED_STEPS = 1  # time_pair's decode bursts run this many times plan.decode_steps a round (what they measure is a
 # difference, multiplied by the model's blocks over the twin's: the rounds' median of them counts)
 
@@ -309,8 +310,8 @@ def time_pair(
                 if plan.times(key, r) and (again is None or key in again):
                     out.update(_in_turn(key, measure, on_many.get(key), (few, many), r, i, diffs))
             short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
-            if again is None:
-                out.update(_long_decode(few, few_again, plan, out, short_ids, r))
+            if again is None or ("attention",) in again:
+                out.update(_long_decode(few, few_again, plan, {**_medians(rounds_few), **out}, short_ids, r, diffs))
             if again is None or ("blocks",) in again:
                 steps = _PAIRED_STEPS * plan.decode_steps
                 many_s, few_s = _decode_bursts(many, short_ids, few_again, short_ids, steps)
@@ -340,35 +341,54 @@ def _in_turn(
     return mine
 
 
-def _long_decode(few: Any, few_again: Any, plan: TimingPlan, out: dict, short_ids: list, r: int) -> dict[tuple, float]:
+def _long_decode(
+    few: Any, few_again: Any, plan: TimingPlan, known: dict, short_ids: list, r: int, diffs: dict
+) -> dict[tuple, float]:
     """The chain on the fewer twin and the decode after it: the short-context decode point plus what the long
-    context added in bursts alternating with few_again's short context. The chain's links are measured against a
-    prefill of the longest chunk made right before them, not the round's figure of it (an earlier moment, the other
-    twin's chunk between them): what they add, attention, is multiplied by the model's blocks over the twin's."""
-    anchor_s = out[("prefill", 0, max(plan.chunks))]
+    context added in bursts alternating with few_again's short context (that difference, attention, appended to
+    diffs under ("attention", context): _unsettled weighs it). The chain's links are measured against a prefill of
+    the longest chunk made right before them, not the round's figure of it (an earlier moment, the other twin's
+    chunk between them): what they add, attention, is multiplied by the model's blocks over the twin's. known: the
+    round's figures, or, in a round that times only what the earlier ones disagree on, their medians."""
+    anchor_s = known[("prefill", 0, max(plan.chunks))]
     chain, ids = _chain_points(few, plan, salt=r * 131, anchor_s=anchor_s, decode=False)
     long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, _PAIRED_STEPS * plan.decode_steps)
+    diffs.setdefault(("attention", len(ids)), []).append(long_s - short_s)
     short = ("decode", plan.short_prompt + plan.decode_steps // 2)
-    chain[("decode", len(ids) + plan.decode_steps // 2)] = out[short] + long_s - short_s
+    chain[("decode", len(ids) + plan.decode_steps // 2)] = known[short] + long_s - short_s
     return chain
 
 
+def _medians(rounds: list[dict[tuple, float]]) -> dict[tuple, float]:
+    """The median over rounds of each point they timed."""
+    keys = {key for r in rounds for key in r}
+    return {key: statistics.median(r[key] for r in rounds if key in r) for key in keys}
+
+
 _SETTLED = 0.10  # time_pair's rounds agree when their multiplied differences lie within this of each other
+# ... and their attention differences within this: a long-context step minus a short one, a small difference of two
+# means of a few steps each, whose rounds scatter more than the chunks' (a quarter holds most quiet pairs of rounds)
+_SETTLED_ATTENTION = 0.25
 
 
 def _unsettled(diffs: dict[tuple, list[float]], chunks: tuple[int, ...]) -> set[tuple]:
     """The points of time_pair whose rounds so far disagree on a difference extrapolation multiplies: ("blocks",), the
-    twins' decode level, and ("chunk", k), their prefill of a chunk of k tokens, for each k (they agree when all
-    are positive and max over min lies within 1 + _SETTLED; not measured yet: they do not). Every chunk counts: with
-    two rounds a point's figure is their mean, and a moment that slowed one of them (a machine's noise only ever
-    slows) would be multiplied by the model's blocks over the twins' into the TTFT of prompts of that length."""
+    twins' decode level, ("attention",), what the fewer twin's long context adds to its decode step, and
+    ("chunk", k), their prefill of a chunk of k tokens, for each k (they agree when all are positive and max over
+    min lies within 1 + _SETTLED, 1 + _SETTLED_ATTENTION for attention; not measured yet: they do not). Every
+    point counts: with two rounds a point's figure is their mean, and a moment that slowed one of them (a
+    machine's noise only ever slows) would be multiplied by the model's blocks over the twins' into the decode or
+    TTFT of prompts of that length."""
 
-    def agree(ds: list[float]) -> bool:
-        return bool(ds) and min(ds) > 0 and max(ds) / min(ds) - 1 <= _SETTLED
+    def agree(ds: list[float], within: float = _SETTLED) -> bool:
+        return bool(ds) and min(ds) > 0 and max(ds) / min(ds) - 1 <= within
 
-    blocks = [d for key, ds in diffs.items() if key[0] == "blocks" for d in ds]
-    points = [(("blocks",), blocks)] + [(("chunk", k), diffs.get(("prefill", 0, k), [])) for k in chunks]
-    return {point for point, ds in points if not agree(ds)}
+    def of(kind: str) -> list[float]:
+        return [d for key, ds in diffs.items() if key[0] == kind for d in ds]
+
+    points = [(("blocks",), of("blocks"), _SETTLED), (("attention",), of("attention"), _SETTLED_ATTENTION)]
+    points += [(("chunk", k), diffs.get(("prefill", 0, k), []), _SETTLED) for k in chunks]
+    return {point for point, ds, within in points if not agree(ds, within)}
 
 
 def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
@@ -378,7 +398,7 @@ def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
     noisy; none: no slope), its level the median of the ("blocks", context) differences, long decode bursts of
     both twins alternating (without those, the robust line's own level). The line gives a decode difference at
     every context either kind was timed at."""
-    shared = {key: statistics.median(d) for key, d in diffs.items() if key[0] not in ("decode", "blocks")}
+    shared = {key: statistics.median(d) for key, d in diffs.items() if key[0] not in ("decode", "blocks", "attention")}
     decode = [(float(key[1]), d) for key, ds in diffs.items() if key[0] == "decode" for d in ds]
     blocks = [(float(key[1]), d) for key, ds in diffs.items() if key[0] == "blocks" for d in ds]
     if not decode and not blocks:
