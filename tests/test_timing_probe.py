@@ -12,6 +12,7 @@ import pytest
 
 from ondevice.probing import timing as timing_mod
 from ondevice.probing import timing_for
+from ondevice.probing.pairs import paired_differences
 from ondevice.probing.timing import TimingPlan, plan_for_engine, time_engine
 from ondevice.probing.timingcache import SCHEMA, load_timing, save_timing, timing_key, timing_path
 from ondevice.roofline.timing import ShapeTiming
@@ -254,7 +255,7 @@ def test_the_twins_decode_difference_is_a_robust_line_over_the_contexts():
     diffs = {("decode", ctx): [0.010 + 1e-6 * ctx] for ctx in (3, 18, 24, 130, 514)}
     diffs[("decode", 130)] = [0.040]
     diffs[("prefill", 0, 16)] = [0.2, 0.3, 0.1]
-    shared = timing_mod._paired_differences(diffs)
+    shared = paired_differences(diffs)
     for ctx in (3, 18, 24, 130, 514):
         assert shared[("decode", ctx)] == pytest.approx(0.010 + 1e-6 * ctx)
     assert shared[("prefill", 0, 16)] == pytest.approx(0.2)  # other points: the median of their own pairs
@@ -264,7 +265,7 @@ def test_the_twins_decode_difference_takes_its_level_from_the_long_paired_bursts
     # the per-point differences say 14 ms (their few steps each), the long alternating bursts 10 ms at context 40
     diffs = {("decode", ctx): [0.014 + 1e-6 * ctx] for ctx in (3, 18, 130, 514)}
     diffs[("blocks", 40)] = [0.010 + 1e-6 * 40, 0.011 + 1e-6 * 40, 0.030]  # one burst on a busy moment
-    shared = timing_mod._paired_differences(diffs)
+    shared = paired_differences(diffs)
     assert ("blocks", 40) not in shared
     for ctx in (3, 18, 130, 514):
         assert shared[("decode", ctx)] == pytest.approx(0.011 + 1e-6 * ctx)
@@ -272,5 +273,27 @@ def test_the_twins_decode_difference_takes_its_level_from_the_long_paired_bursts
 
 def test_the_twins_decode_difference_without_decode_points_is_the_bursts_level_at_their_context():
     diffs = {("blocks", 24): [0.010, 0.012, 0.030], ("prefill", 0, 16): [0.2, 0.3, 0.1]}
-    shared = timing_mod._paired_differences(diffs)
+    shared = paired_differences(diffs)
     assert shared == {("decode", 24): pytest.approx(0.012), ("prefill", 0, 16): pytest.approx(0.2)}
+
+
+def test_an_engines_long_context_decode_is_paired_with_a_short_one_on_a_sibling(engine, monkeypatch):
+    """The decode after the chain: the short-context decode point plus what the long context added, measured in steps
+    alternating with another engine on the same model at a short context, so from the same moments (a machine that
+    slowed between the short point and the chain moves neither)."""
+    pairs = []
+
+    def bursts(long_engine, long_ids, short_engine, short_ids, steps):
+        pairs.append((long_engine, short_engine, short_engine._h.model, len(long_ids), len(short_ids), steps))
+        return 0.005 + 0.003, 0.005  # the long context adds 3 ms a step
+
+    monkeypatch.setattr(timing_mod, "_decode_bursts", bursts)
+    decode = dict(time_engine(engine, TINY_PLAN).decode)
+    short, longest = 8 + 4 // 2, 48 + 4 // 2  # the short prompt's steps; the chain (16 + 2 x 16) and its steps
+    assert decode[longest] == pytest.approx(decode[short] + 0.003)
+    assert len(pairs) == TINY_PLAN.rounds
+    for long_engine, short_engine, its_model, n_long, n_short, steps in pairs:
+        assert long_engine is engine and short_engine is not engine and its_model == engine._h.model
+        assert (n_long, n_short, steps) == (48, 8, 4)
+    assert pairs[0][1]._closed  # closed after the timing; the engine goes on
+    assert engine.generate([1, 40], max_tokens=2, ignore_eos=True).token_ids

@@ -93,7 +93,7 @@ def test_the_twins_share_one_file_of_what_lies_outside_their_blocks(tmp_path, mo
     time_header(header, spec, plan=replace(PLAN, batch=()), work_dir=work, engine_args=args, blocks=(1, 3))
     blocks = [sorted({t.name.split(".")[1] for t in h.tensors if t.name.startswith("blk.")}) for h, _p in written]
     assert blocks == [[], ["0"], ["0", "1", "2"]]  # what lies outside the blocks, once; then each twin's blocks
-    assert [n for n, _inodes in loaded] == [1, 3, 1]
+    assert [n for n, _inodes in loaded] == [1, 3]  # (the fewer twin's short-context partner is its sibling: no load)
     assert len({inodes[1] for _n, inodes in loaded}) == 1 and len({inodes[0] for _n, inodes in loaded}) == 2
     assert not list(shm.rglob("*.gguf")) and not list(work.rglob("*.gguf"))  # written, then removed
 
@@ -114,7 +114,7 @@ def test_twins_stop_after_the_rounds_agree_and_time_batches_in_the_first_round_o
     rounds: dict[bool, list[str]] = {}
     for agree in (True, False):
         unsettled = set() if agree else {("chunk", 16)}
-        monkeypatch.setattr(timing_mod, "_unsettled", lambda _diffs, _longest, u=unsettled: u)
+        monkeypatch.setattr(timing_mod, "unsettled", lambda _diffs, _longest, u=unsettled: u)
         said: list[str] = []
         args = {"n_ctx": 256, "n_threads": 1}
         timing, _info = time_header(
@@ -153,7 +153,7 @@ def test_a_third_round_times_only_what_the_first_two_disagree_on(tmp_path, monke
     seen: dict[str, tuple[list, list]] = {}
     cases = (("none", set()), ("chunk", {("chunk", 16)}), ("blocks", {("blocks",)}), ("attention", {("attention",)}))
     for name, unsettled in cases:
-        monkeypatch.setattr(timing_mod, "_unsettled", lambda _diffs, _longest, u=unsettled: u)
+        monkeypatch.setattr(timing_mod, "unsettled", lambda _diffs, _longest, u=unsettled: u)
         asked.clear(), bursts.clear()
         args = {"n_ctx": 256, "n_threads": 1}
         time_header(header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))
@@ -161,7 +161,7 @@ def test_a_third_round_times_only_what_the_first_two_disagree_on(tmp_path, monke
     two_asked, two_bursts = seen["none"]  # two full rounds
     assert two_bursts == [1, 3, 1, 3]  # each round: long vs short context on the fewer, then more vs fewer blocks
     # attention: the chain on the fewer twin again (its longest chunk from an empty cache, the link on top), then
-    # its long context against few_again's short one
+    # its long context against its sibling's short one (few_again)
     thirds = (("chunk", ([(1, 16), (3, 16)], [])), ("blocks", ([], [3])), ("attention", ([(1, 16), (1, 32)], [1])))
     for name, (third_asked, third_bursts) in thirds:
         asked_here, bursts_here = seen[name]
@@ -225,7 +225,7 @@ def test_only_the_fewer_twin_is_warmed_up_with_its_longest_chunk_unless_experts_
     time_header(header, spec, plan=plan, work_dir=tmp_path / "w", engine_args=args, blocks=(1, 3))
     warmed = sorted((blocks[e], n) for e, n in first.items())
     more = 32 if spec.n_expert else 8
-    assert warmed == [(1, 8), (1, 32), (3, more)]  # the fewer twin with its longest chunk, few_again with 8
+    assert warmed == [(1, 8), (1, 32), (3, more)]  # the fewer twin with its longest chunk, its sibling with 8
 
 
 def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_against_the_fewer(tmp_path, monkeypatch):
@@ -267,20 +267,20 @@ def test_the_more_block_twin_is_only_prefilled_its_decode_timed_in_bursts_agains
 
 
 def test_rounds_agree_when_the_multiplied_differences_lie_within_ten_percent():
-    from ondevice.probing.timing import _unsettled
+    from ondevice.probing.pairs import unsettled
 
     close = {("blocks", 24): [0.0070, 0.0076], ("prefill", 0, 512): [1.70, 1.62], ("prefill", 0, 16): [0.10, 0.105]}
     close |= {("attention", 1536): [0.0021, 0.0025]}  # within a quarter: a smaller difference, noisier
     chunks = (16, 512)
-    assert _unsettled(close, chunks) == set()
-    assert _unsettled(close | {("attention", 1536): [0.0021, 0.0028]}, chunks) == {("attention",)}
-    assert _unsettled(close | {("attention", 1536): [0.0021, -0.0001]}, chunks) == {("attention",)}
-    assert _unsettled(close | {("prefill", 0, 512): [1.88, 1.62]}, chunks) == {("chunk", 512)}
+    assert unsettled(close, chunks) == set()
+    assert unsettled(close | {("attention", 1536): [0.0021, 0.0028]}, chunks) == {("attention",)}
+    assert unsettled(close | {("attention", 1536): [0.0021, -0.0001]}, chunks) == {("attention",)}
+    assert unsettled(close | {("prefill", 0, 512): [1.88, 1.62]}, chunks) == {("chunk", 512)}
     # a shorter chunk counts as much: one round's slow moment would reach the TTFT of prompts that long
-    assert _unsettled(close | {("prefill", 0, 16): [0.10, 0.16]}, chunks) == {("chunk", 16)}
-    assert _unsettled(close | {("blocks", 24): [-0.001, 0.001]}, chunks) == {("blocks",)}  # negative: no agreement
+    assert unsettled(close | {("prefill", 0, 16): [0.10, 0.16]}, chunks) == {("chunk", 16)}
+    assert unsettled(close | {("blocks", 24): [-0.001, 0.001]}, chunks) == {("blocks",)}  # negative: no agreement
     none_yet = {("blocks",), ("attention",), ("chunk", 512)}
-    assert _unsettled({("prefill", 0, 16): [0.1, 0.1]}, chunks) == none_yet  # none measured yet
+    assert unsettled({("prefill", 0, 16): [0.1, 0.1]}, chunks) == none_yet  # none measured yet
 
 
 def test_the_twins_of_a_model_on_disk_hold_its_own_bytes(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ from ondevice.core.textclean import clean_text
 from ondevice.engine import state as kv_state
 from ondevice.engine.batch import BatchContext
 from ondevice.engine.interface import Predictor, StreamArgs, check_predictor
-from ondevice.engine.loader import EngineInfo, open_model
+from ondevice.engine.loader import EngineInfo, open_model, sibling_context
 from ondevice.engine.loop import KVCache, Request, TokenStream, cancel_poll, check_cancel, run_request
 from ondevice.engine.sampling import DEFAULTS, make_params
 from ondevice.engine.tokens import check_ids, detokenize_ids, token_reader, tokenize_bytes
@@ -107,11 +107,10 @@ class Engine:
         self._closed = False
         self._template: Any = None  # chat template, built on first chat()
         self._batches: weakref.WeakSet[BatchContext] = weakref.WeakSet()  # live batch contexts, freed before the model
+        self._siblings: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines on this one's model (sibling)
         self._drafts: dict[str, Any] = {}  # draft model path -> DraftModel, loaded on first use, freed by close()
-        self._exact = (
-            1,
-            1,
-        )  # (verify tokens checked, most of them giving single-token logits): speculative.exact_verify_tokens
+        # (verify tokens checked, most of them giving single-token logits): speculative.exact_verify_tokens
+        self._exact = (1, 1)
         self._process = psutil.Process()  # this process, for each request's OtherCpu meter
         self._step_costs: dict[str, Any] = {}  # mode -> speculative.StepCost: step times its requests measured
 
@@ -318,18 +317,8 @@ class Engine:
             is_cancelled = cancel_poll(own, cancel)
             seed = params.seed if params.seed is not None else (self.info.seed + self._requests) % _SEED_MOD
             self._requests += 1
-            req = Request(
-                ids,
-                start_ns,
-                tokenized_ns,
-                params,
-                seed,
-                is_cancelled,
-                reuse_prefix,
-                think,
-                spec,
-                other_cpu=OtherCpu(self._process),
-            )
+            other = OtherCpu(self._process)
+            req = Request(ids, start_ns, tokenized_ns, params, seed, is_cancelled, reuse_prefix, think, spec, other)
             gen = run_request(self._h, self._kv, req, self.info.n_batch, self.predictor, self._token_info)
         except BaseException:
             self._cancel = None
@@ -402,6 +391,15 @@ class Engine:
         self._batches.add(batch)
         return batch
 
+    def sibling(self, n_ctx: int) -> Engine:
+        """Another engine on this engine's model (its weights loaded once), with a context of its own of n_ctx tokens
+        and this engine's other settings, no predictor: caches that do not meet (probing.timing decodes a long context
+        and a short one in turn). Closed with this engine, if not before (loader.sibling_context)."""
+        self._check_open()
+        sibling = Engine(*sibling_context(self._h, self.info, n_ctx))
+        self._siblings.add(sibling)
+        return sibling
+
     @contextlib.contextmanager
     def side_requests(self) -> Iterator[None]:
         """Requests made inside (timing runs on the caller's engine) leave the draw seed of the caller's later
@@ -423,6 +421,8 @@ class Engine:
                 self._closed = True
             for batch in list(self._batches):
                 batch.close()
+            for sibling in list(self._siblings):  # their contexts, before the model they share
+                sibling.close()
             for d in self._drafts.values():
                 d.close()
             self._drafts.clear()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,15 @@ from ondevice.gguf.spec import ModelSpec
 from ondevice.llama.devices import default_threads, detect_backends, gpu_layers, is_gpu_backend
 from ondevice.llama.model import LlamaHandle, llama_lib, load_model, new_context
 
-__all__ = ["EngineInfo", "open_model", "resolve_n_ctx", "context_settings", "MIN_N_CTX", "DEFAULT_N_CTX"]
+__all__ = [
+    "EngineInfo",
+    "open_model",
+    "resolve_n_ctx",
+    "context_settings",
+    "sibling_context",
+    "MIN_N_CTX",
+    "DEFAULT_N_CTX",
+]
 
 # llama.cpp rounds every context up to a multiple of 256 (llama-context.cpp: GGML_PAD(n_ctx, 256)),
 # so a smaller request is silently a context of 256 tokens.
@@ -77,6 +85,19 @@ def context_settings(info: EngineInfo, lib: Any) -> dict[str, Any]:
         type_k=int(kv_ggml_type(info.cache_type_k)),
         type_v=int(kv_ggml_type(info.cache_type_v)),
     )
+
+
+def sibling_context(handle: LlamaHandle, info: EngineInfo, n_ctx: Any) -> tuple[LlamaHandle, EngineInfo]:
+    """A second context on the model of `handle`, with info's settings and n_ctx tokens (n_batch and n_ubatch at most
+    that): (its handle, which frees the context only, not the model; the EngineInfo it runs with). ModelLoadError
+    when llama.cpp cannot allocate it."""
+    n_ctx = _positive("n_ctx", n_ctx)
+    settings = context_settings(info, handle.lib)
+    settings["n_batch"], settings["n_ubatch"] = min(settings["n_batch"], n_ctx), min(settings["n_ubatch"], n_ctx)
+    ctx, _ = new_context(handle.model, n_ctx=n_ctx, lib=handle.lib, **settings)
+    sibling = LlamaHandle(handle.lib, handle.model, ctx, owns_model=False)
+    n_ctx = int(handle.lib.llama_n_ctx(ctx))
+    return sibling, replace(info, n_ctx=n_ctx, n_batch=settings["n_batch"], n_ubatch=settings["n_ubatch"])
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> int:

@@ -27,8 +27,9 @@ from typing import Any
 
 from ondevice.core.cpuload import OtherCpu
 from ondevice.core.errors import ProbeError
+from ondevice.probing.pairs import medians, paired_differences, unsettled
 from ondevice.roofline.attention import decode_kv_padding
-from ondevice.roofline.timing import ShapeTiming, robust_line
+from ondevice.roofline.timing import ShapeTiming
 
 __all__ = [
     "TimingPlan",
@@ -78,7 +79,7 @@ class TimingPlan:
 FULL = TimingPlan()  # `ondevice probe`, `ondevice predict`, `ondevice bench`
 # the full plan on a large model's twins (probing.twins): fewer chunk sizes, the chain of two, three rounds (the
 # twins' differences are multiplied by the model's blocks: one round on a busy moment would be too; the third only
-# when the first two disagree, and then only what they disagree on, _unsettled), the batch points in the first
+# when the first two disagree, and then only what they disagree on, pairs.unsettled), the batch points in the first
 # (each a mean over steps of B sequences at once, and half of a round's time on its own)
 TWINS = TimingPlan(
     name="full",
@@ -170,10 +171,10 @@ def _shared_points(
 
 
 def _chain_points(
-    engine: Any, plan: TimingPlan, salt: int, *, anchor_s: float, decode: bool = True, just_timed: bool = False
+    engine: Any, plan: TimingPlan, salt: int, *, anchor_s: float, just_timed: bool = False
 ) -> tuple[dict[tuple, float], list]:
-    """The chain of chunks on top of the longest, each followed by a few decode steps, the last (with `decode`)
-    by plan.decode_steps -> ({point: seconds}, the chain's prompt). The longest chunk is prefilled again from an
+    """The chain of chunks on top of the longest, each but the last followed by a few decode steps -> ({point:
+    seconds}, the chain's prompt; the decode after it is _long_decode's). The longest chunk is prefilled again from an
     empty cache right before the chain, and a link's figure is anchor_s (the round's figure of that chunk) plus
     what the link took beyond that prefill: what attention adds comes from the same moments as what it adds
     to, not from a chunk timed earlier on a machine whose speed drifts (the difference is never negative).
@@ -186,7 +187,7 @@ def _chain_points(
     for link in range(plan.chain):
         ids += probe_ids(vocab, longest + 1, salt + 1 + link)[1:]
         last = link == plan.chain - 1
-        steps = (plan.decode_steps if decode else 0) if last else _AFTER_CHUNK
+        steps = 0 if last else _AFTER_CHUNK
         t, g = first_token_s(engine, ids, reuse=True, max_tokens=1 + steps)
         out[("prefill", len(ids) - longest, longest)] = anchor_s + max(t - base_s, 0.0)
         out.update(_decode_point(g, len(ids)))  # (the next link reuses ids, not the tokens decoded after them)
@@ -259,7 +260,9 @@ def time_engine(engine: Any, plan: TimingPlan = FULL, *, progress: Progress | No
     plan = plan_for_engine(plan, info.n_ctx, info.n_ubatch)
     other, t0 = OtherCpu(), time.perf_counter()
     rounds: list[dict[tuple, float]] = []
-    with _timing_session([engine], plan) as batches:
+    # the short context the decode after the chain is paired with (_long_decode)
+    partner = engine.sibling(plan.short_prompt + 2 * _PAIRED_STEPS * plan.decode_steps)
+    with contextlib.closing(partner), _timing_session([engine, partner], plan, decode_only=(partner,)) as batches:
         points = _shared_points(plan, engine.n_vocab, batches)
         say(f"timing {_name(info)} on this machine, once (cached for its shape and these settings)")
         for r in range(plan.rounds):
@@ -269,24 +272,26 @@ def time_engine(engine: Any, plan: TimingPlan = FULL, *, progress: Progress | No
             for key, measure in points:
                 if plan.times(key, r):
                     out.update(measure(engine, r * 131))
-            anchor_s = out[("prefill", 0, max(plan.chunks))]  # the last point timed (_shared_points)
-            out.update(_chain_points(engine, plan, salt=r * 131, anchor_s=anchor_s, just_timed=True)[0])
+            # the chain on the longest chunk, the last point timed (_shared_points), and the decode after it
+            short_ids = probe_ids(engine.n_vocab, plan.short_prompt, r * 131 + 7)
+            out.update(_long_decode(engine, partner, plan, out, short_ids, r, {}, just_timed=True))
             rounds.append(out)
     return _timing(rounds, plan, info, other.cores(), time.perf_counter() - t0)
 
 
 def time_pair(
-    few: Any, many: Any, plan: TimingPlan, *, few_again: Any, progress: Progress | None = None
+    few: Any, many: Any, plan: TimingPlan, *, progress: Progress | None = None
 ) -> tuple[ShapeTiming, ShapeTiming]:
     """Time two twins of one model, of fewer and more blocks, point by point in turn (which goes first alternates),
     so that a machine whose speed drifts moves both alike: the many-block figure of a point is the fewer one's
-    plus the paired differences (_paired_differences). The chain and the decode after it are timed on the fewer alone
-    (roofline.extrapolate_layers scales them: attention is the same in every block), that decode in bursts
-    alternating with the short-context decode of a second engine on the fewer twin (few_again): the difference,
-    which extrapolation multiplies by the model's blocks over the twin's, comes from the same moments. The more-block
-    twin decodes only in bursts alternating with few_again's (its decode level at a short context); what a longer
-    context adds to it is the fewer twin's attention per cell times its blocks (roofline.extrapolate_layers).
-    With plan.min_rounds, the rounds after that many time only what the rounds so far disagree on (_unsettled),
+    plus the paired differences (pairs.paired_differences). The chain and the decode after it are timed on the
+    fewer alone (roofline.extrapolate_layers scales them: attention is the same in every block), that decode in bursts
+    alternating with the short-context decode of another engine on the fewer twin's model (few_again, its sibling):
+    the difference, which extrapolation multiplies by the model's blocks over the twin's, comes from the same
+    moments. The more-block twin decodes only in bursts alternating with few_again's (its decode level at a short
+    context); what a longer context adds to it is the fewer twin's attention per cell times its blocks
+    (roofline.extrapolate_layers).
+    With plan.min_rounds, the rounds after that many time only what the rounds so far disagree on (pairs.unsettled),
     and none once they agree."""
     say = progress or (lambda _msg: None)
     plan = plan_for_engine(plan, min(few.info.n_ctx, many.info.n_ctx), few.info.n_ubatch)
@@ -296,11 +301,15 @@ def time_pair(
     # a mixture of experts' more-block twin is warmed with its longest chunk all the same: that pass is also what first
     # reads most experts' weights (a few tokens route through a few), which its first round's chunks would pay for
     long_passes = () if many.info.spec.n_expert else (many,)
-    with _timing_session([few, many, few_again], plan, decode_only=(few_again,), long_passes=long_passes) as batches:
+    few_again = few.sibling(plan.short_prompt + 2 * _PAIRED_STEPS * plan.decode_steps)
+    with (
+        contextlib.closing(few_again),
+        _timing_session([few, many, few_again], plan, decode_only=(few_again,), long_passes=long_passes) as batches,
+    ):
         points = _shared_points(plan, few.n_vocab, batches)
         on_many = dict(_shared_points(plan, few.n_vocab, batches, decode=False))
         for r in range(plan.rounds):
-            again = None if plan.min_rounds is None or r < plan.min_rounds else _unsettled(diffs, plan.chunks)
+            again = None if plan.min_rounds is None or r < plan.min_rounds else unsettled(diffs, plan.chunks)
             if again == set():
                 break
             what = ", what the rounds disagree on" if again else ""
@@ -311,7 +320,7 @@ def time_pair(
                     out.update(_in_turn(key, measure, on_many.get(key), (few, many), r, i, diffs))
             short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
             if again is None or ("attention",) in again:
-                out.update(_long_decode(few, few_again, plan, {**_medians(rounds_few), **out}, short_ids, r, diffs))
+                out.update(_long_decode(few, few_again, plan, {**medians(rounds_few), **out}, short_ids, r, diffs))
             if again is None or ("blocks",) in again:
                 steps = _PAIRED_STEPS * plan.decode_steps
                 many_s, few_s = _decode_bursts(many, short_ids, few_again, short_ids, steps)
@@ -319,7 +328,7 @@ def time_pair(
             rounds_few.append(out)
     elapsed = time.perf_counter() - t0
     few_timing = _timing(rounds_few, plan, few.info, other.cores(), elapsed)
-    shared = _paired_differences(diffs)
+    shared = paired_differences(diffs)
     many_rounds = [{key: r[key] + shared[key] for key in shared if key in r} for r in rounds_few]
     return few_timing, _timing(many_rounds, replace(plan, chain=0), many.info, other.cores(), 0.0)
 
@@ -342,72 +351,31 @@ def _in_turn(
 
 
 def _long_decode(
-    few: Any, few_again: Any, plan: TimingPlan, known: dict, short_ids: list, r: int, diffs: dict
+    engine: Any,
+    partner: Any,
+    plan: TimingPlan,
+    known: dict,
+    short_ids: list,
+    r: int,
+    diffs: dict,
+    *,
+    just_timed: bool = False,
 ) -> dict[tuple, float]:
-    """The chain on the fewer twin and the decode after it: the short-context decode point plus what the long
-    context added in bursts alternating with few_again's short context (that difference, attention, appended to
-    diffs under ("attention", context): _unsettled weighs it). The chain's links are measured against a prefill of
-    the longest chunk made right before them, not the round's figure of it (an earlier moment, the other twin's
-    chunk between them): what they add, attention, is multiplied by the model's blocks over the twin's. known: the
-    round's figures, or, in a round that times only what the earlier ones disagree on, their medians."""
+    """The chain on `engine` and the decode after it: the short-context decode point plus what the long context added
+    in bursts alternating with partner's decode at a short context (another engine on the same model: the difference
+    comes from the same moments, whatever the machine's speed then; it is appended to diffs under ("attention",
+    context): time_pair's pairs.unsettled weighs it). The chain's links are measured against a prefill of the longest
+    chunk made right before them (just_timed: the engine's last request was that chunk), not an earlier figure of it
+    (another twin's chunk between them): what they add is attention, which a twin's timing multiplies by the model's
+    blocks over the twin's. known: the round's figures, or, in a round that times only what the earlier ones disagree
+    on, their medians."""
     anchor_s = known[("prefill", 0, max(plan.chunks))]
-    chain, ids = _chain_points(few, plan, salt=r * 131, anchor_s=anchor_s, decode=False)
-    long_s, short_s = _decode_bursts(few, ids, few_again, short_ids, _PAIRED_STEPS * plan.decode_steps)
+    chain, ids = _chain_points(engine, plan, salt=r * 131, anchor_s=anchor_s, just_timed=just_timed)
+    long_s, short_s = _decode_bursts(engine, ids, partner, short_ids, _PAIRED_STEPS * plan.decode_steps)
     diffs.setdefault(("attention", len(ids)), []).append(long_s - short_s)
     short = ("decode", plan.short_prompt + plan.decode_steps // 2)
     chain[("decode", len(ids) + plan.decode_steps // 2)] = known[short] + long_s - short_s
     return chain
-
-
-def _medians(rounds: list[dict[tuple, float]]) -> dict[tuple, float]:
-    """The median over rounds of each point they timed."""
-    keys = {key for r in rounds for key in r}
-    return {key: statistics.median(r[key] for r in rounds if key in r) for key in keys}
-
-
-_SETTLED = 0.10  # time_pair's rounds agree when their multiplied differences lie within this of each other
-# ... and their attention differences within this: a long-context step minus a short one, a small difference of two
-# means of a few steps each, whose rounds scatter more than the chunks' (a quarter holds most quiet pairs of rounds)
-_SETTLED_ATTENTION = 0.25
-
-
-def _unsettled(diffs: dict[tuple, list[float]], chunks: tuple[int, ...]) -> set[tuple]:
-    """The points of time_pair whose rounds so far disagree on a difference extrapolation multiplies: ("blocks",), the
-    twins' decode level, ("attention",), what the fewer twin's long context adds to its decode step, and
-    ("chunk", k), their prefill of a chunk of k tokens, for each k (they agree when all are positive and max over
-    min lies within 1 + _SETTLED, 1 + _SETTLED_ATTENTION for attention; not measured yet: they do not). Every
-    point counts: with two rounds a point's figure is their mean, and a moment that slowed one of them (a
-    machine's noise only ever slows) would be multiplied by the model's blocks over the twins' into the decode or
-    TTFT of prompts of that length."""
-
-    def agree(ds: list[float], within: float = _SETTLED) -> bool:
-        return bool(ds) and min(ds) > 0 and max(ds) / min(ds) - 1 <= within
-
-    def of(kind: str) -> list[float]:
-        return [d for key, ds in diffs.items() if key[0] == kind for d in ds]
-
-    points = [(("blocks",), of("blocks"), _SETTLED), (("attention",), of("attention"), _SETTLED_ATTENTION)]
-    points += [(("chunk", k), diffs.get(("prefill", 0, k), []), _SETTLED) for k in chunks]
-    return {point for point, ds, within in points if not agree(ds, within)}
-
-
-def _paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:
-    """What the more-block twin took beyond the fewer at each point: the median of its paired differences. The
-    decode differences lie on a line over their contexts: its slope (what more blocks' attention adds as the
-    context grows) a robust line through the ("decode", context) differences (each point's few steps alone are
-    noisy; none: no slope), its level the median of the ("blocks", context) differences, long decode bursts of
-    both twins alternating (without those, the robust line's own level). The line gives a decode difference at
-    every context either kind was timed at."""
-    shared = {key: statistics.median(d) for key, d in diffs.items() if key[0] not in ("decode", "blocks", "attention")}
-    decode = [(float(key[1]), d) for key, ds in diffs.items() if key[0] == "decode" for d in ds]
-    blocks = [(float(key[1]), d) for key, ds in diffs.items() if key[0] == "blocks" for d in ds]
-    if not decode and not blocks:
-        return shared
-    b = robust_line(decode)[1] if len({ctx for ctx, _d in decode}) > 1 else 0.0
-    a = statistics.median(d - b * ctx for ctx, d in (blocks or decode))
-    contexts = {int(ctx) for ctx, _d in decode + blocks}
-    shared.update({("decode", ctx): a + b * ctx for ctx in contexts})
-    return shared
 
 
 def _name(info: Any) -> str:

@@ -101,10 +101,10 @@ def time_header(
         b = add_twin(twins[1], f"{more}", say, models[1])
         checked.result()
         opened(b)
-        with _engines((a, b, a), engine_args or {}) as (few_engine, many_engine, few_again):
+        with _engines((a, b), engine_args or {}) as (few_engine, many_engine):
             from ondevice.probing.timing import time_pair
 
-            timing_few, timing_many = time_pair(few_engine, many_engine, plan, few_again=few_again, progress=say)
+            timing_few, timing_many = time_pair(few_engine, many_engine, plan, progress=say)
             cells = partial(timing_few.decode_cells, few_engine.info.spec)
             n_layer = int(spec.n_layer or more)  # a spec without a block count: the larger twin is the model
             return extrapolate_layers(timing_few, timing_many, few, more, n_layer, cells), few_engine.info
@@ -182,7 +182,7 @@ def _twins_sharing_outside(header: Any, work_dir: Path, model: Any = None) -> It
 
 @contextlib.contextmanager
 def _engines(files: tuple[Path, ...], engine_args: dict[str, Any]) -> Iterator[list[Any]]:
-    """An engine on each file (the same file twice: two engines on it), all closed after."""
+    """An engine on each file, all closed after."""
     from ondevice.engine import load
 
     with contextlib.ExitStack() as stack:
