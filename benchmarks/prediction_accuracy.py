@@ -19,6 +19,8 @@ The models (built here, none of them ever timed to set anything):
   SmolLM2 360M BF16 and Qwen2.5 0.5B Q5_1: shapes and weight types added after r12, measured first in r13.
 - with `--models held3` (not in `all`): Llama 3.2 1B IQ4_NL, Qwen3 1.7B Q3_K_L, Qwen3 4B Q4_K_S (12 of 36 blocks) and
   Mistral NeMo 12B Q5_0 (4 of 40 blocks): shapes and weight types added after r15, measured first in r16.
+- with `--models held4` (not in `all`): SmolLM2 360M F32, Qwen2.5 3B Q5_K_S (12 of 36 blocks) and Qwen3 8B Q3_K_S (6 of
+  36 blocks): the weight types no row had, added after r19, measured first in r20.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -80,6 +82,14 @@ HELD3 = (
     ("qwen3-4b.json", "Q4_K_S", 12),
     ("mistral-nemo-base-2407.json", "Q5_0", 4),
 )
+# `--models held4`: added after r19, first measured (r20) with the timing as r19 left it, the three weight types the
+# issue names that no row had: SmolLM2 360M at F32 (twins of an F32 file), Qwen2.5 3B (16:2 grouped queries, tied
+# embedding) at Q5_K_S, 12 of its 36 blocks, and Qwen3 8B (untied 152k vocabulary) at Q3_K_S, 6 of its 36 blocks
+HELD4 = (
+    ("smollm2-360m.json", "F32", None),
+    ("qwen2.5-3b.json", "Q5_K_S", 12),
+    ("qwen3-8b.json", "Q3_K_S", 6),
+)
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3
@@ -122,6 +132,8 @@ def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD2]
     if "held3" in which:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD3]
+    if "held4" in which:
+        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD4]
     return out
 
 
@@ -300,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--models",
         default="all",
-        help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2, held3",
+        help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2, held3, held4",
     )
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")

@@ -43,6 +43,9 @@ PUBLISHED = {
     "mistral-nemo-base-2407": (12_247_782_400, {"n_layer": 40, "d_model": 5120, "head_dim_k": 128, "n_vocab": 131072}),
     # 1.7B with the tied embedding counted once (its card: 1.7B, 1.4B of them outside the embedding)
     "qwen3-1.7b": (1_720_574_976, {"n_layer": 28, "d_model": 2048, "head_dim_k": 128, "tied_output": True}),
+    # its card: 3.09B, 2.77B of them outside the embedding
+    "qwen2.5-3b": (3_085_938_688, {"n_layer": 36, "d_model": 2048, "n_head_kv": 2, "tied_output": True}),
+    "qwen3-8b": (8_190_735_360, {"n_layer": 36, "d_model": 4096, "n_head_kv": 8, "head_dim_k": 128}),
 }
 
 
