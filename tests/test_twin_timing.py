@@ -19,6 +19,16 @@ from tests.test_twin_hfconfig import tiny_config
 PLAN = TimingPlan(name="quick", chunks=(1, 16), chain=1, short_prompt=8, decode_steps=4, batch=(2,), rounds=1)
 
 
+@pytest.fixture(autouse=True)
+def one_pair_of_attention_bursts(monkeypatch):
+    """A tiny twin's steps take microseconds, so its attention would be the median of the most pairs of bursts the
+    budget allows; these tests count bursts and script their figures one pair a round (test_the_attention_is_the_median
+    ... sets the budget itself)."""
+    import ondevice.probing.timing as timing_mod
+
+    monkeypatch.setattr(timing_mod, "_ATTENTION_BUDGET_S", 0.0)
+
+
 def _tiny_shape(tmp_path, config_name: str, blocks: int):
     """(header, spec) of a public config at tiny widths, `blocks` blocks, Q8_0 (the spec read from a sparse file)."""
     config = tiny_config(config_name) | {"num_hidden_layers": blocks}
@@ -197,6 +207,52 @@ def test_a_third_round_outvotes_a_round_whose_long_context_decode_disagrees(tmp_
     long_ctx = max(decode)  # after the chain: 16 + 16 tokens, then half the decode steps
     assert long_ctx == 32 + plan.decode_steps // 2
     assert decode[long_ctx] - decode[short_ctx] == pytest.approx(0.012, abs=0.001)  # not 0.020, the first two's mean
+
+
+def test_the_attention_is_the_median_of_as_many_pairs_of_bursts_as_the_budget_fits(tmp_path, monkeypatch):
+    """A small twin's attention (its long-context step minus its short one) is the median over several pairs of
+    bursts, so one pair caught at an odd moment moves neither the round nor, multiplied by the blocks, the model."""
+    import ondevice.probing.timing as timing_mod
+
+    monkeypatch.setattr(timing_mod, "_ATTENTION_BUDGET_S", 10.0)  # room for the most pairs, _ATTENTION_BURSTS
+    added = iter([0.010, 0.011, 0.002, 0.012, 0.030])  # seconds the long context adds, pair by pair
+    short_s, pairs = 0.001, []
+
+    def bursts(a, a_ids, b, b_ids, steps):
+        if len(a_ids) != len(b_ids):  # long context against short: the attention
+            pairs.append(steps)
+            return short_s + next(added), short_s
+        return 2 * short_s, short_s
+
+    monkeypatch.setattr(timing_mod, "_decode_bursts", bursts)
+    fewer: list = []
+    monkeypatch.setattr(twins_mod, "extrapolate_layers", lambda *a: fewer.append(a[0]) or a[0])
+    header, spec = _tiny_shape(tmp_path, "llama-3.1-8b", 5)
+    plan = replace(PLAN, batch=())
+    time_header(
+        header, spec, plan=plan, work_dir=tmp_path / "w", engine_args={"n_ctx": 256, "n_threads": 1}, blocks=(1, 3)
+    )
+    assert pairs == [plan.decode_steps] * timing_mod._ATTENTION_BURSTS == [4] * 5
+    decode = dict(fewer[0].decode)
+    short_ctx, long_ctx = plan.short_prompt + plan.decode_steps // 2, max(decode)
+    assert decode[long_ctx] - decode[short_ctx] == pytest.approx(0.011, abs=0.0005)  # not the mean, 0.013
+
+
+@pytest.mark.parametrize(
+    ("budget_s", "pair_s", "pairs"),
+    [
+        (1.0, 0.8, 1),  # an 8B's one-block twin: 16 steps of ~25 ms on each engine
+        (1.0, 0.32, 3),  # a 3B's: ~10 ms
+        (1.0, 0.19, 5),  # a 360M F32's: ~6 ms, the most
+        (1.0, 0.001, 5),
+        (0.0, 0.19, 1),  # no budget: one pair, as the whole-model timing has
+        (1.0, 0.0, 1),  # no step figure: one pair
+    ],
+)
+def test_the_pairs_of_attention_bursts_fit_the_budget(budget_s, pair_s, pairs):
+    from ondevice.probing.timing import _attention_pairs
+
+    assert _attention_pairs(budget_s, pair_s) == pairs
 
 
 @pytest.mark.parametrize("config_name", ["llama-3.1-8b", "qwen3-30b-a3b"])

@@ -198,6 +198,13 @@ _BURST = 1  # _decode_bursts: decode steps of one engine before switching to the
 # follows a drifting machine closest: benchmarks/data/twin_speed/*-burst-size.txt)
 _PAIRED_STEPS = 1  # time_pair's decode bursts run this many times plan.decode_steps a round (what they measure is a
 # difference, multiplied by the model's blocks over the twin's: the rounds' median of them counts)
+# time_pair's attention (the fewer twin's long-context step minus its short one) is the median of as many pairs of
+# bursts as fit this many seconds, at most _ATTENTION_BURSTS: one pair of a small twin's bursts takes a fraction of a
+# second and between timings it scattered up to 2.6x (Qwen2.5 3B's twins: 0.30-0.78 ms a block), where the median of
+# five scattered 1.04x over four timings (benchmarks/data/twin_speed/*-attention-per-block.txt); a large model's
+# twin (an 8B's: 0.8 s a pair) still times one pair, its rounds settled by pairs.unsettled as before
+_ATTENTION_BUDGET_S = 1.0
+_ATTENTION_BURSTS = 5
 
 
 def _decode_bursts(
@@ -320,7 +327,8 @@ def time_pair(
                     out.update(_in_turn(key, measure, on_many.get(key), (few, many), r, i, diffs))
             short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
             if again is None or ("attention",) in again:
-                out.update(_long_decode(few, few_again, plan, {**medians(rounds_few), **out}, short_ids, r, diffs))
+                known = {**medians(rounds_few), **out}
+                out.update(_long_decode(few, few_again, plan, known, short_ids, r, diffs, budget_s=_ATTENTION_BUDGET_S))
             if again is None or ("blocks",) in again:
                 steps = _PAIRED_STEPS * plan.decode_steps
                 many_s, few_s = _decode_bursts(many, short_ids, few_again, short_ids, steps)
@@ -360,6 +368,7 @@ def _long_decode(
     diffs: dict,
     *,
     just_timed: bool = False,
+    budget_s: float = 0.0,
 ) -> dict[tuple, float]:
     """The chain on `engine` and the decode after it: the short-context decode point plus what the long context added
     in bursts alternating with partner's decode at a short context (another engine on the same model: the difference
@@ -368,14 +377,28 @@ def _long_decode(
     chunk made right before them (just_timed: the engine's last request was that chunk), not an earlier figure of it
     (another twin's chunk between them): what they add is attention, which a twin's timing multiplies by the model's
     blocks over the twin's. known: the round's figures, or, in a round that times only what the earlier ones disagree
-    on, their medians."""
+    on, their medians. budget_s: the difference is the median over as many pairs of bursts as the short-context step
+    (known) says fit these seconds, from one to _ATTENTION_BURSTS."""
     anchor_s = known[("prefill", 0, max(plan.chunks))]
     chain, ids = _chain_points(engine, plan, salt=r * 131, anchor_s=anchor_s, just_timed=just_timed)
-    long_s, short_s = _decode_bursts(engine, ids, partner, short_ids, _PAIRED_STEPS * plan.decode_steps)
-    diffs.setdefault(("attention", len(ids)), []).append(long_s - short_s)
     short = ("decode", plan.short_prompt + plan.decode_steps // 2)
-    chain[("decode", len(ids) + plan.decode_steps // 2)] = known[short] + long_s - short_s
+    steps = _PAIRED_STEPS * plan.decode_steps
+    pairs = _attention_pairs(budget_s, 2 * steps * known[short])
+    added_s = statistics.median(
+        long_s - short_s
+        for long_s, short_s in (_decode_bursts(engine, ids, partner, short_ids, steps) for _ in range(pairs))
+    )
+    diffs.setdefault(("attention", len(ids)), []).append(added_s)
+    chain[("decode", len(ids) + plan.decode_steps // 2)] = known[short] + added_s
     return chain
+
+
+def _attention_pairs(budget_s: float, pair_s: float) -> int:
+    """How many pairs of decode bursts of pair_s seconds each the attention is the median of: as many as fit budget_s,
+    from one to _ATTENTION_BURSTS."""
+    if not pair_s > 0:
+        return 1
+    return max(1, min(_ATTENTION_BURSTS, int(budget_s / pair_s)))
 
 
 def _name(info: Any) -> str:

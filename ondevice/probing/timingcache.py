@@ -35,9 +35,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-SCHEMA = 5  # 2: twins with their token embedding written; 3: their gains around one; 4: the engine's padded KV view
+SCHEMA = 6  # 2: twins with their token embedding written; 3: their gains around one; 4: the engine's padded KV view
 # recorded (ShapeTiming.kv_pad); 5: the decode after the chain paired with a sibling's short context, and the twins'
-# attention settled by a third round: earlier timings are not reused
+# attention settled by a third round; 6: a small twin's attention the median of several pairs of bursts: earlier
+# timings are not reused
 MAX_FILE_BYTES = 1 << 20  # a timing file is a few KB; anything larger is not one
 SETTINGS = (
     "backend",
