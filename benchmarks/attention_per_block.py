@@ -43,12 +43,12 @@ def twin_files(model: Path, counts: list[int], work: Path) -> tuple[dict[int, Pa
     return files, n_layer
 
 
-def per_block(files: dict[int, Path], args) -> dict[int, list[float]]:
-    """{blocks: each trial's long-minus-short decode step over the blocks, seconds}."""
+def per_block(files: dict[int, Path], n_layer: int, args) -> dict[int, list[float]]:
+    """{blocks: each trial's long-minus-short decode step over the blocks (at most n_layer, the file's), seconds}."""
     import ondevice.probing.timing as timing
     from ondevice.engine import load
 
-    n_ctx = -(-(args.context + args.steps + 64) // 256) * 256
+    n_ctx = max(256, args.context + args.steps + 64)  # llama.cpp rounds it up to a multiple of 256
     out: dict[int, list[float]] = {n: [] for n in files}
     with contextlib.ExitStack() as stack:
         engines = {n: stack.enter_context(load(p, n_ctx=n_ctx, n_threads=args.threads)) for n, p in files.items()}
@@ -61,7 +61,7 @@ def per_block(files: dict[int, Path], args) -> dict[int, list[float]]:
                 for engine, ids in ((long_e, long_ids), (short_e, short_ids)):
                     engine.generate(ids, max_tokens=1, ignore_eos=True, seed=0, reuse_prefix=False)
                 long_s, short_s = timing._decode_bursts(long_e, long_ids, short_e, short_ids, args.steps)
-                out[n].append((long_s - short_s) / min(n, args.n_layer))
+                out[n].append((long_s - short_s) / min(n, n_layer))
     return out
 
 
@@ -79,18 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     counts = sorted({int(b) for b in args.blocks.split(",")})
     work = paths.scratch_dir(Path.cwd(), args.model.stat().st_size)
     try:
-        files, args.n_layer = twin_files(args.model, counts, work)
-        found = per_block(files, args)
+        files, n_layer = twin_files(args.model, counts, work)
+        found = per_block(files, n_layer, args)
     finally:
         for n in counts:
             (work / f"attention-twin-{n}.gguf").unlink(missing_ok=True)
-    print(f"CPU: {cpu_name()}; {args.model.name} ({args.n_layer} blocks); long context {args.context} tokens")
+    print(f"CPU: {cpu_name()}; {args.model.name} ({n_layer} blocks); long context {args.context} tokens")
     print(f"{args.trials} trials of {args.steps} steps per context, alternating every step; figures in ms")
     for n, values in found.items():
         mid = statistics.median(values)
         print(
-            f"{min(n, args.n_layer):3d} blocks: attention per block {mid * 1e3:.3f} (x{args.n_layer} = "
-            f"{mid * args.n_layer * 1e3:.2f}); trials {' '.join(f'{v * 1e3:.3f}' for v in values)}"
+            f"{min(n, n_layer):3d} blocks: attention per block {mid * 1e3:.3f} (x{n_layer} = "
+            f"{mid * n_layer * 1e3:.2f}); trials {' '.join(f'{v * 1e3:.3f}' for v in values)}"
         )
     return 0
 
