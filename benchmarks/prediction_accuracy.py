@@ -21,6 +21,9 @@ The models (built here, none of them ever timed to set anything):
   Mistral NeMo 12B Q5_0 (4 of 40 blocks): shapes and weight types added after r15, measured first in r16.
 - with `--models held4` (not in `all`): SmolLM2 360M F32, Qwen2.5 3B Q5_K_S (12 of 36 blocks) and Qwen3 8B Q3_K_S (6 of
   36 blocks): the weight types no row had, added after r19, measured first in r20.
+- with `--models held5` (not in `all`): two architectures no row had, Granite 3 (Granite 3.1 2B IQ3_S, Granite 3.3 8B
+  Q6_K, 6 of 40 blocks) and OLMo 2 (OLMo 2 1B IQ3_M, OLMo 2 7B IQ3_XS, 6 of 32 blocks), in weight types no row had
+  (IQ3_S, IQ3_M, IQ3_XS; Q6_K on the ladder only), added after r23.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -90,6 +93,18 @@ HELD4 = (
     ("qwen2.5-3b.json", "Q5_K_S", 12),
     ("qwen3-8b.json", "Q3_K_S", 6),
 )
+# `--models held5`: added after r23, two architectures the timing never ran on, in three weight types no row had and Q6_K
+# (the ladder's 270M only): Granite 3.1 2B (Llama's blocks with multipliers on embeddings, residuals, attention and
+# logits; 40 blocks of width 2,048, 32:8 grouped queries, tied 49k vocabulary) at IQ3_S, whole; Granite 3.3 8B (width
+# 4,096, feed-forward 12,800) at Q6_K, 6 of its 40 blocks; OLMo 2 1B (no norm before attention or the feed-forward, one
+# after each, q and k normed over all heads; 16 heads and 16 KV heads, an untied 100k vocabulary) at IQ3_M, whole; and
+# OLMo 2 7B (32 KV heads of 32, feed-forward 11,008) at IQ3_XS (IQ3_XXS and IQ3_S tensors), 6 of its 32 blocks
+HELD5 = (
+    ("granite-3.1-2b-base.json", "IQ3_S", None),
+    ("granite-3.3-8b-instruct.json", "Q6_K", 6),
+    ("olmo-2-0425-1b.json", "IQ3_M", None),
+    ("olmo-2-1124-7b.json", "IQ3_XS", 6),
+)
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3
@@ -134,6 +149,8 @@ def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD3]
     if "held4" in which:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD4]
+    if "held5" in which:
+        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD5]
     return out
 
 
@@ -312,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--models",
         default="all",
-        help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2, held3, held4",
+        help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2, held3, held4, held5",
     )
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")

@@ -7,9 +7,11 @@ decides speed). With ondevice.quant.twin it gives a twin of a model that was nev
 
 Supported (`architectures`[0], or `model_type`): Llama and Mistral (llama), Mixtral (llama with
 experts), Qwen2, Qwen3, Qwen3-MoE, Gemma 2, Gemma 3 (text; Gemma3ForConditionalGeneration's
-text_config), Phi-3. A field the converter needs that is missing or invalid is a SpecError naming
-it. Fields transformers fills in when the converter loads a config (AutoConfig) are filled here
-with the same defaults where the converter relies on them (Gemma 3's text_config).
+text_config), Phi-3, Granite 3 (Llama with four multipliers) and OLMo 2 (norms after attention and
+the feed-forward, none before; q/k norms over all heads). A field the converter needs that is missing
+or invalid is a SpecError naming it. Fields transformers fills in when the converter loads a config
+(AutoConfig) are filled here with the same defaults where the converter relies on them (Gemma 3's
+text_config, Granite's multipliers).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ SUPPORTED: dict[str, MODEL_ARCH] = {
     "Gemma3ForCausalLM": MODEL_ARCH.GEMMA3,
     "Gemma3ForConditionalGeneration": MODEL_ARCH.GEMMA3,
     "Phi3ForCausalLM": MODEL_ARCH.PHI3,
+    "GraniteForCausalLM": MODEL_ARCH.GRANITE,
+    "Olmo2ForCausalLM": MODEL_ARCH.OLMO2,
 }
 _MODEL_TYPES = {
     "llama": "LlamaForCausalLM",
@@ -62,9 +66,19 @@ _MODEL_TYPES = {
     "gemma3_text": "Gemma3ForCausalLM",
     "gemma3": "Gemma3ForConditionalGeneration",
     "phi3": "Phi3ForCausalLM",
+    "granite": "GraniteForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
 }
 # Gemma3TextConfig's defaults, which the converter sees for fields a config.json leaves out
 _GEMMA3_DEFAULTS = {"vocab_size": 262208, "sliding_window": 4096, "rope_theta": 1_000_000.0}
+# Granite's multipliers -> the keys the converter writes them under, in its order; one a config leaves out is
+# GraniteConfig's default, 1.0 (the converter reads the config through AutoConfig)
+_GRANITE_SCALES = {
+    "attention_multiplier": Keys.Attention.SCALE,
+    "embedding_multiplier": Keys.LLM.EMBEDDING_SCALE,
+    "residual_multiplier": Keys.LLM.RESIDUAL_SCALE,
+    "logits_scaling": Keys.LLM.LOGIT_SCALE,
+}
 _ENDOFTEXT = "<|endoftext|>"
 
 
@@ -79,6 +93,8 @@ def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str |
     arch = SUPPORTED[hf_arch]
     if arch == MODEL_ARCH.GEMMA3:
         hp = Params({**_GEMMA3_DEFAULTS, **hp.values})
+    if arch == MODEL_ARCH.GRANITE:  # the converter drops a head_dim: Granite's heads are hidden_size / heads wide
+        hp = Params({k: v for k, v in hp.values.items() if k != "head_dim"})
     dims = Dims.read(hp, arch, hf_arch)
     kv = _KV(MODEL_ARCH_NAMES[arch])
     kv.string(Keys.General.ARCHITECTURE, MODEL_ARCH_NAMES[arch])
@@ -194,13 +210,24 @@ def _rope_scaling(kv: _KV, hp: Params) -> None:
         kv.string(Keys.Rope.SCALING_TYPE, RopeScalingType.LONGROPE.value)
 
 
-def _llama(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
+def _llama(kv: _KV, hp: Params, dims: Dims, arch: MODEL_ARCH = MODEL_ARCH.LLAMA) -> list[TensorSpec]:
     _base(kv, hp, dims)
     kv.u32(Keys.LLM.VOCAB_SIZE, dims.n_vocab)
     kv.u32(Keys.Rope.DIMENSION_COUNT, dims.head_dim)
     if str(hp.rope().get("rope_type", "")).lower() == "llama3":  # Llama 3.1's rope: per-frequency factors
-        return [tensor_spec(MODEL_ARCH.LLAMA, MODEL_TENSOR.ROPE_FREQS, (dims.head_dim // 2,))]
+        return [tensor_spec(arch, MODEL_TENSOR.ROPE_FREQS, (dims.head_dim // 2,))]
     return []
+
+
+def _granite(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
+    """Llama's keys, then the multipliers of embeddings, residuals, attention scores and logits."""
+    extra = _llama(kv, hp, dims, MODEL_ARCH.GRANITE)
+    for field, key in _GRANITE_SCALES.items():
+        value = hp.number(field, 1.0)
+        if value == 0:  # the converter writes no key for a zero, and llama.cpp loads no Granite without all four
+            raise SpecError(f"config.json: {field!r} is 0; llama.cpp loads no Granite model without it")
+        kv.f32(key, value)
+    return extra
 
 
 def _qwen3moe(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
@@ -294,6 +321,8 @@ _BUILDERS = {
     MODEL_ARCH.GEMMA2: _gemma2,
     MODEL_ARCH.GEMMA3: _gemma3,
     MODEL_ARCH.PHI3: _phi3,
+    MODEL_ARCH.GRANITE: _granite,
+    MODEL_ARCH.OLMO2: _base,
 }
 
 

@@ -152,7 +152,9 @@ def _block(arch: MODEL_ARCH, dims: Dims, bid: int) -> list[TensorSpec]:
     d, hd = dims.d_model, dims.head_dim
     q, kv = dims.n_head * hd, dims.n_head_kv * hd
     gemma, T = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3), MODEL_TENSOR
-    parts: list[tuple[MODEL_TENSOR, tuple[int, ...], str]] = [(T.ATTN_NORM, (d,), "weight")]
+    olmo2 = arch == MODEL_ARCH.OLMO2  # norms after attention and the feed-forward only, none before them
+    post_norms = gemma or olmo2
+    parts: list[tuple[MODEL_TENSOR, tuple[int, ...], str]] = [] if olmo2 else [(T.ATTN_NORM, (d,), "weight")]
     if arch == MODEL_ARCH.PHI3:
         parts.append((T.ATTN_QKV, (d, q + 2 * kv), "weight"))
     else:
@@ -161,12 +163,15 @@ def _block(arch: MODEL_ARCH, dims: Dims, bid: int) -> list[TensorSpec]:
         parts += [(T.ATTN_Q, (q,), "bias"), (T.ATTN_K, (kv,), "bias"), (T.ATTN_V, (kv,), "bias")]
     if arch in (MODEL_ARCH.QWEN3, MODEL_ARCH.QWEN3MOE, MODEL_ARCH.GEMMA3):
         parts += [(T.ATTN_Q_NORM, (hd,), "weight"), (T.ATTN_K_NORM, (hd,), "weight")]
+    if olmo2:  # q and k normed over all their heads at once
+        parts += [(T.ATTN_Q_NORM, (q,), "weight"), (T.ATTN_K_NORM, (kv,), "weight")]
     parts.append((T.ATTN_OUT, (q, d), "weight"))
-    if gemma:
+    if post_norms:
         parts.append((T.ATTN_POST_NORM, (d,), "weight"))
-    parts.append((T.FFN_PRE_NORM if gemma else T.FFN_NORM, (d,), "weight"))  # one name, two roles in gguf
+    if not olmo2:
+        parts.append((T.FFN_PRE_NORM if gemma else T.FFN_NORM, (d,), "weight"))  # one name, two roles in gguf
     parts += _ffn(arch, dims)
-    if gemma:
+    if post_norms:
         parts.append((T.FFN_POST_NORM, (d,), "weight"))
     return [tensor_spec(arch, kind, shape, bid, suffix) for kind, shape, suffix in parts]
 

@@ -46,6 +46,12 @@ PUBLISHED = {
     # its card: 3.09B, 2.77B of them outside the embedding
     "qwen2.5-3b": (3_085_938_688, {"n_layer": 36, "d_model": 2048, "n_head_kv": 2, "tied_output": True}),
     "qwen3-8b": (8_190_735_360, {"n_layer": 36, "d_model": 4096, "n_head_kv": 8, "head_dim_k": 128}),
+    # Granite 3 (its card: 2.5B; the tied embedding counted once) and OLMo 2 (no norm before attention or the
+    # feed-forward, one after each, q/k norms over all heads; cards: 1.48B and 7.3B, 1B and 7B by name)
+    "granite-3.1-2b-base": (2_533_531_648, {"n_layer": 40, "d_model": 2048, "n_head_kv": 8, "tied_output": True}),
+    "granite-3.3-8b-instruct": (8_170_864_640, {"n_layer": 40, "d_model": 4096, "n_vocab": 49159, "tied_output": True}),
+    "olmo-2-0425-1b": (1_484_916_736, {"n_layer": 16, "d_model": 2048, "n_head_kv": 16, "n_vocab": 100352}),
+    "olmo-2-1124-7b": (7_298_617_344, {"n_layer": 32, "d_model": 4096, "n_head_kv": 32, "tied_output": False}),
 }
 
 
@@ -113,6 +119,40 @@ def test_phi3_long_rope_factors():
         header_from_hf_config(cfg)
 
 
+def test_granite_has_llamas_keys_and_its_four_multipliers():
+    header = header_from_hf_config(_config("granite-3.1-2b-base") | {"head_dim": 128})  # the converter drops it
+    assert header.arch == "granite" and header.n_layer == 40
+    scales = {k: header.value(f"granite.{k}") for k in ("attention.scale", "embedding_scale", "residual_scale")}
+    assert scales == {"attention.scale": 0.015625, "embedding_scale": 12.0, "residual_scale": 0.22}
+    assert header.value("granite.logit_scale") == 8.0 and header.value("granite.vocab_size") == 49155
+    assert header.value("granite.rope.dimension_count") == 64  # hidden_size / heads, not the config's head_dim
+    assert header.value("granite.rope.freq_base") == 5_000_000.0
+    assert "granite.attention.key_length" not in header.fields
+    blk0 = {t.name: t.shape for t in header.tensors if t.name.startswith("blk.0.")}
+    assert blk0["blk.0.attn_k.weight"] == (2048, 512) and blk0["blk.0.ffn_down.weight"] == (8192, 2048)
+    assert {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"} <= set(blk0)
+    assert not any(t.name in ("output.weight", "rope_freqs.weight") for t in header.tensors)  # tied, no llama3 rope
+
+
+def test_olmo2_norms_after_attention_and_feed_forward_only():
+    header = header_from_hf_config(_config("olmo-2-1124-7b") | {"num_key_value_heads": 8})  # grouped, as its 32B
+    assert header.arch == "olmo2"
+    blk0 = {t.name.removeprefix("blk.0."): (t.shape, t.type) for t in header.tensors if t.name.startswith("blk.0.")}
+    norms = {name: shape for name, (shape, _) in blk0.items() if "norm" in name}
+    assert norms == {
+        "attn_q_norm.weight": (4096,),  # every head's q at once
+        "attn_k_norm.weight": (1024,),  # every KV head's k at once
+        "post_attention_norm.weight": (4096,),
+        "post_ffw_norm.weight": (4096,),
+    }
+    assert blk0["attn_k.weight"] == ((4096, 1024), "F16") and blk0["ffn_gate.weight"] == ((4096, 11008), "F16")
+    assert len(blk0) == 11
+    assert header.value("olmo2.attention.layer_norm_rms_epsilon") == pytest.approx(1e-6)
+    assert header.value("olmo2.rope.freq_base") == 500000.0
+    assert not any(k.endswith(("rope.dimension_count", "vocab_size", "sliding_window")) for k in header.fields)
+    assert [t.shape for t in header.tensors if t.name == "output.weight"] == [(4096, 100352)]
+
+
 # ---------- tiny configs: every architecture loads and generates ----------
 
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}
@@ -131,6 +171,8 @@ ARCH_CONFIGS = {  # one public config per architecture (and per HF class that re
     "Gemma3ForCausalLM": "gemma-3-1b-pt",
     "Gemma3ForConditionalGeneration": "gemma-3-4b-it",
     "Phi3ForCausalLM": "phi-3-mini-4k-instruct",
+    "GraniteForCausalLM": "granite-3.1-2b-base",
+    "Olmo2ForCausalLM": "olmo-2-0425-1b",
 }
 
 
@@ -220,6 +262,25 @@ def test_invalid_moe_and_text_config():
         header_from_hf_config(_config("gemma-3-4b-it") | {"text_config": [1]})
     with pytest.raises(SpecError, match="'head_dim' is missing"):  # Gemma 2 has no default head size
         header_from_hf_config({k: v for k, v in _config("gemma-2-2b").items() if k != "head_dim"})
+
+
+@pytest.mark.parametrize("field, key", [("attention_multiplier", "attention.scale"), ("logits_scaling", "logit_scale")])
+def test_granite_multipliers_missing_invalid_or_zero(field, key):
+    cfg = {k: v for k, v in _config("granite-3.1-2b-base").items() if k != field}
+    assert header_from_hf_config(cfg).value(f"granite.{key}") == 1.0  # GraniteConfig's default, as AutoConfig reads it
+    with pytest.raises(SpecError, match=f"^config.json: '{field}' must be a number, not '12'$"):
+        header_from_hf_config(cfg | {field: "12"})
+    with pytest.raises(SpecError, match=f"^config.json: '{field}' is 0; llama.cpp loads no Granite model without it$"):
+        header_from_hf_config(cfg | {field: 0})
+
+
+@pytest.mark.parametrize(
+    "name, field", [("granite-3.1-2b-base", "num_attention_heads"), ("olmo-2-0425-1b", "intermediate_size")]
+)
+def test_new_architectures_without_a_required_field_name_it(name, field):
+    cfg = {k: v for k, v in _config(name).items() if k != field}
+    with pytest.raises(SpecError, match=f"^config.json: '{field}' is missing$"):
+        header_from_hf_config(cfg)
 
 
 @pytest.mark.parametrize("content, match", [("{not json", "not a readable JSON"), ("[1, 2]", "JSON object")])
