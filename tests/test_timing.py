@@ -256,6 +256,10 @@ def test_noise_is_said_in_the_prediction(gemma):
     assert timing_notes(fake_timing(gemma)) == []
     busy = timing_notes(fake_timing(gemma, other_cpu_cores=0.9, spread=0.2))
     assert len(busy) == 1 and "other processes used 0.9 cores" in busy[0] and "20% apart" in busy[0]
+    assert "may be slow" in busy[0]
+    # rounds apart on an otherwise idle machine: said, not blamed on other processes
+    moved = timing_notes(fake_timing(gemma, other_cpu_cores=0.0, spread=0.11))
+    assert len(moved) == 1 and "11% apart" in moved[0] and "may be slow" not in moved[0] and "0.0 cores" in moved[0]
     twins = timing_notes(replace(fake_timing(gemma), source="twins", layers=(1, 3)))
     assert twins == ["timed on twins of 1 and 3 layers, extrapolated in layers"]
 

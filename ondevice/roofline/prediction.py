@@ -221,11 +221,16 @@ def timing_notes(timing: ShapeTiming) -> list[str]:
     notes = []
     if timing.source == "twins":
         notes.append(f"timed on twins of {' and '.join(map(str, timing.layers))} layers, extrapolated in layers")
-    if timing.other_cpu_cores >= NOISY_CORES or timing.spread >= NOISY_SPREAD:
+    if timing.other_cpu_cores >= NOISY_CORES:
         notes.append(
             f"timed while other processes used {timing.other_cpu_cores:.1f} cores (rounds "
             f"{100 * timing.spread:.0f}% apart): the figures may be slow; `ondevice probe --refresh` "
             "times it again"
+        )
+    elif timing.spread >= NOISY_SPREAD:  # not other processes: this machine's own speed moved between the rounds
+        notes.append(
+            f"timed in rounds {100 * timing.spread:.0f}% apart while other processes used "
+            f"{timing.other_cpu_cores:.1f} cores: this machine's speed moved, and the figures are that uncertain"
         )
     return notes
 
