@@ -297,3 +297,47 @@ def test_an_engines_long_context_decode_is_paired_with_a_short_one_on_a_sibling(
         assert (n_long, n_short, steps) == (48, 8, 4)
     assert pairs[0][1]._closed  # closed after the timing; the engine goes on
     assert engine.generate([1, 40], max_tokens=2, ignore_eos=True).token_ids
+
+
+def test_a_whole_models_third_round_times_only_what_the_first_two_disagree_on(engine, monkeypatch):
+    """With min_rounds, a model timed whole (time_engine) takes a third round only when its first two disagree, and
+    then only on the points they disagree on: a chunk alone, or the chain again on a fresh prefill of its chunk."""
+    plan = replace(TINY_PLAN, batch=(), rounds=3, min_rounds=2)
+    asked: list[tuple[int, bool]] = []  # (prompt tokens, prefix reused) of every prompt timed
+    real = timing_mod.first_token_s
+    monkeypatch.setattr(
+        timing_mod,
+        "first_token_s",
+        lambda eng, ids, reuse, max_tokens=1: asked.append((len(ids), reuse)) or real(eng, ids, reuse, max_tokens),
+    )
+    seen: dict[str, tuple[list, list[str]]] = {}
+    for name, disagree in (("none", set()), ("chunk", {("chunk", 4)}), ("chain", {("chain",)})):
+        monkeypatch.setattr(timing_mod, "unsteady", lambda _rounds, _figures, d=disagree: d)
+        asked.clear()
+        said: list[str] = []
+        timing = time_engine(engine, plan, progress=said.append)
+        seen[name] = (list(asked), [line for line in said if "round" in line])
+        assert {(pos, k) for pos, k, _s in timing.prefill} == {(0, 1), (0, 4), (0, 16), (16, 16), (32, 16)}
+    two, rounds = seen["none"]
+    assert len(rounds) == 2  # the first two agree: no third
+    for name, third in (("chunk", [(4, False)]), ("chain", [(16, False), (32, True), (48, True)])):
+        asked_here, rounds_here = seen[name]
+        assert asked_here[: len(two)] == two and asked_here[len(two) :] == third, name
+        assert len(rounds_here) == 3 and "disagree" in rounds_here[2]
+
+
+def test_a_whole_models_points_disagree_when_their_rounds_spread_more_than_ten_percent():
+    from ondevice.probing.pairs import unsteady
+
+    rounds = [
+        {("prefill", 0, 16): 0.100, ("decode", 10): 0.010, ("prefill", 16, 16): 0.20, ("decode", 50): 0.012},
+        {("prefill", 0, 16): 0.105, ("decode", 10): 0.012, ("prefill", 16, 16): 0.21},
+    ]
+    figures = {
+        ("chunk", 16): {("prefill", 0, 16)},  # 5% apart: steady
+        ("short",): {("decode", 10)},  # 20% apart
+        ("chain",): {("prefill", 16, 16), ("decode", 50)},  # the decode after it timed once: nothing to disagree
+        ("batch", 2): {("batch", 2)},  # never timed: timed again
+    }
+    assert unsteady(rounds, figures) == {("short",), ("batch", 2)}
+    assert unsteady(rounds[:1], figures) == {("batch", 2)}

@@ -1,6 +1,7 @@
-"""What two twins' paired rounds say (probing.timing.time_pair): whether the rounds so far agree on each difference
-that extrapolation multiplies (unsettled), and the more-block twin's figures from the paired differences
-(paired_differences). Arithmetic only: the engines are timing.py's."""
+"""What timing rounds say (probing.timing): whether two twins' paired rounds so far agree on each difference that
+extrapolation multiplies (unsettled), the more-block twin's figures from the paired differences (paired_differences),
+and which of a whole model's points its rounds so far disagree on (unsteady). Arithmetic only: the engines are
+timing.py's."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import statistics
 
 from ondevice.roofline.timing import robust_line
 
-__all__ = ["medians", "paired_differences", "unsettled"]
+__all__ = ["medians", "paired_differences", "unsettled", "unsteady"]
 
 
 def medians(rounds: list[dict[tuple, float]]) -> dict[tuple, float]:
@@ -44,6 +45,19 @@ def unsettled(diffs: dict[tuple, list[float]], chunks: tuple[int, ...]) -> set[t
     ]
     points += [(("chunk", k), diffs.get(("prefill", 0, k), []), _SETTLED) for k in chunks]
     return {point for point, ds, within in points if not agree(ds, within)}
+
+
+def unsteady(rounds: list[dict[tuple, float]], figures: dict[tuple, set[tuple]]) -> set[tuple]:
+    """The points of a whole model's timing (probing.timing.time_engine) whose rounds so far disagree: figures maps a
+    point to the keys of its figures in a round; a point disagrees when any of them, over the rounds that timed it,
+    spreads more than _SETTLED (max over min), or none was timed. A whole model's figures are not multiplied, but the
+    median of two rounds is their mean, and a busy moment (noise only ever slows) would be half of it."""
+
+    def steady(keys: set[tuple]) -> bool:
+        values = [[r[key] for r in rounds if key in r] for key in keys]
+        return all(v and min(v) > 0 and max(v) / min(v) - 1 <= _SETTLED for v in values)
+
+    return {point for point, keys in figures.items() if not steady(keys)}
 
 
 def paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ondevice.core.cpuload import OtherCpu
 from ondevice.core.errors import ProbeError
-from ondevice.probing.pairs import medians, paired_differences, unsettled
+from ondevice.probing.pairs import medians, paired_differences, unsettled, unsteady
 from ondevice.roofline.attention import decode_kv_padding
 from ondevice.roofline.timing import ShapeTiming
 
@@ -62,7 +62,7 @@ class TimingPlan:
     batch_prompt: int = 4  # prompt tokens of each sequence before the batched steps (each prefilled on its own)
     rounds: int = 3  # every point is timed this many times; the median round counts
     batch_rounds: int | None = None  # the rounds that time the batch points (None: all); each is B sequences' steps
-    min_rounds: int | None = None  # time_pair: after this many rounds, time only what they disagree on (None: all)
+    min_rounds: int | None = None  # after this many rounds, time only what they disagree on (None: every round all)
 
     def times(self, key: tuple, round_index: int) -> bool:
         """Whether round round_index times the point `key`."""
@@ -76,21 +76,13 @@ class TimingPlan:
         return sum(self.chunks) + on_top + self.short_prompt + self.decode_steps + batch
 
 
-FULL = TimingPlan()  # `ondevice probe`, `ondevice predict`, `ondevice bench`
+# `ondevice probe`, `ondevice predict`, `ondevice bench`: a third round only of what the first two disagree on
+FULL = TimingPlan(min_rounds=2)
 # the full plan on a large model's twins (probing.twins): fewer chunk sizes, the chain of two, three rounds (the
 # twins' differences are multiplied by the model's blocks: one round on a busy moment would be too; the third only
 # when the first two disagree, and then only what they disagree on, pairs.unsettled), the batch points in the first
 # (each a mean over steps of B sequences at once, and half of a round's time on its own)
-TWINS = TimingPlan(
-    name="full",
-    chunks=(1, 16, 128, 512),
-    chain=2,
-    decode_steps=16,
-    batch=(2, 4, 8),
-    rounds=3,
-    batch_rounds=1,
-    min_rounds=2,
-)
+TWINS = TimingPlan(chunks=(1, 16, 128, 512), chain=2, batch=(2, 4, 8), rounds=3, batch_rounds=1, min_rounds=2)
 # a model known by its header alone (`ondevice predict --config`, a file not downloaded): what predict shows, decode
 # and TTFT, without the batched steps (a third of a large model's first round; a batch step is then estimated from
 # the chunks, roofline.timing.TimedPredictor._columns_s); the twins of a large one time the same points (time_header)
@@ -260,8 +252,10 @@ def _timing_session(
 
 
 def time_engine(engine: Any, plan: TimingPlan = FULL, *, progress: Progress | None = None) -> ShapeTiming:
-    """Time the engine's model (plan cut to its context) -> ShapeTiming. The requests made here do not
-    move the seeds of the engine's later requests. ProbeError when the model produced no decode steps."""
+    """Time the engine's model (plan cut to its context) -> ShapeTiming. With plan.min_rounds, the rounds after that
+    many time only the points the rounds so far disagree on (pairs.unsteady), and none once they agree. The requests
+    made here do not move the seeds of the engine's later requests. ProbeError when the model produced no decode
+    steps."""
     say = progress or (lambda _msg: None)
     info = engine.info
     plan = plan_for_engine(plan, info.n_ctx, info.n_ubatch)
@@ -271,19 +265,41 @@ def time_engine(engine: Any, plan: TimingPlan = FULL, *, progress: Progress | No
     partner = engine.sibling(plan.short_prompt + 2 * _PAIRED_STEPS * plan.decode_steps)
     with contextlib.closing(partner), _timing_session([engine, partner], plan, decode_only=(partner,)) as batches:
         points = _shared_points(plan, engine.n_vocab, batches)
+        figures = _own_figures(plan, [key for key, _m in points])
         say(f"timing {_name(info)} on this machine, once (cached for its shape and these settings)")
         for r in range(plan.rounds):
+            again = None if plan.min_rounds is None or r < plan.min_rounds else unsteady(rounds, figures)
+            if again == set():
+                break
             if plan.rounds > 1:
-                say(f"timing {_name(info)}: round {r + 1} of {plan.rounds}")
+                what = ", what the rounds disagree on" if again else ""
+                say(f"timing {_name(info)}: round {r + 1} of {plan.rounds}{what}")
             out = {}
             for key, measure in points:
-                if plan.times(key, r):
+                if plan.times(key, r) and (again is None or key in again):
                     out.update(measure(engine, r * 131))
-            # the chain on the longest chunk, the last point timed (_shared_points), and the decode after it
-            short_ids = probe_ids(engine.n_vocab, plan.short_prompt, r * 131 + 7)
-            out.update(_long_decode(engine, partner, plan, out, short_ids, r, {}, just_timed=True))
+            if again is None or ("chain",) in again:  # on the longest chunk, when it was the last point timed
+                just_timed = again is None or ("chunk", max(plan.chunks)) in again
+                short_ids = probe_ids(engine.n_vocab, plan.short_prompt, r * 131 + 7)
+                known = {**medians(rounds), **out}
+                out.update(_long_decode(engine, partner, plan, known, short_ids, r, {}, just_timed=just_timed))
             rounds.append(out)
     return _timing(rounds, plan, info, other.cores(), time.perf_counter() - t0)
+
+
+def _own_figures(plan: TimingPlan, points: list[tuple]) -> dict[tuple, set[tuple]]:
+    """The keys of a round's figures each point of time_engine times (pairs.unsteady): a chunk's prefill, the
+    short-context decode, a batch step, and ("chain",), the chain's links and the decode after them."""
+    longest, half = max(plan.chunks), plan.decode_steps // 2
+    own = {
+        "chunk": lambda k: ("prefill", 0, k[1]),
+        "batch": lambda k: k,
+        "short": lambda k: ("decode", plan.short_prompt + half),
+    }
+    links = {("prefill", i * longest, longest) for i in range(1, plan.chain + 1)}
+    return {key: {own[key[0]](key)} for key in points} | {
+        ("chain",): links | {("decode", longest * (1 + plan.chain) + half)}
+    }
 
 
 def time_pair(
