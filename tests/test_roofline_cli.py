@@ -127,6 +127,18 @@ def test_predict_from_a_config_times_its_twin_here(seeded_cache, tmp_path, capsy
     # the twin was timed once and cached under the model's shape: asked again, nothing is written or timed
     assert main(["predict", "--config", str(cfg), "--quant", "Q8_0", "--ctx", "128", "--prompt", "64"]) == 0
     assert "writing a twin" not in capsys.readouterr().err
+    # --refresh times it again (what the note of a timing on a busy machine points to)
+    assert main(["predict", "--config", str(cfg), "--quant", "Q8_0", "--ctx", "128", "--refresh"]) == 0
+    assert "writing a twin" in capsys.readouterr().err
+
+
+def test_predict_refresh_times_a_model_file_again(seeded_cache, tiny_model, capsys):
+    assert main(["predict", str(tiny_model), "--ctx", "16"]) == 0
+    assert "timing tiny-f16.gguf" in capsys.readouterr().err
+    assert main(["predict", str(tiny_model), "--ctx", "16"]) == 0
+    assert "timing tiny-f16.gguf" not in capsys.readouterr().err  # cached
+    assert main(["predict", str(tiny_model), "--ctx", "16", "--refresh"]) == 0
+    assert "timing tiny-f16.gguf" in capsys.readouterr().err
 
 
 def test_predict_from_flags_with_the_embedding_times_a_llama_twin(seeded_cache, capsys):

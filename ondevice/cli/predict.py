@@ -44,6 +44,9 @@ def register(sub) -> None:
         "per token (.svg, .png or .pdf; needs the extra ondevice[plot])",
     )
     p.add_argument("--force", action="store_true", help="replace an existing --plot file")
+    p.add_argument(
+        "--refresh", action="store_true", help="time the model here again instead of using its cached timing"
+    )
     g = p.add_argument_group(
         "a model you have not downloaded (instead of MODEL): its twin is timed here; with --params, give "
         "--d-model and --vocab too (else only the bound and an estimate)"
@@ -255,7 +258,7 @@ def _timing(args, spec):
 
     engine = load(spec.path, cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v)
     try:
-        return timing_for(engine, progress=_say(args)), engine.info.spec
+        return timing_for(engine, progress=_say(args), refresh=args.refresh), engine.info.spec
     finally:
         engine.close()
 
@@ -265,7 +268,7 @@ def _header_timing(args, header, spec):
     from ondevice.probing import timing_for_header
 
     kv = {"cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v}
-    return timing_for_header(header, spec, engine_args=kv, progress=_say(args))
+    return timing_for_header(header, spec, engine_args=kv, progress=_say(args), refresh=args.refresh)
 
 
 def render(p, spec, probe, *, width: int | None = None, target=None, bandwidth_label: str | None = None) -> str:

@@ -224,8 +224,8 @@ def timing_notes(timing: ShapeTiming) -> list[str]:
     if timing.other_cpu_cores >= NOISY_CORES:
         notes.append(
             f"timed while other processes used {timing.other_cpu_cores:.1f} cores (rounds "
-            f"{100 * timing.spread:.0f}% apart): the figures may be slow; `ondevice probe --refresh` "
-            "times it again"
+            f"{100 * timing.spread:.0f}% apart): the figures may be slow; `ondevice predict --refresh` (with the "
+            "model or its --config) times it again"
         )
     elif timing.spread >= NOISY_SPREAD:  # not other processes: this machine's own speed moved between the rounds
         notes.append(
