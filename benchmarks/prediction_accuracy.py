@@ -24,6 +24,9 @@ The models (built here, none of them ever timed to set anything):
 - with `--models held5` (not in `all`): two architectures no row had, Granite 3 (Granite 3.1 2B IQ3_S, Granite 3.3 8B
   Q6_K, 6 of 40 blocks) and OLMo 2 (OLMo 2 1B IQ3_M, OLMo 2 7B IQ3_XS, 6 of 32 blocks), in weight types no row had
   (IQ3_S, IQ3_M, IQ3_XS; Q6_K on the ladder only), added after r23.
+- with `--models held6` (not in `all`): OLMoE 1B-7B (a third mixture of experts, MXFP4_MOE, 4 of 16 blocks), Gemma 2
+  9B (TQ2_0, 6 of 42 blocks) and Qwen2.5 14B (Q1_0, 4 of 48 blocks): an architecture and three weight types no row
+  had, added after r25.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -105,6 +108,18 @@ HELD5 = (
     ("olmo-2-0425-1b.json", "IQ3_M", None),
     ("olmo-2-1124-7b.json", "IQ3_XS", 6),
 )
+# `--models held6`: added after r25, an architecture the timing never ran on and three weight types no row had (the
+# last file types the quantizer makes without an importance matrix): OLMoE 1B-7B (64 experts of width 1,024, 8 used
+# a token, no shared expert; Llama's norms before attention and the feed-forward, q and k normed over all heads; an
+# untied 50k vocabulary) at MXFP4_MOE (experts MXFP4, everything else Q8_0), 4 of its 16 blocks; Gemma 2 9B (width
+# 3,584, 16:8 grouped queries of width 256, a tied 256k vocabulary: the Q6_K embedding is 70% of the file) at TQ2_0
+# (ternary), 6 of its 42 blocks, timed whole; and Qwen2.5 14B (width 5,120, 40:8 grouped queries, feed-forward
+# 13,824, an untied 152k vocabulary) at Q1_0 (one sign bit a weight; output Q6_K), 4 of its 48 blocks
+HELD6 = (
+    ("olmoe-1b-7b-0924.json", "MXFP4_MOE", 4),
+    ("gemma-2-9b.json", "TQ2_0", 6),
+    ("qwen2.5-14b.json", "Q1_0", 4),
+)
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3
@@ -151,6 +166,8 @@ def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD4]
     if "held5" in which:
         out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD5]
+    if "held6" in which:
+        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD6]
     return out
 
 
@@ -329,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--models",
         default="all",
-        help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2, held3, held4, held5",
+        help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2, held3, held4, held5, held6",
     )
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")

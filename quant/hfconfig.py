@@ -7,11 +7,13 @@ decides speed). With ondevice.quant.twin it gives a twin of a model that was nev
 
 Supported (`architectures`[0], or `model_type`): Llama and Mistral (llama), Mixtral (llama with
 experts), Qwen2, Qwen3, Qwen3-MoE, Gemma 2, Gemma 3 (text; Gemma3ForConditionalGeneration's
-text_config), Phi-3, Granite 3 (Llama with four multipliers) and OLMo 2 (norms after attention and
-the feed-forward, none before; q/k norms over all heads). A field the converter needs that is missing
-or invalid is a SpecError naming it. Fields transformers fills in when the converter loads a config
-(AutoConfig) are filled here with the same defaults where the converter relies on them (Gemma 3's
-text_config, Granite's multipliers).
+text_config), Phi-3, Granite 3 (Llama with four multipliers), OLMo 2 (norms after attention and
+the feed-forward, none before; q/k norms over all heads) and OLMoE (a mixture of experts each as
+wide as intermediate_size, with Llama's norms before attention and the feed-forward and OLMo 2's
+q/k norms). A field the converter needs that is missing or invalid is a SpecError naming it.
+Fields transformers fills in when the converter loads a config (AutoConfig) are filled here with
+the same defaults where the converter relies on them (Gemma 3's text_config, Granite's
+multipliers).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ SUPPORTED: dict[str, MODEL_ARCH] = {
     "Phi3ForCausalLM": MODEL_ARCH.PHI3,
     "GraniteForCausalLM": MODEL_ARCH.GRANITE,
     "Olmo2ForCausalLM": MODEL_ARCH.OLMO2,
+    "OlmoeForCausalLM": MODEL_ARCH.OLMOE,
 }
 _MODEL_TYPES = {
     "llama": "LlamaForCausalLM",
@@ -68,6 +71,7 @@ _MODEL_TYPES = {
     "phi3": "Phi3ForCausalLM",
     "granite": "GraniteForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
 }
 # Gemma3TextConfig's defaults, which the converter sees for fields a config.json leaves out
 _GEMMA3_DEFAULTS = {"vocab_size": 262208, "sliding_window": 4096, "rope_theta": 1_000_000.0}
@@ -79,6 +83,8 @@ _GRANITE_SCALES = {
     "residual_multiplier": Keys.LLM.RESIDUAL_SCALE,
     "logits_scaling": Keys.LLM.LOGIT_SCALE,
 }
+# the RMS norm epsilon the converter writes for every OLMoE, whatever its config says
+_OLMOE_RMS_EPS = 1e-5
 _ENDOFTEXT = "<|endoftext|>"
 
 
@@ -237,6 +243,14 @@ def _qwen3moe(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     return []
 
 
+def _olmoe(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
+    """The base keys, the norm epsilon the converter fixes (in the place the config's took), the expert count."""
+    _base(kv, hp, dims)
+    kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, _OLMOE_RMS_EPS)
+    kv.u32(Keys.LLM.EXPERT_COUNT, dims.n_expert)
+    return []
+
+
 def _gemma2(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     kv.u32(Keys.LLM.CONTEXT_LENGTH, hp.integer("max_position_embeddings"))
     kv.u32(Keys.LLM.EMBEDDING_LENGTH, dims.d_model)
@@ -323,6 +337,7 @@ _BUILDERS = {
     MODEL_ARCH.PHI3: _phi3,
     MODEL_ARCH.GRANITE: _granite,
     MODEL_ARCH.OLMO2: _base,
+    MODEL_ARCH.OLMOE: _olmoe,
 }
 
 

@@ -126,6 +126,13 @@ def with_experts(dims: Dims, hp: Params, hf_arch: str) -> Dims:
             raise SpecError(
                 "config.json: 'mlp_only_layers' / 'decoder_sparse_step': dense layers in a Qwen3-MoE are not supported"
             )
+    elif hf_arch == "OlmoeForCausalLM":  # every block's experts, each as wide as intermediate_size
+        n_exp, n_ff_exp = hp.integer("num_experts"), dims.n_ff
+        if dims.n_head_kv != dims.n_head:  # the converter writes k's norm n_head_kv x head_dim wide
+            raise SpecError(
+                f"config.json: 'num_key_value_heads' {dims.n_head_kv} is not num_attention_heads {dims.n_head}; "
+                "llama.cpp loads no OLMoE with grouped queries (its k norm must be as wide as hidden_size)"
+            )
     else:
         return dims
     used = hp.integer("num_experts_per_tok")
@@ -163,7 +170,7 @@ def _block(arch: MODEL_ARCH, dims: Dims, bid: int) -> list[TensorSpec]:
         parts += [(T.ATTN_Q, (q,), "bias"), (T.ATTN_K, (kv,), "bias"), (T.ATTN_V, (kv,), "bias")]
     if arch in (MODEL_ARCH.QWEN3, MODEL_ARCH.QWEN3MOE, MODEL_ARCH.GEMMA3):
         parts += [(T.ATTN_Q_NORM, (hd,), "weight"), (T.ATTN_K_NORM, (hd,), "weight")]
-    if olmo2:  # q and k normed over all their heads at once
+    if arch in (MODEL_ARCH.OLMO2, MODEL_ARCH.OLMOE):  # q and k normed over all their heads at once
         parts += [(T.ATTN_Q_NORM, (q,), "weight"), (T.ATTN_K_NORM, (kv,), "weight")]
     parts.append((T.ATTN_OUT, (q, d), "weight"))
     if post_norms:

@@ -52,6 +52,12 @@ PUBLISHED = {
     "granite-3.3-8b-instruct": (8_170_864_640, {"n_layer": 40, "d_model": 4096, "n_vocab": 49159, "tied_output": True}),
     "olmo-2-0425-1b": (1_484_916_736, {"n_layer": 16, "d_model": 2048, "n_head_kv": 16, "n_vocab": 100352}),
     "olmo-2-1124-7b": (7_298_617_344, {"n_layer": 32, "d_model": 4096, "n_head_kv": 32, "tied_output": False}),
+    # OLMoE (its card: 6.9B total, 1.3B active; 64 experts of 1,024 a block, 8 used), Gemma 2 9B (its card: 9B;
+    # 9,241,705,984 on its Hub page, the tied embedding counted once), Qwen2.5 14B (its card: 14.7B, 13.1B of them
+    # outside the embedding; the exact figure derived from the config's shapes)
+    "olmoe-1b-7b-0924": (6_919_161_856, {"n_layer": 16, "d_model": 2048, "n_expert": 64, "n_expert_used": 8}),
+    "gemma-2-9b": (9_241_705_984, {"n_layer": 42, "d_model": 3584, "head_dim_k": 256, "n_head_kv": 8}),
+    "qwen2.5-14b": (14_770_033_664, {"n_layer": 48, "d_model": 5120, "n_head_kv": 8, "n_vocab": 152064}),
 }
 
 
@@ -153,6 +159,37 @@ def test_olmo2_norms_after_attention_and_feed_forward_only():
     assert [t.shape for t in header.tensors if t.name == "output.weight"] == [(4096, 100352)]
 
 
+def test_olmoe_experts_and_norms_before_and_over_all_heads():
+    header = header_from_hf_config(_config("olmoe-1b-7b-0924") | {"rms_norm_eps": 1e-6})
+    assert header.arch == "olmoe" and header.n_layer == 16
+    blk0 = {t.name.removeprefix("blk.0."): (t.shape, t.type) for t in header.tensors if t.name.startswith("blk.0.")}
+    assert blk0 == {
+        "attn_norm.weight": ((2048,), "F32"),
+        "attn_q.weight": ((2048, 2048), "F16"),
+        "attn_k.weight": ((2048, 2048), "F16"),
+        "attn_v.weight": ((2048, 2048), "F16"),
+        "attn_q_norm.weight": ((2048,), "F32"),  # every head's q at once
+        "attn_k_norm.weight": ((2048,), "F32"),
+        "attn_output.weight": ((2048, 2048), "F16"),
+        "ffn_norm.weight": ((2048,), "F32"),
+        "ffn_gate_inp.weight": ((2048, 64), "F32"),
+        "ffn_gate_exps.weight": ((2048, 1024, 64), "F16"),  # each expert as wide as intermediate_size
+        "ffn_up_exps.weight": ((2048, 1024, 64), "F16"),
+        "ffn_down_exps.weight": ((1024, 2048, 64), "F16"),
+    }
+    assert header.value("olmoe.expert_count") == 64 and header.value("olmoe.expert_used_count") == 8
+    assert header.value("olmoe.feed_forward_length") == 1024 and header.value("olmoe.rope.freq_base") == 10000.0
+    # the converter writes 1e-5 over the config's epsilon, in the place the config's took
+    assert header.value("olmoe.attention.layer_norm_rms_epsilon") == pytest.approx(1e-5)
+    keys = [k for k in header.fields if k.startswith("olmoe.")]
+    assert keys.index("olmoe.attention.layer_norm_rms_epsilon") < keys.index("olmoe.expert_used_count")
+    assert not any(k.endswith(("expert_feed_forward_length", "rope.dimension_count", "vocab_size")) for k in keys)
+    assert [t.shape for t in header.tensors if t.name == "output.weight"] == [(2048, 50304)]
+    # grouped queries: the converter would write k's norm 4 x 128 wide, llama.cpp takes it only hidden_size wide
+    with pytest.raises(SpecError, match="^config.json: 'num_key_value_heads' 4 is not num_attention_heads 16; "):
+        header_from_hf_config(_config("olmoe-1b-7b-0924") | {"num_key_value_heads": 4})
+
+
 # ---------- tiny configs: every architecture loads and generates ----------
 
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}
@@ -173,6 +210,7 @@ ARCH_CONFIGS = {  # one public config per architecture (and per HF class that re
     "Phi3ForCausalLM": "phi-3-mini-4k-instruct",
     "GraniteForCausalLM": "granite-3.1-2b-base",
     "Olmo2ForCausalLM": "olmo-2-0425-1b",
+    "OlmoeForCausalLM": "olmoe-1b-7b-0924",
 }
 
 
@@ -183,6 +221,8 @@ def tiny_config(name: str) -> dict:
     text |= TINY | {k: v for k, v in TINY_IF_PRESENT.items() if k in text}
     if name.startswith("gemma"):
         text["head_dim"] = 16
+    if name.startswith("olmoe"):  # llama.cpp loads no OLMoE with grouped queries
+        text["num_key_value_heads"] = text["num_attention_heads"]
     if name == "llama-3.1-8b":
         text["rope_scaling"] = cfg["rope_scaling"]  # keep the llama3 rope (its rope_freqs tensor)
     return cfg | {"text_config": text} if "text_config" in cfg else text
@@ -275,7 +315,13 @@ def test_granite_multipliers_missing_invalid_or_zero(field, key):
 
 
 @pytest.mark.parametrize(
-    "name, field", [("granite-3.1-2b-base", "num_attention_heads"), ("olmo-2-0425-1b", "intermediate_size")]
+    "name, field",
+    [
+        ("granite-3.1-2b-base", "num_attention_heads"),
+        ("olmo-2-0425-1b", "intermediate_size"),
+        ("olmoe-1b-7b-0924", "num_experts"),
+        ("olmoe-1b-7b-0924", "num_experts_per_tok"),
+    ],
 )
 def test_new_architectures_without_a_required_field_name_it(name, field):
     cfg = {k: v for k, v in _config(name).items() if k != field}
