@@ -33,9 +33,6 @@ def unsettled(diffs: dict[tuple, list[float]], chunks: tuple[int, ...]) -> set[t
     machine's noise only ever slows) would be multiplied by the model's blocks over the twins' into the decode or
     TTFT of prompts of that length."""
 
-    def agree(ds: list[float], within: float = _SETTLED) -> bool:
-        return bool(ds) and min(ds) > 0 and max(ds) / min(ds) - 1 <= within
-
     def of(kind: str) -> list[float]:
         return [d for key, ds in diffs.items() if key[0] == kind for d in ds]
 
@@ -44,7 +41,7 @@ def unsettled(diffs: dict[tuple, list[float]], chunks: tuple[int, ...]) -> set[t
         (("attention",), of("attention"), _SETTLED_ATTENTION),
     ]
     points += [(("chunk", k), diffs.get(("prefill", 0, k), []), _SETTLED) for k in chunks]
-    return {point for point, ds, within in points if not agree(ds, within)}
+    return {point for point, ds, within in points if not _agree(ds, within)}
 
 
 def unsteady(rounds: list[dict[tuple, float]], figures: dict[tuple, set[tuple]]) -> set[tuple]:
@@ -54,10 +51,14 @@ def unsteady(rounds: list[dict[tuple, float]], figures: dict[tuple, set[tuple]])
     median of two rounds is their mean, and a busy moment (noise only ever slows) would be half of it."""
 
     def steady(keys: set[tuple]) -> bool:
-        values = [[r[key] for r in rounds if key in r] for key in keys]
-        return all(v and min(v) > 0 and max(v) / min(v) - 1 <= _SETTLED for v in values)
+        return all(_agree([r[key] for r in rounds if key in r]) for key in keys)
 
     return {point for point, keys in figures.items() if not steady(keys)}
+
+
+def _agree(values: list[float], within: float = _SETTLED) -> bool:
+    """Whether rounds' figures of one point agree: some were measured, all positive, max over min within 1 + within."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) - 1 <= within
 
 
 def paired_differences(diffs: dict[tuple, list[float]]) -> dict[tuple, float]:

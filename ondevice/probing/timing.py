@@ -291,15 +291,15 @@ def _own_figures(plan: TimingPlan, points: list[tuple]) -> dict[tuple, set[tuple
     """The keys of a round's figures each point of time_engine times (pairs.unsteady): a chunk's prefill, the
     short-context decode, a batch step, and ("chain",), the chain's links and the decode after them."""
     longest, half = max(plan.chunks), plan.decode_steps // 2
-    own = {
-        "chunk": lambda k: ("prefill", 0, k[1]),
-        "batch": lambda k: k,
-        "short": lambda k: ("decode", plan.short_prompt + half),
-    }
-    links = {("prefill", i * longest, longest) for i in range(1, plan.chain + 1)}
-    return {key: {own[key[0]](key)} for key in points} | {
-        ("chain",): links | {("decode", longest * (1 + plan.chain) + half)}
-    }
+
+    def own(point: tuple) -> tuple:
+        if point[0] == "chunk":
+            return ("prefill", 0, point[1])
+        return ("decode", plan.short_prompt + half) if point == ("short",) else point  # a batch point is its figure
+
+    chain: set[tuple] = {("prefill", i * longest, longest) for i in range(1, plan.chain + 1)}
+    chain.add(("decode", longest * (1 + plan.chain) + half))
+    return {point: {own(point)} for point in points} | {("chain",): chain}
 
 
 def time_pair(
