@@ -35,6 +35,7 @@ of a row is the median over rounds of predicted / measured - 1 (paired). A row m
 is within +-10% and its TTFT within +-15%; the script exits 1 when fewer than 90% of the rows do.
 
     python -m benchmarks.prediction_accuracy [--rounds 3] [--models all|default,ladder,chat,shapes,full] [--json out.json]
+        [--prompts 128,1024,4096]
     python -m benchmarks.prediction_accuracy --replay out.json   # its rows predicted again by the code as it is now
 """
 
@@ -120,10 +121,22 @@ HELD6 = (
     ("gemma-2-9b.json", "TQ2_0", 6),
     ("qwen2.5-14b.json", "Q1_0", 4),
 )
+# `--models NAME`: the sets of files in public models' shapes, in the order a run measures them
+SHAPE_SETS = {
+    "shapes": SHAPES,
+    "full": FULL_DEPTH,
+    "more": MORE,
+    "held": HELD,
+    "held2": HELD2,
+    "held3": HELD3,
+    "held4": HELD4,
+    "held5": HELD5,
+    "held6": HELD6,
+}
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3
-LONG_PROMPT_BYTES = 2 << 30  # a model larger than this is measured at the shorter prompts only (minutes each)
+LONG_PROMPT_BYTES = 2 << 30  # a model larger than this is measured at prompts of 1,024 tokens or fewer (minutes each)
 
 
 def say(msg: str) -> None:
@@ -150,24 +163,8 @@ def build_models(which: set[str], work: Path) -> list[tuple[str, Path]]:
             out.append(("smollm2-135m-instruct Q4_1", resolve_model("smollm2-135m-instruct")))
         except Exception as exc:  # noqa: BLE001 - the chat model is optional here
             say(f"chat model left out: {exc}")
-    if "shapes" in which:
-        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in SHAPES]
-    if "full" in which:
-        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in FULL_DEPTH]
-    if "more" in which:
-        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in MORE]
-    if "held" in which:
-        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD]
-    if "held2" in which:
-        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD2]
-    if "held3" in which:
-        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD3]
-    if "held4" in which:
-        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD4]
-    if "held5" in which:
-        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD5]
-    if "held6" in which:
-        out += [shape_model(name, qtype, keep, work) for name, qtype, keep in HELD6]
+    for name in sorted(which & SHAPE_SETS.keys(), key=list(SHAPE_SETS).index):
+        out += [shape_model(config, qtype, keep, work) for config, qtype, keep in SHAPE_SETS[name]]
     return out
 
 
@@ -234,16 +231,20 @@ def measured(path: Path, prompts: tuple[int, ...], salt: int) -> tuple[dict[int,
         engine.close()
 
 
-def prompts_for(path: Path) -> tuple[int, ...]:
+def prompts_for(path: Path, prompts: tuple[int, ...] = PROMPTS) -> tuple[int, ...]:
+    """The prompt lengths this model is measured at: those its trained context holds, and for a large model only
+    those of 1,024 tokens or fewer."""
     from ondevice.gguf.spec import inspect
 
     spec = inspect(path)
     limit = spec.n_ctx_train or 4096
-    prompts = PROMPTS if spec.weight_bytes <= LONG_PROMPT_BYTES else PROMPTS[:2]
-    return tuple(p for p in prompts if p + OUTPUT + 256 <= limit)
+    longest = limit if spec.weight_bytes <= LONG_PROMPT_BYTES else SHORT_PROMPT + OUTPUT + 256
+    return tuple(p for p in prompts if p + OUTPUT + 256 <= min(limit, longest))
 
 
-def run(models: list[tuple[str, Path]], rounds: int, work: Path, keep=None) -> list[dict]:
+def run(
+    models: list[tuple[str, Path]], rounds: int, work: Path, keep=None, prompts: tuple[int, ...] = PROMPTS
+) -> list[dict]:
     """Every round's figures per (model, prompt) row, with its median errors; `keep(rows)` after every model (the
     run is long: what finished is kept if it stops)."""
     rows: dict[tuple[str, int], dict] = {}
@@ -251,9 +252,9 @@ def run(models: list[tuple[str, Path]], rounds: int, work: Path, keep=None) -> l
         for label, path in models:
             say(f"round {r + 1}/{rounds}: {label}")
             pred, how, timing_s = predicted(path, work / "cache")
-            prompts = prompts_for(path)
-            meas, chunk = measured(path, prompts, salt=1000 * (r + 1))
-            for p in prompts:
+            lengths = prompts_for(path, prompts)
+            meas, chunk = measured(path, lengths, salt=1000 * (r + 1))
+            for p in lengths:
                 ttft, tpot = meas[p]
                 row = rows.setdefault(
                     (label, p), {"model": label, "file": str(path), "prompt": p, "twin": how, "rounds": []}
@@ -340,6 +341,16 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        lengths = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of token counts: {text!r}") from None
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"prompt lengths must be positive: {text!r}")
+    return lengths
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -347,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         "--models",
         default="all",
         help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2, held3, held4, held5, held6",
+    )
+    ap.add_argument(
+        "--prompts",
+        type=_lengths,
+        default=PROMPTS,
+        help=f"prompt lengths in tokens, comma-separated (default {','.join(map(str, PROMPTS))})",
     )
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "ondevice-bench" / "prediction")
     ap.add_argument("--json", type=Path, help="write every round's figures here")
@@ -368,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             write_json(args.json, {"cpu": cpu_name(), "rounds": args.rounds, "rows": rows})
 
-    rows = run(models, args.rounds, args.work, keep)
+    rows = run(models, args.rounds, args.work, keep, args.prompts)
     print(f"CPU: {cpu_name()}; {args.rounds} rounds; {time.time() - started:.0f} s")
     print(report(rows))
     keep(rows)

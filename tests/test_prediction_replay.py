@@ -38,3 +38,36 @@ def test_a_run_stored_without_timings_is_refused_in_one_line(tiny_model):
     del row["rounds"][0]["timing"]
     with pytest.raises(SystemExit, match="stored no file or timings"):
         replay([row])
+
+
+def test_prompt_lengths_are_those_the_trained_context_and_the_model_size_allow(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import ondevice.gguf.spec
+    from benchmarks.prediction_accuracy import LONG_PROMPT_BYTES, prompts_for
+
+    def spec(n_ctx_train: int, weight_bytes: int):
+        monkeypatch.setattr(
+            ondevice.gguf.spec,
+            "inspect",
+            lambda _p: SimpleNamespace(n_ctx_train=n_ctx_train, weight_bytes=weight_bytes),
+        )
+
+    asked = (128, 1024, 4096, 8192, 16384)
+    spec(32768, 10**8)
+    assert prompts_for(tmp_path / "m.gguf", asked) == asked
+    spec(8192, 10**8)  # 8,192 and its output do not fit a trained context of 8,192
+    assert prompts_for(tmp_path / "m.gguf", asked) == (128, 1024, 4096)
+    spec(32768, LONG_PROMPT_BYTES + 1)  # a large model: minutes a prompt past 1,024
+    assert prompts_for(tmp_path / "m.gguf", asked) == (128, 1024)
+    spec(0, 10**8)  # no trained context in the file: 4,096
+    assert prompts_for(tmp_path / "m.gguf", asked) == (128, 1024)
+
+
+@pytest.mark.parametrize("text", ["", "128,x", "0,128", "-5"])
+def test_prompt_lengths_that_are_not_positive_counts_are_refused(text):
+    from benchmarks.prediction_accuracy import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--prompts", text])
+    assert exc.value.code == 2
