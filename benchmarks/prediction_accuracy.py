@@ -27,6 +27,9 @@ The models (built here, none of them ever timed to set anything):
 - with `--models held6` (not in `all`): OLMoE 1B-7B (a third mixture of experts, MXFP4_MOE, 4 of 16 blocks), Gemma 2
   9B (TQ2_0, 6 of 42 blocks) and Qwen2.5 14B (Q1_0, 4 of 48 blocks): an architecture and three weight types no row
   had, added after r25.
+- with `--models held7` (not in `all`): two architectures no row had, Qwen2-MoE (Qwen1.5-MoE A2.7B Q4_K_M, 2 of 24
+  blocks: routed experts and a gated shared expert) and Starcoder2 (Starcoder2 3B Q5_K_M, 12 of 30 blocks: LayerNorm,
+  biases everywhere, a non-gated GELU feed-forward), added after r30.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -121,6 +124,18 @@ HELD6 = (
     ("gemma-2-9b.json", "TQ2_0", 6),
     ("qwen2.5-14b.json", "Q1_0", 4),
 )
+# `--models held7`: added after r30, two architectures the timing never ran on, in weight types the rows have (so the
+# architecture is what is new): Qwen1.5-MoE A2.7B (a fourth mixture of experts and the first with a shared expert: 60
+# routed experts of width 1,408, 4 used a token, beside one of width 5,632 that every token runs, behind its own
+# sigmoid gate; 16 KV heads of 16, q/k/v biases, an untied 152k vocabulary: embedding and head are a third of the
+# file) at Q4_K_M (routed down-projections Q8_0 in these first blocks), 2 of its 24 blocks (1.26 GB), timed whole; and
+# Starcoder2 3B (LayerNorm with biases, biases on every projection, a non-gated GELU feed-forward 4x wide, 24:2
+# grouped queries, a tied 49k vocabulary; its 4,096 window is not in the file, llama.cpp attends the whole context) at
+# Q5_K_M, 12 of its 30 blocks (0.95 GB), timed as twins of 1 and 3 blocks
+HELD7 = (
+    ("qwen1.5-moe-a2.7b.json", "Q4_K_M", 2),
+    ("starcoder2-3b.json", "Q5_K_M", 12),
+)
 # `--models NAME`: the sets of files in public models' shapes, in the order a run measures them
 SHAPE_SETS = {
     "shapes": SHAPES,
@@ -132,6 +147,7 @@ SHAPE_SETS = {
     "held4": HELD4,
     "held5": HELD5,
     "held6": HELD6,
+    "held7": HELD7,
 }
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
@@ -357,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--models",
         default="all",
-        help="all (default,ladder,chat,shapes), or some of those, full, more, held, held2, held3, held4, held5, held6",
+        help=f"all (default,ladder,chat,shapes), or some of those, {', '.join(n for n in SHAPE_SETS if n != 'shapes')}",
     )
     ap.add_argument(
         "--prompts",

@@ -8,12 +8,15 @@ decides speed). With ondevice.quant.twin it gives a twin of a model that was nev
 Supported (`architectures`[0], or `model_type`): Llama and Mistral (llama), Mixtral (llama with
 experts), Qwen2, Qwen3, Qwen3-MoE, Gemma 2, Gemma 3 (text; Gemma3ForConditionalGeneration's
 text_config), Phi-3, Granite 3 (Llama with four multipliers), OLMo 2 (norms after attention and
-the feed-forward, none before; q/k norms over all heads) and OLMoE (a mixture of experts each as
+the feed-forward, none before; q/k norms over all heads), OLMoE (a mixture of experts each as
 wide as intermediate_size, with Llama's norms before attention and the feed-forward and OLMo 2's
-q/k norms). A field the converter needs that is missing or invalid is a SpecError naming it.
-Fields transformers fills in when the converter loads a config (AutoConfig) are filled here with
-the same defaults where the converter relies on them (Gemma 3's text_config, Granite's
-multipliers).
+q/k norms), Qwen2-MoE (Qwen1.5-MoE: routed experts and one shared expert behind its own sigmoid
+gate, q/k/v biases) and Starcoder2 (LayerNorm with biases, a non-gated GELU feed-forward, biases
+on every projection; its sliding_window is not written, as llama.cpp attends the whole context).
+A field the converter needs that is missing or invalid is a SpecError naming it. Fields
+transformers fills in when the converter loads a config (AutoConfig) are filled here with the
+same defaults where the converter relies on them (Gemma 3's text_config, Granite's multipliers,
+Starcoder2's context, KV heads, norm epsilon, tied embedding and biases).
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ SUPPORTED: dict[str, MODEL_ARCH] = {
     "GraniteForCausalLM": MODEL_ARCH.GRANITE,
     "Olmo2ForCausalLM": MODEL_ARCH.OLMO2,
     "OlmoeForCausalLM": MODEL_ARCH.OLMOE,
+    "Qwen2MoeForCausalLM": MODEL_ARCH.QWEN2MOE,
+    "Starcoder2ForCausalLM": MODEL_ARCH.STARCODER2,
 }
 _MODEL_TYPES = {
     "llama": "LlamaForCausalLM",
@@ -72,6 +77,8 @@ _MODEL_TYPES = {
     "granite": "GraniteForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
     "olmoe": "OlmoeForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
 }
 # Gemma3TextConfig's defaults, which the converter sees for fields a config.json leaves out
 _GEMMA3_DEFAULTS = {"vocab_size": 262208, "sliding_window": 4096, "rope_theta": 1_000_000.0}
@@ -85,6 +92,16 @@ _GRANITE_SCALES = {
 }
 # the RMS norm epsilon the converter writes for every OLMoE, whatever its config says
 _OLMOE_RMS_EPS = 1e-5
+# Starcoder2Config's defaults, which the converter sees for fields a config.json leaves out, where they differ from
+# what a missing field gives here (the published configs leave out tie_word_embeddings: no lm_head in the checkpoint)
+_STARCODER2_DEFAULTS = {
+    "max_position_embeddings": 4096,
+    "num_key_value_heads": 2,
+    "rope_theta": 10000.0,
+    "norm_epsilon": 1e-5,
+    "tie_word_embeddings": True,
+    "use_bias": True,
+}
 _ENDOFTEXT = "<|endoftext|>"
 
 
@@ -99,6 +116,8 @@ def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str |
     arch = SUPPORTED[hf_arch]
     if arch == MODEL_ARCH.GEMMA3:
         hp = Params({**_GEMMA3_DEFAULTS, **hp.values})
+    if arch == MODEL_ARCH.STARCODER2:
+        hp = Params({**_STARCODER2_DEFAULTS, **hp.values})
     if arch == MODEL_ARCH.GRANITE:  # the converter drops a head_dim: Granite's heads are hidden_size / heads wide
         hp = Params({k: v for k, v in hp.values.items() if k != "head_dim"})
     dims = Dims.read(hp, arch, hf_arch)
@@ -181,6 +200,10 @@ def _base(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
         kv.f32(Keys.Rope.FREQ_BASE, theta)
     if hp.get("rms_norm_eps") is not None:
         kv.f32(Keys.Attention.LAYERNORM_RMS_EPS, hp.number("rms_norm_eps"))
+    for key in ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"):  # LayerNorm's, where a model has one
+        if hp.get(key) is not None:
+            kv.f32(Keys.Attention.LAYERNORM_EPS, hp.number(key))
+            break
     if hp.get("num_local_experts") is not None:
         kv.u32(Keys.LLM.EXPERT_COUNT, dims.n_expert)
     if hp.get("num_experts_per_tok") is not None:
@@ -241,6 +264,22 @@ def _qwen3moe(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     kv.u32(Keys.LLM.EXPERT_COUNT, dims.n_expert)
     kv.u32(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, dims.n_ff_exp)
     return []
+
+
+def _qwen2moe(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
+    """The base keys, then the expert count and the routed and the shared expert's widths."""
+    _qwen3moe(kv, hp, dims)
+    kv.u32(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, dims.n_ff_shexp)
+    return []
+
+
+def _starcoder2(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
+    """The base keys only (norm_epsilon as the LayerNorm epsilon); the config's sliding_window is not written."""
+    if hp.get("use_bias") is not True:  # llama.cpp takes every Starcoder2 bias as required
+        raise SpecError(
+            f"config.json: 'use_bias' is {hp.get('use_bias')!r}; llama.cpp loads no Starcoder2 without biases"
+        )
+    return _base(kv, hp, dims)
 
 
 def _olmoe(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
@@ -338,6 +377,8 @@ _BUILDERS = {
     MODEL_ARCH.GRANITE: _granite,
     MODEL_ARCH.OLMO2: _base,
     MODEL_ARCH.OLMOE: _olmoe,
+    MODEL_ARCH.QWEN2MOE: _qwen2moe,
+    MODEL_ARCH.STARCODER2: _starcoder2,
 }
 
 

@@ -91,6 +91,7 @@ class Dims:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_exp: int = 0
+    n_ff_shexp: int = 0  # the shared expert's width (0: none)
 
     @classmethod
     def read(cls, hp: Params, arch: MODEL_ARCH, hf_arch: str) -> Dims:
@@ -120,12 +121,15 @@ class Dims:
 def with_experts(dims: Dims, hp: Params, hf_arch: str) -> Dims:
     if hf_arch == "MixtralForCausalLM":
         n_exp, n_ff_exp = hp.integer("num_local_experts"), dims.n_ff
-    elif hf_arch == "Qwen3MoeForCausalLM":
+    elif hf_arch in ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"):
         n_exp, n_ff_exp = hp.integer("num_experts"), hp.integer("moe_intermediate_size")
+        model = "Qwen3-MoE" if hf_arch == "Qwen3MoeForCausalLM" else "Qwen2-MoE"
         if hp.get("mlp_only_layers") or hp.integer("decoder_sparse_step", 1) != 1:
             raise SpecError(
-                "config.json: 'mlp_only_layers' / 'decoder_sparse_step': dense layers in a Qwen3-MoE are not supported"
+                f"config.json: 'mlp_only_layers' / 'decoder_sparse_step': dense layers in a {model} are not supported"
             )
+        if hf_arch == "Qwen2MoeForCausalLM":  # every block's shared expert, behind its own gate
+            dims = replace(dims, n_ff_shexp=hp.integer("shared_expert_intermediate_size"))
     elif hf_arch == "OlmoeForCausalLM":  # every block's experts, each as wide as intermediate_size
         n_exp, n_ff_exp = hp.integer("num_experts"), dims.n_ff
         if dims.n_head_kv != dims.n_head:  # the converter writes k's norm n_head_kv x head_dim wide
@@ -150,12 +154,16 @@ def tensor_list(arch: MODEL_ARCH, dims: Dims) -> tuple[TensorSpec, ...]:
     for bid in range(dims.n_layer):
         out += _block(arch, dims, bid)
     out.append(tensor_spec(arch, MODEL_TENSOR.OUTPUT_NORM, (d,)))
+    if arch == MODEL_ARCH.STARCODER2:  # LayerNorm: a bias beside every norm's weight
+        out.append(tensor_spec(arch, MODEL_TENSOR.OUTPUT_NORM, (d,), suffix="bias"))
     if not dims.tied:
         out.append(tensor_spec(arch, MODEL_TENSOR.OUTPUT, (d, v)))
     return tuple(out)
 
 
 def _block(arch: MODEL_ARCH, dims: Dims, bid: int) -> list[TensorSpec]:
+    if arch == MODEL_ARCH.STARCODER2:
+        return _starcoder2_block(dims, bid)
     d, hd = dims.d_model, dims.head_dim
     q, kv = dims.n_head * hd, dims.n_head_kv * hd
     gemma, T = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3), MODEL_TENSOR
@@ -166,7 +174,7 @@ def _block(arch: MODEL_ARCH, dims: Dims, bid: int) -> list[TensorSpec]:
         parts.append((T.ATTN_QKV, (d, q + 2 * kv), "weight"))
     else:
         parts += [(T.ATTN_Q, (d, q), "weight"), (T.ATTN_K, (d, kv), "weight"), (T.ATTN_V, (d, kv), "weight")]
-    if arch == MODEL_ARCH.QWEN2:
+    if arch in (MODEL_ARCH.QWEN2, MODEL_ARCH.QWEN2MOE):
         parts += [(T.ATTN_Q, (q,), "bias"), (T.ATTN_K, (kv,), "bias"), (T.ATTN_V, (kv,), "bias")]
     if arch in (MODEL_ARCH.QWEN3, MODEL_ARCH.QWEN3MOE, MODEL_ARCH.GEMMA3):
         parts += [(T.ATTN_Q_NORM, (hd,), "weight"), (T.ATTN_K_NORM, (hd,), "weight")]
@@ -183,15 +191,44 @@ def _block(arch: MODEL_ARCH, dims: Dims, bid: int) -> list[TensorSpec]:
     return [tensor_spec(arch, kind, shape, bid, suffix) for kind, shape, suffix in parts]
 
 
+def _starcoder2_block(dims: Dims, bid: int) -> list[TensorSpec]:
+    """LayerNorms (weight and bias) before attention and the feed-forward, q/k/v/output with biases, and a
+    non-gated feed-forward (up, down) with biases."""
+    d, ff, T = dims.d_model, dims.n_ff, MODEL_TENSOR
+    q, kv = dims.n_head * dims.head_dim, dims.n_head_kv * dims.head_dim
+    parts: list[tuple[MODEL_TENSOR, tuple[int, ...], str]] = [
+        (T.ATTN_NORM, (d,), "weight"),
+        (T.ATTN_NORM, (d,), "bias"),
+    ]
+    for kind, width in ((T.ATTN_Q, q), (T.ATTN_K, kv), (T.ATTN_V, kv)):
+        parts += [(kind, (d, width), "weight"), (kind, (width,), "bias")]
+    parts += [(T.ATTN_OUT, (q, d), "weight"), (T.ATTN_OUT, (d,), "bias")]
+    parts += [(T.FFN_NORM, (d,), "weight"), (T.FFN_NORM, (d,), "bias")]
+    parts += [(T.FFN_UP, (d, ff), "weight"), (T.FFN_UP, (ff,), "bias")]
+    parts += [(T.FFN_DOWN, (ff, d), "weight"), (T.FFN_DOWN, (d,), "bias")]
+    return [tensor_spec(MODEL_ARCH.STARCODER2, kind, shape, bid, suffix) for kind, shape, suffix in parts]
+
+
 def _ffn(arch: MODEL_ARCH, dims: Dims) -> list[tuple[MODEL_TENSOR, tuple[int, ...], str]]:
     d, ff, T = dims.d_model, dims.n_ff, MODEL_TENSOR
     if dims.n_expert:
         e, fe = dims.n_expert, dims.n_ff_exp
-        return [
+        routed = [
             (T.FFN_GATE_INP, (d, e), "weight"),
             (T.FFN_GATE_EXP, (d, fe, e), "weight"),
             (T.FFN_UP_EXP, (d, fe, e), "weight"),
             (T.FFN_DOWN_EXP, (fe, d, e), "weight"),
+        ]
+        if not dims.n_ff_shexp:
+            return routed
+        fs = (
+            dims.n_ff_shexp
+        )  # the shared expert; its gate is (1, d) in the checkpoint and the converter keeps both dims
+        return routed + [
+            (T.FFN_GATE_INP_SHEXP, (d, 1), "weight"),
+            (T.FFN_GATE_SHEXP, (d, fs), "weight"),
+            (T.FFN_UP_SHEXP, (d, fs), "weight"),
+            (T.FFN_DOWN_SHEXP, (fs, d), "weight"),
         ]
     if arch == MODEL_ARCH.PHI3:  # gate and up fused into one matrix of twice the width
         return [(T.FFN_UP, (d, 2 * ff), "weight"), (T.FFN_DOWN, (ff, d), "weight")]
@@ -199,8 +236,9 @@ def _ffn(arch: MODEL_ARCH, dims: Dims) -> list[tuple[MODEL_TENSOR, tuple[int, ..
 
 
 def tensor_spec(arch: MODEL_ARCH, kind: MODEL_TENSOR, shape: tuple[int, ...], bid: int = 0, suffix: str = "weight"):
-    """A tensor as the converter writes it in F16: matrices F16; vectors, biases and the expert router F32."""
+    """A tensor as the converter writes it in F16: matrices F16; vectors, biases and the expert routers (the
+    shared expert's gate too) F32."""
     if kind not in MODEL_TENSORS[arch]:  # gguf's table of what each architecture holds
         raise SpecError(f"{MODEL_ARCH_NAMES[arch]} has no {TENSOR_NAMES[kind]} tensor")
-    f32 = len(shape) == 1 or kind == MODEL_TENSOR.FFN_GATE_INP
+    f32 = len(shape) == 1 or suffix != "weight" or kind in (MODEL_TENSOR.FFN_GATE_INP, MODEL_TENSOR.FFN_GATE_INP_SHEXP)
     return TensorSpec(f"{TENSOR_NAMES[kind].format(bid=bid)}.{suffix}", shape, "F32" if f32 else "F16")

@@ -6,6 +6,7 @@ invalid field is a SpecError that names it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,10 @@ PUBLISHED = {
     "olmoe-1b-7b-0924": (6_919_161_856, {"n_layer": 16, "d_model": 2048, "n_expert": 64, "n_expert_used": 8}),
     "gemma-2-9b": (9_241_705_984, {"n_layer": 42, "d_model": 3584, "head_dim_k": 256, "n_head_kv": 8}),
     "qwen2.5-14b": (14_770_033_664, {"n_layer": 48, "d_model": 5120, "n_head_kv": 8, "n_vocab": 152064}),
+    # Qwen1.5-MoE (its card: 14.3B total, 2.7B activated; 60 experts of 1,408 and a shared one of 5,632 a block) and
+    # Starcoder2 3B (its Hub page: 3.03B, the tied embedding counted once)
+    "qwen1.5-moe-a2.7b": (14_315_784_192, {"n_layer": 24, "d_model": 2048, "n_expert": 60, "n_expert_used": 4}),
+    "starcoder2-3b": (3_030_371_328, {"n_layer": 30, "d_model": 3072, "n_head_kv": 2, "tied_output": True}),
 }
 
 
@@ -190,12 +195,93 @@ def test_olmoe_experts_and_norms_before_and_over_all_heads():
         header_from_hf_config(_config("olmoe-1b-7b-0924") | {"num_key_value_heads": 4})
 
 
+def test_qwen2moe_routed_experts_and_a_gated_shared_expert():
+    header = header_from_hf_config(_config("qwen1.5-moe-a2.7b"))
+    assert header.arch == "qwen2moe" and header.n_layer == 24
+    blk0 = {t.name.removeprefix("blk.0."): (t.shape, t.type) for t in header.tensors if t.name.startswith("blk.0.")}
+    assert blk0 == {
+        "attn_norm.weight": ((2048,), "F32"),
+        "attn_q.weight": ((2048, 2048), "F16"),
+        "attn_k.weight": ((2048, 2048), "F16"),
+        "attn_v.weight": ((2048, 2048), "F16"),
+        "attn_q.bias": ((2048,), "F32"),
+        "attn_k.bias": ((2048,), "F32"),
+        "attn_v.bias": ((2048,), "F32"),
+        "attn_output.weight": ((2048, 2048), "F16"),
+        "ffn_norm.weight": ((2048,), "F32"),
+        "ffn_gate_inp.weight": ((2048, 60), "F32"),
+        "ffn_gate_exps.weight": ((2048, 1408, 60), "F16"),
+        "ffn_up_exps.weight": ((2048, 1408, 60), "F16"),
+        "ffn_down_exps.weight": ((1408, 2048, 60), "F16"),
+        "ffn_gate_inp_shexp.weight": ((2048, 1), "F32"),  # the shared expert's sigmoid gate, (1, 2048) in torch
+        "ffn_gate_shexp.weight": ((2048, 5632), "F16"),
+        "ffn_up_shexp.weight": ((2048, 5632), "F16"),
+        "ffn_down_shexp.weight": ((5632, 2048), "F16"),
+    }
+    values = {k.removeprefix("qwen2moe."): header.value(k) for k in header.fields if k.startswith("qwen2moe.")}
+    assert values == {
+        "block_count": 24,
+        "context_length": 8192,
+        "embedding_length": 2048,
+        "feed_forward_length": 5632,
+        "attention.head_count": 16,
+        "attention.head_count_kv": 16,
+        "rope.freq_base": 1_000_000.0,
+        "attention.layer_norm_rms_epsilon": pytest.approx(1e-6),
+        "expert_used_count": 4,
+        "expert_count": 60,
+        "expert_feed_forward_length": 1408,
+        "expert_shared_feed_forward_length": 5632,
+    }
+    assert list(values)[-3:] == ["expert_count", "expert_feed_forward_length", "expert_shared_feed_forward_length"]
+    assert [t.shape for t in header.tensors if t.name == "output.weight"] == [(2048, 151936)]
+    with pytest.raises(SpecError, match="^config.json: 'mlp_only_layers' / 'decoder_sparse_step': dense layers in a "):
+        header_from_hf_config(_config("qwen1.5-moe-a2.7b") | {"decoder_sparse_step": 2})
+
+
+def test_starcoder2_layer_norms_biases_and_an_ungated_feed_forward():
+    header = header_from_hf_config(_config("starcoder2-3b"))
+    assert header.arch == "starcoder2" and header.n_layer == 30
+    blk0 = {t.name.removeprefix("blk.0."): (t.shape, t.type) for t in header.tensors if t.name.startswith("blk.0.")}
+    weights = {"attn_q": (3072, 3072), "attn_k": (3072, 256), "attn_v": (3072, 256), "attn_output": (3072, 3072)}
+    weights |= {"ffn_up": (3072, 12288), "ffn_down": (12288, 3072)}
+    assert blk0 == {
+        **{f"{n}.weight": ((3072,), "F32") for n in ("attn_norm", "ffn_norm")},
+        **{f"{n}.bias": ((3072,), "F32") for n in ("attn_norm", "ffn_norm", "attn_q", "attn_output", "ffn_down")},
+        **{f"{n}.bias": ((256,), "F32") for n in ("attn_k", "attn_v")},
+        "ffn_up.bias": ((12288,), "F32"),
+        **{f"{n}.weight": (shape, "F16") for n, shape in weights.items()},
+    }
+    assert [t.name for t in header.tensors if not t.name.startswith("blk.")] == [
+        "token_embd.weight",
+        "output_norm.weight",
+        "output_norm.bias",
+    ]  # tied: Starcoder2Config's default, the checkpoint holds no lm_head
+    values = {k.removeprefix("starcoder2."): header.value(k) for k in header.fields if k.startswith("starcoder2.")}
+    assert values == {
+        "block_count": 30,
+        "context_length": 16384,
+        "embedding_length": 3072,
+        "feed_forward_length": 12288,
+        "attention.head_count": 24,
+        "attention.head_count_kv": 2,
+        "rope.freq_base": pytest.approx(999999.4420358813),
+        "attention.layer_norm_epsilon": pytest.approx(1e-5),
+    }  # no sliding_window: the converter writes none and llama.cpp's starcoder2 attends the whole context
+    untied = header_from_hf_config(_config("starcoder2-3b") | {"tie_word_embeddings": False})
+    assert [t.shape for t in untied.tensors if t.name == "output.weight"] == [(3072, 49152)]
+    # Starcoder2Config's defaults where a config leaves a field out, as the converter reads it through AutoConfig
+    bare = {k: v for k, v in _config("starcoder2-3b").items() if k not in ("norm_epsilon", "num_key_value_heads")}
+    assert header_from_hf_config(bare).value("starcoder2.attention.layer_norm_epsilon") == pytest.approx(1e-5)
+    assert header_from_hf_config(bare).value("starcoder2.attention.head_count_kv") == 2
+
+
 # ---------- tiny configs: every architecture loads and generates ----------
 
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}
 TINY |= {"num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 512}
 TINY_IF_PRESENT = {"moe_intermediate_size": 64, "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2}
-TINY_IF_PRESENT |= {"sliding_window": 64}
+TINY_IF_PRESENT |= {"sliding_window": 64, "shared_expert_intermediate_size": 96}
 TINY_IF_PRESENT |= {"original_max_position_embeddings": 512, "head_dim": 16, "rope_scaling": None}
 ARCH_CONFIGS = {  # one public config per architecture (and per HF class that reads differently)
     "LlamaForCausalLM": "llama-3.1-8b",
@@ -211,6 +297,8 @@ ARCH_CONFIGS = {  # one public config per architecture (and per HF class that re
     "GraniteForCausalLM": "granite-3.1-2b-base",
     "Olmo2ForCausalLM": "olmo-2-0425-1b",
     "OlmoeForCausalLM": "olmoe-1b-7b-0924",
+    "Qwen2MoeForCausalLM": "qwen1.5-moe-a2.7b",
+    "Starcoder2ForCausalLM": "starcoder2-3b",
 }
 
 
@@ -321,6 +409,9 @@ def test_granite_multipliers_missing_invalid_or_zero(field, key):
         ("olmo-2-0425-1b", "intermediate_size"),
         ("olmoe-1b-7b-0924", "num_experts"),
         ("olmoe-1b-7b-0924", "num_experts_per_tok"),
+        ("qwen1.5-moe-a2.7b", "shared_expert_intermediate_size"),
+        ("qwen1.5-moe-a2.7b", "moe_intermediate_size"),
+        ("starcoder2-3b", "intermediate_size"),
     ],
 )
 def test_new_architectures_without_a_required_field_name_it(name, field):
@@ -337,3 +428,30 @@ def test_config_file_that_is_not_a_config(tmp_path, content, match):
         header_from_hf_config(path)
     with pytest.raises(SpecError, match="no such file"):
         header_from_hf_config(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"use_bias": False}, "'use_bias' is False; llama.cpp loads no Starcoder2 without biases"),
+        ({"use_bias": "yes"}, "'use_bias' is 'yes'; llama.cpp loads no Starcoder2 without biases"),
+        ({"norm_epsilon": "1e-5"}, "'norm_epsilon' must be a number, not '1e-5'"),
+        ({"num_key_value_heads": 5}, "num_attention_heads 24 is not a multiple of num_key_value_heads 5"),
+    ],
+)
+def test_starcoder2_invalid_fields(change, match):
+    with pytest.raises(SpecError, match=f"^config.json: {re.escape(match)}$"):
+        header_from_hf_config(_config("starcoder2-3b") | change)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"shared_expert_intermediate_size": 0}, "'shared_expert_intermediate_size' must be a positive integer, not 0"),
+        ({"num_experts_per_tok": 61}, "'num_experts_per_tok' 61 is more than the 60 experts"),
+        ({"num_experts": "60"}, "'num_experts' must be a positive integer, not '60'"),
+    ],
+)
+def test_qwen2moe_invalid_fields(change, match):
+    with pytest.raises(SpecError, match=f"^config.json: {re.escape(match)}$"):
+        header_from_hf_config(_config("qwen1.5-moe-a2.7b") | change)
