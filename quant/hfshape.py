@@ -221,9 +221,8 @@ def _ffn(arch: MODEL_ARCH, dims: Dims) -> list[tuple[MODEL_TENSOR, tuple[int, ..
         ]
         if not dims.n_ff_shexp:
             return routed
-        fs = (
-            dims.n_ff_shexp
-        )  # the shared expert; its gate is (1, d) in the checkpoint and the converter keeps both dims
+        # the shared expert; its gate is (1, d) in the checkpoint and the converter keeps both dims
+        fs = dims.n_ff_shexp
         return routed + [
             (T.FFN_GATE_INP_SHEXP, (d, 1), "weight"),
             (T.FFN_GATE_SHEXP, (d, fs), "weight"),
