@@ -266,9 +266,12 @@ def run(
     rows: dict[tuple[str, int], dict] = {}
     for r in range(rounds):
         for label, path in models:
+            lengths = prompts_for(path, prompts)
+            if not lengths:
+                say(f"{label}: left out, none of the prompt lengths fits its trained context and size")
+                continue
             say(f"round {r + 1}/{rounds}: {label}")
             pred, how, timing_s = predicted(path, work / "cache")
-            lengths = prompts_for(path, prompts)
             meas, chunk = measured(path, lengths, salt=1000 * (r + 1))
             for p in lengths:
                 ttft, tpot = meas[p]

@@ -71,3 +71,11 @@ def test_prompt_lengths_that_are_not_positive_counts_are_refused(text):
     with pytest.raises(SystemExit) as exc:
         main(["--prompts", text])
     assert exc.value.code == 2
+
+
+def test_a_model_no_prompt_length_fits_is_left_out_untimed(monkeypatch, tmp_path):
+    import benchmarks.prediction_accuracy as pa
+
+    monkeypatch.setattr(pa, "prompts_for", lambda _path, _prompts: ())
+    monkeypatch.setattr(pa, "predicted", lambda *_a: pytest.fail("timed a model it measures at no prompt"))
+    assert pa.run([("short-context model", tmp_path / "m.gguf")], 1, tmp_path, prompts=(8192,)) == []
