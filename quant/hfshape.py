@@ -239,5 +239,5 @@ def tensor_spec(arch: MODEL_ARCH, kind: MODEL_TENSOR, shape: tuple[int, ...], bi
     shared expert's gate too) F32."""
     if kind not in MODEL_TENSORS[arch]:  # gguf's table of what each architecture holds
         raise SpecError(f"{MODEL_ARCH_NAMES[arch]} has no {TENSOR_NAMES[kind]} tensor")
-    f32 = len(shape) == 1 or suffix != "weight" or kind in (MODEL_TENSOR.FFN_GATE_INP, MODEL_TENSOR.FFN_GATE_INP_SHEXP)
+    f32 = len(shape) == 1 or kind in (MODEL_TENSOR.FFN_GATE_INP, MODEL_TENSOR.FFN_GATE_INP_SHEXP)
     return TensorSpec(f"{TENSOR_NAMES[kind].format(bid=bid)}.{suffix}", shape, "F32" if f32 else "F16")
