@@ -400,9 +400,15 @@ def _long_decode(
     short = ("decode", plan.short_prompt + plan.decode_steps // 2)
     steps = _PAIRED_STEPS * plan.decode_steps
     pairs = _attention_pairs(budget_s, 2 * steps * known[short])
-    added_s = statistics.median(
-        long_s - short_s
-        for long_s, short_s in (_decode_bursts(engine, ids, partner, short_ids, steps) for _ in range(pairs))
+    # a longer context never makes a step faster: a difference below zero is the machine's noise (on a model whose
+    # step is a fraction of a millisecond it can outweigh the short step itself, and a decode point of no time or
+    # less is not a timing), so it counts as none
+    added_s = max(
+        0.0,
+        statistics.median(
+            long_s - short_s
+            for long_s, short_s in (_decode_bursts(engine, ids, partner, short_ids, steps) for _ in range(pairs))
+        ),
     )
     diffs.setdefault(("attention", len(ids)), []).append(added_s)
     chain[("decode", len(ids) + plan.decode_steps // 2)] = known[short] + added_s
