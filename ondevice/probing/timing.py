@@ -53,9 +53,8 @@ class TimingPlan:
 
     name: str = "full"  # "full" or "quick" (ShapeTiming.plan)
     chunks: tuple[int, ...] = (1, 4, 16, 64, 128, 512)  # chunk sizes prefilled from an empty cache (<= n_ubatch)
-    chain: int = (
-        3  # chunks as long as the longest prefilled on top of it, one after another: attention as a prompt grows
-    )
+    # chunks as long as the longest prefilled on top of it, one after another: attention as a prompt grows
+    chain: int = 3
     short_prompt: int = 16  # prompt tokens before the short-context decode steps
     decode_steps: int = 16  # decode steps timed at each context (their mean counts)
     batch: tuple[int, ...] = (2, 4, 8, 16)  # sequences per batched decode step
@@ -400,16 +399,12 @@ def _long_decode(
     short = ("decode", plan.short_prompt + plan.decode_steps // 2)
     steps = _PAIRED_STEPS * plan.decode_steps
     pairs = _attention_pairs(budget_s, 2 * steps * known[short])
-    # a longer context never makes a step faster: a difference below zero is the machine's noise (on a model whose
-    # step is a fraction of a millisecond it can outweigh the short step itself, and a decode point of no time or
-    # less is not a timing), so it counts as none
-    added_s = max(
-        0.0,
-        statistics.median(
-            long_s - short_s
-            for long_s, short_s in (_decode_bursts(engine, ids, partner, short_ids, steps) for _ in range(pairs))
-        ),
-    )
+    # a longer context never makes a step faster: below zero is noise (on a tiny model it can outweigh the short step)
+    added = [
+        long_s - short_s
+        for long_s, short_s in (_decode_bursts(engine, ids, partner, short_ids, steps) for _ in range(pairs))
+    ]
+    added_s = max(0.0, statistics.median(added))
     diffs.setdefault(("attention", len(ids)), []).append(added_s)
     chain[("decode", len(ids) + plan.decode_steps // 2)] = known[short] + added_s
     return chain
