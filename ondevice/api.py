@@ -53,6 +53,7 @@ def load(
     fit: bool = False,
     predictor: Predictor | Literal["auto"] | None = "auto",
     timing: Literal["quick", "full"] = "quick",
+    retime: bool = False,
     progress: Progress | None = None,
 ) -> Engine:
     """Load a model into an Engine that holds each token against a roofline prediction.
@@ -73,6 +74,8 @@ def load(
             prediction; or any ondevice.engine.interface.Predictor.
         timing: the plan when the model has not been timed here: "quick" (a second or so on a small model) or
             "full" (every chunk size, three rounds, batched steps: what `ondevice probe` and the bench use).
+        retime: time the model again with that plan even when a timing is cached (the machine's speed has moved
+            since: probing.drift).
         progress: called with a line naming each slow step as it starts.
 
     Returns:
@@ -111,7 +114,7 @@ def load(
     )
     if auto:
         try:
-            engine.predictor = auto_predictor(engine, progress, full=timing == "full")
+            engine.predictor = auto_predictor(engine, progress, full=timing == "full", refresh=retime)
         except BaseException:
             engine.close()
             raise
@@ -130,17 +133,19 @@ def host_probe(backend: str, progress: Progress | None = None):
     return cached_probe(backend) or first_contact(backend, progress)
 
 
-def auto_predictor(engine: Engine, progress: Progress | None = None, *, full: bool = False) -> TimedPredictor | None:
+def auto_predictor(
+    engine: Engine, progress: Progress | None = None, *, full: bool = False, refresh: bool = False
+) -> TimedPredictor | None:
     """The predictor of an engine's model: the bound from this machine's bandwidth, the prediction from the
-    model's shape timed on the engine (cached; else timed now with the quick plan, or the full one). None for a
-    model without weights."""
+    model's shape timed on the engine (cached unless `refresh`; else timed now with the quick plan, or the full
+    one). None for a model without weights."""
     from ondevice.probing.timing import FULL, QUICK
 
     spec = engine.info.spec
     if not spec.decode_weight_bytes:
         return None
     result = host_probe(engine.info.backend, progress)
-    timing = timing_for(engine, plan=FULL if full else QUICK, progress=progress)
+    timing = timing_for(engine, plan=FULL if full else QUICK, progress=progress, refresh=refresh)
     return TimedPredictor(spec, result.calibration(), timing)
 
 

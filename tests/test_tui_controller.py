@@ -260,3 +260,21 @@ def test_screens_and_widgets_never_import_the_app():
                 else []
             )
             assert not any(n.endswith("tui.app") for n in names), f"{path.name} imports the app"
+
+
+def test_the_chat_says_when_its_answers_keep_missing_a_cached_timing(tmp_path, monkeypatch):
+    """Three answers decoding far slower than the model's timing predicts (a machine that slowed under a cached
+    timing): the third one's note says so and how to re-time; a predictor that is not timed says nothing."""
+    from ondevice.roofline import TimedPredictor
+    from ondevice.roofline.timing import ShapeTiming
+
+    monkeypatch.setenv("ONDEVICE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("ondevice.probing.drift.BUSY_CORES", float("inf"))  # the suite may run beside a busy one
+    engine = FakeEngine(script=" ".join(["word"] * 40))
+    c = loaded(engine)
+    assert c.drift_warning(run_turn(c, "untimed")[1].generation) is None
+    timing = ShapeTiming(decode=((1, 1e-6), (4096, 2e-6)), prefill=((0, 16, 1e-5),), created_unix_s=1.0)
+    engine.predictor = TimedPredictor(engine.info.spec, engine.predictor.calibration, timing)
+    notes = [c.drift_warning(run_turn(c, f"turn {i}")[1].generation) for i in range(3)]
+    assert notes[:2] == [None, None] and notes[2] is not None
+    assert "slower than predicted from this model's timing" in notes[2] and "ondevice chat --retime" in notes[2]

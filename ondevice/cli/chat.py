@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ondevice.cli.engine_args import add_engine_args, engine_kwargs
+from ondevice.cli.engine_args import add_engine_args, add_retime_arg, engine_kwargs
 from ondevice.cli.sampling_args import add_sampling_args, sampling_settings
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.paths import check_destination
@@ -58,6 +58,7 @@ def register(sub) -> None:
     )
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--n-gpu-layers", default="auto", help="'auto' (all when the build can offload), or a count")
+    add_retime_arg(p)
     p.add_argument(
         "--resume",
         nargs="?",
@@ -126,6 +127,7 @@ def run(args) -> int:
     store = None if args.no_history else HistoryStore(args.history_db)
     resume = _resume_id(store, args.resume)
     load_kwargs = {"n_ctx": args.n_ctx, "n_threads": args.threads, "n_gpu_layers": layers, **engine_kwargs(args)}
+    load_kwargs["retime"] = args.retime
     if load_kwargs.pop("fit"):  # chosen before the app takes the screen, and said on the terminal
         load_kwargs.update(_fit(path, load_kwargs))
     from ondevice.llama.guard import cpu_buffer_verdict

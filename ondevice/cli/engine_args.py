@@ -9,7 +9,15 @@ from typing import Any
 from ondevice.core.errors import InvalidParameterError
 from ondevice.core.kvtypes import DEFAULT_KV_TYPE, KV_CACHE_TYPES
 
-__all__ = ["add_engine_args", "add_kv_cache_args", "add_fit_arg", "engine_kwargs", "settings_text", "say_fit"]
+__all__ = [
+    "add_engine_args",
+    "add_kv_cache_args",
+    "add_fit_arg",
+    "add_retime_arg",
+    "engine_kwargs",
+    "settings_text",
+    "say_fit",
+]
 
 _FLASH = {"auto": "auto", "on": True, "off": False}
 
@@ -33,6 +41,15 @@ def add_kv_cache_args(p: argparse.ArgumentParser) -> None:
         choices=KV_CACHE_TYPES,
         metavar="TYPE",
         help=f"V cache element type (a quantized one needs flash attention; default {DEFAULT_KV_TYPE})",
+    )
+
+
+def add_retime_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--retime",
+        action="store_true",
+        help="time the model here again before it runs, instead of using its cached timing "
+        "(when runs keep missing their prediction one way: the machine's speed has moved)",
     )
 
 

@@ -272,7 +272,7 @@ def _header_timing(args, header, spec):
 
 
 def render(p, spec, probe, *, width: int | None = None, target=None, bandwidth_label: str | None = None) -> str:
-    from ondevice.cli.probe import age_text
+    from ondevice.core.fmt import age_text
 
     name = spec.name or p.model
     head = p.model if p.model == name else f"{p.model}  ({name})"

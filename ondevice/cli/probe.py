@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 from ondevice.cli.output import dump_json, terminal_width
 from ondevice.cli.progress import StatusLine
-from ondevice.core.fmt import fold_lines, human_bytes, millis
+from ondevice.core.fmt import age_text, fold_lines, human_bytes, millis
 
 if TYPE_CHECKING:
     from ondevice.roofline import ShapeTiming
 
-__all__ = ["register", "run", "render", "render_timing", "age_text", "cpu_buffers_text", "disk_text"]
+__all__ = ["register", "run", "render", "render_timing", "cpu_buffers_text", "disk_text"]
 
 
 def register(sub) -> None:
@@ -125,14 +125,6 @@ def disk_text(d) -> str:
         f"disk read: {d.read_gbs:.2f} GB/s sequential, page cache dropped ({human_bytes(d.file_bytes)} file in "
         f"{d.folder}, best of {d.passes})"
     )
-
-
-def age_text(seconds: float) -> str:
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            n = int(seconds // size)
-            return f"{n} {unit}{'s' if n != 1 else ''} ago"
-    return "just now"
 
 
 READ_KERNELS = {"memchr": "libc memchr", "numpy-sum": "numpy sum"}  # MemoryProbe.read_kernel, as the report names it

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
-from ondevice.cli.engine_args import add_engine_args, engine_kwargs, say_fit, settings_text
+from ondevice.cli.engine_args import add_engine_args, add_retime_arg, engine_kwargs, say_fit, settings_text
 from ondevice.cli.progress import resolve_model_with_bar
 from ondevice.cli.sampling_args import add_sampling_args, sampling_settings
 from ondevice.core.errors import DestinationError, InvalidParameterError, StateFileError
@@ -77,6 +78,7 @@ def register(sub) -> None:
         help="KV state file: restored when it was saved for this model, build, context and prompt prefix, "
         "else the prompt is computed; saved after the run either way",
     )
+    add_retime_arg(p)
     add_speculative_args(p)
     add_engine_args(p)
     p.set_defaults(func=run, late_positionals="args")  # `run MODEL -n 2 PROMPT` works (cli.main)
@@ -102,6 +104,7 @@ def run(args) -> int:
         n_threads=args.threads,
         n_gpu_layers=layers,
         predictor=None if args.no_predict else "auto",
+        retime=args.retime,
         progress=_say,
         **engine_kwargs(args),
     )
@@ -141,6 +144,7 @@ def run(args) -> int:
             )
             if args.explain and g.attribution is not None:
                 print(explain_text(g), file=sys.stderr)
+            _say_drift(engine.predictor, g)
         if interrupted or (g is not None and g.finish_reason == "cancelled"):
             _say("interrupted: the text above is what was generated" + ("" if g else " (no timings: no token yet)"))
             return 130
@@ -150,6 +154,18 @@ def run(args) -> int:
         return 0
     finally:
         engine.close()
+
+
+def _say_drift(predictor, g) -> None:
+    """After a run predicted from a cached timing: say so when the last runs all missed it one way (probing.drift)."""
+    from ondevice.probing.drift import note_run
+    from ondevice.roofline import TimedPredictor
+
+    if not isinstance(predictor, TimedPredictor):
+        return
+    drift = note_run(predictor.timing, g)
+    if drift is not None:
+        _say(f"{drift.describe(time.time())}; --retime times it again")
 
 
 def _check_prompt_cache_path(path: Path) -> None:

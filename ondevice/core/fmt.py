@@ -22,6 +22,7 @@ __all__ = [
     "human_bytes",
     "binary_bytes",
     "human_count",
+    "age_text",
     "stats_footer",
     "table",
     "fold",
@@ -100,6 +101,15 @@ def human_bytes(n: float | None, *, missing: str = "unknown") -> str:
 def binary_bytes(n: float | None, *, missing: str = "unknown") -> str:
     """Binary units (MiB, GiB), as memory is counted."""
     return missing if n is None else _scaled(n, 1024, ("B", "KiB", "MiB", "GiB"))
+
+
+def age_text(seconds: float) -> str:
+    """Say how long ago: "3 hours ago", "1 day ago", "just now"."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    return "just now"
 
 
 def human_count(n: float | None) -> str:

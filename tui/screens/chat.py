@@ -358,6 +358,9 @@ class ChatScreen(Screen):
             g = result.generation
             turn.tracker.finish(g)
             await turn.assistant.finish(stats_footer(generation_stats(g), g.finish_reason), g.finish_reason)
+            drift = self.controller.drift_warning(g)
+            if drift:
+                await self.note(drift, "warn")
         else:
             await turn.assistant.finish(f"error: {error}", "error")
             await self.note(error or "generation failed", "error")
