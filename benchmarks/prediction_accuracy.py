@@ -30,6 +30,8 @@ The models (built here, none of them ever timed to set anything):
 - with `--models held7` (not in `all`): two architectures no row had, Qwen2-MoE (Qwen1.5-MoE A2.7B Q4_K_M, 2 of 24
   blocks: routed experts and a gated shared expert) and Starcoder2 (Starcoder2 3B Q5_K_M, 12 of 30 blocks: LayerNorm,
   biases everywhere, a non-gated GELU feed-forward), added after r30.
+- with `--models held8a` (not in `all`): gpt-oss (gpt-oss-20b MXFP4_MOE, 2 of 24 blocks: attention sinks, a window
+  on every other layer, 32 experts with biases), added after r35.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -136,6 +138,13 @@ HELD7 = (
     ("qwen1.5-moe-a2.7b.json", "Q4_K_M", 2),
     ("starcoder2-3b.json", "Q5_K_M", 12),
 )
+# `--models held8a`: added after r35, an architecture the timing never ran on, in the weight type its published files
+# have: gpt-oss-20b (a fifth mixture of experts: 32 experts of width 2,880, 4 used a token, each with its biases;
+# 64:8 grouped queries of width 64 with biases and a sink logit per head; a 128-token window on the even layers, the
+# odd ones attend the whole context; an untied 201k vocabulary: embedding and head are 1.23 GB of Q8_0) at MXFP4_MOE
+# (experts MXFP4, everything else Q8_0: the published 12.1 GB file's mix), 2 of its 24 blocks (2.14 GB: one windowed
+# layer and one full, the model's proportion; 1 block would be 1.68 GB, all windowed), timed whole
+HELD8_GPTOSS = (("gpt-oss-20b.json", "MXFP4_MOE", 2),)
 # `--models NAME`: the sets of files in public models' shapes, in the order a run measures them
 SHAPE_SETS = {
     "shapes": SHAPES,
@@ -148,6 +157,7 @@ SHAPE_SETS = {
     "held5": HELD5,
     "held6": HELD6,
     "held7": HELD7,
+    "held8a": HELD8_GPTOSS,
 }
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)

@@ -11,12 +11,13 @@ text_config), Phi-3, Granite 3 (Llama with four multipliers), OLMo 2 (norms afte
 the feed-forward, none before; q/k norms over all heads), OLMoE (a mixture of experts each as
 wide as intermediate_size, with Llama's norms before attention and the feed-forward and OLMo 2's
 q/k norms), Qwen2-MoE (Qwen1.5-MoE: routed experts and one shared expert behind its own sigmoid
-gate, q/k/v biases) and Starcoder2 (LayerNorm with biases, a non-gated GELU feed-forward, biases
-on every projection; its sliding_window is not written, as llama.cpp attends the whole context).
+gate, q/k/v biases), Starcoder2 (LayerNorm with biases, a non-gated GELU feed-forward, biases
+on every projection; its sliding_window is not written, as llama.cpp attends the whole context)
+and gpt-oss (attention sinks, biases on every projection and expert, a window on every other layer).
 A field the converter needs that is missing or invalid is a SpecError naming it. Fields
 transformers fills in when the converter loads a config (AutoConfig) are filled here with the
 same defaults where the converter relies on them (Gemma 3's text_config, Granite's multipliers,
-Starcoder2's context, KV heads, norm epsilon, tied embedding and biases).
+Starcoder2's context, KV heads, norm epsilon, tied embedding and biases, gpt-oss's window).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ SUPPORTED: dict[str, MODEL_ARCH] = {
     "OlmoeForCausalLM": MODEL_ARCH.OLMOE,
     "Qwen2MoeForCausalLM": MODEL_ARCH.QWEN2MOE,
     "Starcoder2ForCausalLM": MODEL_ARCH.STARCODER2,
+    "GptOssForCausalLM": MODEL_ARCH.GPT_OSS,
 }
 _MODEL_TYPES = {
     "llama": "LlamaForCausalLM",
@@ -79,6 +81,7 @@ _MODEL_TYPES = {
     "olmoe": "OlmoeForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
 }
 # Gemma3TextConfig's defaults, which the converter sees for fields a config.json leaves out
 _GEMMA3_DEFAULTS = {"vocab_size": 262208, "sliding_window": 4096, "rope_theta": 1_000_000.0}
@@ -282,6 +285,14 @@ def _starcoder2(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     return _base(kv, hp, dims)
 
 
+def _gptoss(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
+    """The base keys, the window (GptOssConfig's 128 where a config has none) and the experts' width."""
+    _base(kv, hp, dims)
+    kv.u32(Keys.Attention.SLIDING_WINDOW, hp.integer("sliding_window", 128))
+    kv.u32(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, dims.n_ff_exp)
+    return []
+
+
 def _olmoe(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     """The base keys, the norm epsilon the converter fixes (in the place the config's took), the expert count."""
     _base(kv, hp, dims)
@@ -379,6 +390,7 @@ _BUILDERS = {
     MODEL_ARCH.OLMOE: _olmoe,
     MODEL_ARCH.QWEN2MOE: _qwen2moe,
     MODEL_ARCH.STARCODER2: _starcoder2,
+    MODEL_ARCH.GPT_OSS: _gptoss,
 }
 
 

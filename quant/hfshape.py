@@ -137,12 +137,32 @@ def with_experts(dims: Dims, hp: Params, hf_arch: str) -> Dims:
                 f"config.json: 'num_key_value_heads' {dims.n_head_kv} is not num_attention_heads {dims.n_head}; "
                 "llama.cpp loads no OLMoE with grouped queries (its k norm must be as wide as hidden_size)"
             )
+    elif hf_arch == "GptOssForCausalLM":  # every block's experts, each as wide as intermediate_size
+        n_exp, n_ff_exp = hp.integer("num_local_experts"), dims.n_ff
+        _check_gptoss(hp, dims)
     else:
         return dims
     used = hp.integer("num_experts_per_tok")
     if used > n_exp:
         raise SpecError(f"config.json: 'num_experts_per_tok' {used} is more than the {n_exp} experts")
     return replace(dims, n_expert=n_exp, n_expert_used=used, n_ff_exp=n_ff_exp)
+
+
+def _check_gptoss(hp: Params, dims: Dims) -> None:
+    """What llama.cpp's gpt-oss takes as given: attention biases, a head_dim (GptOssConfig's default is 64, not the
+    hidden_size / heads a missing one gives here), a window on every other layer from the first (its fixed pattern:
+    the converter writes no key that says which)."""
+    if hp.get("attention_bias", True) is not True:  # GptOssConfig's default; llama.cpp requires every bias
+        raise SpecError(
+            f"config.json: 'attention_bias' is {hp.get('attention_bias')!r}; llama.cpp loads no gpt-oss without biases"
+        )
+    hp.integer("head_dim")
+    pattern = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(dims.n_layer)]
+    if hp.get("layer_types", pattern) != pattern:
+        raise SpecError(
+            "config.json: 'layer_types' is not sliding and full attention in turn from the first layer; llama.cpp's "
+            "gpt-oss windows every other layer from the first, whatever the config says"
+        )
 
 
 # ---------- tensors, as llama.cpp's loader takes them for each architecture ----------
@@ -164,6 +184,8 @@ def tensor_list(arch: MODEL_ARCH, dims: Dims) -> tuple[TensorSpec, ...]:
 def _block(arch: MODEL_ARCH, dims: Dims, bid: int) -> list[TensorSpec]:
     if arch == MODEL_ARCH.STARCODER2:
         return _starcoder2_block(dims, bid)
+    if arch == MODEL_ARCH.GPT_OSS:
+        return _gptoss_block(dims, bid)
     d, hd = dims.d_model, dims.head_dim
     q, kv = dims.n_head * hd, dims.n_head_kv * hd
     gemma, T = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3), MODEL_TENSOR
@@ -209,6 +231,24 @@ def _starcoder2_block(dims: Dims, bid: int) -> list[TensorSpec]:
     return [tensor_spec(MODEL_ARCH.STARCODER2, kind, shape, bid, suffix) for kind, shape, suffix in parts]
 
 
+def _gptoss_block(dims: Dims, bid: int) -> list[TensorSpec]:
+    """RMS norms before attention and before the experts (the second named post_attention_norm), q/k/v/output
+    with biases, one sink logit per head, a router with a bias and merged experts (gate, up, down) with biases."""
+    d, T, e, fe = dims.d_model, MODEL_TENSOR, dims.n_expert, dims.n_ff_exp
+    q, kv = dims.n_head * dims.head_dim, dims.n_head_kv * dims.head_dim
+    attention: list[tuple[MODEL_TENSOR, tuple[int, ...]]] = [(T.ATTN_Q, (d, q)), (T.ATTN_K, (d, kv))]
+    attention += [(T.ATTN_V, (d, kv)), (T.ATTN_OUT, (q, d))]
+    experts: list[tuple[MODEL_TENSOR, tuple[int, ...]]] = [(T.FFN_GATE_INP, (d, e)), (T.FFN_GATE_EXP, (d, fe, e))]
+    experts += [(T.FFN_UP_EXP, (d, fe, e)), (T.FFN_DOWN_EXP, (fe, d, e))]
+    parts: list[tuple[MODEL_TENSOR, tuple[int, ...], str]] = [(T.ATTN_NORM, (d,), "weight")]
+    for kind, shape in attention:
+        parts += [(kind, shape, "weight"), (kind, shape[1:], "bias")]
+    parts += [(T.ATTN_SINKS, (dims.n_head,), "weight"), (T.ATTN_POST_NORM, (d,), "weight")]
+    for kind, shape in experts:  # a bias as wide as its matrix's output; the experts' one per expert
+        parts += [(kind, shape, "weight"), (kind, shape[1:], "bias")]
+    return [tensor_spec(MODEL_ARCH.GPT_OSS, kind, shape, bid, suffix) for kind, shape, suffix in parts]
+
+
 def _ffn(arch: MODEL_ARCH, dims: Dims) -> list[tuple[MODEL_TENSOR, tuple[int, ...], str]]:
     d, ff, T = dims.d_model, dims.n_ff, MODEL_TENSOR
     if dims.n_expert:
@@ -235,9 +275,9 @@ def _ffn(arch: MODEL_ARCH, dims: Dims) -> list[tuple[MODEL_TENSOR, tuple[int, ..
 
 
 def tensor_spec(arch: MODEL_ARCH, kind: MODEL_TENSOR, shape: tuple[int, ...], bid: int = 0, suffix: str = "weight"):
-    """A tensor as the converter writes it in F16: matrices F16; vectors, biases and the expert routers (the
-    shared expert's gate too) F32."""
+    """A tensor as the converter writes it in F16: matrices F16; vectors, biases (gpt-oss's experts' are matrices)
+    and the expert routers (the shared expert's gate too) F32."""
     if kind not in MODEL_TENSORS[arch]:  # gguf's table of what each architecture holds
         raise SpecError(f"{MODEL_ARCH_NAMES[arch]} has no {TENSOR_NAMES[kind]} tensor")
-    f32 = len(shape) == 1 or kind in (MODEL_TENSOR.FFN_GATE_INP, MODEL_TENSOR.FFN_GATE_INP_SHEXP)
+    f32 = len(shape) == 1 or suffix != "weight" or kind in (MODEL_TENSOR.FFN_GATE_INP, MODEL_TENSOR.FFN_GATE_INP_SHEXP)
     return TensorSpec(f"{TENSOR_NAMES[kind].format(bid=bid)}.{suffix}", shape, "F32" if f32 else "F16")

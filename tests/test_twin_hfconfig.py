@@ -17,6 +17,7 @@ from ondevice.quant.twin import quantized_header, read_header, shape_key, write_
 
 from ondevice.core.errors import SpecError
 from ondevice.gguf.spec import inspect
+from ondevice.llama.log import log_listener
 from ondevice.llama.logits import LogitsModel
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
@@ -63,6 +64,8 @@ PUBLISHED = {
     # Starcoder2 3B (its Hub page: 3.03B, the tied embedding counted once)
     "qwen1.5-moe-a2.7b": (14_315_784_192, {"n_layer": 24, "d_model": 2048, "n_expert": 60, "n_expert_used": 4}),
     "starcoder2-3b": (3_030_371_328, {"n_layer": 30, "d_model": 3072, "n_head_kv": 2, "tied_output": True}),
+    # gpt-oss-20b (its model card: 20.91B total, 3.61B active outside the embedding; 32 experts of 2,880, 4 used)
+    "gpt-oss-20b": (20_914_757_184, {"n_layer": 24, "d_model": 2880, "n_expert": 32, "sliding_window": 128}),
 }
 
 
@@ -304,6 +307,7 @@ ARCH_CONFIGS = {  # one public config per architecture (and per HF class that re
     "OlmoeForCausalLM": "olmoe-1b-7b-0924",
     "Qwen2MoeForCausalLM": "qwen1.5-moe-a2.7b",
     "Starcoder2ForCausalLM": "starcoder2-3b",
+    "GptOssForCausalLM": "gpt-oss-20b",
 }
 
 
@@ -318,6 +322,8 @@ def tiny_config(name: str) -> dict:
         text["num_key_value_heads"] = text["num_attention_heads"]
     if name == "llama-3.1-8b":
         text["rope_scaling"] = cfg["rope_scaling"]  # keep the llama3 rope (its rope_freqs tensor)
+    if name.startswith("gpt-oss"):  # its yarn rope kept, its layer types as few as the layers
+        text |= {"rope_scaling": cfg["rope_scaling"], "layer_types": cfg["layer_types"][: TINY["num_hidden_layers"]]}
     return cfg | {"text_config": text} if "text_config" in cfg else text
 
 
@@ -337,12 +343,15 @@ def test_tiny_config_twin_loads_and_generates(tmp_path, hf_arch, qtype):
     with load(path, n_ctx=256, n_threads=1) as eng:
         g = eng.generate("hello there", max_tokens=4, temperature=0, ignore_eos=True)
     assert len(g.timings.itl_s) == 3
-    with LogitsModel(path, n_ctx=256, n_threads=1) as m:
+    lines: list[str] = []
+    with log_listener(lines.append), LogitsModel(path, n_ctx=256, n_threads=1) as m:
         logits = m.window_logits([1, 300, 301, 302], 1)
         llama_window = m._h.n_swa
     assert np.isfinite(logits).all() and logits.std() > 0
-    spec = inspect(path)  # the window the roofline and the twins use is the one llama.cpp applies
+    spec = inspect(path)  # the window the roofline and the twins use is the one llama.cpp applies, on its layers
     assert (spec.sliding_window or 0) == llama_window, (spec.arch, spec.sliding_window, llama_window)
+    flags = re.findall(r"layer +(\d+) assigned to device \S+, is_swa = (\d)", "".join(lines))  # its loader's log
+    assert len(flags) > spec.n_layer and spec.swa_layers == tuple(int(i) for i, swa in flags if swa == "1")
 
 
 @pytest.mark.default_model

@@ -22,8 +22,9 @@ KV_CACHE_ELEMENT_BYTES = 2  # f16 K and V cache
 # A block_count above this is taken for damage, not a model (per-layer fields would be that long)
 MAX_LAYERS = 4096
 # Architectures whose sliding-window layers follow a fixed pattern (as llama.cpp sets it):
-# layer i uses the window when i % n < n - 1; every n-th layer is global.
-SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "llama4": 4}
+# layer i uses the window when i % n < n - 1; every n-th layer is global (gpt-oss: its loader's default period,
+# which no converter writes; the window on the even layers, as the checkpoints' layer_types have it).
+SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "llama4": 4, "gpt-oss": 2}
 # Architectures whose sliding-window key llama.cpp reads and then turns off: every layer attends the whole
 # context (its phi3 loader: "Phi SWA is currently disabled"). A test holds this against llama_model_n_swa.
 WINDOW_IGNORED = frozenset({"phi3"})
@@ -293,7 +294,7 @@ def _count_tensors(tensors, *, tied: bool, n_vocab: int | None, n_expert: int, n
         if t.name == _EMBED and not tied:
             rows = t.shape[-1] if len(t.shape) > 1 else (n_vocab or 1)
             read = t.n_bytes // rows  # one row gathered per token
-        elif len(t.shape) >= 2:
+        elif len(t.shape) >= 2 and not t.name.endswith(".bias"):  # gpt-oss's experts' biases: (width, experts)
             n_matmul += round(n * fraction)
             experts = t.shape[2] if len(t.shape) > 2 else 1
             rows_by_type[t.type_name] = rows_by_type.get(t.type_name, 0) + round(t.shape[1] * experts * fraction)
