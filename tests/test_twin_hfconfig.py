@@ -63,6 +63,9 @@ PUBLISHED = {
     # Starcoder2 3B (its Hub page: 3.03B, the tied embedding counted once)
     "qwen1.5-moe-a2.7b": (14_315_784_192, {"n_layer": 24, "d_model": 2048, "n_expert": 60, "n_expert_used": 4}),
     "starcoder2-3b": (3_030_371_328, {"n_layer": 30, "d_model": 3072, "n_head_kv": 2, "tied_output": True}),
+    # DeepSeek-V2-Lite (its card: 15.7B total, 2.4B active: 64 routed experts of 1,408 a block, 6 used, 2 shared;
+    # one KV head of 576, the latent and the rope key, and 512 for values: MLA as llama.cpp runs it)
+    "deepseek-v2-lite": (15_706_484_224, {"n_layer": 27, "n_expert": 64, "n_head_kv": 1, "head_dim_k": 576}),
 }
 
 
@@ -288,6 +291,12 @@ TINY |= {"num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 5
 TINY_IF_PRESENT = {"moe_intermediate_size": 64, "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2}
 TINY_IF_PRESENT |= {"sliding_window": 64, "shared_expert_intermediate_size": 96}
 TINY_IF_PRESENT |= {"original_max_position_embeddings": 512, "head_dim": 16, "rope_scaling": None}
+# DeepSeek-V2 in three blocks, the first dense: a q latent (llama.cpp loads a model without one only at 26 or 27
+# blocks), small MLA widths, 4 routed experts and 2 shared, YaRN kept
+DEEPSEEK_TINY: dict = {"num_hidden_layers": 3, "q_lora_rank": 32, "kv_lora_rank": 32, "n_routed_experts": 4}
+DEEPSEEK_TINY |= {"qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16, "moe_intermediate_size": 32}
+DEEPSEEK_TINY["rope_scaling"] = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 128}
+DEEPSEEK_TINY["rope_scaling"] |= {"beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}
 ARCH_CONFIGS = {  # one public config per architecture (and per HF class that reads differently)
     "LlamaForCausalLM": "llama-3.1-8b",
     "MistralForCausalLM": "mistral-7b-v0.1",
@@ -304,6 +313,7 @@ ARCH_CONFIGS = {  # one public config per architecture (and per HF class that re
     "OlmoeForCausalLM": "olmoe-1b-7b-0924",
     "Qwen2MoeForCausalLM": "qwen1.5-moe-a2.7b",
     "Starcoder2ForCausalLM": "starcoder2-3b",
+    "DeepseekV2ForCausalLM": "deepseek-v2-lite",
 }
 
 
@@ -318,6 +328,8 @@ def tiny_config(name: str) -> dict:
         text["num_key_value_heads"] = text["num_attention_heads"]
     if name == "llama-3.1-8b":
         text["rope_scaling"] = cfg["rope_scaling"]  # keep the llama3 rope (its rope_freqs tensor)
+    if name.startswith("deepseek"):
+        text |= DEEPSEEK_TINY
     return cfg | {"text_config": text} if "text_config" in cfg else text
 
 
