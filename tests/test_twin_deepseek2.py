@@ -1,6 +1,7 @@
 """DeepSeek-V2 (multi-head latent attention, a leading dense block, routed and shared experts) from its config.json,
-as llama.cpp's converter writes it and the bundled llama.cpp loads it; the weights a decoded token reads and the KV
-cache llama.cpp allocates (the latent alone)."""
+as llama.cpp's converter writes it and the bundled llama.cpp loads it; and what the product does on it: the KV cache
+llama.cpp allocates (the latent alone), the weights a decoded token reads, the twins of a model whose first block is
+unlike the rest, and the extrapolation from them."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import pytest
 from ondevice.quant.hfconfig import header_from_hf_config
-from ondevice.quant.twin import quantized_header, write_twin
+from ondevice.quant.twin import leading_blocks, matching_blocks, quantized_header, reduce_layers, write_twin
 
 from ondevice.core.errors import SpecError
 from ondevice.gguf.spec import inspect
+from ondevice.probing.twins import twin_blocks
+from ondevice.roofline import ShapeTiming, extrapolate_layers
 
 CONFIG = Path(__file__).parent / "data" / "hf_configs" / "deepseek-v2-lite.json"
 # DeepSeek-V2-Lite's shape at tiny widths, all 27 blocks: llama.cpp takes a model without q_lora_rank only at 26 or 27
@@ -35,6 +38,11 @@ def _block(header, bid: int) -> dict[str, tuple[tuple[int, ...], str]]:
 @pytest.fixture(scope="module")
 def lite():
     return header_from_hf_config(CONFIG)
+
+
+@pytest.fixture(scope="module")
+def lite_q4(lite):
+    return quantized_header(lite, "Q4_K_M")
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +156,19 @@ def test_a_bad_config_is_one_line_naming_the_field(change, match):
     assert "\n" not in str(err.value)
 
 
+def test_the_lite_shape_loads_with_its_27_blocks_and_cut_to_3(tiny_lite, tmp_path):
+    """llama.cpp tells DeepSeek-V2-Lite (no q latent, no q_lora_rank key) by its 27 blocks; cut to 3 (a twin, a
+    model of fewer blocks), the header says q_lora_rank 0, or llama.cpp would ask for the key and refuse it."""
+    from ondevice.engine import load
+
+    cut = reduce_layers(quantized_header(header_from_hf_config(_config(**TINY_LITE)), "Q8_0"), 3)
+    assert cut.value("deepseek2.attention.q_lora_rank") == 0
+    for path in (tiny_lite, write_twin(cut, tmp_path / "cut.gguf")):
+        with load(path, n_ctx=256, n_threads=1) as eng:
+            g = eng.generate("hello there", max_tokens=4, temperature=0, ignore_eos=True)
+        assert len(g.timings.itl_s) == 3
+
+
 def test_the_kv_cache_is_the_latent_alone_as_llama_cpp_allocates_it(tiny_lite):
     """With MLA llama.cpp caches K alone, key_length wide (the latent and the rope key), and reads V as a view of
     it: the spec's KV bytes per token are what llama.cpp's KV buffer holds per cell, not K + V."""
@@ -174,3 +195,85 @@ def test_a_decoded_token_reads_the_used_experts_the_shared_ones_and_the_dense_bl
     rest = sum(t.n_bytes for t in lite.tensors if "_exps" not in t.name) - embed.n_bytes
     assert spec.decode_weight_bytes == rest + round(routed * 6 / 64) + embed.n_bytes // 102400
     assert spec.n_params_active - 2048 * 102400 == pytest.approx(2.4e9, rel=0.03)  # the card's 2.4B active
+
+
+def test_twins_of_a_model_with_a_dense_first_block(lite_q4):
+    """A twin keeps the model's first blocks, so its block 0 is the dense block: it takes its types from the dense
+    block, the others from the MoE blocks in their mix of types (the Q4_K_M mix differs between them)."""
+    assert leading_blocks(lite_q4) == 1
+    assert matching_blocks(lite_q4, 1) == [0]
+    picks = matching_blocks(lite_q4, 3)
+    assert picks[0] == 0 and all(b > 0 for b in picks[1:])
+    kinds = {_block(lite_q4, b)["ffn_down_exps.weight"][1] for b in picks[1:]}
+    assert kinds == {_block(lite_q4, b)["ffn_down_exps.weight"][1] for b in range(1, 27)}  # both of the mix
+    for k in (1, 3):
+        twin = reduce_layers(lite_q4, k, matching_blocks(lite_q4, k))
+        ffn = {name: kind for name, (_shape, kind) in _block(twin, 0).items() if name.startswith("ffn_")}
+        assert ffn == {name: kind for name, (_shape, kind) in _block(lite_q4, 0).items() if name.startswith("ffn_")}
+    v3_like = quantized_header(header_from_hf_config(_config(first_k_dense_replace=3)), "Q8_0")
+    assert leading_blocks(v3_like) == 3 and matching_blocks(v3_like, 5)[:3] == [0, 1, 2]
+
+
+def _timing(outside: float, blocks: list[float]) -> ShapeTiming:
+    """A timing whose every point is the outside's time plus its blocks' (a decode step, a chunk)."""
+    t = outside + sum(blocks)
+    return ShapeTiming(decode=((16, t), (32, t)), prefill=((0, 1, t), (0, 16, 16 * t)))
+
+
+@pytest.mark.parametrize("lead", [1, 3])
+def test_the_twins_extrapolate_to_the_dense_blocks_and_the_rest_moe(lead):
+    """Twins of the first blocks, the fewer holding every leading dense block: the line through them gives the
+    lead once and the other blocks as MoE blocks. DeepSeek-V2 and GLM-4.5-Air have one dense block: twins of 1 and 3
+    do; DeepSeek-V3 and GLM-4.5 have 3: twins of 1 and 3 would hold nothing but dense blocks and give 61 of them."""
+    outside, dense, moe, n_layer = 0.002, 0.003, 0.001, 61
+
+    def twin(blocks: int) -> ShapeTiming:
+        return _timing(outside, [dense if i < lead else moe for i in range(blocks)])
+
+    few, more = twin_blocks(_spec(n_layer), lead) or (0, 0)
+    assert (few, more) == ((1, 3) if lead == 1 else (3, 5))
+    full = extrapolate_layers(twin(few), twin(more), few, more, n_layer)
+    truth = outside + lead * dense + (n_layer - lead) * moe
+    assert [t for _c, t in full.decode] == pytest.approx([truth, truth], rel=1e-9)
+    naive = extrapolate_layers(twin(1), twin(3), 1, 3, n_layer)  # the twins before they knew the lead
+    assert dict(naive.decode)[16] == pytest.approx(truth if lead == 1 else outside + n_layer * dense, rel=1e-9)
+
+
+def _spec(n_layer: int):
+    from ondevice.roofline.spec import spec_from_flags
+
+    return replace(
+        spec_from_flags(params=16e9, quant="Q4_K_M", layers=n_layer, kv_heads=1, head_dim=576), weight_bytes=10 << 30
+    )
+
+
+def test_twin_blocks_keep_every_leading_block_in_the_fewer_twin():
+    spec = _spec(27)
+    assert twin_blocks(spec) == twin_blocks(spec, 1) == (1, 3)
+    assert twin_blocks(spec, 3) == (3, 5) and twin_blocks(spec, 4) == (4, 6)
+    assert twin_blocks(_spec(5), 3) is None  # no fewer blocks to time than the model has: timed whole
+
+
+def test_a_model_with_a_dense_first_block_is_timed_on_its_twins(tiny_lite, tmp_path, monkeypatch):
+    """The whole path `ondevice predict` takes for a large model: twins of 1 and 3 blocks of a 27-block Lite (the
+    fewer its dense block, the more that and 2 MoE blocks), holding the model's bytes, loaded, timed, extrapolated."""
+    from ondevice.quant.twin import read_header
+
+    import ondevice.probing.timing as timing_mod
+    from ondevice.probing.twins import time_header
+    from tests.test_twin_timing import PLAN
+
+    monkeypatch.setattr(timing_mod, "_ATTENTION_BUDGET_S", 0.0)  # a tiny twin's bursts: one pair a round
+    args = {"n_ctx": 256, "n_threads": 1}
+    header = read_header(tiny_lite)
+    timing, info = time_header(
+        header,
+        inspect(tiny_lite),
+        plan=PLAN,
+        work_dir=tmp_path / "w",
+        engine_args=args,
+        blocks=(1, 3),
+        model_path=tiny_lite,
+    )
+    assert timing.source == "twins" and timing.layers == (1, 3) and info.spec.n_layer == 1
+    assert all(s > 0 for _c, s in timing.decode)
