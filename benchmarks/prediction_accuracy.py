@@ -30,6 +30,8 @@ The models (built here, none of them ever timed to set anything):
 - with `--models held7` (not in `all`): two architectures no row had, Qwen2-MoE (Qwen1.5-MoE A2.7B Q4_K_M, 2 of 24
   blocks: routed experts and a gated shared expert) and Starcoder2 (Starcoder2 3B Q5_K_M, 12 of 30 blocks: LayerNorm,
   biases everywhere, a non-gated GELU feed-forward), added after r30.
+- with `--models held8c` (not in `all`): DeepSeek-V2-Lite Q4_K_M, 5 of 27 blocks: multi-head latent attention (a
+  K-only cache of the latent), a dense first block, routed and shared experts; added after r30.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -136,6 +138,14 @@ HELD7 = (
     ("qwen1.5-moe-a2.7b.json", "Q4_K_M", 2),
     ("starcoder2-3b.json", "Q5_K_M", 12),
 )
+# `--models held8c`: added after r30, an attention no row had: DeepSeek-V2-Lite (multi-head latent attention: one
+# cached K row of 576 a token and layer, the 512 latent and the rope key, V read as a view of it, and per head q of 192
+# and v of 128 through split k_b/v_b products; a dense first block of width 10,944, then 64 routed experts of 1,408, 6
+# used a token, beside 2 shared ones run as one of 2,816; YaRN x40; an untied 102k vocabulary) at Q4_K_M (attn_k_b's
+# rows of 128 fall back to Q5_0, routed down-projections Q5_0/Q8_0), 5 of its 27 blocks (1.90 GB), timed as twins of 1
+# block (the dense one) and 3 (it and 2 MoE blocks); cut from 27 blocks the header says q_lora_rank 0, which
+# llama.cpp otherwise asks for below 26 blocks
+HELD8C = (("deepseek-v2-lite.json", "Q4_K_M", 5),)
 # `--models NAME`: the sets of files in public models' shapes, in the order a run measures them
 SHAPE_SETS = {
     "shapes": SHAPES,
@@ -148,6 +158,7 @@ SHAPE_SETS = {
     "held5": HELD5,
     "held6": HELD6,
     "held7": HELD7,
+    "held8c": HELD8C,
 }
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
