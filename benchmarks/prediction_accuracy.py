@@ -32,6 +32,8 @@ The models (built here, none of them ever timed to set anything):
   biases everywhere, a non-gated GELU feed-forward), added after r30.
 - with `--models held8a` (not in `all`): gpt-oss (gpt-oss-20b MXFP4_MOE, 2 of 24 blocks: attention sinks, a window
   on every other layer, 32 experts with biases), added after r35.
+- with `--models held8c` (not in `all`): DeepSeek-V2-Lite Q4_K_M, 5 of 27 blocks: multi-head latent attention (a
+  K-only cache of the latent), a dense first block, routed and shared experts; added after r35.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -145,6 +147,14 @@ HELD7 = (
 # (experts MXFP4, everything else Q8_0: the published 12.1 GB file's mix), 2 of its 24 blocks (2.14 GB: one windowed
 # layer and one full, the model's proportion; 1 block would be 1.68 GB, all windowed), timed whole
 HELD8_GPTOSS = (("gpt-oss-20b.json", "MXFP4_MOE", 2),)
+# `--models held8c`: added after r35, an attention no row had: DeepSeek-V2-Lite (multi-head latent attention: one
+# cached K row of 576 a token and layer, the 512 latent and the rope key, V read as a view of it, and per head q of 192
+# and v of 128 through split k_b/v_b products; a dense first block of width 10,944, then 64 routed experts of 1,408, 6
+# used a token, beside 2 shared ones run as one of 2,816; YaRN x40; an untied 102k vocabulary) at Q4_K_M (attn_k_b's
+# rows of 128 fall back to Q5_0, routed down-projections Q5_0/Q8_0), 5 of its 27 blocks (1.90 GB), timed as twins of 1
+# block (the dense one) and 3 (it and 2 MoE blocks); cut from 27 blocks the header says q_lora_rank 0, which
+# llama.cpp otherwise asks for below 26 blocks
+HELD8C = (("deepseek-v2-lite.json", "Q4_K_M", 5),)
 # `--models NAME`: the sets of files in public models' shapes, in the order a run measures them
 SHAPE_SETS = {
     "shapes": SHAPES,
@@ -158,6 +168,7 @@ SHAPE_SETS = {
     "held6": HELD6,
     "held7": HELD7,
     "held8a": HELD8_GPTOSS,
+    "held8c": HELD8C,
 }
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)

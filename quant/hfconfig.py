@@ -12,8 +12,9 @@ the feed-forward, none before; q/k norms over all heads), OLMoE (a mixture of ex
 wide as intermediate_size, with Llama's norms before attention and the feed-forward and OLMo 2's
 q/k norms), Qwen2-MoE (Qwen1.5-MoE: routed experts and one shared expert behind its own sigmoid
 gate, q/k/v biases), Starcoder2 (LayerNorm with biases, a non-gated GELU feed-forward, biases
-on every projection; its sliding_window is not written, as llama.cpp attends the whole context)
-and gpt-oss (attention sinks, biases on every projection and expert, a window on every other layer).
+on every projection; its sliding_window is not written, as llama.cpp attends the whole context),
+gpt-oss (attention sinks, biases on every projection and expert, a window on every other layer) and
+DeepSeek-V2 (multi-head latent attention, leading dense blocks, routed and shared experts: hfdeepseek).
 A field the converter needs that is missing or invalid is a SpecError naming it. Fields
 transformers fills in when the converter loads a config (AutoConfig) are filled here with the
 same defaults where the converter relies on them (Gemma 3's text_config, Granite's multipliers,
@@ -39,6 +40,7 @@ from gguf import (
     TokenType,
 )
 from ondevice.quant.header import Field, Header, TensorSpec
+from ondevice.quant.hfdeepseek import deepseek2_builder, deepseek2_params, routing_keys
 from ondevice.quant.hfshape import Dims, Params, tensor_list, tensor_spec
 from ondevice.quant.synth import synthetic_vocab
 
@@ -64,6 +66,7 @@ SUPPORTED: dict[str, MODEL_ARCH] = {
     "Qwen2MoeForCausalLM": MODEL_ARCH.QWEN2MOE,
     "Starcoder2ForCausalLM": MODEL_ARCH.STARCODER2,
     "GptOssForCausalLM": MODEL_ARCH.GPT_OSS,
+    "DeepseekV2ForCausalLM": MODEL_ARCH.DEEPSEEK2,
 }
 _MODEL_TYPES = {
     "llama": "LlamaForCausalLM",
@@ -82,6 +85,7 @@ _MODEL_TYPES = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
 }
 # Gemma3TextConfig's defaults, which the converter sees for fields a config.json leaves out
 _GEMMA3_DEFAULTS = {"vocab_size": 262208, "sliding_window": 4096, "rope_theta": 1_000_000.0}
@@ -121,6 +125,8 @@ def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str |
         hp = Params({**_GEMMA3_DEFAULTS, **hp.values})
     if arch == MODEL_ARCH.STARCODER2:
         hp = Params({**_STARCODER2_DEFAULTS, **hp.values})
+    if arch == MODEL_ARCH.DEEPSEEK2:
+        hp = deepseek2_params(hp)
     if arch == MODEL_ARCH.GRANITE:  # the converter drops a head_dim: Granite's heads are hidden_size / heads wide
         hp = Params({k: v for k, v in hp.values.items() if k != "head_dim"})
     dims = Dims.read(hp, arch, hf_arch)
@@ -211,6 +217,7 @@ def _base(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
         kv.u32(Keys.LLM.EXPERT_COUNT, dims.n_expert)
     if hp.get("num_experts_per_tok") is not None:
         kv.u32(Keys.LLM.EXPERT_USED_COUNT, dims.n_expert_used)
+    routing_keys(kv, hp)
     if hp.get("head_dim") is not None:
         kv.u32(Keys.Attention.KEY_LENGTH, dims.head_dim)
         kv.u32(Keys.Attention.VALUE_LENGTH, dims.head_dim)
@@ -391,6 +398,7 @@ _BUILDERS = {
     MODEL_ARCH.QWEN2MOE: _qwen2moe,
     MODEL_ARCH.STARCODER2: _starcoder2,
     MODEL_ARCH.GPT_OSS: _gptoss,
+    MODEL_ARCH.DEEPSEEK2: deepseek2_builder(_base),
 }
 
 

@@ -13,7 +13,7 @@ from ondevice.quant.header import TensorSpec
 
 from ondevice.core.errors import SpecError
 
-__all__ = ["Params", "Dims", "with_experts", "tensor_list", "tensor_spec"]
+__all__ = ["Params", "Dims", "Mla", "with_experts", "tensor_list", "tensor_spec"]
 
 # Every Gemma 3 shares one tokenizer of 262144 tokens; the converter cuts the embedding to it where a
 # config's vocab_size is larger (262208 in the 4B-27B configs: rows no token reaches)
@@ -76,6 +76,51 @@ class Params:
         return Params({key: value}).number(key)
 
 
+# llama.cpp's deepseek2 loader takes a model with no q_lora_rank key (q projected directly, as DeepSeek-V2-Lite's) only
+# at these block counts: its "lite" test reads the depth (and, for 48 blocks, a 128,256-token vocabulary), not the key
+LITE_BLOCKS = (26, 27)
+
+
+@dataclass(frozen=True)
+class Mla:
+    """Multi-head latent attention's widths (DeepSeek-V2): keys and values come from one latent of kv_lora_rank
+    per token (its norm, then per head a no-rope key part and a value part), beside a rope part of qk_rope shared by
+    the heads; q straight from the input (q_lora_rank 0) or through a latent of its own."""
+
+    q_lora_rank: int  # 0: q projected directly
+    kv_lora_rank: int
+    qk_nope: int  # per head: the key's part without rope
+    qk_rope: int  # the key's rope part, one for all heads
+    v_head: int
+
+    @classmethod
+    def read(cls, hp: Params, dims: Dims) -> Mla:
+        q_lora = 0 if hp.get("q_lora_rank") is None else hp.integer("q_lora_rank")
+        lite = dims.n_layer in LITE_BLOCKS or (dims.n_layer == 48 and dims.n_vocab == 128256)
+        if not q_lora and not lite:
+            raise SpecError(
+                f"config.json: 'q_lora_rank' is null; llama.cpp loads a DeepSeek-V2 without one (q projected directly) "
+                f"only at {' or '.join(map(str, LITE_BLOCKS))} blocks, not {dims.n_layer}"
+            )
+        kv_lora = hp.integer("kv_lora_rank", 512)  # the converter's default
+        return cls(
+            q_lora, kv_lora, hp.integer("qk_nope_head_dim"), hp.integer("qk_rope_head_dim"), hp.integer("v_head_dim")
+        )
+
+
+def _dense_lead(hp: Params, n_layer: int) -> int:
+    """first_k_dense_replace (the converter's default: 0), checked; llama.cpp makes every later block a MoE block."""
+    lead = hp.get("first_k_dense_replace", 0)
+    if isinstance(lead, bool) or not isinstance(lead, int) or not 0 <= lead <= n_layer:
+        raise SpecError(f"config.json: 'first_k_dense_replace' must be 0..{n_layer} (num_hidden_layers), not {lead!r}")
+    if hp.get("moe_layer_freq", 1) != 1:
+        raise SpecError(
+            f"config.json: 'moe_layer_freq' is {hp.get('moe_layer_freq')!r}; llama.cpp's deepseek2 makes every block "
+            "after the leading dense ones a mixture of experts"
+        )
+    return lead
+
+
 @dataclass(frozen=True)
 class Dims:
     """The numbers that decide the tensors' shapes."""
@@ -92,6 +137,8 @@ class Dims:
     n_expert_used: int = 0
     n_ff_exp: int = 0
     n_ff_shexp: int = 0  # the shared expert's width (0: none)
+    n_dense_lead: int = 0  # leading blocks of a mixture of experts with a dense feed-forward (first_k_dense_replace)
+    mla: Mla | None = None  # multi-head latent attention's widths (DeepSeek-V2), in place of q/k/v
 
     @classmethod
     def read(cls, hp: Params, arch: MODEL_ARCH, hf_arch: str) -> Dims:
@@ -130,6 +177,10 @@ def with_experts(dims: Dims, hp: Params, hf_arch: str) -> Dims:
             )
         if hf_arch == "Qwen2MoeForCausalLM":  # every block's shared expert, behind its own gate
             dims = replace(dims, n_ff_shexp=hp.integer("shared_expert_intermediate_size"))
+    elif hf_arch == "DeepseekV2ForCausalLM":  # after the leading dense blocks, routed experts and shared ones
+        n_exp, n_ff_exp = hp.integer("n_routed_experts"), hp.integer("moe_intermediate_size", dims.n_ff)
+        dims = replace(dims, n_ff_shexp=n_ff_exp * hp.integer("n_shared_experts"), mla=Mla.read(hp, dims))
+        dims = replace(dims, n_dense_lead=_dense_lead(hp, dims.n_layer))
     elif hf_arch == "OlmoeForCausalLM":  # every block's experts, each as wide as intermediate_size
         n_exp, n_ff_exp = hp.integer("num_experts"), dims.n_ff
         if dims.n_head_kv != dims.n_head:  # the converter writes k's norm n_head_kv x head_dim wide
@@ -186,6 +237,8 @@ def _block(arch: MODEL_ARCH, dims: Dims, bid: int) -> list[TensorSpec]:
         return _starcoder2_block(dims, bid)
     if arch == MODEL_ARCH.GPT_OSS:
         return _gptoss_block(dims, bid)
+    if dims.mla is not None:
+        return _mla_block(arch, dims, dims.mla, bid)
     d, hd = dims.d_model, dims.head_dim
     q, kv = dims.n_head * hd, dims.n_head_kv * hd
     gemma, T = arch in (MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3), MODEL_TENSOR
@@ -247,6 +300,35 @@ def _gptoss_block(dims: Dims, bid: int) -> list[TensorSpec]:
     for kind, shape in experts:  # a bias as wide as its matrix's output; the experts' one per expert
         parts += [(kind, shape, "weight"), (kind, shape[1:], "bias")]
     return [tensor_spec(MODEL_ARCH.GPT_OSS, kind, shape, bid, suffix) for kind, shape, suffix in parts]
+
+
+def _mla_block(arch: MODEL_ARCH, dims: Dims, mla: Mla, bid: int) -> list[TensorSpec]:
+    """DeepSeek-V2's block as llama.cpp loads it: q (directly, or through its latent and that latent's norm); the
+    key-value latent with the shared rope key (kv_a_mqa) and the latent's norm; kv_b as the converter splits it for
+    MLA, attn_k_b (per head: no-rope key x latent) and attn_v_b (per head: latent x value); the output; then a dense
+    feed-forward in the leading blocks, after them a router, the routed experts merged and the shared experts as one."""
+    d, n_head, T = dims.d_model, dims.n_head, MODEL_TENSOR
+    q_width = n_head * (mla.qk_nope + mla.qk_rope)
+    parts: list[tuple[MODEL_TENSOR, tuple[int, ...]]] = [(T.ATTN_NORM, (d,))]
+    if mla.q_lora_rank:
+        parts += [(T.ATTN_Q_A_NORM, (mla.q_lora_rank,)), (T.ATTN_Q_A, (d, mla.q_lora_rank))]
+        parts.append((T.ATTN_Q_B, (mla.q_lora_rank, q_width)))
+    else:
+        parts.append((T.ATTN_Q, (d, q_width)))
+    parts += [(T.ATTN_KV_A_NORM, (mla.kv_lora_rank,)), (T.ATTN_KV_A_MQA, (d, mla.kv_lora_rank + mla.qk_rope))]
+    parts += [
+        (T.ATTN_K_B, (mla.qk_nope, mla.kv_lora_rank, n_head)),
+        (T.ATTN_V_B, (mla.kv_lora_rank, mla.v_head, n_head)),
+    ]
+    parts += [(T.ATTN_OUT, (n_head * mla.v_head, d)), (T.FFN_NORM, (d,))]
+    if bid < dims.n_dense_lead:
+        parts += [(T.FFN_GATE, (d, dims.n_ff)), (T.FFN_UP, (d, dims.n_ff)), (T.FFN_DOWN, (dims.n_ff, d))]
+    else:
+        e, fe, fs = dims.n_expert, dims.n_ff_exp, dims.n_ff_shexp
+        parts += [(T.FFN_GATE_INP, (d, e)), (T.FFN_GATE_EXP, (d, fe, e)), (T.FFN_UP_EXP, (d, fe, e))]
+        parts += [(T.FFN_DOWN_EXP, (fe, d, e)), (T.FFN_GATE_SHEXP, (d, fs)), (T.FFN_UP_SHEXP, (d, fs))]
+        parts.append((T.FFN_DOWN_SHEXP, (fs, d)))
+    return [tensor_spec(arch, kind, shape, bid) for kind, shape in parts]
 
 
 def _ffn(arch: MODEL_ARCH, dims: Dims) -> list[tuple[MODEL_TENSOR, tuple[int, ...], str]]:

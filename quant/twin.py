@@ -54,6 +54,7 @@ __all__ = [
     "layer_signatures",
     "reduce_layers",
     "matching_blocks",
+    "leading_blocks",
     "quantized_header",
     "write_twin",
     "ModelData",
@@ -70,6 +71,9 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")  # gguf's per-block tensor names: "bl
 _GENERAL_KEPT = (Keys.General.ARCHITECTURE, Keys.General.ALIGNMENT, Keys.General.QUANTIZATION_VERSION)
 # arrays that are not per layer even when their length happens to equal the layer count
 _NOT_PER_LAYER = (Keys.Rope.DIMENSION_SECTIONS, Keys.Classifier.OUTPUT_LABELS)
+# llama.cpp's deepseek2 loader reads no q_lora_rank at 26 or 27 blocks (its test for DeepSeek-V2-Lite, whose q is
+# projected directly: the converter writes no key) and needs one at any other depth: a header without it, cut, says 0
+_Q_DIRECT = {"deepseek2": Keys.Attention.Q_LORA_RANK}
 
 
 def shape_key(header: Header) -> str:
@@ -130,14 +134,42 @@ def matching_blocks(header: Header, k: int) -> list[int]:
     """k block indices whose signatures (layer_signatures) come in the whole model's proportions,
     each signature getting its share of k by largest remainder, the blocks of one signature taken
     evenly across the model; sorted. With reduce_layers(header, k, matching_blocks(header, k)) a
-    twin of k blocks has the model's type mix as nearly as k blocks allow."""
+    twin of k blocks has the model's type mix as nearly as k blocks allow. Where blocks hold differently named
+    tensors (a mixture of experts' leading dense blocks), the twin's block i is the model's block i, so it takes
+    its types from a block of the same tensors: the k are apportioned among the blocks of each such kind, as many of
+    a kind as the first k blocks hold, and the i-th pick is of block i's kind (picks sorted within a kind)."""
     sigs = layer_signatures(header)
     n = len(sigs)
     if not 1 <= k <= n:
         raise SpecError(f"blocks to keep must be 1..{n}, not {k}")
+    kinds = [_kind(sig) for sig in sigs]
+    of_kind: dict[tuple, list[int]] = {}
+    for i, kind in enumerate(kinds):
+        of_kind.setdefault(kind, []).append(i)
+    picks = {kind: iter(_apportioned([sigs[i] for i in b], b, kinds[:k].count(kind))) for kind, b in of_kind.items()}
+    return [next(picks[kind]) for kind in kinds[:k]]
+
+
+def leading_blocks(header: Header) -> int:
+    """How many blocks at the start hold other tensors (by name) than the last block: a mixture of experts' leading
+    dense blocks (first_k_dense_replace: DeepSeek-V2's and GLM-4.5-Air's 1, DeepSeek-V3's and GLM-4.5's 3), 0 where
+    every block holds the same."""
+    kinds = [_kind(sig) for sig in layer_signatures(header)]
+    return next((i for i, kind in enumerate(kinds) if kind == kinds[-1]), 0)
+
+
+def _kind(signature: tuple) -> tuple[str, ...]:
+    """A block's kind: the names of its tensors (a dense feed-forward's or experts'; shapes and types aside)."""
+    return tuple(name for name, _shape, _type in signature)
+
+
+def _apportioned(sigs: list[tuple], blocks: list[int], k: int) -> list[int]:
+    """k of `blocks` (whose signatures are `sigs`), each signature its share of k by largest remainder, the blocks
+    of one signature taken evenly; sorted."""
+    n = len(blocks)
     groups: dict[tuple, list[int]] = {}
-    for i, sig in enumerate(sigs):
-        groups.setdefault(sig, []).append(i)
+    for block, sig in zip(blocks, sigs):
+        groups.setdefault(sig, []).append(block)
     members = list(groups.values())
     exact = [k * len(m) / n for m in members]
     quota = [int(q) for q in exact]
@@ -194,6 +226,8 @@ def _cut_fields(header: Header, n_keep: int) -> dict[str, Field]:
         elif key.startswith(prefix) and key not in skip and f.type == GGUFValueType.ARRAY and len(f.value) == n_layer:
             f = replace(f, value=f.value[:n_keep])
         fields[key] = f
+    if header.arch in _Q_DIRECT and header.key(_Q_DIRECT[header.arch]) not in fields:
+        fields[header.key(_Q_DIRECT[header.arch])] = Field.u32(0)
     return fields
 
 

@@ -66,6 +66,9 @@ PUBLISHED = {
     "starcoder2-3b": (3_030_371_328, {"n_layer": 30, "d_model": 3072, "n_head_kv": 2, "tied_output": True}),
     # gpt-oss-20b (its model card: 20.91B total, 3.61B active outside the embedding; 32 experts of 2,880, 4 used)
     "gpt-oss-20b": (20_914_757_184, {"n_layer": 24, "d_model": 2880, "n_expert": 32, "sliding_window": 128}),
+    # DeepSeek-V2-Lite (its card: 15.7B total, 2.4B active: 64 routed experts of 1,408 a block, 6 used, 2 shared;
+    # one KV head of 576, the latent and the rope key, and 512 for values: MLA as llama.cpp runs it)
+    "deepseek-v2-lite": (15_706_484_224, {"n_layer": 27, "n_expert": 64, "n_head_kv": 1, "head_dim_k": 576}),
 }
 
 
@@ -291,6 +294,12 @@ TINY |= {"num_hidden_layers": 2, "vocab_size": 512, "max_position_embeddings": 5
 TINY_IF_PRESENT = {"moe_intermediate_size": 64, "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2}
 TINY_IF_PRESENT |= {"sliding_window": 64, "shared_expert_intermediate_size": 96}
 TINY_IF_PRESENT |= {"original_max_position_embeddings": 512, "head_dim": 16, "rope_scaling": None}
+# DeepSeek-V2 in three blocks, the first dense: a q latent (llama.cpp loads a model without one only at 26 or 27
+# blocks), small MLA widths, 4 routed experts and 2 shared, YaRN kept
+DEEPSEEK_TINY: dict = {"num_hidden_layers": 3, "q_lora_rank": 32, "kv_lora_rank": 32, "n_routed_experts": 4}
+DEEPSEEK_TINY |= {"qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16, "moe_intermediate_size": 32}
+DEEPSEEK_TINY["rope_scaling"] = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 128}
+DEEPSEEK_TINY["rope_scaling"] |= {"beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}
 ARCH_CONFIGS = {  # one public config per architecture (and per HF class that reads differently)
     "LlamaForCausalLM": "llama-3.1-8b",
     "MistralForCausalLM": "mistral-7b-v0.1",
@@ -308,6 +317,7 @@ ARCH_CONFIGS = {  # one public config per architecture (and per HF class that re
     "Qwen2MoeForCausalLM": "qwen1.5-moe-a2.7b",
     "Starcoder2ForCausalLM": "starcoder2-3b",
     "GptOssForCausalLM": "gpt-oss-20b",
+    "DeepseekV2ForCausalLM": "deepseek-v2-lite",
 }
 
 
@@ -324,6 +334,8 @@ def tiny_config(name: str) -> dict:
         text["rope_scaling"] = cfg["rope_scaling"]  # keep the llama3 rope (its rope_freqs tensor)
     if name.startswith("gpt-oss"):  # its yarn rope kept, its layer types as few as the layers
         text |= {"rope_scaling": cfg["rope_scaling"], "layer_types": cfg["layer_types"][: TINY["num_hidden_layers"]]}
+    if name.startswith("deepseek"):
+        text |= DEEPSEEK_TINY
     return cfg | {"text_config": text} if "text_config" in cfg else text
 
 

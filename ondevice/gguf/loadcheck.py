@@ -67,10 +67,13 @@ def check_loadable(g: GGUFFile, spec: ModelSpec) -> None:
             f"d_model {d_model} and vocabulary {n_vocab}"
         )
     q = by_name.get("blk.0.attn_q.weight")
-    if q is not None and spec.head_dim_k and q.shape[-1] != n_head * spec.head_dim_k:
+    # multi-head latent attention: key_length is the cache's width (the latent and the rope key), q's heads are
+    # key_length_mla wide (llama.cpp's n_embd_head_k_mla)
+    head_dim_q = g.get(Keys.Attention.KEY_LENGTH_MLA.format(arch=spec.arch)) if spec.kv_k_only else spec.head_dim_k
+    if q is not None and head_dim_q and q.shape[-1] != n_head * head_dim_q:
         raise GGUFFormatError(
             f"{where}: blk.0.attn_q.weight has {q.shape[-1]} outputs, expected n_head x head_dim = "
-            f"{n_head * spec.head_dim_k}"
+            f"{n_head * head_dim_q}"
         )
     _check_vocab(g, where)
     for name, key in _TOKEN_ID_KEYS:

@@ -3,7 +3,9 @@
 docs/roofline.md: one decode step reads every weight that takes part in the step.
 The input embedding is a row gather unless the output head is tied to it (no
 `output.weight`), in which case the head reads it whole; for MoE only the experts used
-count. KV bytes per token are for an f16 cache unless `with_kv_cache` names other types.
+count. KV bytes per token are for an f16 cache unless `with_kv_cache` names other types; with multi-head latent
+attention (DeepSeek-V2: key_length_mla and value_length_mla set) llama.cpp caches K alone, the latent and the rope
+key (key_length wide), and reads V as a view of it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class ModelSpec:
     head_type: str | None = None  # tensor type of the output head (output.weight, or token_embd when tied)
     head_bytes: int = 0  # bytes of the output head, read whole for every token whose logits are kept
     kv_cache_types: tuple[str, str] = ("f16", "f16")  # K and V cache element types kv_bytes_per_token_by_layer counts
+    kv_k_only: bool = False  # the cache holds K alone, V a view of it (llama.cpp's multi-head latent attention)
     decode_rows_by_type: dict[str, int] = field(default_factory=dict)  # tensor type -> rows (output features) of the
     # matrix-vector products one decode step computes in weights of that type (routed experts: the used ones; the head's
     # n_vocab included): each is one dot product with its own set-up, whatever its length
@@ -105,7 +108,7 @@ class ModelSpec:
 
         old_k, old_v = (kv_bytes_per_element(t) for t in self.kv_cache_types)
         new_k, new_v = kv_bytes_per_element(type_k), kv_bytes_per_element(type_v)
-        dim_k, dim_v = self.head_dim_k or 0, self.head_dim_v or 0
+        dim_k, dim_v = self.head_dim_k or 0, 0 if self.kv_k_only else self.head_dim_v or 0
         if not dim_k + dim_v:
             return replace(self, kv_cache_types=(type_k.lower(), type_v.lower()))
         heads = [b / (dim_k * old_k + dim_v * old_v) for b in self.kv_bytes_per_token_by_layer]  # KV heads per layer
@@ -170,7 +173,8 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         bytes_by_type=counts["bytes_by_type"],
         decode_bytes_by_type=counts["decode_bytes_by_type"],
         decode_rows_by_type=counts["decode_rows_by_type"],
-        kv_bytes_per_token_by_layer=_kv_by_layer(g, shape, n_head_kv_layers, warnings),
+        kv_bytes_per_token_by_layer=_kv_by_layer(g, shape, n_head_kv_layers, warnings, k_only=_mla(hp)),
+        kv_k_only=_mla(hp),
         n_tensors=len(g.tensors),
         header_bytes=g.header_bytes,
         padding_bytes=g.tensor_data_bytes - weight_bytes,
@@ -209,9 +213,18 @@ def _shape(g: GGUFFile, arch: str | None, hp: _Hyper, warnings: list[str]) -> di
     }
 
 
-def _kv_by_layer(g: GGUFFile, shape: dict[str, Any], n_head_kv_layers, warnings: list[str]) -> tuple[int, ...]:
-    """f16 K+V bytes per cached token, per layer: 2 bytes x KV heads x (key + value head dims)."""
-    dims = (shape["head_dim_k"] or 0) + (shape["head_dim_v"] or 0)
+def _mla(hp: _Hyper) -> bool:
+    """Multi-head latent attention, as llama.cpp's hparams.is_mla(): both MLA head widths set. Its KV cache then has
+    no V (llama-kv-cache.cpp: has_v = !is_mla): attention reads V as the first value_length elements of each K row."""
+    return bool(hp.positive_int(Keys.Attention.KEY_LENGTH_MLA) and hp.positive_int(Keys.Attention.VALUE_LENGTH_MLA))
+
+
+def _kv_by_layer(
+    g: GGUFFile, shape: dict[str, Any], n_head_kv_layers, warnings: list[str], k_only: bool = False
+) -> tuple[int, ...]:
+    """f16 K+V bytes per cached token, per layer: 2 bytes x KV heads x (key + value head dims; the key's alone where
+    the cache holds K only)."""
+    dims = (shape["head_dim_k"] or 0) + (0 if k_only else shape["head_dim_v"] or 0)
     if shape["n_layer"] and n_head_kv_layers and shape["head_dim_k"] and shape["head_dim_v"]:
         return tuple(KV_CACHE_ELEMENT_BYTES * h * dims for h in n_head_kv_layers)
     if g.tensors:

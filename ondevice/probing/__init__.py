@@ -209,7 +209,7 @@ def timing_for(
     from ondevice.probing.timing import FULL, time_engine
     from ondevice.probing.timingcache import load_timing, save_timing, timing_key
     from ondevice.probing.twins import time_header, twin_blocks
-    from ondevice.quant.twin import read_header, shape_key
+    from ondevice.quant.twin import leading_blocks, read_header, shape_key
 
     plan = plan or FULL
     header = read_header(engine.info.model_path)
@@ -217,7 +217,7 @@ def timing_for(
     found = None if refresh else load_timing(key, cache_root)
     if found is not None and (found.plan == "full" or plan.name == "quick"):
         return found
-    if twin_blocks(engine.info.spec) is None:
+    if twin_blocks(engine.info.spec, leading_blocks(header)) is None:
         timing = time_engine(engine, plan, progress=progress)
     else:
         work = cache.probe_dir(cache_root) / "twins"

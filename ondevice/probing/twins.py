@@ -46,11 +46,15 @@ def window_period(spec: ModelSpec) -> int:
     return next((p for p in range(1, n) if all(pattern[i] == pattern[i % p] for i in range(n))), n)
 
 
-def twin_blocks(spec: ModelSpec) -> tuple[int, int] | None:
+def twin_blocks(spec: ModelSpec, lead: int = 0) -> tuple[int, int] | None:
     """(fewer, more) blocks of the two twins of a model too large to time whole, or None (time it whole): the
-    fewer is one window period, the more three (two periods apart: a mix of two block types comes out even)."""
+    fewer is one window period, the more three (two periods apart: a mix of two block types comes out even). A twin
+    keeps the model's first blocks: with `lead` leading blocks unlike the rest (a mixture of experts' dense ones,
+    quant.twin.leading_blocks), the fewer holds them all (as many periods as that takes), so the two twins differ by
+    blocks like the rest alone and the line through them counts the lead once (DeepSeek-V3's 3: twins of 3 and 5)."""
     period = window_period(spec)
-    few, more = period, 3 * period
+    few = period * max(1, -(-lead // period))
+    more = few + 2 * period
     if spec.weight_bytes <= WHOLE_BYTES or (spec.n_layer or 0) <= more:
         return None
     return few, more
@@ -70,11 +74,11 @@ def time_header(
     """(the model's timing from twins of its header, the EngineInfo of a twin engine). blocks: "auto"
     (twin_blocks), None (one twin of every block), or (fewer, more). model_path: the model's own file, when
     there is one: the twins then hold its bytes (each twin block its model block's), not random data."""
-    from ondevice.quant.twin import ModelData, matching_blocks, reduce_layers, shape_key
+    from ondevice.quant.twin import ModelData, leading_blocks, matching_blocks, reduce_layers, shape_key
 
     say = progress or (lambda _msg: None)
     if isinstance(blocks, str):  # "auto"
-        blocks = twin_blocks(spec)
+        blocks = twin_blocks(spec, leading_blocks(header))
     opened = partial(_vouch_for, identity=f"twin of {shape_key(header)}")
     if blocks is None:
         work_dir = paths.scratch_dir(work_dir, _data_bytes(header))
