@@ -170,6 +170,14 @@ SHAPE_SETS = {
     "held8a": HELD8_GPTOSS,
     "held8c": HELD8C,
 }
+# `--models held8b`: added after r35, the first hybrid model: LFM2 1.2B (Liquid; 10 of its 16 blocks a gated short
+# convolution over the last 3 tokens, with a small recurrent state and no KV cache, 6 grouped-query attention blocks
+# (32:8, q/k norms) at 2, 5, 8, 10, 12 and 14: what a longer context adds comes from 6 blocks of 16; a SwiGLU
+# feed-forward of 8,192, a tied 65k vocabulary) at Q4_K_M (its GGUF's usual type; the embedding Q6_K, 30% of the
+# file), all 16 blocks (0.73 GB), timed whole: under the 768 MiB a twin is needed for, and a pattern that never
+# repeats (no twin of fewer blocks keeps its mix)
+HELD8_LFM2 = (("lfm2-1.2b.json", "Q4_K_M", None),)
+SHAPE_SETS["held8b"] = HELD8_LFM2
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3

@@ -13,8 +13,9 @@ wide as intermediate_size, with Llama's norms before attention and the feed-forw
 q/k norms), Qwen2-MoE (Qwen1.5-MoE: routed experts and one shared expert behind its own sigmoid
 gate, q/k/v biases), Starcoder2 (LayerNorm with biases, a non-gated GELU feed-forward, biases
 on every projection; its sliding_window is not written, as llama.cpp attends the whole context),
-gpt-oss (attention sinks, biases on every projection and expert, a window on every other layer) and
-DeepSeek-V2 (multi-head latent attention, leading dense blocks, routed and shared experts: hfdeepseek).
+gpt-oss (attention sinks, biases on every projection and expert, a window on every other layer),
+DeepSeek-V2 (multi-head latent attention, leading dense blocks, routed and shared experts: hfdeepseek)
+and LFM2 (short convolutions between a few attention blocks: hflfm2).
 A field the converter needs that is missing or invalid is a SpecError naming it. Fields
 transformers fills in when the converter loads a config (AutoConfig) are filled here with the
 same defaults where the converter relies on them (Gemma 3's text_config, Granite's multipliers,
@@ -41,6 +42,8 @@ from gguf import (
 )
 from ondevice.quant.header import Field, Header, TensorSpec
 from ondevice.quant.hfdeepseek import deepseek2_builder, deepseek2_params, routing_keys
+from ondevice.quant.hflfm2 import lfm2_keys, lfm2_params, lfm2_tensors
+from ondevice.quant.hfllama import llama_config  # kept importable from here
 from ondevice.quant.hfshape import Dims, Params, tensor_list, tensor_spec
 from ondevice.quant.synth import synthetic_vocab
 
@@ -63,6 +66,7 @@ SUPPORTED: dict[str, MODEL_ARCH] = {
     "GraniteForCausalLM": MODEL_ARCH.GRANITE,
     "Olmo2ForCausalLM": MODEL_ARCH.OLMO2,
     "OlmoeForCausalLM": MODEL_ARCH.OLMOE,
+    "Lfm2ForCausalLM": MODEL_ARCH.LFM2,
     "Qwen2MoeForCausalLM": MODEL_ARCH.QWEN2MOE,
     "Starcoder2ForCausalLM": MODEL_ARCH.STARCODER2,
     "GptOssForCausalLM": MODEL_ARCH.GPT_OSS,
@@ -82,6 +86,7 @@ _MODEL_TYPES = {
     "granite": "GraniteForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
     "olmoe": "OlmoeForCausalLM",
+    "lfm2": "Lfm2ForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
@@ -127,6 +132,8 @@ def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str |
         hp = Params({**_STARCODER2_DEFAULTS, **hp.values})
     if arch == MODEL_ARCH.DEEPSEEK2:
         hp = deepseek2_params(hp)
+    if arch == MODEL_ARCH.LFM2:
+        hp = lfm2_params(hp)
     if arch == MODEL_ARCH.GRANITE:  # the converter drops a head_dim: Granite's heads are hidden_size / heads wide
         hp = Params({k: v for k, v in hp.values.items() if k != "head_dim"})
     dims = Dims.read(hp, arch, hf_arch)
@@ -137,7 +144,8 @@ def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str |
     extra = _BUILDERS[arch](kv, hp, dims)  # tensors the converter makes from the config (rope factors)
     _vocab(kv, dims.n_vocab)
     kv.u32(Keys.General.QUANTIZATION_VERSION, GGML_QUANT_VERSION)
-    return Header(kv.fields, tuple(extra) + tensor_list(arch, dims))
+    tensors = lfm2_tensors(dims, hp) if arch == MODEL_ARCH.LFM2 else tensor_list(arch, dims)
+    return Header(kv.fields, tuple(extra) + tensors)
 
 
 def _load(config: Mapping[str, Any] | str | Path) -> Mapping[str, Any]:
@@ -395,6 +403,7 @@ _BUILDERS = {
     MODEL_ARCH.GRANITE: _granite,
     MODEL_ARCH.OLMO2: _base,
     MODEL_ARCH.OLMOE: _olmoe,
+    MODEL_ARCH.LFM2: lambda kv, hp, dims: _base(kv, hp, dims) + lfm2_keys(kv, hp, dims),
     MODEL_ARCH.QWEN2MOE: _qwen2moe,
     MODEL_ARCH.STARCODER2: _starcoder2,
     MODEL_ARCH.GPT_OSS: _gptoss,
@@ -418,41 +427,3 @@ def _vocab(kv: _KV, n_vocab: int) -> None:
     kv.put(Keys.Tokenizer.ADD_BOS, Field.boolean(True))
     kv.put(Keys.Tokenizer.ADD_EOS, Field.boolean(False))
     kv.put(Keys.Tokenizer.ADD_PREFIX, Field.boolean(False))
-
-
-def llama_config(
-    *,
-    params: float,
-    layers: int,
-    d_model: int,
-    vocab: int,
-    kv_heads: int,
-    head_dim: int,
-    heads: int | None = None,
-    ctx_train: int | None = None,
-    tied: bool = False,
-) -> dict[str, Any]:
-    """A Llama config.json for a model given by its numbers (`ondevice predict --params 8B --d-model 4096 ...`):
-    the feed-forward width is what the parameter count leaves per block after attention and norms (rounded
-    to 256, as the published shapes are). SpecError when the numbers leave no room for one."""
-    heads = heads or d_model // head_dim
-    embed = vocab * d_model * (1 if tied else 2)
-    attention = d_model * heads * head_dim * 2 + d_model * kv_heads * head_dim * 2
-    per_block = (params - embed - d_model) / layers - attention - 2 * d_model
-    d_ff = int(round(per_block / (3 * d_model) / 256)) * 256
-    if d_ff <= 0:
-        raise SpecError(f"--params {params:g} leaves no feed-forward weights for {layers} blocks of width {d_model}")
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": d_model,
-        "intermediate_size": d_ff,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "vocab_size": vocab,
-        "max_position_embeddings": ctx_train or 8192,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 500000.0,
-        "tie_word_embeddings": tied,
-    }

@@ -54,6 +54,9 @@ PUBLISHED = {
     "granite-3.3-8b-instruct": (8_170_864_640, {"n_layer": 40, "d_model": 4096, "n_vocab": 49159, "tied_output": True}),
     "olmo-2-0425-1b": (1_484_916_736, {"n_layer": 16, "d_model": 2048, "n_head_kv": 16, "n_vocab": 100352}),
     "olmo-2-1124-7b": (7_298_617_344, {"n_layer": 32, "d_model": 4096, "n_head_kv": 32, "tied_output": False}),
+    # LFM2 (the cards' exact counts: 1,170,340,608 and 354,483,968; 10 short-convolution and 6 attention blocks)
+    "lfm2-1.2b": (1_170_340_608, {"n_layer": 16, "d_model": 2048, "n_head_kv": 8, "tied_output": True}),
+    "lfm2-350m": (354_483_968, {"n_layer": 16, "d_model": 1024, "n_head_kv": 8, "tied_output": True}),
     # OLMoE (its card: 6.9B total, 1.3B active; 64 experts of 1,024 a block, 8 used), Gemma 2 9B (its card: 9B;
     # 9,241,705,984 on its Hub page, the tied embedding counted once), Qwen2.5 14B (its card: 14.7B, 13.1B of them
     # outside the embedding; the exact figure derived from the config's shapes)
@@ -314,6 +317,7 @@ ARCH_CONFIGS = {  # one public config per architecture (and per HF class that re
     "GraniteForCausalLM": "granite-3.1-2b-base",
     "Olmo2ForCausalLM": "olmo-2-0425-1b",
     "OlmoeForCausalLM": "olmoe-1b-7b-0924",
+    "Lfm2ForCausalLM": "lfm2-1.2b",
     "Qwen2MoeForCausalLM": "qwen1.5-moe-a2.7b",
     "Starcoder2ForCausalLM": "starcoder2-3b",
     "GptOssForCausalLM": "gpt-oss-20b",
@@ -328,6 +332,8 @@ def tiny_config(name: str) -> dict:
     text |= TINY | {k: v for k, v in TINY_IF_PRESENT.items() if k in text}
     if name.startswith("gemma"):
         text["head_dim"] = 16
+    if name.startswith("lfm2"):  # a short convolution, then attention; block_ff_dim is LFM2's intermediate_size
+        text |= {"layer_types": ["conv", "full_attention"], "block_ff_dim": 192}
     if name.startswith("olmoe"):  # llama.cpp loads no OLMoE with grouped queries
         text["num_key_value_heads"] = text["num_attention_heads"]
     if name == "llama-3.1-8b":
