@@ -169,9 +169,11 @@ def test_tiny_lfm2_loads_and_generates(tmp_path, qtype):
     path = write_twin(header, tmp_path / "tiny-lfm2.gguf")
     with load(path, n_ctx=256, n_threads=1) as eng:
         g = eng.generate("hello there", max_tokens=4, temperature=0, ignore_eos=True)
+        assert eng.info.recurrent
     assert len(g.timings.itl_s) == 3
     with LogitsModel(path, n_ctx=256, n_threads=1) as m:
         logits = m.window_logits([1, 300, 301, 302], 1)
-        assert m._h.n_swa == 0
+        assert m._h.recurrent and m._h.n_swa == 0
     assert np.isfinite(logits).all() and logits.std() > 0
-    assert inspect(path).kv_bytes_per_token_by_layer == (0, 2 * 2 * 2 * 16, 0)  # f16 K and V, 2 heads of 16
+    spec = inspect(path)
+    assert spec.attention_layers == (1,) and spec.kv_bytes_per_token_by_layer == (0, 2 * 2 * 2 * 16, 0)

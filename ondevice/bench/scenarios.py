@@ -164,9 +164,10 @@ def prefix_hit_run(
     out = request(ctx, list(prefix) + list(suffix_b), n_out, seed, reuse_prefix=True)
     rec = record(ctx, PREFIX_HIT, workload, n_out, seed, out, prompt_tokens=p, baseline_ttft_s=baseline)
     if out.status == "ok" and rec.cached_prompt_tokens < len(prefix):
-        rec = replace(
-            rec, notes=rec.notes + (f"only {rec.cached_prompt_tokens} of {len(prefix)} prefix tokens were cached",)
-        )
+        recurrent = getattr(getattr(ctx.engine, "info", None), "recurrent", False)
+        why = " (a recurrent state is not cut back to a prefix)" if recurrent else ""
+        note = f"only {rec.cached_prompt_tokens} of {len(prefix)} prefix tokens were cached{why}"
+        rec = replace(rec, notes=rec.notes + (note,))
     return rec
 
 

@@ -59,7 +59,9 @@ def render(s: ModelSpec, buffers: dict | None = None, *, width: int | None = Non
     row("quant", f"{s.quant or 'unknown'}, {s.bits_per_weight:.2f} bits per weight")
     active = f" ({human_count(s.n_params_active)} active)" if s.n_params_active != s.n_params else ""
     row("parameters", human_count(s.n_params) + active)
-    row("layers", s.n_layer or "unknown")
+    attends = s.attention_layers
+    hybrid = f" ({len(attends)} attend: {layer_ranges(attends) or 'none'}; the rest recurrent, no KV cache)"
+    row("layers", f"{s.n_layer}{hybrid if len(attends) < (s.n_layer or 0) else ''}" if s.n_layer else "unknown")
     row("d_model", s.d_model or "unknown")
     row(
         "heads",

@@ -247,8 +247,7 @@ class Engine:
         if settings is None:
             return None
         self._check_open()
-        lib = self._h.lib
-        if lib.llama_model_is_recurrent(self._h.model) or lib.llama_model_is_hybrid(self._h.model):
+        if self._h.recurrent:
             raise InvalidParameterError(
                 "speculative decoding needs a KV cache that can drop rejected drafts; "
                 "this model's recurrent state cannot"

@@ -1,5 +1,10 @@
 """The engine's KV cache bookkeeping: which tokens sequence 0 of the context holds, the prompt logits kept
-for a repeated prompt, and how much of a new prompt the cache can reuse."""
+for a repeated prompt, and how much of a new prompt the cache can reuse.
+
+A model with recurrent layers (llama.cpp's recurrent or hybrid memory: Mamba, RWKV, LFM2's short convolutions)
+keeps a state that has taken in every token so far; llama.cpp cannot cut it back to a shorter prefix
+(llama_memory_seq_rm refuses a partial removal). Its cache is reused only where all it holds is a prefix of the
+new prompt (a chat's next turn, a prompt that extends the last); any other request starts from an empty cache."""
 
 from __future__ import annotations
 
@@ -63,6 +68,7 @@ class KVCache:
             self.prompt_logits is not None
             and n == self.prompt_logits_len
             and len(self.tokens) >= n
+            and (len(self.tokens) == n or not self._h.recurrent)  # a recurrent state cannot drop what follows
             and self.tokens[:n] == list(ids)
         )
 
@@ -72,12 +78,13 @@ class KVCache:
         return EngineError(f"llama_decode failed (code {rc}) {where}")
 
     def common_prefix(self, ids: Sequence[int]) -> int:
-        """Leading tokens of `ids` the cache holds, at most len(ids) - 1 (one token is always computed)."""
+        """Leading tokens of `ids` the cache holds and can keep, at most len(ids) - 1 (one token is always
+        computed); with recurrent layers, all the cache holds or none."""
         cached, n = self.tokens, 0
         limit = min(len(cached), len(ids) - 1)
         while n < limit and cached[n] == ids[n]:
             n += 1
-        return n
+        return 0 if self._h.recurrent and n < len(cached) else n
 
     def reuse(self, ids: Sequence[int], allow: bool) -> int:
         """Keep the longest common prefix with `ids`; return its length. All of `ids` only when the logits after
@@ -91,6 +98,9 @@ class KVCache:
             self.drop_prompt_logits()  # positions the logits depend on are about to be trimmed
         cached = self.tokens
         lib, mem = self._h.lib, self._h.memory
+        if n and self._h.recurrent and int(lib.llama_memory_seq_pos_max(mem, 0)) != n - 1:
+            self.clear()  # the state took in a token not recorded (decoded, then an exception): it cannot go back
+            return 0
         # Always trim from n on: also drops a cell decoded but not recorded (an exception between the two).
         if not lib.llama_memory_seq_rm(mem, 0, n, -1):
             self.clear()

@@ -58,6 +58,7 @@ class EngineInfo:
     cpu_buffers_reason: str = ""  # why, e.g. "self-test: all: crashed (SIGSEGV); repack: ok"
     memory_need_bytes: int = 0  # what the load was predicted to take (ondevice.roofline.memory), RAM + device
     fit_reason: str = ""  # with fit=True: the context and offload chosen, and why
+    recurrent: bool = False  # some layers keep a recurrent state: the cache is reused only where it is all a prefix
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "spec"}
@@ -233,6 +234,7 @@ def open_model(
         cpu_buffers_reason=placement.reason,
         memory_need_bytes=need.total_bytes,
         fit_reason=fit_reason,
+        recurrent=handle.recurrent,
     )
     return handle, info
 

@@ -84,6 +84,15 @@ class ModelSpec:
         return sum(self.kv_bytes_per_token_by_layer)
 
     @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The layers that attend, each with a KV cache: every layer but a hybrid's recurrent ones (KV heads 0 in
+        the header: LFM2's short convolutions hold a small state instead, and no cells of the context)."""
+        per_layer = self.kv_bytes_per_token_by_layer
+        if len(per_layer) != (self.n_layer or 0):  # the KV cache's size unknown: every layer counts
+            return tuple(range(self.n_layer or 0))
+        return tuple(i for i, per_token in enumerate(per_layer) if per_token)
+
+    @property
     def bits_per_weight(self) -> float:
         return 8.0 * self.weight_bytes / self.n_params if self.n_params else 0.0
 

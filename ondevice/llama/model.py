@@ -123,6 +123,9 @@ class LlamaHandle:
         self.n_batch = int(lib.llama_n_batch(ctx))  # llama.cpp caps the request at n_ctx
         self.n_ubatch = int(lib.llama_n_ubatch(ctx))  # tokens per compute pass inside one llama_decode
         self.n_swa = int(lib.llama_model_n_swa(model))
+        # some layers keep a recurrent state (llama.cpp's recurrent or hybrid memory: Mamba, RWKV, LFM2's short
+        # convolutions): it holds every token it took in and cannot be cut back to a shorter prefix as a KV cache can
+        self.recurrent = bool(lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model))
 
     def free(self) -> None:
         if self.ctx:

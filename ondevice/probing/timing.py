@@ -170,15 +170,15 @@ def _chain_points(
     what the link took beyond that prefill: what attention adds comes from the same moments as what it adds
     to, not from a chunk timed earlier on a machine whose speed drifts (the difference is never negative).
     just_timed: the engine's last request was that chunk (anchor_s its figure, its cache holding it): it is the
-    prefill the links are measured against."""
-    vocab, out = engine.n_vocab, {}
+    prefill the links are measured against. A model with recurrent layers reuses a cache only where it holds just
+    the prompt before (engine.kvcache): no steps after its links, and the longest chunk prefilled again."""
+    vocab, out, recurrent = engine.n_vocab, {}, getattr(getattr(engine, "info", None), "recurrent", False)
     longest = max(plan.chunks)
     ids = probe_ids(vocab, longest, salt + longest)  # the chunk point's prompt (_shared_points)
-    base_s = anchor_s if just_timed else first_token_s(engine, ids, reuse=False)[0]
+    base_s = anchor_s if just_timed and not recurrent else first_token_s(engine, ids, reuse=False)[0]
     for link in range(plan.chain):
         ids += probe_ids(vocab, longest + 1, salt + 1 + link)[1:]
-        last = link == plan.chain - 1
-        steps = 0 if last else _AFTER_CHUNK
+        steps = 0 if link == plan.chain - 1 or recurrent else _AFTER_CHUNK
         t, g = first_token_s(engine, ids, reuse=True, max_tokens=1 + steps)
         out[("prefill", len(ids) - longest, longest)] = anchor_s + max(t - base_s, 0.0)
         out.update(_decode_point(g, len(ids)))  # (the next link reuses ids, not the tokens decoded after them)

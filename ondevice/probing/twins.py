@@ -2,11 +2,12 @@
 machine. A model of few bytes is timed whole; a larger one as two twins of fewer blocks, the figures
 extrapolated linearly in blocks (roofline.extrapolate_layers), so timing an 8B model takes seconds.
 
-The twins' blocks follow the model's: as many as the sliding-window pattern's period (so a twin's windowed
-and full-context layers come in the model's proportion), and each twin's block types in the model's mix of
-quantization types (quant.twin.matching_blocks). The twin files are written in shared memory where there is
-room (else the cache dir), timed, and removed; the timing is cached under the model's shape like any other
-(probing.timing_for).
+The twins' blocks follow the model's: as many as its layer pattern's period (so a twin's windowed and
+full-context layers, and a hybrid's recurrent and attention layers, come in the model's proportion; a pattern
+that never repeats, as LFM2's irregular attention layers, is timed whole), and each twin's block types in the
+model's mix of quantization types (quant.twin.matching_blocks). The twin files are written in shared memory
+where there is room (else the cache dir), timed, and removed; the timing is cached under the model's shape like
+any other (probing.timing_for).
 """
 
 from __future__ import annotations
@@ -36,22 +37,28 @@ WHOLE_BYTES = 768 << 20  # a model of at most this many weight bytes is timed wh
 
 
 def window_period(spec: ModelSpec) -> int:
-    """The period of a model's sliding-window layer pattern (1 without windows): gemma 3's five windowed layers
-    and one global layer repeat every 6 blocks."""
+    """The period of a model's layer pattern (1 where every layer is alike): sliding-window and full-context
+    attention, and a hybrid's recurrent layers beside those that attend (ModelSpec.attention_layers). Gemma 3's
+    five windowed layers and one global layer repeat every 6 blocks; LFM2 1.2B's attention at blocks 2, 5, 8, 10,
+    12 and 14 of 16 never repeats (a period repeats at least once): its period is the model (a twin of fewer
+    blocks would change what a step does per block: attention over the context in some, a convolution in the
+    others)."""
     n = spec.n_layer or 0
     swa = set(spec.swa_layers) if spec.sliding_window else set()
-    if not swa or n < 2:
+    attends = set(spec.attention_layers)
+    pattern = [(i in swa, i in attends) for i in range(n)]
+    if len(set(pattern)) <= 1:
         return 1
-    pattern = [i in swa for i in range(n)]
-    return next((p for p in range(1, n) if all(pattern[i] == pattern[i % p] for i in range(n))), n)
+    return next((p for p in range(1, n // 2 + 1) if all(pattern[i] == pattern[i % p] for i in range(n))), n)
 
 
 def twin_blocks(spec: ModelSpec, lead: int = 0) -> tuple[int, int] | None:
     """(fewer, more) blocks of the two twins of a model too large to time whole, or None (time it whole): the
-    fewer is one window period, the more three (two periods apart: a mix of two block types comes out even). A twin
-    keeps the model's first blocks: with `lead` leading blocks unlike the rest (a mixture of experts' dense ones,
-    quant.twin.leading_blocks), the fewer holds them all (as many periods as that takes), so the two twins differ by
-    blocks like the rest alone and the line through them counts the lead once (DeepSeek-V3's 3: twins of 3 and 5)."""
+    fewer is one period of its layer pattern, the more three (two periods apart: a mix of two block types comes
+    out even). A twin keeps the model's first blocks: with `lead` leading blocks unlike the rest (a mixture of
+    experts' dense ones, quant.twin.leading_blocks), the fewer holds them all (as many periods as that takes), so
+    the two twins differ by blocks like the rest alone and the line through them counts the lead once
+    (DeepSeek-V3's 3: twins of 3 and 5)."""
     period = window_period(spec)
     few = period * max(1, -(-lead // period))
     more = few + 2 * period

@@ -1,5 +1,6 @@
 """Attention arithmetic: how many cached tokens a decode step or a prompt chunk attends to, over
-every layer (sliding-window layers count at most their window).
+every layer that attends (sliding-window layers count at most their window; a hybrid's recurrent
+layers, which hold no KV cache, none: ModelSpec.attention_layers).
 
 The measured step times (timing.py) are spread over contexts with these counts: what a model's
 timing measured at one context or chunk position becomes another's by the difference in cells.
@@ -36,9 +37,9 @@ def causal_spans(p0: int, p1: int, window: int | None = None) -> float:
 
 
 def _windows(spec: ModelSpec) -> tuple[int | None, ...]:
-    """Per layer: its sliding window, or None (the whole context)."""
+    """Per layer that attends: its sliding window, or None (the whole context)."""
     swa = set(spec.swa_layers) if spec.sliding_window else set()
-    return tuple(spec.sliding_window if i in swa else None for i in range(spec.n_layer or 0))
+    return tuple(spec.sliding_window if i in swa else None for i in spec.attention_layers)
 
 
 def decode_spans(spec: ModelSpec, n_ctx: int, kv_pad: int = 1, pad_from: int = 0) -> float:
