@@ -223,14 +223,16 @@ def test_predictor_auto_resolves_through_the_api(tiny_model, monkeypatch, offloa
     seen = []
     sentinel = FakePredictor()
 
-    def fake_default(engine, progress=None, *, full=False):
-        seen.append((engine.info.spec.path, engine.info.backend))
+    def fake_default(engine, progress=None, *, full=False, refresh=False):
+        seen.append((engine.info.spec.path, engine.info.backend, full, refresh))
         return sentinel
 
     monkeypatch.setattr(api, "auto_predictor", fake_default)
     with api.load(tiny_model, n_ctx=256, n_threads=1) as eng:
         assert eng.predictor is sentinel
-    assert seen == [(str(tiny_model), offload_backend)]
+    with api.load(tiny_model, n_ctx=256, n_threads=1, timing="full", retime=True):
+        pass
+    assert seen == [(str(tiny_model), offload_backend, False, False), (str(tiny_model), offload_backend, True, True)]
 
 
 def test_llama_log_goes_to_logging_not_the_terminal(tiny_model_f32, caplog, capfd):
