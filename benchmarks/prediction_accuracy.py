@@ -32,6 +32,8 @@ The models (built here, none of them ever timed to set anything):
   biases everywhere, a non-gated GELU feed-forward), added after r30.
 - with `--models held8a` (not in `all`): gpt-oss (gpt-oss-20b MXFP4_MOE, 2 of 24 blocks: attention sinks, a window
   on every other layer, 32 experts with biases), added after r35.
+- with `--models held8b` (not in `all`): LFM2 1.2B Q4_K_M, whole: the first hybrid (gated short convolutions in 10
+  of its 16 blocks, attention in 6), added after r35.
 - with `--models held8c` (not in `all`): DeepSeek-V2-Lite Q4_K_M, 5 of 27 blocks: multi-head latent attention (a
   K-only cache of the latent), a dense first block, routed and shared experts; added after r35.
 
@@ -146,7 +148,14 @@ HELD7 = (
 # odd ones attend the whole context; an untied 201k vocabulary: embedding and head are 1.23 GB of Q8_0) at MXFP4_MOE
 # (experts MXFP4, everything else Q8_0: the published 12.1 GB file's mix), 2 of its 24 blocks (2.14 GB: one windowed
 # layer and one full, the model's proportion; 1 block would be 1.68 GB, all windowed), timed whole
-HELD8_GPTOSS = (("gpt-oss-20b.json", "MXFP4_MOE", 2),)
+HELD8A = (("gpt-oss-20b.json", "MXFP4_MOE", 2),)
+# `--models held8b`: added after r35, the first hybrid model: LFM2 1.2B (Liquid; 10 of its 16 blocks a gated short
+# convolution over the last 3 tokens, with a small recurrent state and no KV cache, 6 grouped-query attention blocks
+# (32:8, q/k norms) at 2, 5, 8, 10, 12 and 14: what a longer context adds comes from 6 blocks of 16; a SwiGLU
+# feed-forward of 8,192, a tied 65k vocabulary) at Q4_K_M (its GGUF's usual type; the embedding Q6_K, 30% of the
+# file), all 16 blocks (0.73 GB), timed whole: under the 768 MiB a twin is needed for, and a pattern that never
+# repeats (no twin of fewer blocks keeps its mix)
+HELD8B = (("lfm2-1.2b.json", "Q4_K_M", None),)
 # `--models held8c`: added after r35, an attention no row had: DeepSeek-V2-Lite (multi-head latent attention: one
 # cached K row of 576 a token and layer, the 512 latent and the rope key, V read as a view of it, and per head q of 192
 # and v of 128 through split k_b/v_b products; a dense first block of width 10,944, then 64 routed experts of 1,408, 6
@@ -167,17 +176,10 @@ SHAPE_SETS = {
     "held5": HELD5,
     "held6": HELD6,
     "held7": HELD7,
-    "held8a": HELD8_GPTOSS,
+    "held8a": HELD8A,
+    "held8b": HELD8B,
     "held8c": HELD8C,
 }
-# `--models held8b`: added after r35, the first hybrid model: LFM2 1.2B (Liquid; 10 of its 16 blocks a gated short
-# convolution over the last 3 tokens, with a small recurrent state and no KV cache, 6 grouped-query attention blocks
-# (32:8, q/k norms) at 2, 5, 8, 10, 12 and 14: what a longer context adds comes from 6 blocks of 16; a SwiGLU
-# feed-forward of 8,192, a tied 65k vocabulary) at Q4_K_M (its GGUF's usual type; the embedding Q6_K, 30% of the
-# file), all 16 blocks (0.73 GB), timed whole: under the 768 MiB a twin is needed for, and a pattern that never
-# repeats (no twin of fewer blocks keeps its mix)
-HELD8_LFM2 = (("lfm2-1.2b.json", "Q4_K_M", None),)
-SHAPE_SETS["held8b"] = HELD8_LFM2
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
 SHORT_PROMPT, SHORT_REPEATS = 1024, 3
