@@ -160,8 +160,8 @@ HELD8B = (("lfm2-1.2b.json", "Q4_K_M", None),)
 # cached K row of 576 a token and layer, the 512 latent and the rope key, V read as a view of it, and per head q of 192
 # and v of 128 through split k_b/v_b products; a dense first block of width 10,944, then 64 routed experts of 1,408, 6
 # used a token, beside 2 shared ones run as one of 2,816; YaRN x40; an untied 102k vocabulary) at Q4_K_M (attn_k_b's
-# rows of 128 fall back to Q5_0, routed down-projections Q5_0/Q8_0), 5 of its 27 blocks (1.90 GB), timed as twins of 1
-# block (the dense one) and 3 (it and 2 MoE blocks); cut from 27 blocks the header says q_lora_rank 0, which
+# rows of 128 fall back to Q5_0, routed down-projections Q5_0/Q8_0), 5 of its 27 blocks (1.90 GB), timed as twins of 2
+# blocks (the dense one and a MoE block; r36 timed twins of 1 and 3) and 4; cut from 27 blocks the header says q_lora_rank 0, which
 # llama.cpp otherwise asks for below 26 blocks
 HELD8C = (("deepseek-v2-lite.json", "Q4_K_M", 5),)
 # `--models NAME`: the sets of files in public models' shapes, in the order a run measures them

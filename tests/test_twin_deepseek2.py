@@ -223,15 +223,15 @@ def _timing(outside: float, blocks: list[float]) -> ShapeTiming:
 @pytest.mark.parametrize("lead", [1, 3])
 def test_the_twins_extrapolate_to_the_dense_blocks_and_the_rest_moe(lead):
     """Twins of the first blocks, the fewer holding every leading dense block: the line through them gives the
-    lead once and the other blocks as MoE blocks. DeepSeek-V2 and GLM-4.5-Air have one dense block: twins of 1 and 3
-    do; DeepSeek-V3 and GLM-4.5 have 3: twins of 1 and 3 would hold nothing but dense blocks and give 61 of them."""
+    lead once and the other blocks as MoE blocks. DeepSeek-V2 and GLM-4.5-Air have one dense block, DeepSeek-V3 and
+    GLM-4.5 have 3: twins of 1 and 3 would hold nothing but dense blocks there and give 61 of them."""
     outside, dense, moe, n_layer = 0.002, 0.003, 0.001, 61
 
     def twin(blocks: int) -> ShapeTiming:
         return _timing(outside, [dense if i < lead else moe for i in range(blocks)])
 
     few, more = twin_blocks(_spec(n_layer), lead) or (0, 0)
-    assert (few, more) == ((1, 3) if lead == 1 else (3, 5))
+    assert (few, more) == ((2, 4) if lead == 1 else (4, 6))
     full = extrapolate_layers(twin(few), twin(more), few, more, n_layer)
     truth = outside + lead * dense + (n_layer - lead) * moe
     assert [t for _c, t in full.decode] == pytest.approx([truth, truth], rel=1e-9)
@@ -249,14 +249,42 @@ def _spec(n_layer: int):
 
 def test_twin_blocks_keep_every_leading_block_in_the_fewer_twin():
     spec = _spec(27)
-    assert twin_blocks(spec) == twin_blocks(spec, 1) == (1, 3)
-    assert twin_blocks(spec, 3) == (3, 5) and twin_blocks(spec, 4) == (4, 6)
-    assert twin_blocks(_spec(5), 3) is None  # no fewer blocks to time than the model has: timed whole
+    assert twin_blocks(spec) == (1, 3) and twin_blocks(spec, 1) == (2, 4)
+    assert twin_blocks(spec, 3) == (4, 6) and twin_blocks(spec, 4) == (5, 7)
+    assert twin_blocks(_spec(6), 3) is None  # no fewer blocks to time than the model has: timed whole
+
+
+@pytest.mark.parametrize("lead", [1, 3])
+def test_a_prompt_chunk_extrapolates_exactly_though_the_last_block_runs_its_feed_forward_for_one_token(lead):
+    """llama.cpp's last block computes its feed-forward for the output tokens only. A k-token chunk through blocks
+    [kinds...] costs, per block, attention(k) and its feed-forward for k tokens, the last block's for 1. With the
+    fewer twin ending on a dense block (twins of `lead` blocks and two more), the line takes the dense block's
+    one-token feed-forward for the model's and misses its k-token one; twins ending on MoE blocks, as the model
+    does, give the model's chunk exactly."""
+    k, n_layer, attention = 16, 27, 0.004
+    ffn = {"dense": lambda n: 0.002 * n, "moe": lambda n: 0.0005 + 0.0001 * n}  # seconds for n tokens
+
+    def chunk_s(blocks: int) -> float:
+        kinds = ["dense" if i < lead else "moe" for i in range(blocks)]
+        return sum(attention + ffn[kind](1 if i == blocks - 1 else k) for i, kind in enumerate(kinds))
+
+    def twin(blocks: int) -> ShapeTiming:
+        return ShapeTiming(decode=((16, 0.01), (32, 0.01)), prefill=((0, 1, 0.01), (0, k, chunk_s(blocks))))
+
+    def extrapolated(few: int, more: int) -> float:
+        return dict(((p, n), t) for p, n, t in extrapolate_layers(twin(few), twin(more), few, more, n_layer).prefill)[
+            (0, k)
+        ]
+
+    few, more = twin_blocks(_spec(n_layer), lead) or (0, 0)
+    assert extrapolated(few, more) == pytest.approx(chunk_s(n_layer), rel=1e-9)
+    assert extrapolated(lead, lead + 2) != pytest.approx(chunk_s(n_layer), rel=1e-3)  # the twins ending on dense
 
 
 def test_a_model_with_a_dense_first_block_is_timed_on_its_twins(tiny_lite, tmp_path, monkeypatch):
-    """The whole path `ondevice predict` takes for a large model: twins of 1 and 3 blocks of a 27-block Lite (the
-    fewer its dense block, the more that and 2 MoE blocks), holding the model's bytes, loaded, timed, extrapolated."""
+    """The whole path `ondevice predict` takes for a large model: twins of 2 and 4 blocks of a 27-block Lite (the
+    fewer its dense block and a MoE block, the more 2 MoE blocks beyond), holding the model's bytes, loaded, timed,
+    extrapolated."""
     from ondevice.quant.twin import read_header
 
     import ondevice.probing.timing as timing_mod
@@ -272,8 +300,8 @@ def test_a_model_with_a_dense_first_block_is_timed_on_its_twins(tiny_lite, tmp_p
         plan=PLAN,
         work_dir=tmp_path / "w",
         engine_args=args,
-        blocks=(1, 3),
+        blocks=(2, 4),
         model_path=tiny_lite,
     )
-    assert timing.source == "twins" and timing.layers == (1, 3) and info.spec.n_layer == 1
+    assert timing.source == "twins" and timing.layers == (2, 4) and info.spec.n_layer == 2
     assert all(s > 0 for _c, s in timing.decode)

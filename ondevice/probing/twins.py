@@ -56,11 +56,13 @@ def twin_blocks(spec: ModelSpec, lead: int = 0) -> tuple[int, int] | None:
     """(fewer, more) blocks of the two twins of a model too large to time whole, or None (time it whole): the
     fewer is one period of its layer pattern, the more three (two periods apart: a mix of two block types comes
     out even). A twin keeps the model's first blocks: with `lead` leading blocks unlike the rest (a mixture of
-    experts' dense ones, quant.twin.leading_blocks), the fewer holds them all (as many periods as that takes), so
-    the two twins differ by blocks like the rest alone and the line through them counts the lead once
-    (DeepSeek-V3's 3: twins of 3 and 5)."""
+    experts' dense ones, quant.twin.leading_blocks), the fewer holds them all and one period of the rest, so the two
+    twins differ by blocks like the rest alone and the line through them counts the lead once (DeepSeek-V2's 1:
+    twins of 2 and 4; DeepSeek-V3's 3: of 4 and 6). Not the lead alone: llama.cpp's last block runs its
+    feed-forward for the output tokens only (a prompt's last), so a fewer twin ending on a dense block would time
+    that block's feed-forward for one token where the model runs it for the whole chunk."""
     period = window_period(spec)
-    few = period * max(1, -(-lead // period))
+    few = period * (-(-lead // period) + 1) if lead else period
     more = few + 2 * period
     if spec.weight_bytes <= WHOLE_BYTES or (spec.n_layer or 0) <= more:
         return None
