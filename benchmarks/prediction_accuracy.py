@@ -237,11 +237,10 @@ def predicted(path: Path, cache: Path):
 
     from ondevice.gguf.spec import inspect
     from ondevice.probing import timing_for_header
-    from ondevice.probing.twins import twin_blocks
 
     spec = inspect(path)
     timing = timing_for_header(read_header(path), spec, refresh=True, cache_root=cache)
-    how = "whole" if twin_blocks(spec) is None else "twins of {} and {} blocks".format(*twin_blocks(spec))
+    how = "twins of {} and {} blocks".format(*timing.layers) if timing.layers else "whole"  # what was timed
     return _timed_predictor(spec, timing), how, timing.elapsed_s
 
 
