@@ -36,6 +36,9 @@ The models (built here, none of them ever timed to set anything):
   of its 16 blocks, attention in 6), added after r35.
 - with `--models held8c` (not in `all`): DeepSeek-V2-Lite Q4_K_M, 5 of 27 blocks: multi-head latent attention (a
   K-only cache of the latent), a dense first block, routed and shared experts; added after r35.
+- with `--models held9` (not in `all`): Granite 4.0-H-Tiny Q4_K_M, 10 of 40 blocks, and Granite 4.0-H-Micro Q4_K_M,
+  20 of 40: a second hybrid, Mamba-2 (a recurrent state of 128 per channel and head) in 9 of every 10 blocks and
+  attention without rope in the tenth; routed and shared experts in H-Tiny, a dense MLP in H-Micro; added after r37.
 
 Each round, per model: its twin is timed afresh (the full plan, no cache) and predicts; then the model itself,
 loaded afresh, is measured at every prompt length: TTFT of a prompt from an empty cache, and TPOT over the
@@ -164,6 +167,18 @@ HELD8B = (("lfm2-1.2b.json", "Q4_K_M", None),)
 # blocks (the dense one and a MoE block; r36 timed twins of 1 and 3) and 4; cut from 27 blocks the header says q_lora_rank 0, which
 # llama.cpp otherwise asks for below 26 blocks
 HELD8C = (("deepseek-v2-lite.json", "Q4_K_M", 5),)
+# `--models held9`: added after r37, a second hybrid and the first with a state-space layer: Granite 4.0-H (IBM; 36 of
+# its 40 blocks a Mamba-2 mixer: in_proj to z, x, B, C and a dt per head, a convolution over the last 4 positions, a
+# selective scan over a state of 128 per channel, read and written every token, a grouped norm and out_proj; 4
+# grouped-query attention blocks without rope at 5, 15, 25 and 35, so the pattern repeats every 10 blocks; a tied 100k
+# vocabulary). H-Tiny (64 experts of 512, 6 used a token, and a shared one of 1,024; 1,536 wide, 48 SSM heads) at
+# Q4_K_M, 10 of its 40 blocks (1.1 GB: one period, 9 Mamba-2 and 1 attention); H-Micro (a dense SwiGLU of 8,192;
+# 2,048 wide, 64 SSM heads) at Q4_K_M, 20 of 40 (two periods); both timed whole (a twin of one period and one of three
+# would need 30 blocks)
+HELD9 = (
+    ("granite-4.0-h-tiny.json", "Q4_K_M", 10),
+    ("granite-4.0-h-micro.json", "Q4_K_M", 20),
+)
 # `--models NAME`: the sets of files in public models' shapes, in the order a run measures them
 SHAPE_SETS = {
     "shapes": SHAPES,
@@ -179,6 +194,7 @@ SHAPE_SETS = {
     "held8a": HELD8A,
     "held8b": HELD8B,
     "held8c": HELD8C,
+    "held9": HELD9,
 }
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)

@@ -14,8 +14,9 @@ q/k norms), Qwen2-MoE (Qwen1.5-MoE: routed experts and one shared expert behind 
 gate, q/k/v biases), Starcoder2 (LayerNorm with biases, a non-gated GELU feed-forward, biases
 on every projection; its sliding_window is not written, as llama.cpp attends the whole context),
 gpt-oss (attention sinks, biases on every projection and expert, a window on every other layer),
-DeepSeek-V2 (multi-head latent attention, leading dense blocks, routed and shared experts: hfdeepseek)
-and LFM2 (short convolutions between a few attention blocks: hflfm2).
+DeepSeek-V2 (multi-head latent attention, leading dense blocks, routed and shared experts: hfdeepseek),
+LFM2 (short convolutions between a few attention blocks: hflfm2) and Granite 4.0-H (Mamba-2 between a few
+attention blocks, experts or a dense MLP: hfgranite).
 A field the converter needs that is missing or invalid is a SpecError naming it. Fields
 transformers fills in when the converter loads a config (AutoConfig) are filled here with the
 same defaults where the converter relies on them (Gemma 3's text_config, Granite's multipliers,
@@ -42,6 +43,7 @@ from gguf import (
 )
 from ondevice.quant.header import Field, Header, TensorSpec
 from ondevice.quant.hfdeepseek import deepseek2_builder, deepseek2_params, routing_keys
+from ondevice.quant.hfgranite import granite_hybrid_builder, granite_hybrid_params, granite_hybrid_tensors
 from ondevice.quant.hflfm2 import lfm2_keys, lfm2_params, lfm2_tensors
 from ondevice.quant.hfllama import llama_config  # kept importable from here
 from ondevice.quant.hfshape import Dims, Params, tensor_list, tensor_spec
@@ -71,6 +73,7 @@ SUPPORTED: dict[str, MODEL_ARCH] = {
     "Starcoder2ForCausalLM": MODEL_ARCH.STARCODER2,
     "GptOssForCausalLM": MODEL_ARCH.GPT_OSS,
     "DeepseekV2ForCausalLM": MODEL_ARCH.DEEPSEEK2,
+    "GraniteMoeHybridForCausalLM": MODEL_ARCH.GRANITE_HYBRID,
 }
 _MODEL_TYPES = {
     "llama": "LlamaForCausalLM",
@@ -91,6 +94,7 @@ _MODEL_TYPES = {
     "starcoder2": "Starcoder2ForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
 }
 # Gemma3TextConfig's defaults, which the converter sees for fields a config.json leaves out
 _GEMMA3_DEFAULTS = {"vocab_size": 262208, "sliding_window": 4096, "rope_theta": 1_000_000.0}
@@ -134,6 +138,8 @@ def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str |
         hp = deepseek2_params(hp)
     if arch == MODEL_ARCH.LFM2:
         hp = lfm2_params(hp)
+    if arch == MODEL_ARCH.GRANITE_HYBRID:
+        hp = granite_hybrid_params(hp)
     if arch == MODEL_ARCH.GRANITE:  # the converter drops a head_dim: Granite's heads are hidden_size / heads wide
         hp = Params({k: v for k, v in hp.values.items() if k != "head_dim"})
     dims = Dims.read(hp, arch, hf_arch)
@@ -144,7 +150,7 @@ def header_from_hf_config(config: Mapping[str, Any] | str | Path, *, name: str |
     extra = _BUILDERS[arch](kv, hp, dims)  # tensors the converter makes from the config (rope factors)
     _vocab(kv, dims.n_vocab)
     kv.u32(Keys.General.QUANTIZATION_VERSION, GGML_QUANT_VERSION)
-    tensors = lfm2_tensors(dims, hp) if arch == MODEL_ARCH.LFM2 else tensor_list(arch, dims)
+    tensors = _TENSORS[arch](dims, hp) if arch in _TENSORS else tensor_list(arch, dims)
     return Header(kv.fields, tuple(extra) + tensors)
 
 
@@ -408,7 +414,9 @@ _BUILDERS = {
     MODEL_ARCH.STARCODER2: _starcoder2,
     MODEL_ARCH.GPT_OSS: _gptoss,
     MODEL_ARCH.DEEPSEEK2: deepseek2_builder(_base),
+    MODEL_ARCH.GRANITE_HYBRID: granite_hybrid_builder(_llama),
 }
+_TENSORS = {MODEL_ARCH.LFM2: lfm2_tensors, MODEL_ARCH.GRANITE_HYBRID: granite_hybrid_tensors}  # their own block lists
 
 
 def _vocab(kv: _KV, n_vocab: int) -> None:

@@ -72,6 +72,10 @@ PUBLISHED = {
     # DeepSeek-V2-Lite (its card: 15.7B total, 2.4B active: 64 routed experts of 1,408 a block, 6 used, 2 shared;
     # one KV head of 576, the latent and the rope key, and 512 for values: MLA as llama.cpp runs it)
     "deepseek-v2-lite": (15_706_484_224, {"n_layer": 27, "n_expert": 64, "n_head_kv": 1, "head_dim_k": 576}),
+    # Granite 4.0-H (the Hub pages: 6.94B and 3.19B, the tied embedding counted once; 36 Mamba-2 and 4 attention
+    # blocks; H-Tiny 64 experts of 512 a block, 6 used, and a shared one of 1,024; H-Micro a dense MLP of 8,192)
+    "granite-4.0-h-tiny": (6_939_037_248, {"n_layer": 40, "d_model": 1536, "n_expert": 64, "n_head_kv": 4}),
+    "granite-4.0-h-micro": (3_191_396_096, {"n_layer": 40, "d_model": 2048, "n_expert": 0, "n_head_kv": 8}),
 }
 
 
@@ -322,6 +326,7 @@ ARCH_CONFIGS = {  # one public config per architecture (and per HF class that re
     "Starcoder2ForCausalLM": "starcoder2-3b",
     "GptOssForCausalLM": "gpt-oss-20b",
     "DeepseekV2ForCausalLM": "deepseek-v2-lite",
+    "GraniteMoeHybridForCausalLM": "granite-4.0-h-tiny",
 }
 
 
@@ -342,6 +347,9 @@ def tiny_config(name: str) -> dict:
         text |= {"rope_scaling": cfg["rope_scaling"], "layer_types": cfg["layer_types"][: TINY["num_hidden_layers"]]}
     if name.startswith("deepseek"):
         text |= DEEPSEEK_TINY
+    if name.startswith("granite-4.0-h"):  # a Mamba-2 block, then attention; experts as wide as intermediate_size
+        text |= {"layer_types": ["mamba", "attention"], "mamba_n_heads": 4, "mamba_d_head": 32, "mamba_d_state": 16}
+        text |= {"shared_intermediate_size": 64}
     return cfg | {"text_config": text} if "text_config" in cfg else text
 
 
