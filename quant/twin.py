@@ -151,11 +151,12 @@ def matching_blocks(header: Header, k: int) -> list[int]:
 
 
 def leading_blocks(header: Header) -> int:
-    """How many blocks at the start hold other tensors (by name) than the last block: a mixture of experts' leading
-    dense blocks (first_k_dense_replace: DeepSeek-V2's and GLM-4.5-Air's 1, DeepSeek-V3's and GLM-4.5's 3), 0 where
-    every block holds the same."""
+    """How many blocks at the start are of kinds (tensor names) no later block has: a mixture of experts' leading
+    dense blocks (first_k_dense_replace: DeepSeek-V2's and GLM-4.5-Air's 1, DeepSeek-V3's and GLM-4.5's 3); 0 where
+    every kind recurs, as a hybrid's convolution or Mamba blocks before its first attention block do (those are the
+    layer pattern's, probing.twins.window_period)."""
     kinds = [_kind(sig) for sig in layer_signatures(header)]
-    return next((i for i, kind in enumerate(kinds) if kind == kinds[-1]), 0)
+    return max(k for k in range(len(kinds)) if not set(kinds[:k]) & set(kinds[k:]))
 
 
 def _kind(signature: tuple) -> tuple[str, ...]:

@@ -72,8 +72,8 @@ def test_an_irregular_hybrid_is_timed_whole_and_a_periodic_one_on_twins_of_its_p
     periodic = _lfm2(num_hidden_layers=12, layer_types=["conv", "conv", "full_attention"] * 4)
     header = header_from_hf_config(periodic)
     spec = replace(inspect(write_twin(header, tmp_path / "p.gguf", sparse=True)), weight_bytes=8 << 30)
-    # as time_header asks: the two convolutions before the first attention block are a lead within one period
-    assert window_period(spec) == 3 and leading_blocks(header) == 2 and twin_blocks(spec, 2) == (3, 9)
+    # the convolutions before the first attention block recur: no lead, twins of one and three periods
+    assert window_period(spec) == 3 and leading_blocks(header) == 0 and twin_blocks(spec, 0) == (3, 9)
     dense = replace(spec, kv_bytes_per_token_by_layer=(4096,) * 12)
     assert window_period(dense) == 1 and twin_blocks(dense) == (1, 3)
 
