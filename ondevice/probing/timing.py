@@ -86,10 +86,8 @@ TWINS = TimingPlan(chunks=(1, 16, 128, 512), chain=2, batch=(2, 4, 8), rounds=3,
 # and TTFT, without the batched steps (a third of a large model's first round; a batch step is then estimated from
 # the chunks, roofline.timing.TimedPredictor._columns_s); the twins of a large one time the same points (time_header)
 UNBATCHED = replace(FULL, batch=())
-# a first run: about a second on a small model (chunks up to 128, one on top, fewer decode steps, one round); 4
-# among them because a chunk's cost is not linear below 16 tokens, where a first run's short prompt lies
-# (benchmarks/data/twin_speed/epyc-zen4-2vcpu-short-chunks.txt)
-QUICK = TimingPlan(name="quick", chunks=(1, 4, 16, 128), chain=1, decode_steps=8, batch=(), rounds=1)
+# a first run: about a second on a small model (chunks up to 128, one on top, fewer decode steps, one round)
+QUICK = TimingPlan(name="quick", chunks=(1, 16, 128), chain=1, decode_steps=8, batch=(), rounds=1)
 
 
 def plan_for_engine(plan: TimingPlan, n_ctx: int, n_ubatch: int) -> TimingPlan:
