@@ -187,3 +187,45 @@ def test_info_names_the_blocks_that_attend(tiny_lfm2, tiny_model, capsys):
     assert "  layers          4 (1 attend: 1; the rest recurrent, no KV cache)\n" in capsys.readouterr().out
     assert main(["info", str(tiny_model)]) == 0
     assert "  layers          2\n" in capsys.readouterr().out
+
+
+# ---------- the recurrent state: its bytes as llama.cpp allocates them, in the bound ----------
+
+
+@pytest.mark.parametrize("kind", ["lfm2", "granite-h"])
+def test_the_recurrent_state_is_what_llama_cpp_allocates_and_the_ceiling_reads_it(kind, synth_dir):
+    """ModelSpec.state_bytes against llama.cpp's recurrent-state (RS) buffer for one sequence: LFM2's short
+    convolutions (d_model x (l_cache - 1) a layer) and Granite-H's Mamba-2 layers (the convolution state and the SSM
+    state, d_state x d_inner); the bound's step reads it beside the weights and the KV cache."""
+    from ondevice.cli.info import render
+    from ondevice.core.fmt import human_bytes
+    from ondevice.engine import load
+    from ondevice.llama.log import log_listener
+    from ondevice.llama.memlog import parse_buffer_log
+    from ondevice.roofline import Calibration, Predictor
+    from tests.test_twin_hfconfig_granite_h import TINY, _config
+
+    # states of about a MiB (llama.cpp logs buffer sizes to a hundredth of one): a long convolution, a wide SSM state
+    if kind == "lfm2":
+        cfg = _lfm2(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, block_ff_dim=192, conv_L_cache=257)
+        cfg |= {"num_hidden_layers": 4, "vocab_size": 512, "max_position_embeddings": 4096, "layer_types": KINDS}
+        expected = 4 * 256 * 256 * KINDS.count("conv")
+    else:
+        cfg = _config() | TINY | {"hidden_size": 256, "mamba_d_state": 256, "mamba_n_heads": 16}
+        cfg |= {"num_hidden_layers": 4, "layer_types": ["mamba", "attention", "mamba", "mamba"]}
+        expected = 4 * 3 * ((4 - 1) * (512 + 2 * 1 * 256) + 256 * 512)  # d_conv 4, d_inner 512, 1 group
+    path = write_twin(header_from_hf_config(cfg), synth_dir / f"{kind}-state.gguf")
+    spec = inspect(path)
+    lines: list[str] = []
+    with log_listener(lines.append), load(path, n_ctx=256, n_threads=1):
+        pass
+    logged = parse_buffer_log(lines).total_bytes("RS")
+    assert spec.state_bytes == expected and logged == pytest.approx(expected, rel=0.01)
+    (line,) = [line for line in render(spec).splitlines() if "recurrent state" in line]
+    assert f"{human_bytes(expected)} a sequence" in line
+    bound = Predictor(spec, Calibration("CPU", ceiling_gbs=10.0))
+    assert bound.step_bytes(64) == spec.decode_weight_bytes + spec.kv_read_bytes(64) + spec.state_bytes
+
+
+def test_a_model_without_recurrent_layers_keeps_no_state(tiny_model):
+    assert inspect(tiny_model).state_bytes == 0

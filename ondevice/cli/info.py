@@ -94,6 +94,8 @@ def render(s: ModelSpec, buffers: dict | None = None, *, width: int | None = Non
         f"{s.kv_bytes_per_token} B per token ({kv_types}); {human_bytes(s.kv_read_bytes(s.n_ctx_train or 0))} at the "
         "full trained context",
     )
+    if s.state_bytes:
+        row("recurrent state", f"{human_bytes(s.state_bytes)} a sequence (f32), read every decode step")
     if buffers:
         named = (
             f"; {buffers['repacked_tensors']} weights to CPU_REPACK" if buffers["repacked_tensors"] is not None else ""

@@ -74,6 +74,7 @@ class ModelSpec:
     head_bytes: int = 0  # bytes of the output head, read whole for every token whose logits are kept
     kv_cache_types: tuple[str, str] = ("f16", "f16")  # K and V cache element types kv_bytes_per_token_by_layer counts
     kv_k_only: bool = False  # the cache holds K alone, V a view of it (llama.cpp's multi-head latent attention)
+    state_bytes: int = 0  # f32 recurrent state one sequence keeps over the layers without a KV cache, read every step
     decode_rows_by_type: dict[str, int] = field(default_factory=dict)  # tensor type -> rows (output features) of the
     # matrix-vector products one decode step computes in weights of that type (routed experts: the used ones; the head's
     # n_vocab included): each is one dot product with its own set-up, whatever its length
@@ -184,6 +185,7 @@ def spec_from_gguf(g: GGUFFile) -> ModelSpec:
         decode_rows_by_type=counts["decode_rows_by_type"],
         kv_bytes_per_token_by_layer=_kv_by_layer(g, shape, n_head_kv_layers, warnings, k_only=_mla(hp)),
         kv_k_only=_mla(hp),
+        state_bytes=_state_bytes(hp, shape["d_model"] or 0, n_layer or 0, n_head_kv_layers),
         n_tensors=len(g.tensors),
         header_bytes=g.header_bytes,
         padding_bytes=g.tensor_data_bytes - weight_bytes,
@@ -226,6 +228,24 @@ def _mla(hp: _Hyper) -> bool:
     """Multi-head latent attention, as llama.cpp's hparams.is_mla(): both MLA head widths set. Its KV cache then has
     no V (llama-kv-cache.cpp: has_v = !is_mla): attention reads V as the first value_length elements of each K row."""
     return bool(hp.positive_int(Keys.Attention.KEY_LENGTH_MLA) and hp.positive_int(Keys.Attention.VALUE_LENGTH_MLA))
+
+
+def _state_bytes(hp: _Hyper, d_model: int, n_layer: int, n_head_kv_layers: tuple[int, ...]) -> int:
+    """f32 bytes of the recurrent state one sequence keeps (llama.cpp's R and S caches, n_embd_r + n_embd_s per
+    recurrent layer): a Mamba layer's convolution state, (d_conv - 1) x (d_inner + 2 x groups x d_state), and SSM
+    state, d_state x d_inner; LFM2's short convolution's, d_model x (l_cache - 1). The recurrent layers are those with
+    no KV heads (a hybrid's), or every layer of a model without attention. 0 for a model with no such state."""
+    d_inner, d_state = hp.positive_int(Keys.SSM.INNER_SIZE) or 0, hp.positive_int(Keys.SSM.STATE_SIZE) or 0
+    l_cache = hp.positive_int(Keys.ShortConv.L_CACHE) or 0
+    if l_cache:
+        per_layer = d_model * (l_cache - 1)
+    elif d_inner:
+        d_conv, groups = hp.positive_int(Keys.SSM.CONV_KERNEL) or 1, hp.positive_int(Keys.SSM.GROUP_COUNT) or 0
+        per_layer = (d_conv - 1) * (d_inner + 2 * groups * d_state) + d_state * d_inner
+    else:
+        return 0
+    recurrent = sum(1 for h in n_head_kv_layers if h == 0) if any(n_head_kv_layers) else n_layer
+    return 4 * per_layer * recurrent
 
 
 def _kv_by_layer(

@@ -157,7 +157,7 @@ def memory_need(
     if not isinstance(n_ctx, int) or n_ctx <= 0:
         raise InvalidParameterError(f"context must be a positive number of tokens, not {n_ctx!r}")
     n_ubatch = max(1, min(n_ubatch, n_ctx))
-    kv = n_ctx * spec.kv_bytes_per_token
+    kv = n_ctx * spec.kv_bytes_per_token + spec.state_bytes  # and a recurrent model's state (one sequence)
     tokenizer = VOCAB_ENTRY_BYTES * (spec.n_vocab or 0) + VOCAB_FIXED_BYTES
     output = 4 * (spec.n_vocab or 0)
     layers = spec.n_layer or 0

@@ -129,8 +129,8 @@ class Predictor:
         return self.spec.kv_read_bytes(max(0, int(n_ctx)))
 
     def step_bytes(self, n_ctx: int) -> int:
-        """Weight + KV bytes one decode step reads at a context of n_ctx tokens."""
-        return self.spec.decode_weight_bytes + self.kv_read_bytes(n_ctx)
+        """Weight + KV (+ a recurrent model's state) bytes one decode step reads at a context of n_ctx tokens."""
+        return self.spec.decode_weight_bytes + self.kv_read_bytes(n_ctx) + self.spec.state_bytes
 
     def cache_speedup(self, n_ctx: int) -> float:
         """How much faster than from DRAM the step's bytes are read (the read curve; 1.0 without one)."""
@@ -142,7 +142,7 @@ class Predictor:
 
     def predicted_step_s(self, n_ctx: int) -> float:
         """The analytic decode step: each weight type at its bandwidth, the KV cache, the fixed cost."""
-        memory_s = self._weights_s + self.kv_read_bytes(n_ctx) / self._kv_bps
+        memory_s = self._weights_s + (self.kv_read_bytes(n_ctx) + self.spec.state_bytes) / self._kv_bps
         return memory_s / self.cache_speedup(n_ctx) + self.calibration.t0_s
 
     def step_s(self, n_ctx: int) -> tuple[float, float]:
@@ -151,9 +151,11 @@ class Predictor:
         return ceiling, max(ceiling, self.predicted_step_s(n_ctx))
 
     def ceiling_tokens_step_s(self, n_ctx: int, n_tokens: int, n_seqs: int = 1) -> float:
-        """The bound on one llama_decode of n_tokens in each of n_seqs sequences: weights once, every sequence's KV."""
+        """The bound on one llama_decode of n_tokens in each of n_seqs sequences: weights once, every sequence's KV
+        (and recurrent state)."""
         b = max(1, int(n_seqs))
-        return (self.spec.decode_weight_bytes + b * self.kv_read_bytes(n_ctx)) / self._ceiling_bps
+        per_sequence = self.kv_read_bytes(n_ctx) + self.spec.state_bytes
+        return (self.spec.decode_weight_bytes + b * per_sequence) / self._ceiling_bps
 
     def _compute_s(self, flops: float) -> float:
         gflops = self.calibration.compute_gflops
