@@ -26,13 +26,14 @@ from typing import Any
 
 from gguf import MODEL_ARCH, MODEL_TENSOR, TENSOR_NAMES, GGUFValueType, Keys
 from ondevice.quant.header import Field, TensorSpec
-from ondevice.quant.hfshape import Dims, Params, tensor_spec
+from ondevice.quant.hfshape import Dims, Params, kinds_from_indices, layer_kinds, tensor_spec
 
 from ondevice.core.errors import SpecError
 
 __all__ = ["granite_hybrid_params", "granite_hybrid_builder", "granite_hybrid_tensors", "attention_layers"]
 
 _ATTENTION, _MAMBA = "attention", "mamba"  # GraniteMoeHybridConfig's layer types
+_KINDS = (_MAMBA, _ATTENTION)
 # Granite's multipliers -> their keys, in the converter's order; written only where the config has a non-zero one
 _SCALES = {
     "attention_multiplier": Keys.Attention.SCALE,
@@ -96,28 +97,17 @@ def attention_layers(hp: Params) -> tuple[bool, ...]:
 
 
 def _layer_types(hp: Params) -> list[str]:
-    n_layer = hp.integer("num_hidden_layers")
-    kinds = hp.get("layer_types")
-    if kinds is None:  # the converter's fallbacks: the attention blocks' indices, else a period and an offset
-        idxs = hp.get("attn_layer_indices")
-        if idxs is None and hp.get("attn_layer_period") is not None:
-            period, offset = hp.integer("attn_layer_period"), hp.get("attn_layer_offset")
-            if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < period:
-                raise SpecError(f"config.json: 'attn_layer_offset' must be 0..{period - 1}, not {offset!r}")
-            idxs = [i for i in range(n_layer) if i % period == offset]
-        if idxs is None:
-            raise SpecError("config.json: 'layer_types' (or 'attn_layer_indices', 'attn_layer_period') is missing")
-        if not isinstance(idxs, list) or not all(type(i) is int and 0 <= i < n_layer for i in idxs):
-            raise SpecError(f"config.json: 'attn_layer_indices' must list block indices 0..{n_layer - 1}, not {idxs!r}")
-        kinds = [_ATTENTION if i in idxs else _MAMBA for i in range(n_layer)]
-    if not isinstance(kinds, list):
-        raise SpecError(f"config.json: 'layer_types' must be a list, not {kinds!r}")
-    if len(kinds) != n_layer:
-        raise SpecError(f"config.json: 'layer_types' names {len(kinds)} blocks, not the {n_layer} of num_hidden_layers")
-    for kind in kinds:
-        if kind not in (_MAMBA, _ATTENTION):
-            raise SpecError(f"config.json: 'layer_types' has {kind!r}; a block is {_MAMBA!r} or {_ATTENTION!r}")
-    return kinds
+    kinds = hp.get("layer_types")  # else the converter's fallbacks: the attention blocks' indices, or a period
+    if kinds is None and hp.get("attn_layer_indices") is not None:
+        kinds = kinds_from_indices(hp, "attn_layer_indices", _KINDS)
+    elif kinds is None and hp.get("attn_layer_period") is not None:
+        period, offset = hp.integer("attn_layer_period"), hp.get("attn_layer_offset")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < period:
+            raise SpecError(f"config.json: 'attn_layer_offset' must be 0..{period - 1}, not {offset!r}")
+        kinds = [_ATTENTION if i % period == offset else _MAMBA for i in range(hp.integer("num_hidden_layers"))]
+    if kinds is None:
+        raise SpecError("config.json: 'layer_types' (or 'attn_layer_indices', 'attn_layer_period') is missing")
+    return layer_kinds(hp, kinds, _KINDS, "a Granite-H")
 
 
 def _experts(dims: Dims, hp: Params) -> Dims:

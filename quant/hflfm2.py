@@ -19,7 +19,7 @@ from typing import Any
 
 from gguf import MODEL_ARCH, MODEL_TENSOR, GGUFValueType, Keys
 from ondevice.quant.header import Field, TensorSpec
-from ondevice.quant.hfshape import Dims, Params, tensor_spec
+from ondevice.quant.hfshape import Dims, Params, kinds_from_indices, layer_kinds, tensor_spec
 
 from ondevice.core.errors import SpecError
 
@@ -39,6 +39,7 @@ _DEFAULTS = {
     "block_auto_adjust_ff_dim": True,
 }
 _CONV, _ATTENTION = "conv", "full_attention"  # Lfm2Config's layer types
+_KINDS = (_CONV, _ATTENTION)
 
 
 def lfm2_params(hp: Params) -> Params:
@@ -68,23 +69,12 @@ def attention_layers(hp: Params) -> tuple[bool, ...]:
 
 
 def _layer_types(hp: Params) -> list[str]:
-    n_layer = hp.integer("num_hidden_layers")
     kinds = hp.get("layer_types")
     if kinds is None and hp.get("full_attn_idxs") is not None:  # the first checkpoints: the attention blocks' indices
-        idxs = hp.get("full_attn_idxs")
-        if not isinstance(idxs, list) or not all(type(i) is int and 0 <= i < n_layer for i in idxs):
-            raise SpecError(f"config.json: 'full_attn_idxs' must list block indices 0..{n_layer - 1}, not {idxs!r}")
-        kinds = [_ATTENTION if i in idxs else _CONV for i in range(n_layer)]
+        kinds = kinds_from_indices(hp, "full_attn_idxs", _KINDS)
     if kinds is None:  # (Lfm2Config would make every block attend: no LFM2 is that)
         raise SpecError("config.json: 'layer_types' (or 'full_attn_idxs') is missing")
-    if not isinstance(kinds, list):
-        raise SpecError(f"config.json: 'layer_types' must be a list, not {kinds!r}")
-    if len(kinds) != n_layer:
-        raise SpecError(f"config.json: 'layer_types' names {len(kinds)} blocks, not the {n_layer} of num_hidden_layers")
-    for kind in kinds:
-        if kind not in (_CONV, _ATTENTION):
-            raise SpecError(f"config.json: 'layer_types' has {kind!r}; an LFM2 block is {_CONV!r} or {_ATTENTION!r}")
-    return kinds
+    return layer_kinds(hp, kinds, _KINDS, "an LFM2")
 
 
 def _feed_forward_length(hp: Params) -> int:

@@ -13,7 +13,7 @@ from ondevice.quant.header import TensorSpec
 
 from ondevice.core.errors import SpecError
 
-__all__ = ["Params", "Dims", "Mla", "with_experts", "tensor_list", "tensor_spec"]
+__all__ = ["Params", "Dims", "Mla", "with_experts", "tensor_list", "tensor_spec", "layer_kinds", "kinds_from_indices"]
 
 # Every Gemma 3 shares one tokenizer of 262144 tokens; the converter cuts the embedding to it where a
 # config's vocab_size is larger (262208 in the 4B-27B configs: rows no token reaches)
@@ -214,6 +214,31 @@ def _check_gptoss(hp: Params, dims: Dims) -> None:
             "config.json: 'layer_types' is not sliding and full attention in turn from the first layer; llama.cpp's "
             "gpt-oss windows every other layer from the first, whatever the config says"
         )
+
+
+def layer_kinds(hp: Params, kinds: object, allowed: tuple[str, str], arch: str) -> list[str]:
+    """A hybrid's layer_types, checked: a list naming each of num_hidden_layers blocks one of `allowed` (its
+    recurrent kind, then attention)."""
+    n_layer = hp.integer("num_hidden_layers")
+    if not isinstance(kinds, list):
+        raise SpecError(f"config.json: 'layer_types' must be a list, not {kinds!r}")
+    if len(kinds) != n_layer:
+        raise SpecError(f"config.json: 'layer_types' names {len(kinds)} blocks, not the {n_layer} of num_hidden_layers")
+    for kind in kinds:
+        if kind not in allowed:
+            raise SpecError(
+                f"config.json: 'layer_types' has {kind!r}; {arch} block is {allowed[0]!r} or {allowed[1]!r}"
+            )
+    return kinds
+
+
+def kinds_from_indices(hp: Params, key: str, allowed: tuple[str, str]) -> list[str]:
+    """A hybrid's layer kinds from a config's list of its attention blocks (`key`), checked: allowed[1] (attention)
+    at those indices, allowed[0] elsewhere."""
+    n_layer, idxs = hp.integer("num_hidden_layers"), hp.get(key)
+    if not isinstance(idxs, list) or not all(type(i) is int and 0 <= i < n_layer for i in idxs):
+        raise SpecError(f"config.json: {key!r} must list block indices 0..{n_layer - 1}, not {idxs!r}")
+    return [allowed[1] if i in idxs else allowed[0] for i in range(n_layer)]
 
 
 # ---------- tensors, as llama.cpp's loader takes them for each architecture ----------

@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from ondevice.quant.hfconfig import header_from_hf_config
 from ondevice.quant.twin import leading_blocks, matching_blocks, reduce_layers, write_twin
@@ -18,8 +19,8 @@ from ondevice.core.errors import InvalidParameterError
 from ondevice.gguf.spec import inspect
 from ondevice.probing.twins import twin_blocks, window_period
 from ondevice.roofline.attention import chunk_cells, decode_spans
+from tests.hf_headers import CONFIGS
 
-CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 KINDS = ["conv", "full_attention", "conv", "conv"]  # the tiny model's blocks
 SAMPLED = dict(max_tokens=12, temperature=1.0, seed=5, ignore_eos=True)  # a draw that any other state would move
 
@@ -42,6 +43,23 @@ def engine(tiny_lfm2):
     eng = load(tiny_lfm2, n_ctx=2048, n_threads=1)
     yield eng
     eng.close()
+
+
+def assert_tiny_hybrid_runs(path: Path):
+    """A tiny hybrid model loads, generates and gives finite, varied logits, llama.cpp taking it as recurrent (no
+    window); its spec (the builder tests of LFM2 and Granite-H check the rest)."""
+    from ondevice.engine import load
+    from ondevice.llama.logits import LogitsModel
+
+    with load(path, n_ctx=256, n_threads=1) as eng:
+        g = eng.generate("hello there", max_tokens=4, temperature=0, ignore_eos=True)
+        assert eng.info.recurrent
+    assert len(g.timings.itl_s) == 3
+    with LogitsModel(path, n_ctx=256, n_threads=1) as m:
+        logits = m.window_logits([1, 300, 301, 302], 1)
+        assert m._h.recurrent and m._h.n_swa == 0
+    assert np.isfinite(logits).all() and logits.std() > 0
+    return inspect(path)
 
 
 # ---------- the spec: which layers have a KV cache ----------
@@ -149,6 +167,12 @@ def test_a_dense_model_is_not_recurrent(tiny_model):
 
 
 def test_the_timing_chain_reuses_each_link(engine, monkeypatch):
+    assert_chain_reuses_each_link(engine, monkeypatch)
+
+
+def assert_chain_reuses_each_link(engine, monkeypatch) -> None:
+    """The timing's chain on a recurrent engine: each link a chunk on top of the one before (the Granite-H tests run
+    it on a Mamba-2 hybrid)."""
     from ondevice.probing import timing
 
     asked: list[tuple[int, int]] = []

@@ -18,6 +18,7 @@ from ondevice.core.errors import SpecError
 from ondevice.gguf.spec import inspect
 from ondevice.probing.twins import twin_blocks
 from ondevice.roofline import ShapeTiming, extrapolate_layers
+from tests.hf_headers import block_tensors as _block
 
 CONFIG = Path(__file__).parent / "data" / "hf_configs" / "deepseek-v2-lite.json"
 # DeepSeek-V2-Lite's shape at tiny widths, all 27 blocks: llama.cpp takes a model without q_lora_rank only at 26 or 27
@@ -28,11 +29,6 @@ TINY_LITE |= {"qk_nope_head_dim": 16, "v_head_dim": 16, "vocab_size": 512, "max_
 
 def _config(**change) -> dict:
     return json.loads(CONFIG.read_text()) | change
-
-
-def _block(header, bid: int) -> dict[str, tuple[tuple[int, ...], str]]:
-    prefix = f"blk.{bid}."
-    return {t.name.removeprefix(prefix): (t.shape, t.type) for t in header.tensors if t.name.startswith(prefix)}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from ondevice.quant.twin import header_spec, quantized_header, reduce_layers, wr
 from ondevice.core.errors import SpecError
 from ondevice.gguf.spec import inspect
 from ondevice.probing.twins import twin_blocks, window_period
-from tests.test_twin_hfconfig import CONFIGS, _block0, tiny_config
+from tests.hf_headers import CONFIGS, block_tensors
+from tests.test_twin_hfconfig import tiny_config
 
 GPT_OSS_20B = CONFIGS / "gpt-oss-20b.json"
 
@@ -50,7 +51,7 @@ def test_gptoss_keys_and_first_block_as_the_converter_writes_them():
         ("attention.sliding_window", 128),  # no pattern key: llama.cpp windows every other layer from the first
         ("expert_feed_forward_length", 2880),
     ]
-    assert _block0(header) == {
+    assert block_tensors(header) == {
         "attn_norm.weight": ((2880,), "F32"),
         "attn_q.weight": ((2880, 4096), "F16"),  # 64 heads of 64: wider than hidden_size
         "attn_q.bias": ((4096,), "F32"),

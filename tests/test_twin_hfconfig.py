@@ -5,9 +5,7 @@ invalid field is a SpecError that names it."""
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +17,7 @@ from ondevice.core.errors import SpecError
 from ondevice.gguf.spec import inspect
 from ondevice.llama.log import log_listener
 from ondevice.llama.logits import LogitsModel
-
-CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+from tests.hf_headers import CONFIGS, block_tensors, hf_config
 
 # Published parameter counts (the models' safetensors totals) and a few shapes to check.
 PUBLISHED = {
@@ -79,13 +76,7 @@ PUBLISHED = {
 }
 
 
-def _config(name: str) -> dict:
-    return json.loads((CONFIGS / f"{name}.json").read_text())
-
-
-def _block0(header) -> dict[str, tuple[tuple[int, ...], str]]:
-    """The first block's tensors: {name without "blk.0.": (shape, type)}."""
-    return {t.name.removeprefix("blk.0."): (t.shape, t.type) for t in header.tensors if t.name.startswith("blk.0.")}
+_config = hf_config
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -166,7 +157,7 @@ def test_granite_has_llamas_keys_and_its_four_multipliers():
 def test_olmo2_norms_after_attention_and_feed_forward_only():
     header = header_from_hf_config(_config("olmo-2-1124-7b") | {"num_key_value_heads": 8})  # grouped, as its 32B
     assert header.arch == "olmo2"
-    blk0 = _block0(header)
+    blk0 = block_tensors(header)
     norms = {name: shape for name, (shape, _) in blk0.items() if "norm" in name}
     assert norms == {
         "attn_q_norm.weight": (4096,),  # every head's q at once
@@ -185,7 +176,7 @@ def test_olmo2_norms_after_attention_and_feed_forward_only():
 def test_olmoe_experts_and_norms_before_and_over_all_heads():
     header = header_from_hf_config(_config("olmoe-1b-7b-0924") | {"rms_norm_eps": 1e-6})
     assert header.arch == "olmoe" and header.n_layer == 16
-    blk0 = _block0(header)
+    blk0 = block_tensors(header)
     assert blk0 == {
         "attn_norm.weight": ((2048,), "F32"),
         "attn_q.weight": ((2048, 2048), "F16"),
@@ -216,7 +207,7 @@ def test_olmoe_experts_and_norms_before_and_over_all_heads():
 def test_qwen2moe_routed_experts_and_a_gated_shared_expert():
     header = header_from_hf_config(_config("qwen1.5-moe-a2.7b"))
     assert header.arch == "qwen2moe" and header.n_layer == 24
-    blk0 = _block0(header)
+    blk0 = block_tensors(header)
     assert blk0 == {
         "attn_norm.weight": ((2048,), "F32"),
         "attn_q.weight": ((2048, 2048), "F16"),
@@ -260,7 +251,7 @@ def test_qwen2moe_routed_experts_and_a_gated_shared_expert():
 def test_starcoder2_layer_norms_biases_and_an_ungated_feed_forward():
     header = header_from_hf_config(_config("starcoder2-3b"))
     assert header.arch == "starcoder2" and header.n_layer == 30
-    blk0 = _block0(header)
+    blk0 = block_tensors(header)
     weights = {"attn_q": (3072, 3072), "attn_k": (3072, 256), "attn_v": (3072, 256), "attn_output": (3072, 3072)}
     weights |= {"ffn_up": (3072, 12288), "ffn_down": (12288, 3072)}
     assert blk0 == {

@@ -8,12 +8,9 @@ reusing each link."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from pathlib import Path
 
-import numpy as np
 import pytest
 from gguf import GGUFValueType, Keys
 from ondevice.quant.hfconfig import header_from_hf_config
@@ -21,8 +18,9 @@ from ondevice.quant.twin import quantized_header, write_twin
 
 from ondevice.core.errors import SpecError
 from ondevice.gguf.spec import inspect
+from tests.hf_headers import block_tensors as _block
+from tests.hf_headers import hf_config
 
-CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 ATTENTION = (5, 15, 25, 35)  # Granite 4.0-H's attention blocks; the other 36 of 40 are Mamba-2
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64}
 TINY |= {"shared_intermediate_size": 64, "num_local_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 3}
@@ -32,12 +30,7 @@ DENSE = {"num_local_experts": 0, "num_experts_per_tok": 0, "intermediate_size": 
 
 
 def _config(name: str = "granite-4.0-h-tiny") -> dict:
-    return json.loads((CONFIGS / f"{name}.json").read_text())
-
-
-def _block(header, bid: int) -> dict[str, tuple[tuple[int, ...], str]]:
-    prefix = f"blk.{bid}."
-    return {t.name.removeprefix(prefix): (t.shape, t.type) for t in header.tensors if t.name.startswith(prefix)}
+    return hf_config(name)
 
 
 def test_granite_h_tiny_keys_as_the_converter_writes_them():
@@ -164,7 +157,7 @@ def test_granite_h_attention_layers_by_index_or_period_and_no_multiplier_missing
         ({"layer_types": None}, "'layer_types' (or 'attn_layer_indices', 'attn_layer_period') is missing"),
         ({"layer_types": "mamba"}, "'layer_types' must be a list, not 'mamba'"),
         ({"layer_types": ["mamba"] * 39}, "'layer_types' names 39 blocks, not the 40 of num_hidden_layers"),
-        ({"layer_types": ["mamba"] * 39 + ["conv"]}, "'layer_types' has 'conv'; a block is 'mamba' or "),
+        ({"layer_types": ["mamba"] * 39 + ["conv"]}, "'layer_types' has 'conv'; a Granite-H block is 'mamba' or "),
         ({"layer_types": ["attention"] * 40}, "no block is 'mamba'; the converter writes it as granite or granitemoe"),
         ({"layer_types": None, "attn_layer_indices": [5, 40]}, "'attn_layer_indices' must list block indices 0..39"),
         ({"layer_types": None, "attn_layer_period": 10}, "'attn_layer_offset' must be 0..9, not None"),
@@ -194,22 +187,12 @@ def test_granite_h_invalid_config_is_one_line(change, message):
 @pytest.mark.parametrize("qtype", [None, "Q8_0"])
 def test_tiny_granite_h_loads_and_generates(tmp_path, qtype, dense):
     """Mamba-2, attention, Mamba-2: llama.cpp takes the blocks with 0 KV heads as recurrent."""
-    from ondevice.engine import load
-    from ondevice.llama.logits import LogitsModel
+    from tests.test_hybrid_model import assert_tiny_hybrid_runs
 
     header = header_from_hf_config(_config() | TINY | (DENSE if dense else {}))
     if qtype:
         header = quantized_header(header, qtype)
-    path = write_twin(header, tmp_path / "tiny-granite-h.gguf")
-    with load(path, n_ctx=256, n_threads=1) as eng:
-        g = eng.generate("hello there", max_tokens=4, temperature=0, ignore_eos=True)
-        assert eng.info.recurrent
-    assert len(g.timings.itl_s) == 3
-    with LogitsModel(path, n_ctx=256, n_threads=1) as m:
-        logits = m.window_logits([1, 300, 301, 302], 1)
-        assert m._h.recurrent and m._h.n_swa == 0
-    assert np.isfinite(logits).all() and logits.std() > 0
-    spec = inspect(path)
+    spec = assert_tiny_hybrid_runs(write_twin(header, tmp_path / "tiny-granite-h.gguf"))
     assert spec.attention_layers == (1,) and spec.kv_bytes_per_token_by_layer == (0, 2 * 2 * 2 * 16, 0)
     assert spec.n_expert == (0 if dense else 4) and spec.n_expert_used == (0 if dense else 2)
 
@@ -259,22 +242,6 @@ def test_granite_h_cache_reused_only_where_all_of_it_is_a_prefix(engine):
 
 
 def test_granite_h_timing_chain_reuses_each_link(engine, monkeypatch):
-    from dataclasses import replace
+    from tests.test_hybrid_model import assert_chain_reuses_each_link
 
-    from ondevice.probing import timing
-
-    asked: list[tuple[int, int]] = []
-    first_token_s = timing.first_token_s
-
-    def spy(eng, ids, reuse, max_tokens=1):
-        t, g = first_token_s(eng, ids, reuse, max_tokens)
-        if reuse:
-            asked.append((len(ids), g.cached_prompt_tokens))
-        return t, g
-
-    monkeypatch.setattr(timing, "first_token_s", spy)
-    plan = replace(timing.QUICK, chunks=(16, 64), chain=3)
-    spy(engine, timing.probe_ids(engine.n_vocab, 64, 64), False, 6)
-    points, ids = timing._chain_points(engine, plan, 0, anchor_s=0.01, just_timed=True)
-    assert asked == [(128, 64), (192, 128), (256, 192)]  # each link on top of the one before, nothing recomputed
-    assert {("prefill", 64, 64), ("prefill", 128, 64), ("prefill", 192, 64)} <= points.keys() and len(ids) == 256
+    assert_chain_reuses_each_link(engine, monkeypatch)

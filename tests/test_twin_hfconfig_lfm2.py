@@ -6,20 +6,17 @@ covers it too, F16 and Q8_0)."""
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
-import numpy as np
 import pytest
 from gguf import GGUFValueType, Keys
 from ondevice.quant.hfconfig import header_from_hf_config
 from ondevice.quant.twin import quantized_header, write_twin
 
 from ondevice.core.errors import SpecError
-from ondevice.gguf.spec import inspect
+from tests.hf_headers import block_tensors as _block
+from tests.hf_headers import hf_config
 
-CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 ATTENTION = (2, 5, 8, 10, 12, 14)  # LFM2 1.2B's attention blocks; the other ten of 16 are short convolutions
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "block_ff_dim": 192}
 TINY |= {"num_hidden_layers": 3, "vocab_size": 512, "max_position_embeddings": 512}
@@ -27,12 +24,7 @@ TINY |= {"layer_types": ["conv", "full_attention", "conv"]}
 
 
 def _config(name: str = "lfm2-1.2b") -> dict:
-    return json.loads((CONFIGS / f"{name}.json").read_text())
-
-
-def _block(header, bid: int) -> dict[str, tuple[tuple[int, ...], str]]:
-    prefix = f"blk.{bid}."
-    return {t.name.removeprefix(prefix): (t.shape, t.type) for t in header.tensors if t.name.startswith(prefix)}
+    return hf_config(name)
 
 
 def test_lfm2_keys_as_the_converter_writes_them():
@@ -160,20 +152,10 @@ def test_lfm2_invalid_config_is_one_line(change, message):
 @pytest.mark.parametrize("qtype", [None, "Q8_0"])
 def test_tiny_lfm2_loads_and_generates(tmp_path, qtype):
     """Convolution, attention, convolution: llama.cpp takes the blocks with 0 KV heads as recurrent."""
-    from ondevice.engine import load
-    from ondevice.llama.logits import LogitsModel
+    from tests.test_hybrid_model import assert_tiny_hybrid_runs
 
     header = header_from_hf_config(_config() | TINY)
     if qtype:
         header = quantized_header(header, qtype)
-    path = write_twin(header, tmp_path / "tiny-lfm2.gguf")
-    with load(path, n_ctx=256, n_threads=1) as eng:
-        g = eng.generate("hello there", max_tokens=4, temperature=0, ignore_eos=True)
-        assert eng.info.recurrent
-    assert len(g.timings.itl_s) == 3
-    with LogitsModel(path, n_ctx=256, n_threads=1) as m:
-        logits = m.window_logits([1, 300, 301, 302], 1)
-        assert m._h.recurrent and m._h.n_swa == 0
-    assert np.isfinite(logits).all() and logits.std() > 0
-    spec = inspect(path)
+    spec = assert_tiny_hybrid_runs(write_twin(header, tmp_path / "tiny-lfm2.gguf"))
     assert spec.attention_layers == (1,) and spec.kv_bytes_per_token_by_layer == (0, 2 * 2 * 2 * 16, 0)
