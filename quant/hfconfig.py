@@ -42,7 +42,7 @@ from gguf import (
     TokenType,
 )
 from ondevice.quant.header import Field, Header, TensorSpec
-from ondevice.quant.hfdeepseek import deepseek2_builder, deepseek2_params, routing_keys
+from ondevice.quant.hfdeepseek import deepseek2_keys, deepseek2_params, routing_keys
 from ondevice.quant.hfgranite import granite_hybrid_builder, granite_hybrid_params, granite_hybrid_tensors
 from ondevice.quant.hflfm2 import lfm2_keys, lfm2_params, lfm2_tensors
 from ondevice.quant.hfllama import llama_config  # kept importable from here
@@ -314,6 +314,13 @@ def _gptoss(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     return []
 
 
+def _deepseek2(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
+    """The base keys, then DeepseekV2Model's own (hfdeepseek)."""
+    _base(kv, hp, dims)
+    deepseek2_keys(kv, hp, dims)
+    return []
+
+
 def _olmoe(kv: _KV, hp: Params, dims: Dims) -> list[TensorSpec]:
     """The base keys, the norm epsilon the converter fixes (in the place the config's took), the expert count."""
     _base(kv, hp, dims)
@@ -413,7 +420,7 @@ _BUILDERS = {
     MODEL_ARCH.QWEN2MOE: _qwen2moe,
     MODEL_ARCH.STARCODER2: _starcoder2,
     MODEL_ARCH.GPT_OSS: _gptoss,
-    MODEL_ARCH.DEEPSEEK2: deepseek2_builder(_base),
+    MODEL_ARCH.DEEPSEEK2: _deepseek2,
     MODEL_ARCH.GRANITE_HYBRID: granite_hybrid_builder(_llama),
 }
 _TENSORS = {MODEL_ARCH.LFM2: lfm2_tensors, MODEL_ARCH.GRANITE_HYBRID: granite_hybrid_tensors}  # their own block lists

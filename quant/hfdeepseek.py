@@ -11,7 +11,6 @@ and an RMS epsilon of 1e-6 where a config has none.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 from gguf import ExpertGatingFuncType, Keys
@@ -20,7 +19,7 @@ from ondevice.quant.hfshape import Dims, Params
 
 from ondevice.core.errors import SpecError
 
-__all__ = ["deepseek2_params", "deepseek2_builder", "routing_keys"]
+__all__ = ["deepseek2_params", "deepseek2_keys", "routing_keys"]
 
 # scoring_func -> the gating function the converter's base class writes (any other value: it refuses the config)
 _GATING = {"softmax": ExpertGatingFuncType.SOFTMAX, "sigmoid": ExpertGatingFuncType.SIGMOID}
@@ -39,18 +38,6 @@ def deepseek2_params(hp: Params) -> Params:
     head whatever the config says, the RMS epsilon's default."""
     extra = {"head_dim": hp.get("qk_rope_head_dim"), "num_key_value_heads": 1}
     return Params({"rms_norm_eps": 1e-6, **hp.values, **extra})
-
-
-def deepseek2_builder(base: Callable[[_Writer, Params, Dims], object]) -> Callable[[_Writer, Params, Dims], list]:
-    """hfconfig's builder of DeepSeek-V2's keys from its base builder (`base`, the converter's TextModel keys): the
-    base's keys, then DeepseekV2Model's own (deepseek2_keys). No tensors beside the blocks'."""
-
-    def build(kv: _Writer, hp: Params, dims: Dims) -> list:
-        base(kv, hp, dims)
-        deepseek2_keys(kv, hp, dims)
-        return []
-
-    return build
 
 
 def routing_keys(kv: _Writer, hp: Params) -> None:

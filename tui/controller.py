@@ -342,14 +342,10 @@ class ChatController:
     def drift_warning(self, generation: Any) -> str | None:
         """What to say when this answer and the ones before it all missed their prediction one way: the machine's
         speed has moved since the model was timed (probing.drift). None otherwise."""
-        from ondevice.probing.drift import note_run
-        from ondevice.roofline import TimedPredictor
+        from ondevice.probing.drift import note_predicted_run
 
-        predictor = getattr(self.engine, "predictor", None)
-        if not isinstance(predictor, TimedPredictor):
-            return None
-        drift = note_run(predictor.timing, generation)
-        return None if drift is None else f"{drift.describe(time.time())}; `ondevice chat --retime` times it again."
+        drift = note_predicted_run(getattr(self.engine, "predictor", None), generation)
+        return None if drift is None else f"{drift.describe()}; `ondevice chat --retime` times it again."
 
     def mark_dropped(self, turn: Turn, n: int) -> list[Turn]:
         """The oldest n turns before `turn` left the context; those newly marked."""

@@ -126,8 +126,8 @@ def run(args) -> int:
         )
     store = None if args.no_history else HistoryStore(args.history_db)
     resume = _resume_id(store, args.resume)
-    load_kwargs = {"n_ctx": args.n_ctx, "n_threads": args.threads, "n_gpu_layers": layers, **engine_kwargs(args)}
-    load_kwargs["retime"] = args.retime
+    load_kwargs = {"n_ctx": args.n_ctx, "n_threads": args.threads, "n_gpu_layers": layers, "retime": args.retime}
+    load_kwargs |= engine_kwargs(args)
     if load_kwargs.pop("fit"):  # chosen before the app takes the screen, and said on the terminal
         load_kwargs.update(_fit(path, load_kwargs))
     from ondevice.llama.guard import cpu_buffer_verdict

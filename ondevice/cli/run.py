@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 from ondevice.cli.engine_args import add_engine_args, add_retime_arg, engine_kwargs, say_fit, settings_text
@@ -158,14 +157,11 @@ def run(args) -> int:
 
 def _say_drift(predictor, g) -> None:
     """After a run predicted from a cached timing: say so when the last runs all missed it one way (probing.drift)."""
-    from ondevice.probing.drift import note_run
-    from ondevice.roofline import TimedPredictor
+    from ondevice.probing.drift import note_predicted_run
 
-    if not isinstance(predictor, TimedPredictor):
-        return
-    drift = note_run(predictor.timing, g)
+    drift = note_predicted_run(predictor, g)
     if drift is not None:
-        _say(f"{drift.describe(time.time())}; --retime times it again")
+        _say(f"{drift.describe()}; --retime times it again")
 
 
 def _check_prompt_cache_path(path: Path) -> None:

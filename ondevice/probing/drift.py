@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from ondevice.core.stored import StoredFileError, load_json
 from ondevice.probing.cache import probe_dir
 from ondevice.roofline.timing import ShapeTiming
 
-__all__ = ["Drift", "drift_of", "note_run", "timing_id", "RUNS", "BOUND"]
+__all__ = ["Drift", "drift_of", "note_run", "note_predicted_run", "timing_id", "RUNS", "BOUND"]
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +51,15 @@ class Drift:
     def slower(self) -> bool:
         return self.efficiencies[0] < 1.0
 
-    def describe(self, now_unix_s: float) -> str:
+    def describe(self, now_unix_s: float | None = None) -> str:
         """One line: 'the last 3 runs decoded 17-22% slower than predicted from this model's timing (5 hours ago),
         other processes quiet: this machine's speed has moved since it was timed'."""
+        now = time.time() if now_unix_s is None else now_unix_s
         misses = sorted(abs(e - 1.0) * 100 for e in self.efficiencies)
         way = "slower" if self.slower else "faster"
         return (
             f"the last {len(self.efficiencies)} runs decoded {misses[0]:.0f}-{misses[-1]:.0f}% {way} than predicted "
-            f"from this model's timing ({age_text(now_unix_s - self.timed_unix_s)}), other processes quiet: this "
+            f"from this model's timing ({age_text(now - self.timed_unix_s)}), other processes quiet: this "
             "machine's speed has moved since it was timed"
         )
 
@@ -97,6 +99,13 @@ def note_run(timing: ShapeTiming, generation: Any, root: Path | None = None) -> 
     except OSError as exc:  # a read-only cache: this run's verdict still stands, the next starts without it
         log.debug("runs not kept: %s", exc)
     return drift_of(kept, timing.created_unix_s)
+
+
+def note_predicted_run(predictor: Any, generation: Any, root: Path | None = None) -> Drift | None:
+    """note_run for a generation an engine's predictor predicted: kept when that predictor is one timed on this
+    machine (roofline.TimedPredictor), which a re-time can move; None for any other (a bound, an estimate, none)."""
+    timing = getattr(predictor, "timing", None)
+    return note_run(timing, generation, root) if isinstance(timing, ShapeTiming) else None
 
 
 def _load(path: Path) -> dict[str, list[float]]:
