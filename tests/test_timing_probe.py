@@ -38,6 +38,34 @@ def test_a_plan_is_cut_to_the_engines_context_and_micro_batch():
     assert small == (1, 4, 16, 64, 128, 506)
 
 
+def test_short_chunks_are_the_sizes_below_the_longest_chunk_and_follow_a_cut():
+    plan = TimingPlan(chunks=(1, 16, 128), short_chunks=(0, 2, 3, 16, 24, 200))
+    assert plan.prefill_chunks == (1, 2, 3, 16, 24, 128)  # sizes the chunks have once, none at or past the longest
+    assert plan.tokens - replace(plan, short_chunks=()).tokens == 2 + 3 + 24
+    assert plan_for_engine(plan, 4096, 20).prefill_chunks == (1, 2, 3, 16, 20)  # the engine's micro-batch is 20
+    assert set(timing_mod.SHORT_CHUNKS) <= set(timing_mod.FULL.prefill_chunks)
+    assert set(timing_mod.SHORT_CHUNKS) <= set(timing_mod.QUICK.prefill_chunks)
+
+
+def test_short_chunks_are_timed_as_prefills_alone(engine):
+    plan = replace(TINY_PLAN, short_chunks=(2, 3), rounds=1)
+    calls = []
+    generate = engine.generate
+
+    def counting(ids, **kw):
+        calls.append((len(ids), kw.get("max_tokens")))
+        return generate(ids, **kw)
+
+    engine.generate = counting
+    try:
+        t = time_engine(engine, plan)
+    finally:
+        del engine.generate
+    assert [k for pos, k, _s in t.prefill if pos == 0] == [1, 2, 3, 4, 16]
+    assert (2, 1) in calls and (3, 1) in calls  # one llama_decode and its sample, no decode steps after
+    assert [n for n, _s in t.decode] == [1 + 2, 4 + 2, 8 + 2, 16 + 2, 32 + 2, 48 + 2]  # no decode points at 2 or 3
+
+
 def test_timing_an_engine_measures_every_point_of_the_plan(engine):
     t = time_engine(engine, TINY_PLAN)
     assert [k for pos, k, _s in t.prefill if pos == 0] == [1, 4, 16]

@@ -2,7 +2,8 @@
 
 One engine (the model itself, or its twin) on the engine's own backend, threads and settings:
 
-- chunks of k tokens prefilled from an empty cache, for each k of the plan (up to n_ubatch);
+- chunks of k tokens prefilled from an empty cache, for each k of the plan (up to n_ubatch), and every
+  short size (plan.short_chunks: a short prompt's cost is not a line between a few sizes);
 - after the longest, `chain` more chunks as long, each on top of the last (what attention over the
   cached tokens adds as a prompt grows), then decode steps there (the long-context decode point);
 - decode steps after a short prompt (the short-context decode point);
@@ -53,6 +54,8 @@ class TimingPlan:
 
     name: str = "full"  # "full" or "quick" (ShapeTiming.plan)
     chunks: tuple[int, ...] = (1, 4, 16, 64, 128, 512)  # chunk sizes prefilled from an empty cache (<= n_ubatch)
+    # sizes below the longest chunk also prefilled from an empty cache, with no decode steps after them (SHORT_CHUNKS)
+    short_chunks: tuple[int, ...] = ()
     # chunks as long as the longest prefilled on top of it, one after another: attention as a prompt grows
     chain: int = 3
     short_prompt: int = 16  # prompt tokens before the short-context decode steps
@@ -72,22 +75,43 @@ class TimingPlan:
         """Tokens one round computes (the chunk on top reuses the longest chunk's cache): what its cost grows with."""
         on_top = self.chain * max(self.chunks) + self.decode_steps
         batch = sum(b * (self.batch_prompt + _BATCH_STEPS) for b in self.batch)
-        return sum(self.chunks) + on_top + self.short_prompt + self.decode_steps + batch
+        return sum(self.prefill_chunks) + on_top + self.short_prompt + self.decode_steps + batch
+
+    @property
+    def prefill_chunks(self) -> tuple[int, ...]:
+        """Every chunk size prefilled from an empty cache, ascending: `chunks`, and the short ones below the longest."""
+        longest = max(self.chunks)
+        return tuple(sorted(set(self.chunks) | {k for k in self.short_chunks if 0 < k < longest}))
 
 
+# every size up to 16 tokens, then 24 and 32: a short prompt's cost rises in steps where the CPU kernels take its
+# tokens a tile at a time (on one Q4_0 model 3 tokens took as long as 4, and 12 as long as 16), which a line between
+# the sizes in `chunks` missed by up to a quarter (benchmarks/chunk_line.py); each one llama_decode and no decode
+# steps after it, a small part of a round's time
+SHORT_CHUNKS = (*range(1, 17), 24, 32)
 # `ondevice probe`, `ondevice predict`, `ondevice bench`: a third round only of what the first two disagree on
-FULL = TimingPlan(min_rounds=2)
+FULL = TimingPlan(short_chunks=SHORT_CHUNKS, min_rounds=2)
 # the full plan on a large model's twins (probing.twins): fewer chunk sizes, the chain of two, three rounds (the
 # twins' differences are multiplied by the model's blocks: one round on a busy moment would be too; the third only
 # when the first two disagree, and then only what they disagree on, pairs.unsettled), the batch points in the first
 # (each a mean over steps of B sequences at once, and half of a round's time on its own)
-TWINS = TimingPlan(chunks=(1, 16, 128, 512), chain=2, batch=(2, 4, 8), rounds=3, batch_rounds=1, min_rounds=2)
+TWINS = TimingPlan(
+    chunks=(1, 16, 128, 512),
+    short_chunks=SHORT_CHUNKS,
+    chain=2,
+    batch=(2, 4, 8),
+    rounds=3,
+    batch_rounds=1,
+    min_rounds=2,
+)
 # a model known by its header alone (`ondevice predict --config`, a file not downloaded): what predict shows, decode
 # and TTFT, without the batched steps (a third of a large model's first round; a batch step is then estimated from
 # the chunks, roofline.timing.TimedPredictor._columns_s); the twins of a large one time the same points (time_header)
 UNBATCHED = replace(FULL, batch=())
 # a first run: about a second on a small model (chunks up to 128, one on top, fewer decode steps, one round)
-QUICK = TimingPlan(name="quick", chunks=(1, 16, 128), chain=1, decode_steps=8, batch=(), rounds=1)
+QUICK = TimingPlan(
+    name="quick", chunks=(1, 16, 128), short_chunks=SHORT_CHUNKS, chain=1, decode_steps=8, batch=(), rounds=1
+)
 
 
 def plan_for_engine(plan: TimingPlan, n_ctx: int, n_ubatch: int) -> TimingPlan:
@@ -137,8 +161,10 @@ def _shared_points(
     after = _AFTER_CHUNK if decode else 0
 
     def chunk(k: int) -> Measure:
+        steps = after if k in plan.chunks else 0  # a short chunk: its prefill alone
+
         def measure(eng: Any, salt: int) -> dict[tuple, float]:
-            t, g = first_token_s(eng, probe_ids(vocab, k, salt + k), reuse=False, max_tokens=1 + after)
+            t, g = first_token_s(eng, probe_ids(vocab, k, salt + k), reuse=False, max_tokens=1 + steps)
             return {("prefill", 0, k): t, **_decode_point(g, k)}
 
         return measure
@@ -158,7 +184,7 @@ def _shared_points(
 
     points: list[tuple[tuple, Measure]] = [(("short",), short)] if decode else []
     points += [(("batch", b), batch(b)) for b in plan.batch]
-    return points + [(("chunk", k), chunk(k)) for k in sorted(plan.chunks)]  # the longest last: the chain's base
+    return points + [(("chunk", k), chunk(k)) for k in plan.prefill_chunks]  # the longest last: the chain's base
 
 
 def _chain_points(
@@ -331,7 +357,7 @@ def time_pair(
         points = _shared_points(plan, few.n_vocab, batches)
         on_many = dict(_shared_points(plan, few.n_vocab, batches, decode=False))
         for r in range(plan.rounds):
-            again = None if plan.min_rounds is None or r < plan.min_rounds else unsettled(diffs, plan.chunks)
+            again = None if plan.min_rounds is None or r < plan.min_rounds else unsettled(diffs, plan.prefill_chunks)
             if again == set():
                 break
             what = ", what the rounds disagree on" if again else ""
