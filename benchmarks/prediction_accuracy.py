@@ -179,6 +179,19 @@ HELD9 = (
     ("granite-4.0-h-tiny.json", "Q4_K_M", 10),
     ("granite-4.0-h-micro.json", "Q4_K_M", 20),
 )
+# `--models held10`: added after r41, the file types whose quantizing needs an importance matrix (llama.cpp's dry run
+# gives a header their tensor types without one, so a twin and a random-weight file have them) and Q2_K_S and TQ1_0,
+# none of which a row had: Qwen2.5 1.5B at IQ2_XXS, whole; Llama 3.2 3B at IQ2_M (IQ2_S with IQ3_S), whole; Qwen3 1.7B
+# at IQ1_M, whole; Gemma 3 1B at IQ3_XXS (with Q3_K, IQ2_S and IQ3_S), whole; Phi-3-mini at TQ1_0, 8 of its 32
+# blocks; Mistral 7B at Q2_K_S, 6 of its 32
+HELD10 = (
+    ("qwen2.5-1.5b.json", "IQ2_XXS", None),
+    ("llama-3.2-3b.json", "IQ2_M", None),
+    ("qwen3-1.7b.json", "IQ1_M", None),
+    ("gemma-3-1b-pt.json", "IQ3_XXS", None),
+    ("phi-3-mini-4k-instruct.json", "TQ1_0", 8),
+    ("mistral-7b-v0.1.json", "Q2_K_S", 6),
+)
 # `--models NAME`: the sets of files in public models' shapes, in the order a run measures them
 SHAPE_SETS = {
     "shapes": SHAPES,
@@ -195,6 +208,7 @@ SHAPE_SETS = {
     "held8b": HELD8B,
     "held8c": HELD8C,
     "held9": HELD9,
+    "held10": HELD10,
 }
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)

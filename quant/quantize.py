@@ -29,7 +29,8 @@ __all__ = ["quantize", "file_types", "file_type", "main_tensor_type", "is_quanti
 
 _log = logging.getLogger(__name__)
 
-# llama.cpp refuses these file types without an importance matrix, which this tool does not make.
+# llama.cpp quantizes to these file types only with an importance matrix, which this tool does not make; its dry run
+# picks their tensors' types without one, so a header (a twin, `predict --quant`) can still have them.
 _NEEDS_IMATRIX = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "Q2_K_S"}
 _TENSOR_LINE = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 
@@ -41,15 +42,27 @@ def _label(member: LlamaFileType) -> str:
     return member.name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 
-def file_types() -> dict[str, LlamaFileType]:
-    """Quantization targets by name ("Q4_K_M", "Q8_0", "F16", ...), from gguf's LlamaFileType."""
-    return {_label(m): m for m in LlamaFileType if m is not LlamaFileType.GUESSED and _label(m) not in _NEEDS_IMATRIX}
+def file_types(*, header_only: bool = False) -> dict[str, LlamaFileType]:
+    """Quantization targets by name ("Q4_K_M", "Q8_0", "F16", ...), from gguf's LlamaFileType. header_only: also
+    the types quantizing to needs an importance matrix for (a header's tensor types need none)."""
+    return {
+        _label(m): m
+        for m in LlamaFileType
+        if m is not LlamaFileType.GUESSED and (header_only or _label(m) not in _NEEDS_IMATRIX)
+    }
 
 
-def file_type(name: str) -> LlamaFileType:
-    """The llama.cpp file type for a name (case-insensitive); QuantError lists the valid ones."""
-    types = file_types()
-    member = types.get(str(name).strip().upper())
+def file_type(name: str, *, header_only: bool = False) -> LlamaFileType:
+    """The llama.cpp file type for a name (case-insensitive); QuantError lists the valid ones, or says that quantizing
+    to it needs an importance matrix (header_only: a header's types are wanted, which need none)."""
+    label = str(name).strip().upper()
+    if label in _NEEDS_IMATRIX and not header_only:
+        raise QuantError(
+            f"quantizing to {label} needs an importance matrix, which ondevice does not make: use llama.cpp's "
+            "llama-imatrix and llama-quantize, or another type"
+        )
+    types = file_types(header_only=header_only)
+    member = types.get(label)
     if member is None:
         raise QuantError(f"unknown quantization type {name!r}; valid types: {', '.join(types)}")
     return member

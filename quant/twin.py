@@ -241,7 +241,7 @@ def quantized_header(header: Header, qtype: str, *, pure: bool = False) -> Heade
     picks some layers' types by their place in the depth (Q4_K_M's extra bits in attn_v and ffn_down)."""
     from ondevice.llama.quantize import supports_file_type, tensor_types
 
-    ftype = file_type(qtype)
+    ftype = file_type(qtype, header_only=True)
     quantized = sorted({t.type for t in header.tensors if block_format(t.type).is_quantized})
     if quantized:
         raise QuantError(

@@ -25,9 +25,12 @@ from ondevice.roofline.model import bits_per_weight
 __all__ = ["QUANT_MIXES", "mix_for", "mix_bits_per_weight", "spec_from_flags", "positive_number", "parameter_count"]
 
 _V, _O, _D = 0.02, 0.07, 0.27  # shares of a llama block: attn_v, attn_output, ffn_down
+_QK = 0.10  # ... attn_q and attn_k together
 _HALF = 0.5  # share of layers llama.cpp's use_more_bits() upgrades
+_EIGHTH = 0.125  # share of layers (the first) whose ffn_down the lowest-bit types keep at more bits
 
-# file type -> ({tensor type: share of block weights}, head type). Shares sum to 1.
+# file type -> ({tensor type: share of block weights}, head type). Shares sum to 1. Each is what llama.cpp's quantizer
+# gives a llama block (its dry run on Llama 3.1 8B's header: tests/test_quant_mixes.py holds every one to it).
 QUANT_MIXES: dict[str, tuple[dict[str, float], str]] = {
     "F32": ({"F32": 1.0}, "F32"),
     "F16": ({"F16": 1.0}, "F16"),
@@ -37,10 +40,10 @@ QUANT_MIXES: dict[str, tuple[dict[str, float], str]] = {
     "Q4_1": ({"Q4_1": 1.0}, "Q6_K"),
     "Q5_0": ({"Q5_0": 1.0}, "Q6_K"),
     "Q5_1": ({"Q5_1": 1.0}, "Q6_K"),
-    "Q2_K": ({"Q2_K": 1 - _V - _D, "Q3_K": _D, "Q4_K": _V}, "Q6_K"),
-    "Q2_K_S": ({"Q2_K": 1 - _V - _D, "Q3_K": _D, "Q4_K": _V}, "Q6_K"),
+    "Q2_K": ({"Q2_K": 1 - _V - _O - _D, "Q3_K": _O + _D, "Q4_K": _V}, "Q6_K"),
+    "Q2_K_S": ({"Q2_K": 1 - _V - _D * _EIGHTH, "Q4_K": _V + _D * _EIGHTH}, "Q6_K"),
     "Q3_K_S": ({"Q3_K": 1.0}, "Q6_K"),
-    "Q3_K_M": ({"Q3_K": 1 - _V - _O - _D, "Q4_K": _O + _D * (1 - _HALF), "Q5_K": _V + _D * _HALF}, "Q6_K"),
+    "Q3_K_M": ({"Q3_K": 1 - _V - _O - _D, "Q4_K": _O + _D, "Q5_K": _V}, "Q6_K"),
     "Q3_K_L": ({"Q3_K": 1 - _V - _O - _D, "Q5_K": _V + _O + _D}, "Q6_K"),
     "Q4_K_S": ({"Q4_K": 1 - (_V + _D) * _HALF / 2, "Q5_K": (_V + _D) * _HALF / 2}, "Q6_K"),
     "Q4_K_M": ({"Q4_K": 1 - (_V + _D) * _HALF, "Q6_K": (_V + _D) * _HALF}, "Q6_K"),
@@ -49,7 +52,29 @@ QUANT_MIXES: dict[str, tuple[dict[str, float], str]] = {
     "Q6_K": ({"Q6_K": 1.0}, "Q6_K"),
     "IQ4_NL": ({"IQ4_NL": 1.0}, "Q6_K"),
     "IQ4_XS": ({"IQ4_XS": 1.0}, "Q6_K"),
-    "MXFP4_MOE": ({"MXFP4": 1.0}, "Q8_0"),
+    "MXFP4_MOE": ({"MXFP4": 1.0}, "Q8_0"),  # a mixture of experts' (its experts MXFP4; a dense block gets Q8_0)
+    "IQ3_XXS": (
+        {
+            "IQ3_XXS": 1 - _V - _O - _D - _QK,
+            "Q3_K": _D * (1 - _EIGHTH),
+            "IQ2_S": _QK,
+            "IQ3_S": _O,
+            "Q4_K": _V + _D * _EIGHTH,
+        },
+        "Q5_K",
+    ),
+    "IQ3_XS": ({"IQ3_XXS": (1 - _V) / 2, "IQ3_S": (1 - _V) / 2, "Q4_K": _V}, "Q6_K"),
+    "IQ3_S": ({"IQ3_S": 1 - _V, "Q4_K": _V}, "Q6_K"),
+    "IQ3_M": ({"IQ3_S": 1 - _V - _O - _D * _EIGHTH, "Q4_K": _V + _O + _D * _EIGHTH}, "Q6_K"),
+    "IQ2_XXS": ({"IQ2_XXS": 1 - _V - _D * _EIGHTH, "Q2_K": _D * _EIGHTH, "Q4_K": _V}, "Q5_K"),
+    "IQ2_XS": ({"IQ2_XS": 1 - _V - _D * _EIGHTH, "Q2_K": _D * _EIGHTH, "Q4_K": _V}, "Q5_K"),
+    "IQ2_S": ({"IQ2_XS": 1 - _V - _O - _D * _EIGHTH, "IQ3_S": _O + _D * _EIGHTH, "Q4_K": _V}, "Q5_K"),
+    "IQ2_M": ({"IQ2_S": 1 - _V - _O - _D * _EIGHTH, "IQ3_S": _O + _D * _EIGHTH, "Q4_K": _V}, "Q5_K"),
+    "IQ1_S": ({"IQ1_S": 1 - _V - _O - _D * _EIGHTH, "IQ2_XXS": _O, "Q2_K": _D * _EIGHTH, "Q4_K": _V}, "Q5_K"),
+    "IQ1_M": ({"IQ1_M": 1 - _V - _O - _D * _EIGHTH, "IQ2_XXS": _O, "Q2_K": _D * _EIGHTH, "Q4_K": _V}, "Q5_K"),
+    "TQ1_0": ({"TQ1_0": 1.0}, "Q6_K"),
+    "TQ2_0": ({"TQ2_0": 1.0}, "Q6_K"),
+    "Q1_0": ({"Q1_0": 1.0}, "Q6_K"),
 }
 
 
