@@ -71,14 +71,32 @@ def test_default_threads_is_positive_and_bounded():
 
 
 def test_load_warms_the_model_up_and_leaves_the_cache_empty(tiny_model, monkeypatch):
-    """One llama_decode at load (the weights faulted in there, not in the first request's TTFT), then an
-    empty cache: the first request computes its whole prompt."""
-    from ondevice.engine import load, loader
+    """A warm-up request at load (the weights faulted in there, and what a process's first request pays once, not in
+    the first request's TTFT), then an empty cache and the draw seeds as they were: the first request computes its
+    whole prompt and draws as request 0."""
+    from ondevice.engine import Engine, load
 
     calls = []
-    real = loader.warm_up
-    monkeypatch.setattr(loader, "warm_up", lambda handle: calls.append(handle) or real(handle))
+    real = Engine._warm_up
+    monkeypatch.setattr(Engine, "_warm_up", lambda self: calls.append(self) or real(self))
     with load(tiny_model, n_ctx=256, n_threads=1) as eng:
-        assert len(calls) == 1 and eng.kv_cache_tokens == 0
+        assert calls == [eng] and eng.kv_cache_tokens == 0 and eng._requests == 0
         g = eng.generate([1, 5, 9, 13], max_tokens=2, ignore_eos=True)
         assert g.cached_prompt_tokens == 0 and g.timings.prefill_tok_s
+
+
+def test_a_failed_warm_up_is_a_load_error_and_frees_the_model(tiny_model, monkeypatch):
+    from ondevice.core.errors import EngineError, ModelLoadError
+    from ondevice.engine import Engine, load
+
+    closed = []
+    real_close = Engine.close
+
+    def fail(self, *a, **kw):
+        raise EngineError("llama_decode failed (code 1) on the prompt at token 0 of 1")
+
+    monkeypatch.setattr(Engine, "generate", fail)
+    monkeypatch.setattr(Engine, "close", lambda self: closed.append(self) or real_close(self))
+    with pytest.raises(ModelLoadError, match="warm-up request failed"):
+        load(tiny_model, n_ctx=256, n_threads=1)
+    assert len(closed) == 1 and closed[0]._closed

@@ -265,16 +265,26 @@ def test_only_the_fewer_twin_is_warmed_up_with_its_longest_chunk_unless_experts_
     with the chunk all the same: a few tokens route through a few experts, the chunk through most."""
     from ondevice.engine.engine import Engine
 
-    first: dict[int, int] = {}  # id(engine) -> tokens of its first prompt
+    first: dict[int, int] = {}  # id(engine) -> tokens of its first prompt after load's own warm-up request
     blocks: dict[int, int] = {}
-    real = Engine.generate
+    loading: set[int] = set()
+    real, real_warm_up = Engine.generate, Engine._warm_up
 
     def generate(self, prompt, **kwargs):
-        first.setdefault(id(self), len(prompt))
-        blocks[id(self)] = self.info.spec.n_layer
+        if id(self) not in loading:
+            first.setdefault(id(self), len(prompt))
+            blocks[id(self)] = self.info.spec.n_layer
         return real(self, prompt, **kwargs)
 
+    def warm_up(self):
+        loading.add(id(self))
+        try:
+            real_warm_up(self)
+        finally:
+            loading.discard(id(self))
+
     monkeypatch.setattr(Engine, "generate", generate)
+    monkeypatch.setattr(Engine, "_warm_up", warm_up)
     header, spec = _tiny_shape(tmp_path, config_name, 6)
     plan = replace(PLAN, chunks=(1, 32), batch=(), rounds=2)
     args = {"n_ctx": 256, "n_threads": 1}

@@ -7,13 +7,12 @@ and never reaches llama.cpp). llama.cpp's log goes to the `logging` logger "onde
 
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ondevice.core.errors import InvalidParameterError, ModelLoadError
+from ondevice.core.errors import InvalidParameterError
 from ondevice.core.kvtypes import DEFAULT_KV_TYPE, kv_ggml_type, kv_is_quantized
 from ondevice.gguf.spec import ModelSpec
 from ondevice.llama.devices import default_threads, detect_backends, gpu_layers, is_gpu_backend
@@ -135,18 +134,6 @@ def resolve_n_ctx(n_ctx: Any, n_ctx_train: int | None = None) -> int:
     return n_ctx
 
 
-def warm_up(handle: LlamaHandle) -> None:
-    """One llama_decode of one token, then an empty cache again (as llama.cpp's own tools warm up): the weights
-    llama.cpp reads from the memory-mapped file are faulted in, and its compute graph set up, at load, not
-    inside the first request's TTFT."""
-    lib = handle.lib
-    token = (ctypes.c_int32 * 1)(max(0, int(lib.llama_vocab_bos(handle.vocab))))
-    rc = lib.llama_decode(handle.ctx, lib.llama_batch_get_one(token, 1))
-    lib.llama_memory_clear(handle.memory, True)
-    if rc != 0:
-        raise ModelLoadError(f"{handle!r}: the warm-up llama_decode failed (code {rc})")
-
-
 def open_model(
     path: Path,
     spec: ModelSpec,
@@ -206,11 +193,6 @@ def open_model(
         lib.llama_model_free(model)
         raise
     handle = LlamaHandle(lib, model, ctx)
-    try:
-        warm_up(handle)
-    except BaseException:
-        handle.free()
-        raise
     load_s = (time.perf_counter_ns() - t0) * 1e-9
     backends = detect_backends(lib)
     backend = backends[0] if (offloaded and is_gpu_backend(backends[0])) else "CPU"
