@@ -9,8 +9,9 @@ bg = eng.batched(4, 512).generate(["Once upon", "The sea"], 64)   # BatchGenerat
 
 from ondevice.engine.batch import BatchContext, BatchGeneration
 from ondevice.engine.chat import Chat
-from ondevice.engine.engine import Engine, load
+from ondevice.engine.engine import Engine
 from ondevice.engine.loader import EngineInfo
 from ondevice.engine.loop import TokenStream
+from ondevice.engine.opening import load
 
 __all__ = ["load", "Engine", "Chat", "TokenStream", "EngineInfo", "BatchContext", "BatchGeneration"]
