@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 SCHEMA = 7  # 2: twins with their token embedding written; 3: their gains around one; 4: the engine's padded KV view
 # recorded (ShapeTiming.kv_pad); 5: the decode after the chain paired with a sibling's short context, and the twins'
 # attention settled by a third round; 6: a small twin's attention the median of several pairs of bursts; 7: every
-# short chunk size timed (timing.SHORT_CHUNKS; a hybrid's chain and attention layers counted): earlier timings are
+# short chunk size timed (plans.SHORT_CHUNKS; a hybrid's chain and attention layers counted): earlier timings are
 # not reused
 MAX_FILE_BYTES = 1 << 20  # a timing file is a few KB; anything larger is not one
 SETTINGS = (
