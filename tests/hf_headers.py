@@ -17,3 +17,9 @@ def block_tensors(header, bid: int = 0) -> dict[str, tuple[tuple[int, ...], str]
     """Block bid's tensors: {name without "blk.{bid}.": (shape, type)}."""
     prefix = f"blk.{bid}."
     return {t.name.removeprefix(prefix): (t.shape, t.type) for t in header.tensors if t.name.startswith(prefix)}
+
+
+def arch_fields(header) -> dict:
+    """The header's fields under its architecture's prefix, by their names without it ("block_count", ...)."""
+    prefix = f"{header.arch}."
+    return {k.removeprefix(prefix): f for k, f in header.fields.items() if k.startswith(prefix)}

@@ -18,8 +18,8 @@ from ondevice.quant.twin import quantized_header, write_twin
 
 from ondevice.core.errors import SpecError
 from ondevice.gguf.spec import inspect
+from tests.hf_headers import arch_fields, hf_config
 from tests.hf_headers import block_tensors as _block
-from tests.hf_headers import hf_config
 
 ATTENTION = (5, 15, 25, 35)  # Granite 4.0-H's attention blocks; the other 36 of 40 are Mamba-2
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64}
@@ -36,7 +36,7 @@ def _config(name: str = "granite-4.0-h-tiny") -> dict:
 def test_granite_h_tiny_keys_as_the_converter_writes_them():
     header = header_from_hf_config(_config())
     assert header.arch == "granitehybrid" and header.n_layer == 40
-    fields = {k.removeprefix("granitehybrid."): f for k, f in header.fields.items() if k.startswith("granitehybrid.")}
+    fields = arch_fields(header)
     values = {k: f.value for k, f in fields.items()}
     assert values == {
         "block_count": 40,

@@ -14,8 +14,8 @@ from ondevice.quant.hfconfig import header_from_hf_config
 from ondevice.quant.twin import quantized_header, write_twin
 
 from ondevice.core.errors import SpecError
+from tests.hf_headers import arch_fields, hf_config
 from tests.hf_headers import block_tensors as _block
-from tests.hf_headers import hf_config
 
 ATTENTION = (2, 5, 8, 10, 12, 14)  # LFM2 1.2B's attention blocks; the other ten of 16 are short convolutions
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "block_ff_dim": 192}
@@ -30,7 +30,7 @@ def _config(name: str = "lfm2-1.2b") -> dict:
 def test_lfm2_keys_as_the_converter_writes_them():
     header = header_from_hf_config(_config())
     assert header.arch == "lfm2" and header.n_layer == 16
-    fields = {k.removeprefix("lfm2."): f for k, f in header.fields.items() if k.startswith("lfm2.")}
+    fields = arch_fields(header)
     values = {k: f.value for k, f in fields.items()}
     assert values == {
         "block_count": 16,
