@@ -11,7 +11,7 @@ from ondevice.api import predict
 from ondevice.core.errors import InvalidParameterError, SpecError
 from ondevice.gguf.spec import inspect
 from ondevice.roofline import Calibration, Predictor, TimedPredictor, bits_per_weight, effective_gbs
-from ondevice.roofline.prediction import memory_verdict, prefill_flops
+from ondevice.roofline.prediction import NO_TTFT_HERE, memory_verdict, prefill_flops
 from ondevice.roofline.spec import QUANT_MIXES, mix_bits_per_weight, mix_for, spec_from_flags
 from tests.probe_fakes import fake_result, fake_timing
 
@@ -184,6 +184,20 @@ def test_predict_without_a_timing_is_the_bound_and_an_estimate(tiny_model):
     p = predict(inspect(tiny_model), ctx=(16,), probe=fake_result(build="b", full=False))
     assert not p.calibrated and p.contexts[0].predicted_tok_s is None and p.estimates
     assert any("not timed here" in n for n in p.notes)
+
+
+def test_no_ttft_without_a_timing_or_a_compute_figure(tiny_model):
+    # a first-contact probe measures no compute: a prefill would be its weight reads alone, no TTFT to show
+    spec = inspect(tiny_model)
+    quick = predict(spec, ctx=(16,), probe=fake_result(build="b", full=False), prompt_tokens=64, output_tokens=8)
+    assert quick.request.ttft_s is None and quick.request.e2e_s is None and quick.request.decode_s > 0
+    assert quick.ttft is None and NO_TTFT_HERE in quick.notes
+    full = predict(spec, ctx=(16,), probe=fake_result(build="b"), prompt_tokens=64, output_tokens=8)
+    assert full.request.ttft_s > 0 and NO_TTFT_HERE not in full.notes  # the compute figure's floor
+    timed = predict(
+        spec, ctx=(16,), probe=fake_result(build="b", full=False), prompt_tokens=64, timing=fake_timing(spec)
+    )
+    assert timed.request.ttft_s > 0 and NO_TTFT_HERE not in timed.notes
 
 
 def test_given_bandwidth_says_what_stays_this_machines(tiny_model):

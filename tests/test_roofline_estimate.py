@@ -423,7 +423,8 @@ def test_labels_say_where_figures_come_from(empty_cache, capsys):
     assert "ceiling bandwidth 400.0 GB/s (nameplate: M2 Max)" in capsys.readouterr().out
     assert main(["predict", *SPEC, "--bandwidth", "400", "--backend", "Metal", "--output", "64", "--ctx", "128"]) == 0
     out = capsys.readouterr().out
-    assert "TTFT and E2E unknown (the device's compute is unknown" in out and "TTFT floor for" not in out
+    assert "TTFT and E2E unknown (see the notes)" in out and "TTFT floor for" not in out
+    assert "note: no TTFT floor: the device's compute is unknown (give --compute TFLOPS" in out
     assert "unified memory" in out  # Metal runs on unified memory
     assert main(["predict", *SPEC, "--bandwidth", "400", "--backend", "Metal", "--ctx", "8192", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)

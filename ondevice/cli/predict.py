@@ -342,12 +342,12 @@ def request_lines(r) -> list[str]:
     }.get(r.basis, "at best (bounds: nothing timed)")
     if r.ttft_s is None:
         if r.output_tokens is None:
-            return [f"request of {r.prompt_tokens} prompt tokens: TTFT unknown (the device's compute is unknown)"]
+            return [f"request of {r.prompt_tokens} prompt tokens: TTFT unknown (see the notes)"]
         return [
             f"request of {r.prompt_tokens} prompt + {r.output_tokens} output tokens, decode estimated (fitted on "
             "published llama.cpp runs):",
             f"  decode {_secs(r.decode_s)} ({r.output_tokens - 1} steps, TPOT {millis(r.tpot_s)}); TTFT and E2E "
-            "unknown (the device's compute is unknown: give --compute TFLOPS)",
+            "unknown (see the notes)",
         ]
     if r.output_tokens is None:
         return [f"request of {r.prompt_tokens} prompt tokens, {what}: TTFT {_secs(r.ttft_s)}"]

@@ -265,7 +265,9 @@ def time_pair(
     """Time two twins of one model, of fewer and more blocks, point by point in turn (which goes first alternates),
     so that a machine whose speed drifts moves both alike: the many-block figure of a point is the fewer one's
     plus the paired differences (pairs.paired_differences). The chain and the decode after it are timed on the
-    fewer alone (roofline.extrapolate_layers scales them: attention is the same in every block), that decode in bursts
+    fewer alone (roofline.extrapolate_layers scales them: attention is the same in every block), on top of its
+    prefill of the longest chunk, the round's last point (the fewer twin times it second, every round, so that the
+    links are measured against a prefill made right before them and none is made again), that decode in bursts
     alternating with the short-context decode of another engine on the fewer twin's model (few_again, its sibling):
     the difference, which extrapolation multiplies by the model's blocks over the twin's, comes from the same
     moments. The more-block twin decodes only in bursts alternating with few_again's (its decode level at a short
@@ -288,6 +290,7 @@ def time_pair(
     ):
         points = _shared_points(plan, few.n_vocab, batches)
         on_many = dict(_shared_points(plan, few.n_vocab, batches, decode=False))
+        longest = ("chunk", max(plan.chunks))
         for r in range(plan.rounds):
             again = None if plan.min_rounds is None or r < plan.min_rounds else unsettled(diffs, plan.prefill_chunks)
             if again == set():
@@ -297,11 +300,25 @@ def time_pair(
             out: dict[tuple, float] = {}
             for i, (key, measure) in enumerate(points):
                 if plan.times(key, r) and (again is None or key in again):
-                    out.update(_in_turn(key, measure, on_many.get(key), (few, many), r, i, diffs))
+                    order = 1 if key == longest else r + i  # the longest: the fewer twin last, the chain's base
+                    out.update(_in_turn(key, measure, on_many.get(key), (few, many), r, order, diffs))
             short_ids = probe_ids(few.n_vocab, plan.short_prompt, r * 131 + 7)
             if again is None or ("attention",) in again:
                 known = {**medians(rounds_few), **out}
-                out.update(_long_decode(few, few_again, plan, known, short_ids, r, diffs, budget_s=_ATTENTION_BUDGET_S))
+                just_timed = again is None or longest in again
+                out.update(
+                    _long_decode(
+                        few,
+                        few_again,
+                        plan,
+                        known,
+                        short_ids,
+                        r,
+                        diffs,
+                        just_timed=just_timed,
+                        budget_s=_ATTENTION_BUDGET_S,
+                    )
+                )
             if again is None or ("blocks",) in again:
                 steps = _PAIRED_STEPS * plan.decode_steps
                 many_s, few_s = _decode_bursts(many, short_ids, few_again, short_ids, steps)
@@ -315,14 +332,14 @@ def time_pair(
 
 
 def _in_turn(
-    key: tuple, measure: Measure, on_many: Measure | None, twins: tuple[Any, Any], r: int, i: int, diffs: dict
+    key: tuple, measure: Measure, on_many: Measure | None, twins: tuple[Any, Any], r: int, order: int, diffs: dict
 ) -> dict[tuple, float]:
     """One point of a round of time_pair: the fewer twin's figures (-> returned) and, where the more-block twin times
-    it too (on_many), the two in turn, which goes first alternating, their differences appended to diffs."""
+    it too (on_many), the two in turn, the fewer first when order is even, their differences appended to diffs."""
     few, many = twins
     if on_many is None:
         return measure(few, r * 131)
-    if (r + i) % 2 == 0:
+    if order % 2 == 0:
         mine, theirs = measure(few, r * 131), on_many(many, r * 131)
     else:
         theirs, mine = on_many(many, r * 131), measure(few, r * 131)

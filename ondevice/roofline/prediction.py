@@ -62,7 +62,7 @@ class RequestPrediction:
 
     prompt_tokens: int  # P, all computed (nothing cached)
     output_tokens: int | None  # N (None: TTFT only)
-    ttft_s: float | None  # predicted time to first token, seconds (None: another machine whose compute is unknown)
+    ttft_s: float | None  # predicted time to first token, seconds (None: nothing timed, and no compute figure)
     decode_s: float | None  # predicted time of the N - 1 decode steps after it, seconds
     e2e_s: float | None  # ttft_s + decode_s
     tpot_s: float | None  # decode_s / (N - 1): the mean inter-token latency (None for N < 2)
@@ -173,6 +173,8 @@ def predict(
     if prompt_tokens is not None and gflops:
         ttft = _ttft(spec, prompt_tokens, gflops, floor_cal.ceiling_gbs)
     notes += [compute_note] if compute_note and prompt_tokens is not None else []
+    if prompt_tokens is not None and not calibrated and not gflops and target is None:
+        notes.append(NO_TTFT_HERE)
     request = None
     if prompt_tokens:
         decode_pred = pred if calibrated else Predictor(spec, estimated_calibration(floor_cal, spec))
@@ -194,7 +196,8 @@ def predict(
     notes += _beyond_bound_notes(rows, ttft, request, cal) if calibrated else []
     estimates = () if calibrated else estimates_for(pred, contexts, target.backend if target else cal.backend)
     notes += _estimate_notes(spec, contexts, target.backend if target else cal.backend, cal, estimates, memory)
-    if request is not None and target is not None and not gflops:  # no compute figure there: no TTFT, no E2E
+    # nothing timed and no compute figure: a prefill would be only its weight reads, not a TTFT: none, and no E2E
+    if request is not None and not calibrated and not gflops:
         request = replace(request, ttft_s=None, e2e_s=None, output_tok_s=None, prefill_share=None)
     return Prediction(
         model=spec.path or spec.name or "spec",
@@ -212,6 +215,11 @@ def predict(
     )
 
 
+# the note of a model neither timed here nor given a compute figure (a first-contact probe measures no compute)
+NO_TTFT_HERE = (
+    "no TTFT: without a timing, a prefill's time needs this machine's compute, which was not measured; the "
+    "model's config.json (predict --config), or --d-model and --vocab, time its shape here"
+)
 NOISY_CORES = 0.5  # timing_notes: other processes using this many cores while a model was timed is said
 NOISY_SPREAD = 0.10  # and rounds of one point this far apart
 
