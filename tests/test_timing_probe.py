@@ -128,6 +128,21 @@ def test_timings_are_cached_per_shape_machine_build_and_settings(engine, tmp_pat
     assert calls == ["quick", "full", "full"]
 
 
+def test_a_short_context_is_timed_on_a_sibling_with_room_for_the_plan(engine, tmp_path):
+    # the key leaves the context out: a timing cut to a quick bench's 256 tokens would serve every context
+    from ondevice.probing.plans import plan_context
+
+    plan = replace(TINY_PLAN, chunks=(1, 4, 128), rounds=1, batch=())
+    assert plan_context(plan, engine.info.n_ubatch) > engine.info.n_ctx == 256
+    assert plan_for_engine(plan, engine.info.n_ctx, engine.info.n_ubatch).chunks != plan.chunks  # what it was
+    ids = list(range(1, 40))
+    later = ids + list(engine.generate(ids, max_tokens=2, reuse_prefix=False).token_ids) + [5]
+    assert engine.cached_prefix(later) == 40
+    timing = timing_for(engine, plan=plan, cache_root=tmp_path, refresh=True)
+    assert {(pos, k) for pos, k, _s in timing.prefill} >= {(0, 128), (128, 128), (256, 128)}  # uncut, chain too
+    assert engine.info.n_ctx == 256 and engine.cached_prefix(later) == 40  # the engine's own cache as it was
+
+
 def test_the_cache_key_changes_with_what_changes_speed(engine, monkeypatch):
     from ondevice.probing import timingcache
 

@@ -218,7 +218,8 @@ def timing_for(
     if found is not None and (found.plan == "full" or plan.name == "quick"):
         return found
     if twin_blocks(engine.info.spec, leading_blocks(header)) is None:
-        timing = time_engine(engine, plan, progress=progress)
+        with _with_room(engine, plan) as timed:
+            timing = time_engine(timed, plan, progress=progress)
     else:
         work = cache.probe_dir(cache_root) / "twins"
         timing, _info = time_header(
@@ -235,6 +236,23 @@ def timing_for(
     except OSError as exc:  # a read-only cache: the timing still serves this run
         log.warning("timing not cached: %s", exc)
     return timing
+
+
+@contextlib.contextmanager
+def _with_room(engine: Any, plan: Any) -> Iterator[Any]:
+    """The engine, or, where its context is shorter than the plan needs (probing.plans.plan_context) and the model's
+    trained context longer, a sibling on its model with that context, closed after: the plan is not cut to a short
+    context (a quick bench's 256 tokens), whose timing, cached under settings that leave the context out, would
+    serve every context with its chunks too short for a longer prompt."""
+    from ondevice.probing.plans import plan_context
+
+    info = engine.info
+    need = min(plan_context(plan, info.n_ubatch), info.spec.n_ctx_train or TWIN_N_CTX)
+    if info.n_ctx >= need:
+        yield engine
+        return
+    with contextlib.closing(engine.sibling(need)) as roomy:
+        yield roomy
 
 
 TWIN_N_CTX = 4096  # context of a twin's engine: room for the timing plan's chunks and chain

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["TimingPlan", "SHORT_CHUNKS", "FULL", "QUICK", "TWINS", "UNBATCHED", "BATCH_STEPS", "plan_for_engine"]
+__all__ = [
+    "TimingPlan",
+    "SHORT_CHUNKS",
+    "FULL",
+    "QUICK",
+    "TWINS",
+    "UNBATCHED",
+    "BATCH_STEPS",
+    "plan_for_engine",
+    "plan_context",
+]
 
 BATCH_STEPS = 8  # batched decode steps timed per batch size (each step decodes every sequence: a long one)
 
@@ -76,11 +86,20 @@ QUICK = TimingPlan(
 )
 
 
+_SPARE = 8  # context left over beyond the chain and the decode steps after it
+
+
+def plan_context(plan: TimingPlan, n_ubatch: int) -> int:
+    """The context an engine of micro-batch n_ubatch needs for the plan uncut: the longest chunk (at most
+    n_ubatch), the chain on top of it and the decode steps after them."""
+    return (1 + plan.chain) * min(max(plan.chunks), n_ubatch) + plan.decode_steps + _SPARE
+
+
 def plan_for_engine(plan: TimingPlan, n_ctx: int, n_ubatch: int) -> TimingPlan:
     """The plan cut to what an engine's context holds: chunks of at most n_ubatch tokens (a longer one is
     several passes) and, with the chain on top and the decode steps, within n_ctx; the longest that fits
     replaces the chunks that do not."""
-    room = (n_ctx - plan.decode_steps - 8) // (1 + plan.chain)
+    room = (n_ctx - plan.decode_steps - _SPARE) // (1 + plan.chain)
     longest = min(n_ubatch, room)
     chunks = tuple(sorted(k for k in plan.chunks if k <= longest))  # the longest last: the chunk on top reuses it
     if len(chunks) < len(plan.chunks):  # the longest chunk the engine holds stands in for those it does not
