@@ -11,7 +11,7 @@ from ondevice.api import predict
 from ondevice.core.errors import InvalidParameterError, SpecError
 from ondevice.gguf.spec import inspect
 from ondevice.roofline import Calibration, Predictor, TimedPredictor, bits_per_weight, effective_gbs
-from ondevice.roofline.prediction import NO_TTFT_HERE, memory_verdict, prefill_flops
+from ondevice.roofline.prediction import NO_TTFT_GIVEN, NO_TTFT_HERE, memory_verdict, prefill_flops
 from ondevice.roofline.spec import QUANT_MIXES, mix_bits_per_weight, mix_for, spec_from_flags
 from tests.probe_fakes import fake_result, fake_timing
 
@@ -198,6 +198,9 @@ def test_no_ttft_without_a_timing_or_a_compute_figure(tiny_model):
         spec, ctx=(16,), probe=fake_result(build="b", full=False), prompt_tokens=64, timing=fake_timing(spec)
     )
     assert timed.request.ttft_s > 0 and NO_TTFT_HERE not in timed.notes
+    given = predict(spec, ctx=(16,), probe=fake_result(build="b", full=False), bandwidth_gbs=50.0, prompt_tokens=8)
+    assert given.request.ttft_s is None and NO_TTFT_GIVEN in given.notes and NO_TTFT_HERE not in given.notes
+    assert "memory verdict is for this machine (its free memory)" in given.notes
 
 
 def test_given_bandwidth_says_what_stays_this_machines(tiny_model):

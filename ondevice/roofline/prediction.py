@@ -154,8 +154,10 @@ def predict(
         )
         source, calibrated = "given", False
         notes.append("bandwidth given: nothing timed (ceiling: the bound; estimate: fitted on published runs)")
-        if probe is not None and target is None:
+        if probe is not None and target is None and probe.compute:
             notes.append("TTFT floor and memory verdict are for this machine (its measured compute and free memory)")
+        elif probe is not None and target is None:
+            notes.append("memory verdict is for this machine (its free memory)")
     else:
         cal = probe.calibration()
         calibrated = timing is not None
@@ -174,7 +176,7 @@ def predict(
         ttft = _ttft(spec, prompt_tokens, gflops, floor_cal.ceiling_gbs)
     notes += [compute_note] if compute_note and prompt_tokens is not None else []
     if prompt_tokens is not None and not calibrated and not gflops and target is None:
-        notes.append(NO_TTFT_HERE)
+        notes.append(NO_TTFT_HERE if bandwidth_gbs is None else NO_TTFT_GIVEN)
     request = None
     if prompt_tokens:
         decode_pred = pred if calibrated else Predictor(spec, estimated_calibration(floor_cal, spec))
@@ -219,6 +221,11 @@ def predict(
 NO_TTFT_HERE = (
     "no TTFT: without a timing, a prefill's time needs this machine's compute, which was not measured; the "
     "model's config.json (predict --config), or --d-model and --vocab, time its shape here"
+)
+# ... and of a bandwidth given without a device or a compute figure, on a machine whose compute was not measured
+NO_TTFT_GIVEN = (
+    "no TTFT: no compute figure (this machine's was not measured, `ondevice probe` measures it; another machine's: "
+    "--device or --compute)"
 )
 NOISY_CORES = 0.5  # timing_notes: other processes using this many cores while a model was timed is said
 NOISY_SPREAD = 0.10  # and rounds of one point this far apart
