@@ -11,6 +11,7 @@ import pytest
 from ondevice.gguf.spec import inspect
 from ondevice.roofline import Calibration, ShapeTiming, TimedPredictor, extrapolate_layers
 from ondevice.roofline.attention import decode_kv_padding, decode_spans
+from ondevice.roofline.timing import robust_line
 from tests.probe_fakes import (
     TRUTH,
     fake_timing,
@@ -214,6 +215,11 @@ def test_the_fewer_twins_attention_is_a_robust_line_before_it_is_multiplied(gemm
         assert t == pytest.approx(decode(36, ctx), rel=1e-9), ctx  # the busy point included
     naive = dict(extrapolate_layers(few, many, 6, 18, 36).decode)
     assert naive[1026] > 1.5 * decode(36, 1026)  # point by point, its noise was multiplied
+    # so the fewer twin's points between those two are not timed (time_pair): the model's decode line is the same
+    ends = replace(few, decode=(few.decode[0], few.decode[-1]))
+    alone = extrapolate_layers(ends, many, 6, 18, 36, lambda ctx: decode_spans(gemma, ctx))
+    lines = [robust_line([(t.decode_cells(gemma, c), s) for c, s in t.decode]) for t in (full, alone)]
+    assert lines[1] == pytest.approx(lines[0], rel=1e-9)
 
 
 def test_layer_extrapolation_refuses_twins_timed_on_other_points(tiny):

@@ -84,13 +84,13 @@ def _decode_point(g: Any, n_prompt: int) -> dict[tuple, float]:
 
 
 def _shared_points(
-    plan: TimingPlan, vocab: int, batches: dict[int, dict[int, Any]], *, decode: bool = True
+    plan: TimingPlan, vocab: int, batches: dict[int, dict[int, Any]], *, decode: bool = True, after: int = _AFTER_CHUNK
 ) -> list[tuple[tuple, Measure]]:
     """What a round times on an engine: decode after a short prompt, batched steps (batches: id(engine) ->
-    {B: its batch context}), chunks from an empty cache (each followed by a few decode steps: decode at their
-    context), the longest last (the chain goes on top of it). decode=False: neither the short-context decode
+    {B: its batch context}), chunks from an empty cache (each of plan.chunks followed by `after` decode steps: decode
+    at their context), the longest last (the chain goes on top of it). decode=False: neither the short-context decode
     point nor the steps after the chunks (time_pair's more-block twin: its decode comes from paired bursts)."""
-    after = _AFTER_CHUNK if decode else 0
+    after = after if decode else 0
 
     def chunk(k: int) -> Measure:
         steps = after if k in plan.chunks else 0  # a short chunk: its prefill alone
@@ -120,7 +120,7 @@ def _shared_points(
 
 
 def _chain_points(
-    engine: Any, plan: TimingPlan, salt: int, *, anchor_s: float, just_timed: bool = False
+    engine: Any, plan: TimingPlan, salt: int, *, anchor_s: float, just_timed: bool = False, after: int = _AFTER_CHUNK
 ) -> tuple[dict[tuple, float], list]:
     """The chain of chunks on top of the longest, each but the last followed by a few decode steps -> ({point:
     seconds}, the chain's prompt; the decode after it is _long_decode's). The longest chunk is prefilled again from an
@@ -136,7 +136,7 @@ def _chain_points(
     base_s = anchor_s if just_timed and not recurrent else first_token_s(engine, ids, reuse=False)[0]
     for link in range(plan.chain):
         ids += probe_ids(vocab, longest + 1, salt + 1 + link)[1:]
-        steps = 0 if link == plan.chain - 1 or recurrent else _AFTER_CHUNK
+        steps = 0 if link == plan.chain - 1 or recurrent else after
         t, g = first_token_s(engine, ids, reuse=True, max_tokens=1 + steps)
         out[("prefill", len(ids) - longest, longest)] = anchor_s + max(t - base_s, 0.0)
         out.update(_decode_point(g, len(ids)))  # (the next link reuses ids, not the tokens decoded after them)
@@ -288,7 +288,9 @@ def time_pair(
         contextlib.closing(few_again),
         _timing_session([few, many, few_again], plan, decode_only=(few_again,), long_passes=long_passes) as batches,
     ):
-        points = _shared_points(plan, few.n_vocab, batches)
+        # no decode steps after the chunks and links: extrapolation puts the fewer twin's decode at every context
+        # on the line through its short-context point and the bursts after the chain (roofline.extrapolate_layers)
+        points = _shared_points(plan, few.n_vocab, batches, after=0)
         on_many = dict(_shared_points(plan, few.n_vocab, batches, decode=False))
         longest = ("chunk", max(plan.chunks))
         for r in range(plan.rounds):
@@ -317,6 +319,7 @@ def time_pair(
                         diffs,
                         just_timed=just_timed,
                         budget_s=_ATTENTION_BUDGET_S,
+                        after=0,
                     )
                 )
             if again is None or ("blocks",) in again:
@@ -359,6 +362,7 @@ def _long_decode(
     *,
     just_timed: bool = False,
     budget_s: float = 0.0,
+    after: int = _AFTER_CHUNK,
 ) -> dict[tuple, float]:
     """The chain on `engine` and the decode after it: the short-context decode point plus what the long context added
     in bursts alternating with partner's decode at a short context (another engine on the same model: the difference
@@ -368,9 +372,9 @@ def _long_decode(
     (another twin's chunk between them): what they add is attention, which a twin's timing multiplies by the model's
     blocks over the twin's. known: the round's figures, or, in a round that times only what the earlier ones disagree
     on, their medians. budget_s: the difference is the median over as many pairs of bursts as the short-context step
-    (known) says fit these seconds, from one to _ATTENTION_BURSTS."""
+    (known) says fit these seconds, from one to _ATTENTION_BURSTS. after: decode steps after each link but the last."""
     anchor_s = known[("prefill", 0, max(plan.chunks))]
-    chain, ids = _chain_points(engine, plan, salt=r * 131, anchor_s=anchor_s, just_timed=just_timed)
+    chain, ids = _chain_points(engine, plan, salt=r * 131, anchor_s=anchor_s, just_timed=just_timed, after=after)
     short = ("decode", plan.short_prompt + plan.decode_steps // 2)
     steps = _PAIRED_STEPS * plan.decode_steps
     pairs = _attention_pairs(budget_s, 2 * steps * known[short])
