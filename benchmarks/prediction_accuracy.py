@@ -192,6 +192,16 @@ HELD10 = (
     ("phi-3-mini-4k-instruct.json", "TQ1_0", 8),
     ("mistral-7b-v0.1.json", "Q2_K_S", 6),
 )
+# `--models held11`: added after r43, architectures the rows have in file types they never had together, all timed on
+# twins (today's twin plan: the fewer twin's chain on its own prefill, no decode steps after its chunks): Qwen2.5 7B at
+# IQ4_NL, 6 of its 28 blocks; Phi-3-mini at Q8_0, 8 of its 32; SmolLM2 1.7B at Q4_1, whole (24 blocks, 1.07 GB); Gemma
+# 2 2B at Q5_1, whole (26 blocks of a window pattern of period 2: twins of 2 and 6)
+HELD11 = (
+    ("qwen2.5-7b.json", "IQ4_NL", 6),
+    ("phi-3-mini-4k-instruct.json", "Q8_0", 8),
+    ("smollm2-1.7b.json", "Q4_1", None),
+    ("gemma-2-2b.json", "Q5_1", None),
+)
 # `--models NAME`: the sets of files in public models' shapes, in the order a run measures them
 SHAPE_SETS = {
     "shapes": SHAPES,
@@ -209,6 +219,7 @@ SHAPE_SETS = {
     "held8c": HELD8C,
     "held9": HELD9,
     "held10": HELD10,
+    "held11": HELD11,
 }
 # a prompt this short is measured SHORT_REPEATS times a round and its median kept: one generation of a few hundred
 # ms is one sample of a noisy machine (single TTFTs at 128 tokens moved up to 86% between rounds)
