@@ -21,7 +21,8 @@ TOLERANCE = 0.10
 def timed(hogs: int):
     """The default model's ShapeTiming (the full plan, nothing cached) with `hogs` spinning processes beside it."""
     from ondevice.engine import load
-    from ondevice.probing.timing import FULL, time_engine
+    from ondevice.probing.plans import FULL
+    from ondevice.probing.timing import time_engine
 
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
     try:

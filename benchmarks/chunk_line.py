@@ -23,7 +23,8 @@ import numpy as np
 from benchmarks.common import add_threads_arg, cpu_description
 from ondevice.engine import load
 from ondevice.models.materialize import resolve_model
-from ondevice.probing.timing import FULL, QUICK, TWINS, first_token_s, probe_ids
+from ondevice.probing.plans import FULL, QUICK, TWINS
+from ondevice.probing.timing import first_token_s, probe_ids
 
 SIZES = (1, 2, 3, 4, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
 PLANS = {"quick": QUICK.prefill_chunks, "full": FULL.prefill_chunks, "twins": TWINS.prefill_chunks}

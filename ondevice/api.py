@@ -139,7 +139,7 @@ def auto_predictor(
     """The predictor of an engine's model: the bound from this machine's bandwidth, the prediction from the
     model's shape timed on the engine (cached unless `refresh`; else timed now with the quick plan, or the full
     one). None for a model without weights."""
-    from ondevice.probing.timing import FULL, QUICK
+    from ondevice.probing.plans import FULL, QUICK
 
     spec = engine.info.spec
     if not spec.decode_weight_bytes:
@@ -217,7 +217,7 @@ def predict(
 
 def _time_file(model: str | Path | None, progress: Progress | None, engine_args: dict[str, Any]):
     """(the model's timing on this machine, its spec): cached, or timed now on an engine of it (the full plan)."""
-    from ondevice.probing.timing import FULL
+    from ondevice.probing.plans import FULL
 
     engine = load_engine(model, **engine_args)
     try:

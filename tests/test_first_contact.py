@@ -11,7 +11,7 @@ from ondevice.cli.main import main
 from ondevice.core.errors import ProbeError
 from ondevice.engine import load
 from ondevice.probing import cache
-from ondevice.probing.timing import FULL, QUICK
+from ondevice.probing.plans import FULL, QUICK
 
 
 @pytest.fixture()

@@ -173,7 +173,7 @@ def test_the_timing_chain_reuses_each_link(engine, monkeypatch):
 def assert_chain_reuses_each_link(engine, monkeypatch) -> None:
     """The timing's chain on a recurrent engine: each link a chunk on top of the one before (the Granite-H tests run
     it on a Mamba-2 hybrid)."""
-    from ondevice.probing import timing
+    from ondevice.probing import plans, timing
 
     asked: list[tuple[int, int]] = []
     first_token_s = timing.first_token_s
@@ -185,7 +185,7 @@ def assert_chain_reuses_each_link(engine, monkeypatch) -> None:
         return t, g
 
     monkeypatch.setattr(timing, "first_token_s", spy)
-    plan = replace(timing.QUICK, chunks=(16, 64), chain=3)
+    plan = replace(plans.QUICK, chunks=(16, 64), chain=3)
     # the round's longest chunk was the last request, decode steps after it (what _shared_points leaves)
     spy(engine, timing.probe_ids(engine.n_vocab, 64, 64), False, 6)
     points, ids = timing._chain_points(engine, plan, 0, anchor_s=0.01, just_timed=True)

@@ -232,12 +232,13 @@ def test_predict_bad_input(tiny_model, kw, err, msg):
 
 def test_predict_on_a_fresh_machine_measures_the_bandwidth_and_times_the_model_once(tiny_model, tmp_path, monkeypatch):
     from ondevice.probing import timing as timing_mod
+    from ondevice.probing.plans import TimingPlan
 
     monkeypatch.setenv("ONDEVICE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr("ondevice.probing.host.array_bytes_for", lambda *a, **k: 8 << 20)
     timed = []
     real = timing_mod.time_engine
-    small = timing_mod.TimingPlan(chunks=(1, 4, 16), chain=2, short_prompt=8, decode_steps=4, batch=(2,), rounds=1)
+    small = TimingPlan(chunks=(1, 4, 16), chain=2, short_prompt=8, decode_steps=4, batch=(2,), rounds=1)
     monkeypatch.setattr(timing_mod, "time_engine", lambda eng, plan, progress=None: timed.append(1) or real(eng, small))
     first = predict(tiny_model, ctx=(16,), prompt_tokens=32)
     assert first.calibrated and first.request.basis == "calibrated" and timed == [1]

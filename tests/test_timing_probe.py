@@ -10,10 +10,11 @@ from dataclasses import replace
 
 import pytest
 
+from ondevice.probing import plans, timing_for
 from ondevice.probing import timing as timing_mod
-from ondevice.probing import timing_for
 from ondevice.probing.pairs import paired_differences
-from ondevice.probing.timing import TimingPlan, plan_for_engine, time_engine
+from ondevice.probing.plans import TimingPlan, plan_for_engine
+from ondevice.probing.timing import time_engine
 from ondevice.probing.timingcache import SCHEMA, load_timing, save_timing, timing_key, timing_path
 from ondevice.roofline.timing import ShapeTiming
 
@@ -43,8 +44,8 @@ def test_short_chunks_are_the_sizes_below_the_longest_chunk_and_follow_a_cut():
     assert plan.prefill_chunks == (1, 2, 3, 16, 24, 128)  # sizes the chunks have once, none at or past the longest
     assert plan.tokens - replace(plan, short_chunks=()).tokens == 2 + 3 + 24
     assert plan_for_engine(plan, 4096, 20).prefill_chunks == (1, 2, 3, 16, 20)  # the engine's micro-batch is 20
-    assert set(timing_mod.SHORT_CHUNKS) <= set(timing_mod.FULL.prefill_chunks)
-    assert set(timing_mod.SHORT_CHUNKS) <= set(timing_mod.QUICK.prefill_chunks)
+    assert set(plans.SHORT_CHUNKS) <= set(plans.FULL.prefill_chunks)
+    assert set(plans.SHORT_CHUNKS) <= set(plans.QUICK.prefill_chunks)
 
 
 def test_short_chunks_are_timed_as_prefills_alone(engine):
@@ -119,11 +120,11 @@ def test_timings_are_cached_per_shape_machine_build_and_settings(engine, tmp_pat
         return real(eng, replace(TINY_PLAN, name=plan.name, rounds=1), progress=progress)
 
     monkeypatch.setattr(timing_mod, "time_engine", counting)
-    first = timing_for(engine, plan=timing_mod.QUICK, cache_root=tmp_path)
-    assert timing_for(engine, plan=timing_mod.QUICK, cache_root=tmp_path) == first and calls == ["quick"]
+    first = timing_for(engine, plan=plans.QUICK, cache_root=tmp_path)
+    assert timing_for(engine, plan=plans.QUICK, cache_root=tmp_path) == first and calls == ["quick"]
     full = timing_for(engine, cache_root=tmp_path)  # a quick timing does not serve the full plan
     assert calls == ["quick", "full"] and full.plan == "full"
-    assert timing_for(engine, plan=timing_mod.QUICK, cache_root=tmp_path) == full  # the full one serves both
+    assert timing_for(engine, plan=plans.QUICK, cache_root=tmp_path) == full  # the full one serves both
     timing_for(engine, cache_root=tmp_path, refresh=True)
     assert calls == ["quick", "full", "full"]
 

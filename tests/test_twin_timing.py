@@ -12,7 +12,7 @@ from ondevice.quant.twin import quantized_header, write_twin
 from ondevice.core import paths
 from ondevice.gguf.spec import inspect
 from ondevice.probing import twins as twins_mod
-from ondevice.probing.timing import TimingPlan
+from ondevice.probing.plans import TimingPlan
 from ondevice.probing.twins import time_header
 from tests.test_twin_hfconfig import tiny_config
 

@@ -204,9 +204,10 @@ def timing_for(
     """The ShapeTiming of the engine's model on this machine with the engine's settings: cached (a quick timing
     serves only a quick plan), else timed now and cached: on the engine itself for a model of few bytes, else
     on twins of fewer blocks, holding the model's own bytes, with the engine's settings (probing.twins). plan:
-    probing.timing.FULL by default."""
+    probing.plans.FULL by default."""
     from ondevice.probing import cache
-    from ondevice.probing.timing import FULL, time_engine
+    from ondevice.probing.plans import FULL
+    from ondevice.probing.timing import time_engine
     from ondevice.probing.timingcache import load_timing, save_timing, timing_key
     from ondevice.probing.twins import time_header, twin_blocks
     from ondevice.quant.twin import leading_blocks, read_header, shape_key
@@ -290,9 +291,9 @@ def timing_for_header(
 ):
     """The ShapeTiming of a model known by its header alone (a config.json, a file not downloaded): cached under
     its shape and the engine arguments asked, else timed now on its twins (probing.twins) and cached. plan:
-    probing.timing.UNBATCHED by default (decode and prefill, no batched steps)."""
+    probing.plans.UNBATCHED by default (decode and prefill, no batched steps)."""
     from ondevice.probing import cache
-    from ondevice.probing.timing import UNBATCHED
+    from ondevice.probing.plans import UNBATCHED
     from ondevice.probing.timingcache import load_timing, requested_key, save_timing
     from ondevice.probing.twins import time_header
     from ondevice.quant.twin import shape_key

@@ -29,32 +29,11 @@ from typing import Any
 from ondevice.core.cpuload import OtherCpu
 from ondevice.core.errors import ProbeError
 from ondevice.probing.pairs import medians, paired_differences, unsettled, unsteady
-from ondevice.probing.plans import (
-    BATCH_STEPS,
-    FULL,
-    QUICK,
-    SHORT_CHUNKS,
-    TWINS,
-    UNBATCHED,
-    TimingPlan,
-    plan_for_engine,
-)
+from ondevice.probing.plans import BATCH_STEPS, FULL, TimingPlan, plan_for_engine
 from ondevice.roofline.attention import decode_kv_padding
 from ondevice.roofline.timing import ShapeTiming
 
-__all__ = [  # the plans are probing.plans', and here too: what is timed and how go together
-    "TimingPlan",
-    "SHORT_CHUNKS",
-    "FULL",
-    "QUICK",
-    "TWINS",
-    "UNBATCHED",
-    "time_engine",
-    "time_pair",
-    "probe_ids",
-    "first_token_s",
-    "plan_for_engine",
-]
+__all__ = ["time_engine", "time_pair", "probe_ids", "first_token_s"]  # what is timed, and how often: probing.plans
 
 Progress = Callable[[str], None]
 

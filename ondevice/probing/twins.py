@@ -95,7 +95,7 @@ def time_header(
         return replace(timing, source="twin"), info
     few, more = blocks
     if plan.name == "full":  # the twins' full plan, with the batched steps only when the plan asked has them
-        from ondevice.probing.timing import TWINS
+        from ondevice.probing.plans import TWINS
 
         plan = TWINS if plan.batch else replace(TWINS, batch=())
     picks = [matching_blocks(header, n) for n in (few, more)]
